@@ -1,0 +1,228 @@
+//! The bundled-program test harness: run a method on a test case through the
+//! dynamic interface and compare its outputs with the expected ones.
+use crate::{Error, Model, ScalarType, Value};
+use core::fmt;
+
+/// Elementwise tolerance: pass when `|got - want| <= atol + rtol * |want|`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    pub rtol: f64,
+    pub atol: f64,
+}
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance { rtol: 1e-4, atol: 1e-5 }
+    }
+}
+
+/// One element that differs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ElementMismatch {
+    pub index: usize,
+    pub expected: f64,
+    pub got: f64,
+}
+
+/// How many mismatching elements a report lists.
+pub const REPORTED_MISMATCHES: usize = 4;
+
+/// Why a test case failed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CaseFailure {
+    /// Setting an input or executing failed.
+    Error(Error),
+    /// Output `output` is of another kind than expected.
+    Kind { output: usize },
+    /// Output `output` has another dtype.
+    Dtype { output: usize, expected: ScalarType, got: ScalarType },
+    /// Output `output` has other sizes.
+    Sizes { output: usize },
+    /// A scalar output differs.
+    Scalar { output: usize, expected: f64, got: f64 },
+    /// Elements of tensor output `output` differ: `count` of them, the first
+    /// ones listed.
+    Elements {
+        output: usize,
+        count: usize,
+        first: [Option<ElementMismatch>; REPORTED_MISMATCHES],
+    },
+}
+
+impl From<Error> for CaseFailure {
+    fn from(e: Error) -> Self {
+        CaseFailure::Error(e)
+    }
+}
+
+impl fmt::Display for CaseFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CaseFailure::Error(e) => write!(f, "error: {e}"),
+            CaseFailure::Kind { output } => write!(f, "output {output}: value of another kind than expected"),
+            CaseFailure::Dtype { output, expected, got } => {
+                write!(f, "output {output}: expected dtype {expected}, got {got}")
+            }
+            CaseFailure::Sizes { output } => write!(f, "output {output}: sizes differ"),
+            CaseFailure::Scalar { output, expected, got } => {
+                write!(f, "output {output}: expected {expected}, got {got}")
+            }
+            CaseFailure::Elements { output, count, first } => {
+                write!(f, "output {output}: {count} element(s) differ")?;
+                for m in first.iter().flatten() {
+                    write!(f, "; [{}] expected {}, got {}", m.index, m.expected, m.got)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// True when `got` is within tolerance of `want` (NaN equals NaN;
+/// infinities must match exactly).
+pub fn close(got: f64, want: f64, tol: Tolerance) -> bool {
+    if want.is_nan() || got.is_nan() {
+        return want.is_nan() && got.is_nan();
+    }
+    if want.is_infinite() || got.is_infinite() {
+        return want == got;
+    }
+    (got - want).abs() <= tol.atol + tol.rtol * want.abs()
+}
+
+/// Compares one output with its expected value. Integer and bool tensors
+/// must be equal; float tensors within `tol`.
+pub fn compare(output: usize, got: &Value<'_>, want: &Value<'_>, tol: Tolerance) -> Result<(), CaseFailure> {
+    match (got, want) {
+        (Value::Tensor(g), Value::Tensor(w)) => {
+            if g.dtype != w.dtype {
+                return Err(CaseFailure::Dtype { output, expected: w.dtype, got: g.dtype });
+            }
+            if g.sizes != w.sizes {
+                return Err(CaseFailure::Sizes { output });
+            }
+            let exact = !g.dtype.is_float();
+            let mut count = 0;
+            let mut first = [None; REPORTED_MISMATCHES];
+            for i in 0..w.numel() {
+                let ok = if exact {
+                    match (g.get_i64(i), w.get_i64(i)) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => false,
+                    }
+                } else {
+                    match (g.get_f64(i), w.get_f64(i)) {
+                        (Some(a), Some(b)) => close(a, b, tol),
+                        _ => false,
+                    }
+                };
+                if !ok {
+                    if count < REPORTED_MISMATCHES {
+                        first[count] = Some(ElementMismatch {
+                            index: i,
+                            expected: w.get_f64(i).unwrap_or(f64::NAN),
+                            got: g.get_f64(i).unwrap_or(f64::NAN),
+                        });
+                    }
+                    count += 1;
+                }
+            }
+            if count == 0 {
+                Ok(())
+            } else {
+                Err(CaseFailure::Elements { output, count, first })
+            }
+        }
+        (Value::Int(g), Value::Int(w)) if g == w => Ok(()),
+        (Value::Int(g), Value::Int(w)) => Err(CaseFailure::Scalar { output, expected: *w as f64, got: *g as f64 }),
+        (Value::Bool(g), Value::Bool(w)) if g == w => Ok(()),
+        (Value::Bool(g), Value::Bool(w)) => {
+            Err(CaseFailure::Scalar { output, expected: *w as u8 as f64, got: *g as u8 as f64 })
+        }
+        (Value::Double(g), Value::Double(w)) if close(*g, *w, tol) => Ok(()),
+        (Value::Double(g), Value::Double(w)) => Err(CaseFailure::Scalar { output, expected: *w, got: *g }),
+        (Value::None, Value::None) => Ok(()),
+        _ => Err(CaseFailure::Kind { output }),
+    }
+}
+
+/// Runs one test case: sets every input, executes, compares every output.
+/// Stateful methods keep their state between calls: run a suite's cases in
+/// order on one instance.
+pub fn run_case(
+    model: &mut dyn Model,
+    method: usize,
+    inputs: &[Value<'_>],
+    expected: &[Value<'_>],
+    tol: Tolerance,
+) -> Result<(), CaseFailure> {
+    for (i, v) in inputs.iter().enumerate() {
+        model.set_input(method, i, *v)?;
+    }
+    model.execute(method)?;
+    let meta = model.methods().get(method).ok_or(Error::NoSuchMethod)?;
+    if meta.num_outputs() != expected.len() {
+        return Err(CaseFailure::Error(Error::IndexOutOfRange {
+            what: "expected output",
+            index: expected.len(),
+            len: meta.num_outputs(),
+        }));
+    }
+    for (i, want) in expected.iter().enumerate() {
+        let got = model.output(method, i)?;
+        compare(i, &got, want, tol)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TensorRef;
+
+    #[test]
+    fn tolerance_rule() {
+        let t = Tolerance { rtol: 1e-4, atol: 1e-5 };
+        // 1e-5 + 1e-4 * 1.0 = 1.1e-4 allowed
+        assert!(close(1.0001, 1.0, t));
+        assert!(!close(1.0002, 1.0, t));
+        assert!(close(f64::NAN, f64::NAN, t));
+        assert!(!close(0.0, f64::NAN, t));
+        assert!(close(f64::INFINITY, f64::INFINITY, t));
+        assert!(!close(f64::NEG_INFINITY, f64::INFINITY, t));
+        assert!(!close(1e300, f64::INFINITY, t));
+    }
+
+    #[test]
+    fn reports_first_mismatches() {
+        let want = [1.0f32, 2.0, 3.0];
+        let got = [1.0f32, 2.5, 3.0];
+        let s = [3usize];
+        let w = Value::Tensor(TensorRef::from_slice(&s, &want));
+        let g = Value::Tensor(TensorRef::from_slice(&s, &got));
+        let err = compare(0, &g, &w, Tolerance::default()).unwrap_err();
+        match err {
+            CaseFailure::Elements { count, first, .. } => {
+                assert_eq!(count, 1);
+                assert_eq!(first[0], Some(ElementMismatch { index: 1, expected: 2.0, got: 2.5 }));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(compare(0, &w, &w, Tolerance::default()).is_ok());
+    }
+
+    #[test]
+    fn integers_exact_and_shapes_checked() {
+        let a = [5i64, 7];
+        let b = [5i64, 8];
+        let s = [2usize];
+        let s1 = [1usize, 2];
+        let ta = Value::Tensor(TensorRef::from_slice(&s, &a));
+        let tb = Value::Tensor(TensorRef::from_slice(&s, &b));
+        let tc = Value::Tensor(TensorRef::from_slice(&s1, &a));
+        assert!(compare(0, &ta, &tb, Tolerance { rtol: 1.0, atol: 1.0 }).is_err());
+        assert_eq!(compare(0, &ta, &tc, Tolerance::default()), Err(CaseFailure::Sizes { output: 0 }));
+        assert!(compare(0, &Value::Int(3), &Value::Int(3), Tolerance::default()).is_ok());
+        assert!(compare(0, &Value::Int(3), &Value::Double(3.0), Tolerance::default()).is_err());
+    }
+}

@@ -1,0 +1,91 @@
+//! Memory used by generated programs: the planned arena of each method and
+//! typed views into it and into constant data.
+//!
+//! The compiler lays every planned tensor of a method out in one arena at an
+//! offset it has checked at compile time: inside the arena, aligned for the
+//! element type, and — for the views one instruction holds at once — not
+//! overlapping a mutable view. The unsafe functions here rely on exactly
+//! those facts.
+use crate::value::Pod;
+use crate::Error;
+
+/// Alignment of arenas and embedded data: enough for every element type and
+/// for SIMD loads.
+pub const ALIGN: usize = 64;
+
+/// A method's planned memory: `N` bytes aligned to [`ALIGN`].
+#[derive(Clone)]
+#[repr(C, align(64))]
+pub struct Arena<const N: usize>(pub [u8; N]);
+
+impl<const N: usize> Arena<N> {
+    /// A zero-filled arena.
+    pub const fn zeroed() -> Self {
+        Arena([0; N])
+    }
+}
+
+/// Bytes aligned to [`ALIGN`]; wraps embedded data as
+/// `static X: Aligned<[u8; N]> = Aligned(*include_bytes!(...))`.
+#[repr(C, align(64))]
+pub struct Aligned<T: ?Sized>(pub T);
+
+/// A shared view of `len` elements at byte `offset` of an arena.
+///
+/// # Safety
+/// `base + offset` must be aligned for `T`, the `len` elements must lie in
+/// the arena, and no mutable view of overlapping bytes may be alive while
+/// the returned slice is.
+#[inline(always)]
+pub unsafe fn view<'a, T: Pod>(base: *const u8, offset: usize, len: usize) -> &'a [T] {
+    // SAFETY: the caller guarantees alignment, bounds and no aliasing &mut;
+    // T: Pod is valid for any initialised bytes (arenas start zeroed).
+    unsafe { core::slice::from_raw_parts(base.add(offset) as *const T, len) }
+}
+
+/// A mutable view of `len` elements at byte `offset` of an arena.
+///
+/// # Safety
+/// As [`view`], and no other view of overlapping bytes may be alive while
+/// the returned slice is.
+#[inline(always)]
+pub unsafe fn view_mut<'a, T: Pod>(base: *mut u8, offset: usize, len: usize) -> &'a mut [T] {
+    // SAFETY: see view(); exclusivity is guaranteed by the caller.
+    unsafe { core::slice::from_raw_parts_mut(base.add(offset) as *mut T, len) }
+}
+
+/// Copies `len` bytes inside an arena; the ranges may overlap.
+///
+/// # Safety
+/// Both ranges must lie in the arena and no view of the destination may be
+/// alive.
+#[inline(always)]
+pub unsafe fn copy_within(base: *mut u8, from: usize, to: usize, len: usize) {
+    // SAFETY: in bounds by the caller's guarantee; `copy` allows overlap.
+    unsafe { core::ptr::copy(base.add(from), base.add(to), len) }
+}
+
+/// A typed view of constant data: `len` elements at byte `offset` of
+/// `bytes`. Checked, so it is safe for data loaded at run time; for
+/// embedded data the compiler has proven the check passes and it folds
+/// away.
+#[inline(always)]
+pub fn constant<T: Pod>(bytes: &[u8], offset: usize, len: usize) -> Result<&[T], Error> {
+    let size = core::mem::size_of::<T>();
+    let end = len
+        .checked_mul(size)
+        .and_then(|n| n.checked_add(offset))
+        .ok_or(Error::DataMismatch { what: "constant out of range" })?;
+    let b = bytes.get(offset..end).ok_or(Error::DataMismatch { what: "constant out of range" })?;
+    crate::value::cast_slice(b)
+}
+
+/// Checks that every byte of a bool tensor is 0 or 1.
+#[inline]
+pub fn check_bools(bytes: &[u8], index: usize) -> Result<(), Error> {
+    if bytes.iter().any(|&b| b > 1) {
+        Err(Error::InvalidBool { index })
+    } else {
+        Ok(())
+    }
+}
