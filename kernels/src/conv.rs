@@ -1,1 +1,1409 @@
-//! (being written)
+//! `aten::convolution.out`: 1-d (`N, C, L`) and 2-d (`N, C, H, W`)
+//! convolution, regular or transposed, with stride, padding, dilation,
+//! output padding and groups (depthwise included).
+//!
+//! Layouts are PyTorch's, contiguous row-major: input `[N, C_in, (H,) W]`;
+//! weight `[C_out, C_in / groups, (kH,) kW]` for a regular convolution and
+//! `[C_in, C_out / groups, (kH,) kW]` for a transposed one; bias `[C_out]`;
+//! output `[N, C_out, (H_out,) W_out]`. A 1-d convolution is run as a 2-d
+//! one with a height of 1.
+//!
+//! `f32` paths: im2col into the caller's scratch followed by the blocked
+//! GEMM of [`crate::linear`] (1×1 stride-1 convolutions skip im2col); a
+//! direct row-wise method when each group has a single input channel
+//! (depthwise, e.g. 3×3 depthwise); GEMM followed by col2im for transposed
+//! convolution. Other float types use direct loops accumulating in
+//! [`Float::Acc`].
+
+use crate::linear::{as_f32, as_f32_mut, gemm, gemm_bias, gemm_scratch_len, Bias};
+use crate::num::{AccFloat, Float};
+use crate::{KernelError, KernelResult, MAX_RANK};
+
+/// A tensor shape of rank at most [`MAX_RANK`], as returned by the
+/// `*_output_sizes` helpers of the heavy kernels. Dereferences to `[usize]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    rank: usize,
+    dims: [usize; MAX_RANK],
+}
+
+impl Sizes {
+    /// The shape `dims`, or `None` if its rank exceeds [`MAX_RANK`].
+    pub fn new(dims: &[usize]) -> Option<Self> {
+        if dims.len() > MAX_RANK {
+            return None;
+        }
+        let mut s = Sizes {
+            rank: dims.len(),
+            dims: [0; MAX_RANK],
+        };
+        s.dims[..dims.len()].copy_from_slice(dims);
+        Some(s)
+    }
+    /// The dimensions.
+    pub fn as_slice(&self) -> &[usize] {
+        &self.dims[..self.rank]
+    }
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.as_slice().iter().product()
+    }
+    /// Sets dimension `i` (which must be below the rank).
+    pub(crate) fn set(&mut self, i: usize, v: usize) {
+        self.dims[..self.rank][i] = v;
+    }
+}
+
+impl core::ops::Deref for Sizes {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        self.as_slice()
+    }
+}
+
+/// The resolved geometry of one convolution (2-d; 1-d has `ih = kh = oh = 1`).
+#[derive(Clone, Copy, Debug)]
+struct Geom {
+    n: usize,
+    cin: usize,
+    cout: usize,
+    groups: usize,
+    ih: usize,
+    iw: usize,
+    oh: usize,
+    ow: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    ph: usize,
+    pw: usize,
+    dh: usize,
+    dw: usize,
+    transposed: bool,
+    /// Rank of the input (3 or 4).
+    rank: usize,
+}
+
+impl Geom {
+    fn cin_g(&self) -> usize {
+        self.cin / self.groups
+    }
+    fn cout_g(&self) -> usize {
+        self.cout / self.groups
+    }
+}
+
+/// Parameter `i` of `list` for `sd` spatial dims: a list of length `sd`, or
+/// a single value that applies to every spatial dim.
+fn param(list: &[usize], sd: usize, i: usize) -> Option<usize> {
+    if list.len() == sd {
+        Some(list[i])
+    } else if list.len() == 1 {
+        Some(list[0])
+    } else {
+        None
+    }
+}
+
+/// Output length of one spatial dim (PyTorch's formulas), or `None` when it
+/// would be below 1.
+fn out_len(
+    inp: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+    op: usize,
+    transposed: bool,
+) -> Option<usize> {
+    let (inp, k, s, p, d, op) = (
+        inp as i128,
+        k as i128,
+        s as i128,
+        p as i128,
+        d as i128,
+        op as i128,
+    );
+    let o = if transposed {
+        (inp - 1) * s - 2 * p + d * (k - 1) + op + 1
+    } else {
+        let num = inp + 2 * p - d * (k - 1) - 1;
+        if num < 0 {
+            return None;
+        }
+        num / s + 1
+    };
+    if o < 1 {
+        return None;
+    }
+    usize::try_from(o).ok()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn geometry(
+    input_sizes: &[usize],
+    weight_sizes: &[usize],
+    bias_len: Option<usize>,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    transposed: bool,
+    output_padding: &[usize],
+    groups: usize,
+) -> Option<Geom> {
+    let rank = input_sizes.len();
+    if !(rank == 3 || rank == 4) || weight_sizes.len() != rank || groups == 0 {
+        return None;
+    }
+    let sd = rank - 2;
+    let (n, cin) = (input_sizes[0], input_sizes[1]);
+    if cin % groups != 0 {
+        return None;
+    }
+    let cout = if transposed {
+        if weight_sizes[0] != cin {
+            return None;
+        }
+        weight_sizes[1].checked_mul(groups)?
+    } else {
+        if weight_sizes[1].checked_mul(groups)? != cin || weight_sizes[0] % groups != 0 {
+            return None;
+        }
+        weight_sizes[0]
+    };
+    if bias_len.is_some_and(|l| l != cout) {
+        return None;
+    }
+    let mut sp = [(1usize, 1usize, 1usize, 1usize, 0usize, 1usize, 0usize); 2];
+    // (in, out, k, s, p, d, op) for (h, w); 1-d leaves h as the identity.
+    for i in 0..sd {
+        let inp = input_sizes[2 + i];
+        let k = weight_sizes[2 + i];
+        let s = param(stride, sd, i)?;
+        let p = param(padding, sd, i)?;
+        let d = param(dilation, sd, i)?;
+        let op = if transposed {
+            param(output_padding, sd, i)?
+        } else {
+            0
+        };
+        if k == 0 || s == 0 || d == 0 {
+            return None;
+        }
+        if transposed && !(op < s || op < d) {
+            return None;
+        }
+        let o = out_len(inp, k, s, p, d, op, transposed)?;
+        sp[2 - sd + i] = (inp, o, k, s, p, d, op);
+    }
+    let [(ih, oh, kh, sh, ph, dh, _), (iw, ow, kw, sw, pw, dw, _)] = sp;
+    Some(Geom {
+        n,
+        cin,
+        cout,
+        groups,
+        ih,
+        iw,
+        oh,
+        ow,
+        kh,
+        kw,
+        sh,
+        sw,
+        ph,
+        pw,
+        dh,
+        dw,
+        transposed,
+        rank,
+    })
+}
+
+/// Output sizes of `aten::convolution` (see [`convolution`] for the
+/// arguments; `bias_len` is the bias length if there is one), or `None`
+/// when the shapes are invalid: input rank not 3 or 4, weight rank
+/// different, channels not divisible by `groups`, a zero stride, dilation
+/// or kernel size, `stride`/`padding`/`dilation`/`output_padding` lists not
+/// of length 1 or the spatial rank, transposed `output_padding` not smaller
+/// than either stride or dilation, or an output size below 1.
+///
+/// Regular: `out = (in + 2·pad − dil·(k − 1) − 1) / stride + 1`;
+/// transposed: `out = (in − 1)·stride − 2·pad + dil·(k − 1) + output_padding + 1`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_output_sizes(
+    input_sizes: &[usize],
+    weight_sizes: &[usize],
+    bias_len: Option<usize>,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    transposed: bool,
+    output_padding: &[usize],
+    groups: usize,
+) -> Option<Sizes> {
+    let g = geometry(
+        input_sizes,
+        weight_sizes,
+        bias_len,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+    )?;
+    if g.rank == 3 {
+        Sizes::new(&[g.n, g.cout, g.ow])
+    } else {
+        Sizes::new(&[g.n, g.cout, g.oh, g.ow])
+    }
+}
+
+/// The `f32` algorithm for a geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// One input channel per group: direct row-wise accumulation.
+    Depthwise,
+    /// 1×1 kernel, stride 1, no padding: the input is already the GEMM's B.
+    Pointwise,
+    /// im2col, then GEMM.
+    Im2col,
+    /// GEMM, then col2im.
+    Transposed,
+}
+
+fn path(g: &Geom) -> Path {
+    if g.transposed {
+        Path::Transposed
+    } else if g.cin_g() == 1 {
+        Path::Depthwise
+    } else if g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 {
+        Path::Pointwise
+    } else {
+        Path::Im2col
+    }
+}
+
+/// `(column buffer length, GEMM scratch length)` in floats.
+fn scratch_parts(g: &Geom) -> (usize, usize) {
+    let kk = g.kh * g.kw;
+    match path(g) {
+        Path::Depthwise => (0, 0),
+        Path::Pointwise => (0, gemm_scratch_len(g.cout_g(), g.oh * g.ow, g.cin_g())),
+        Path::Im2col => {
+            let k = g.cin_g() * kk;
+            (
+                k * g.oh * g.ow,
+                gemm_scratch_len(g.cout_g(), g.oh * g.ow, k),
+            )
+        }
+        Path::Transposed => {
+            let m = g.cout_g() * kk;
+            (m * g.ih * g.iw, gemm_scratch_len(m, g.ih * g.iw, g.cin_g()))
+        }
+    }
+}
+
+/// Scratch length, in `f32` elements, that [`convolution`] needs for these
+/// arguments when the element type is `f32` (other types need none). 0 for
+/// invalid shapes.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_scratch_len(
+    input_sizes: &[usize],
+    weight_sizes: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    transposed: bool,
+    output_padding: &[usize],
+    groups: usize,
+) -> usize {
+    match geometry(
+        input_sizes,
+        weight_sizes,
+        None,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+    ) {
+        Some(g) => {
+            let (a, b) = scratch_parts(&g);
+            a + b
+        }
+        None => 0,
+    }
+}
+
+/// `aten::convolution.out(input, weight, bias?, stride, padding, dilation,
+/// transposed, output_padding, groups, out)`.
+///
+/// `input`/`weight` are contiguous with shapes `input_sizes`/`weight_sizes`
+/// (layouts in the module docs); `bias` has `C_out` elements. `stride`,
+/// `padding`, `dilation` and `output_padding` (read only when `transposed`)
+/// hold one value per spatial dim, or a single value for all. `out` has the
+/// shape [`conv_output_sizes`] gives; `scratch` at least
+/// [`conv_scratch_len`] floats when `T` is `f32` (otherwise it is unused).
+/// Returns [`KernelError::ShapeMismatch`] if the shapes are invalid or a
+/// buffer is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn convolution<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    weight: &[T],
+    weight_sizes: &[usize],
+    bias: Option<&[T]>,
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    transposed: bool,
+    output_padding: &[usize],
+    groups: usize,
+    out: &mut [T],
+    scratch: &mut [f32],
+) -> KernelResult {
+    let g = geometry(
+        input_sizes,
+        weight_sizes,
+        bias.map(|b| b.len()),
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+    )
+    .ok_or(KernelError::ShapeMismatch)?;
+    let in_len = g.n * g.cin * g.ih * g.iw;
+    let w_len = if g.transposed {
+        g.cin * g.cout_g() * g.kh * g.kw
+    } else {
+        g.cout * g.cin_g() * g.kh * g.kw
+    };
+    let out_len = g.n * g.cout * g.oh * g.ow;
+    if input.len() < in_len || weight.len() < w_len || out.len() < out_len {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let (input, weight, out) = (&input[..in_len], &weight[..w_len], &mut out[..out_len]);
+    if out_len == 0 {
+        return Ok(());
+    }
+    if let (Some(x), Some(w), Some(o)) = (as_f32(input), as_f32(weight), as_f32_mut(out)) {
+        let b = bias.and_then(as_f32);
+        let (col_len, gemm_len) = scratch_parts(&g);
+        if scratch.len() < col_len + gemm_len {
+            return Err(KernelError::ShapeMismatch);
+        }
+        match path(&g) {
+            Path::Depthwise => depthwise_f32(&g, x, w, b, o),
+            Path::Pointwise => pointwise_f32(&g, x, w, b, o, scratch),
+            Path::Im2col => {
+                let (col, rest) = scratch.split_at_mut(col_len);
+                im2col_conv_f32(&g, x, w, b, o, col, rest)
+            }
+            Path::Transposed => {
+                let (col, rest) = scratch.split_at_mut(col_len);
+                transposed_f32(&g, x, w, b, o, col, rest)
+            }
+        }
+        return Ok(());
+    }
+    if g.transposed {
+        transposed_generic(&g, input, weight, bias, out);
+    } else {
+        regular_generic(&g, input, weight, bias, out);
+    }
+    Ok(())
+}
+
+/// The range `lo..hi` of output positions `o < out_len` for which
+/// `o·s + off` lies in `0..in_len`.
+#[inline(always)]
+fn valid_range(off: isize, s: usize, in_len: usize, out_len: usize) -> (usize, usize) {
+    let s_i = s as isize;
+    let lo = if off >= 0 {
+        0
+    } else {
+        ((-off) + s_i - 1) / s_i
+    } as usize;
+    let lim = in_len as isize - off; // need o·s < lim
+    let hi = if lim <= 0 {
+        0
+    } else {
+        ((lim + s_i - 1) / s_i) as usize
+    };
+    let hi = hi.min(out_len);
+    (lo.min(hi), hi)
+}
+
+/// Direct convolution for one input channel per group (depthwise and
+/// depthwise-multiplier convolutions): each output row accumulates, per
+/// kernel tap, a scaled (strided) input row.
+fn depthwise_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+    let (ihw, ohw, kk) = (g.ih * g.iw, g.oh * g.ow, g.kh * g.kw);
+    let cout_g = g.cout_g();
+    for ni in 0..g.n {
+        for oc in 0..g.cout {
+            let ic = oc / cout_g;
+            let plane = &x[(ni * g.cin + ic) * ihw..][..ihw];
+            let wk = &w[oc * kk..][..kk];
+            let oplane = &mut o[(ni * g.cout + oc) * ohw..][..ohw];
+            let b0 = bias.map_or(0.0, |b| b[oc]);
+            for (oy, orow) in oplane.chunks_exact_mut(g.ow).enumerate() {
+                orow.fill(b0);
+                for i in 0..g.kh {
+                    let iy = (oy * g.sh + i * g.dh) as isize - g.ph as isize;
+                    if iy < 0 || iy >= g.ih as isize {
+                        continue;
+                    }
+                    let irow = &plane[iy as usize * g.iw..][..g.iw];
+                    for j in 0..g.kw {
+                        let wv = wk[i * g.kw + j];
+                        let off = (j * g.dw) as isize - g.pw as isize;
+                        let (lo, hi) = valid_range(off, g.sw, g.iw, g.ow);
+                        if lo >= hi {
+                            continue;
+                        }
+                        let start = (lo * g.sw) as isize + off;
+                        let dst = &mut orow[lo..hi];
+                        if g.sw == 1 {
+                            let src = &irow[start as usize..][..hi - lo];
+                            for (d, &v) in dst.iter_mut().zip(src) {
+                                *d += wv * v;
+                            }
+                        } else {
+                            let src = irow[start as usize..].iter().step_by(g.sw);
+                            for (d, &v) in dst.iter_mut().zip(src) {
+                                *d += wv * v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// 1×1, stride 1, unpadded: `out_g = W_g · x_g` per batch and group.
+fn pointwise_f32(
+    g: &Geom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    o: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let hw = g.oh * g.ow;
+    let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
+    for ni in 0..g.n {
+        for gi in 0..g.groups {
+            let xg = &x[(ni * g.cin + gi * cin_g) * hw..][..cin_g * hw];
+            let wg = &w[gi * cout_g * cin_g..][..cout_g * cin_g];
+            let og = &mut o[(ni * g.cout + gi * cout_g) * hw..][..cout_g * hw];
+            let b = bias.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..][..cout_g]));
+            gemm_bias(cout_g, hw, cin_g, wg, false, xg, false, b, og, scratch);
+        }
+    }
+}
+
+/// Writes the im2col matrix of batch `ni`, group `gi` into `col`
+/// (`(cin_g·kh·kw) × (oh·ow)`, row `(c·kh + i)·kw + j`).
+fn im2col(g: &Geom, x: &[f32], ni: usize, gi: usize, col: &mut [f32]) {
+    let (ihw, ohw) = (g.ih * g.iw, g.oh * g.ow);
+    let cin_g = g.cin_g();
+    let mut r = 0;
+    for c in 0..cin_g {
+        let plane = &x[(ni * g.cin + gi * cin_g + c) * ihw..][..ihw];
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &mut col[r * ohw..(r + 1) * ohw];
+                r += 1;
+                let off = (j * g.dw) as isize - g.pw as isize;
+                let (lo, hi) = valid_range(off, g.sw, g.iw, g.ow);
+                for (oy, dst) in row.chunks_exact_mut(g.ow).enumerate() {
+                    let iy = (oy * g.sh + i * g.dh) as isize - g.ph as isize;
+                    if iy < 0 || iy >= g.ih as isize || lo >= hi {
+                        dst.fill(0.0);
+                        continue;
+                    }
+                    let irow = &plane[iy as usize * g.iw..][..g.iw];
+                    dst[..lo].fill(0.0);
+                    dst[hi..].fill(0.0);
+                    let start = ((lo * g.sw) as isize + off) as usize;
+                    if g.sw == 1 {
+                        dst[lo..hi].copy_from_slice(&irow[start..start + (hi - lo)]);
+                    } else {
+                        for (d, &v) in dst[lo..hi]
+                            .iter_mut()
+                            .zip(irow[start..].iter().step_by(g.sw))
+                        {
+                            *d = v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn im2col_conv_f32(
+    g: &Geom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    o: &mut [f32],
+    col: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let ohw = g.oh * g.ow;
+    let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
+    let k = cin_g * g.kh * g.kw;
+    for ni in 0..g.n {
+        for gi in 0..g.groups {
+            im2col(g, x, ni, gi, col);
+            let wg = &w[gi * cout_g * k..][..cout_g * k];
+            let og = &mut o[(ni * g.cout + gi * cout_g) * ohw..][..cout_g * ohw];
+            let b = bias.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..][..cout_g]));
+            gemm_bias(
+                cout_g,
+                ohw,
+                k,
+                wg,
+                false,
+                &col[..k * ohw],
+                false,
+                b,
+                og,
+                scratch,
+            );
+        }
+    }
+}
+
+/// Transposed convolution: `col = W_gᵀ · x_g` (`(cout_g·kh·kw) × (ih·iw)`),
+/// then each column entry is added to the output position it maps to.
+fn transposed_f32(
+    g: &Geom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    o: &mut [f32],
+    col: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (ihw, ohw) = (g.ih * g.iw, g.oh * g.ow);
+    let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
+    let mrows = cout_g * g.kh * g.kw;
+    let col = &mut col[..mrows * ihw];
+    for ni in 0..g.n {
+        for gi in 0..g.groups {
+            let xg = &x[(ni * g.cin + gi * cin_g) * ihw..][..cin_g * ihw];
+            let wg = &w[gi * cin_g * mrows..][..cin_g * mrows];
+            gemm(
+                mrows, ihw, cin_g, 1.0, wg, true, xg, false, 0.0, col, scratch,
+            );
+            let og = &mut o[(ni * g.cout + gi * cout_g) * ohw..][..cout_g * ohw];
+            for (oc, oplane) in og.chunks_exact_mut(ohw).enumerate() {
+                oplane.fill(bias.map_or(0.0, |b| b[gi * cout_g + oc]));
+                for i in 0..g.kh {
+                    for j in 0..g.kw {
+                        let crow = &col[((oc * g.kh + i) * g.kw + j) * ihw..][..ihw];
+                        // ox = ix·sw + (j·dw − pw), valid for 0 ≤ ox < ow.
+                        let off = (j * g.dw) as isize - g.pw as isize;
+                        let (lo, hi) = out_range(off, g.sw, g.iw, g.ow);
+                        for iy in 0..g.ih {
+                            let oy = (iy * g.sh + i * g.dh) as isize - g.ph as isize;
+                            if oy < 0 || oy >= g.oh as isize || lo >= hi {
+                                continue;
+                            }
+                            let orow = &mut oplane[oy as usize * g.ow..][..g.ow];
+                            let src = &crow[iy * g.iw + lo..iy * g.iw + hi];
+                            let start = ((lo * g.sw) as isize + off) as usize;
+                            if g.sw == 1 {
+                                for (d, &v) in orow[start..].iter_mut().zip(src) {
+                                    *d += v;
+                                }
+                            } else {
+                                for (d, &v) in orow[start..].iter_mut().step_by(g.sw).zip(src) {
+                                    *d += v;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The range `lo..hi` of input positions `i < in_len` whose output position
+/// `i·s + off` lies in `0..out_len`.
+#[inline(always)]
+fn out_range(off: isize, s: usize, in_len: usize, out_len: usize) -> (usize, usize) {
+    valid_range(off, s, out_len, in_len)
+}
+
+/// Direct regular convolution for any float type.
+fn regular_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, o: &mut [T]) {
+    let (ihw, ohw, kk) = (g.ih * g.iw, g.oh * g.ow, g.kh * g.kw);
+    let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
+    for ni in 0..g.n {
+        for oc in 0..g.cout {
+            let gi = oc / cout_g;
+            let wo = &w[oc * cin_g * kk..][..cin_g * kk];
+            let b0 = bias.map_or(T::Acc::ZERO, |b| b[oc].to_acc());
+            let oplane = &mut o[(ni * g.cout + oc) * ohw..][..ohw];
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    let mut acc = b0;
+                    for c in 0..cin_g {
+                        let plane = &x[(ni * g.cin + gi * cin_g + c) * ihw..][..ihw];
+                        for i in 0..g.kh {
+                            let iy = (oy * g.sh + i * g.dh) as isize - g.ph as isize;
+                            if iy < 0 || iy >= g.ih as isize {
+                                continue;
+                            }
+                            for j in 0..g.kw {
+                                let ix = (ox * g.sw + j * g.dw) as isize - g.pw as isize;
+                                if ix < 0 || ix >= g.iw as isize {
+                                    continue;
+                                }
+                                acc += plane[iy as usize * g.iw + ix as usize].to_acc()
+                                    * wo[(c * g.kh + i) * g.kw + j].to_acc();
+                            }
+                        }
+                    }
+                    oplane[oy * g.ow + ox] = T::from_acc(acc);
+                }
+            }
+        }
+    }
+}
+
+/// The input position that output position `o` receives kernel tap `t`
+/// from in a transposed convolution (`o = i·s − p + t·d`), if any.
+#[inline(always)]
+fn transposed_src(
+    o: usize,
+    t: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+    in_len: usize,
+) -> Option<usize> {
+    let num = (o + p) as isize - (t * d) as isize;
+    if num < 0 || num as usize % s != 0 {
+        return None;
+    }
+    let i = num as usize / s;
+    (i < in_len).then_some(i)
+}
+
+/// Direct (gather) transposed convolution for any float type.
+fn transposed_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, o: &mut [T]) {
+    let (ihw, ohw, kk) = (g.ih * g.iw, g.oh * g.ow, g.kh * g.kw);
+    let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
+    for ni in 0..g.n {
+        for oc in 0..g.cout {
+            let gi = oc / cout_g;
+            let ocg = oc % cout_g;
+            let b0 = bias.map_or(T::Acc::ZERO, |b| b[oc].to_acc());
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    let mut acc = b0;
+                    for i in 0..g.kh {
+                        let Some(iy) = transposed_src(oy, i, g.sh, g.ph, g.dh, g.ih) else {
+                            continue;
+                        };
+                        for j in 0..g.kw {
+                            let Some(ix) = transposed_src(ox, j, g.sw, g.pw, g.dw, g.iw) else {
+                                continue;
+                            };
+                            for c in 0..cin_g {
+                                let ic = gi * cin_g + c;
+                                acc += x[(ni * g.cin + ic) * ihw + iy * g.iw + ix].to_acc()
+                                    * w[(ic * cout_g + ocg) * kk + i * g.kw + j].to_acc();
+                            }
+                        }
+                    }
+                    o[(ni * g.cout + oc) * ohw + oy * g.ow + ox] = T::from_acc(acc);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::{bf16, f16};
+    use std::vec;
+    use std::vec::Vec;
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    /// Parameters of one test case, always in 2-d form (1-d: h = 1).
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        n: usize,
+        cin: usize,
+        cout: usize,
+        groups: usize,
+        ih: usize,
+        iw: usize,
+        kh: usize,
+        kw: usize,
+        s: (usize, usize),
+        p: (usize, usize),
+        d: (usize, usize),
+        op: (usize, usize),
+        transposed: bool,
+        one_d: bool,
+        bias: bool,
+    }
+
+    /// Seven-loop direct convolution (scatter form for transposed) in f64,
+    /// written independently of the kernel.
+    fn reference(c: &Case, x: &[f32], w: &[f32], b: Option<&[f32]>) -> (Vec<f64>, usize, usize) {
+        let (cin_g, cout_g) = (c.cin / c.groups, c.cout / c.groups);
+        if !c.transposed {
+            let oh = (c.ih + 2 * c.p.0 - c.d.0 * (c.kh - 1) - 1) / c.s.0 + 1;
+            let ow = (c.iw + 2 * c.p.1 - c.d.1 * (c.kw - 1) - 1) / c.s.1 + 1;
+            let mut out = vec![0.0f64; c.n * c.cout * oh * ow];
+            for n in 0..c.n {
+                for oc in 0..c.cout {
+                    let gi = oc / cout_g;
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            let mut s = b.map_or(0.0, |b| b[oc] as f64);
+                            for icg in 0..cin_g {
+                                let ic = gi * cin_g + icg;
+                                for ky in 0..c.kh {
+                                    for kx in 0..c.kw {
+                                        let iy = (oy * c.s.0 + ky * c.d.0) as i64 - c.p.0 as i64;
+                                        let ix = (ox * c.s.1 + kx * c.d.1) as i64 - c.p.1 as i64;
+                                        if iy < 0
+                                            || ix < 0
+                                            || iy >= c.ih as i64
+                                            || ix >= c.iw as i64
+                                        {
+                                            continue;
+                                        }
+                                        let xv = x[((n * c.cin + ic) * c.ih + iy as usize) * c.iw
+                                            + ix as usize];
+                                        let wv = w[((oc * cin_g + icg) * c.kh + ky) * c.kw + kx];
+                                        s += xv as f64 * wv as f64;
+                                    }
+                                }
+                            }
+                            out[((n * c.cout + oc) * oh + oy) * ow + ox] = s;
+                        }
+                    }
+                }
+            }
+            (out, oh, ow)
+        } else {
+            let oh = (c.ih - 1) * c.s.0 + c.d.0 * (c.kh - 1) + c.op.0 + 1 - 2 * c.p.0;
+            let ow = (c.iw - 1) * c.s.1 + c.d.1 * (c.kw - 1) + c.op.1 + 1 - 2 * c.p.1;
+            let mut out = vec![0.0f64; c.n * c.cout * oh * ow];
+            for n in 0..c.n {
+                for oc in 0..c.cout {
+                    for v in &mut out[(n * c.cout + oc) * oh * ow..][..oh * ow] {
+                        *v = b.map_or(0.0, |b| b[oc] as f64);
+                    }
+                }
+                for ic in 0..c.cin {
+                    let gi = ic / cin_g;
+                    for iy in 0..c.ih {
+                        for ix in 0..c.iw {
+                            let xv = x[((n * c.cin + ic) * c.ih + iy) * c.iw + ix] as f64;
+                            for ocg in 0..cout_g {
+                                let oc = gi * cout_g + ocg;
+                                for ky in 0..c.kh {
+                                    for kx in 0..c.kw {
+                                        let oy = (iy * c.s.0 + ky * c.d.0) as i64 - c.p.0 as i64;
+                                        let ox = (ix * c.s.1 + kx * c.d.1) as i64 - c.p.1 as i64;
+                                        if oy < 0 || ox < 0 || oy >= oh as i64 || ox >= ow as i64 {
+                                            continue;
+                                        }
+                                        let wv =
+                                            w[((ic * cout_g + ocg) * c.kh + ky) * c.kw + kx] as f64;
+                                        out[((n * c.cout + oc) * oh + oy as usize) * ow
+                                            + ox as usize] += xv * wv;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            (out, oh, ow)
+        }
+    }
+
+    /// (input sizes, weight sizes, stride, padding, dilation, output_padding)
+    type CaseSizes = (
+        Vec<usize>,
+        Vec<usize>,
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+        [usize; 2],
+    );
+
+    fn sizes_of(c: &Case) -> CaseSizes {
+        let (cin_g, cout_g) = (c.cin / c.groups, c.cout / c.groups);
+        let wlead = if c.transposed {
+            [c.cin, cout_g]
+        } else {
+            [c.cout, cin_g]
+        };
+        if c.one_d {
+            (
+                vec![c.n, c.cin, c.iw],
+                vec![wlead[0], wlead[1], c.kw],
+                [c.s.1, 0],
+                [c.p.1, 0],
+                [c.d.1, 0],
+                [c.op.1, 0],
+            )
+        } else {
+            (
+                vec![c.n, c.cin, c.ih, c.iw],
+                vec![wlead[0], wlead[1], c.kh, c.kw],
+                [c.s.0, c.s.1],
+                [c.p.0, c.p.1],
+                [c.d.0, c.d.1],
+                [c.op.0, c.op.1],
+            )
+        }
+    }
+
+    fn run_case<T: Float>(c: &Case, rng: &mut Lcg, tol: f64) {
+        let (cin_g, cout_g) = (c.cin / c.groups, c.cout / c.groups);
+        let x32 = rng.vec(c.n * c.cin * c.ih * c.iw);
+        let w32 = rng.vec(
+            if c.transposed {
+                c.cin * cout_g
+            } else {
+                c.cout * cin_g
+            } * c.kh
+                * c.kw,
+        );
+        let b32 = rng.vec(c.cout);
+        let to_t = |v: &[f32]| v.iter().map(|&x| T::from_f64(x as f64)).collect::<Vec<T>>();
+        let back = |v: &[T]| v.iter().map(|&x| x.to_f64() as f32).collect::<Vec<f32>>();
+        let (x, w, b) = (to_t(&x32), to_t(&w32), to_t(&b32));
+        let (xr, wr, br) = (back(&x), back(&w), back(&b));
+        let (want, oh, ow) = reference(c, &xr, &wr, c.bias.then_some(&br[..]));
+        let (isz, wsz, s, p, d, op) = sizes_of(c);
+        let sd = if c.one_d { 1 } else { 2 };
+        let osz = conv_output_sizes(
+            &isz,
+            &wsz,
+            c.bias.then_some(c.cout),
+            &s[..sd],
+            &p[..sd],
+            &d[..sd],
+            c.transposed,
+            &op[..sd],
+            c.groups,
+        )
+        .unwrap_or_else(|| panic!("{c:?}"));
+        let want_sz: Vec<usize> = if c.one_d {
+            vec![c.n, c.cout, ow]
+        } else {
+            vec![c.n, c.cout, oh, ow]
+        };
+        assert_eq!(osz.as_slice(), &want_sz[..], "{c:?}");
+        let mut scratch = vec![
+            0.0f32;
+            conv_scratch_len(
+                &isz,
+                &wsz,
+                &s[..sd],
+                &p[..sd],
+                &d[..sd],
+                c.transposed,
+                &op[..sd],
+                c.groups
+            )
+        ];
+        let mut out = vec![T::from_f64(f64::NAN); osz.numel()];
+        convolution(
+            &x,
+            &isz,
+            &w,
+            &wsz,
+            c.bias.then_some(&b[..]),
+            &s[..sd],
+            &p[..sd],
+            &d[..sd],
+            c.transposed,
+            &op[..sd],
+            c.groups,
+            &mut out,
+            &mut scratch,
+        )
+        .unwrap();
+        for (i, (g, w)) in out.iter().zip(&want).enumerate() {
+            let g = g.to_f64();
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "{c:?} at {i}: got {g}, want {w}"
+            );
+        }
+    }
+
+    fn base() -> Case {
+        Case {
+            n: 1,
+            cin: 1,
+            cout: 1,
+            groups: 1,
+            ih: 1,
+            iw: 1,
+            kh: 1,
+            kw: 1,
+            s: (1, 1),
+            p: (0, 0),
+            d: (1, 1),
+            op: (0, 0),
+            transposed: false,
+            one_d: false,
+            bias: false,
+        }
+    }
+
+    #[test]
+    fn hand_computed() {
+        // 1-d: x = [1,2,3,4], w = [1,0,-1], pad 1, bias 0.5:
+        // padded [0,1,2,3,4,0] → [0-2, 1-3, 2-4, 3-0] + 0.5 = [-1.5,-1.5,-1.5,3.5]
+        let mut out = [0.0f32; 4];
+        convolution(
+            &[1.0f32, 2.0, 3.0, 4.0],
+            &[1, 1, 4],
+            &[1.0, 0.0, -1.0],
+            &[1, 1, 3],
+            Some(&[0.5]),
+            &[1],
+            &[1],
+            &[1],
+            false,
+            &[0],
+            1,
+            &mut out,
+            &mut [],
+        )
+        .unwrap();
+        assert_eq!(out, [-1.5, -1.5, -1.5, 3.5]);
+        // Transposed 1-d, stride 2, output_padding 1: x = [1, 2], w = [1, 10]
+        // out length (2-1)·2 + 1·(2-1) + 1 + 1 = 5:
+        // x0 → positions 0,1 += [1, 10]; x1 → positions 2,3 += [2, 20]; pos 4 = 0.
+        let mut out = [0.0f32; 5];
+        let wsz = [1, 1, 2];
+        let mut scratch =
+            vec![0.0f32; conv_scratch_len(&[1, 1, 2], &wsz, &[2], &[0], &[1], true, &[1], 1)];
+        convolution(
+            &[1.0f32, 2.0],
+            &[1, 1, 2],
+            &[1.0, 10.0],
+            &wsz,
+            None,
+            &[2],
+            &[0],
+            &[1],
+            true,
+            &[1],
+            1,
+            &mut out,
+            &mut scratch,
+        )
+        .unwrap();
+        assert_eq!(out, [1.0, 10.0, 2.0, 20.0, 0.0]);
+    }
+
+    #[test]
+    fn output_sizes_validation() {
+        // (5 + 2·1 − 2·(3−1) − 1)/2 + 1 = 2/2 + 1 = 2
+        assert_eq!(
+            conv_output_sizes(
+                &[1, 4, 5, 5],
+                &[6, 2, 3, 3],
+                Some(6),
+                &[2],
+                &[1],
+                &[2],
+                false,
+                &[],
+                2
+            )
+            .as_deref(),
+            Some(&[1, 6, 2, 2][..])
+        );
+        // kernel larger than the padded input
+        assert_eq!(
+            conv_output_sizes(
+                &[1, 1, 2, 2],
+                &[1, 1, 3, 3],
+                None,
+                &[1],
+                &[0],
+                &[1],
+                false,
+                &[],
+                1
+            ),
+            None
+        );
+        // channels do not match groups
+        assert_eq!(
+            conv_output_sizes(
+                &[1, 3, 5, 5],
+                &[6, 2, 3, 3],
+                None,
+                &[1],
+                &[0],
+                &[1],
+                false,
+                &[],
+                2
+            ),
+            None
+        );
+        // transposed output_padding must be below stride or dilation
+        assert_eq!(
+            conv_output_sizes(
+                &[1, 1, 4],
+                &[1, 1, 3],
+                None,
+                &[2],
+                &[0],
+                &[1],
+                true,
+                &[2],
+                1
+            ),
+            None
+        );
+        // bias length mismatch
+        assert_eq!(
+            conv_output_sizes(
+                &[1, 1, 4],
+                &[2, 1, 3],
+                Some(1),
+                &[1],
+                &[0],
+                &[1],
+                false,
+                &[],
+                1
+            ),
+            None
+        );
+    }
+
+    fn cases() -> Vec<Case> {
+        let b = base();
+        vec![
+            // regular 2-d, odd sizes, stride/pad/dilation combos
+            Case {
+                n: 2,
+                cin: 3,
+                cout: 5,
+                ih: 7,
+                iw: 9,
+                kh: 3,
+                kw: 3,
+                p: (1, 1),
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 4,
+                cout: 6,
+                ih: 11,
+                iw: 10,
+                kh: 3,
+                kw: 2,
+                s: (2, 3),
+                p: (1, 0),
+                d: (2, 1),
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 6,
+                cout: 4,
+                groups: 2,
+                ih: 8,
+                iw: 8,
+                kh: 3,
+                kw: 3,
+                s: (2, 2),
+                p: (2, 1),
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 2,
+                cin: 8,
+                cout: 8,
+                groups: 4,
+                ih: 6,
+                iw: 5,
+                kh: 1,
+                kw: 3,
+                d: (1, 2),
+                p: (0, 2),
+                ..b
+            },
+            // pointwise (1×1) and large enough for the packed GEMM
+            Case {
+                n: 2,
+                cin: 16,
+                cout: 24,
+                ih: 9,
+                iw: 7,
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 20,
+                cout: 33,
+                ih: 13,
+                iw: 12,
+                kh: 3,
+                kw: 3,
+                p: (1, 1),
+                bias: true,
+                ..b
+            },
+            // depthwise 3×3, strides 1 and 2, dilation, multiplier
+            Case {
+                n: 2,
+                cin: 5,
+                cout: 5,
+                groups: 5,
+                ih: 9,
+                iw: 10,
+                kh: 3,
+                kw: 3,
+                p: (1, 1),
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 3,
+                cout: 3,
+                groups: 3,
+                ih: 10,
+                iw: 11,
+                kh: 3,
+                kw: 3,
+                s: (2, 2),
+                p: (1, 1),
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 4,
+                cout: 4,
+                groups: 4,
+                ih: 9,
+                iw: 9,
+                kh: 3,
+                kw: 3,
+                d: (2, 2),
+                p: (2, 2),
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 2,
+                cout: 6,
+                groups: 2,
+                ih: 6,
+                iw: 7,
+                kh: 5,
+                kw: 3,
+                s: (1, 2),
+                p: (2, 1),
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 1,
+                cout: 7,
+                ih: 8,
+                iw: 8,
+                kh: 3,
+                kw: 3,
+                ..b
+            },
+            // 1-d regular, grouped, depthwise
+            Case {
+                n: 2,
+                cin: 3,
+                cout: 4,
+                iw: 13,
+                kw: 4,
+                s: (1, 2),
+                p: (0, 1),
+                one_d: true,
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 4,
+                cout: 6,
+                groups: 2,
+                iw: 10,
+                kw: 3,
+                d: (1, 3),
+                p: (0, 3),
+                one_d: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 6,
+                cout: 6,
+                groups: 6,
+                iw: 12,
+                kw: 5,
+                p: (0, 2),
+                one_d: true,
+                ..b
+            },
+            // transposed: stride, padding, output_padding, dilation, groups
+            Case {
+                n: 2,
+                cin: 3,
+                cout: 2,
+                ih: 4,
+                iw: 5,
+                kh: 3,
+                kw: 3,
+                s: (2, 2),
+                p: (1, 1),
+                op: (1, 1),
+                transposed: true,
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 4,
+                cout: 6,
+                groups: 2,
+                ih: 5,
+                iw: 3,
+                kh: 2,
+                kw: 3,
+                s: (3, 2),
+                p: (0, 1),
+                op: (2, 0),
+                transposed: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 2,
+                cout: 2,
+                ih: 4,
+                iw: 4,
+                kh: 3,
+                kw: 3,
+                d: (2, 2),
+                op: (1, 1),
+                transposed: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 4,
+                cout: 4,
+                groups: 4,
+                ih: 5,
+                iw: 6,
+                kh: 4,
+                kw: 4,
+                s: (2, 2),
+                p: (1, 1),
+                transposed: true,
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 2,
+                cin: 3,
+                cout: 5,
+                iw: 7,
+                kw: 3,
+                s: (1, 2),
+                p: (0, 1),
+                op: (0, 1),
+                transposed: true,
+                one_d: true,
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 16,
+                cout: 12,
+                ih: 6,
+                iw: 7,
+                kh: 2,
+                kw: 2,
+                s: (2, 2),
+                transposed: true,
+                ..b
+            },
+        ]
+    }
+
+    #[test]
+    fn random_f32_against_direct_reference() {
+        let mut rng = Lcg(5);
+        for c in cases() {
+            run_case::<f32>(&c, &mut rng, 1e-4);
+        }
+    }
+
+    #[test]
+    fn random_other_types() {
+        let mut rng = Lcg(9);
+        for c in cases() {
+            run_case::<f64>(&c, &mut rng, 1e-12);
+            run_case::<f16>(&c, &mut rng, 1e-2);
+            run_case::<bf16>(&c, &mut rng, 5e-2);
+        }
+    }
+}
