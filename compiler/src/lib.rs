@@ -1,1 +1,24 @@
-//! placeholder
+//! ptec: an ahead-of-time compiler from ExecuTorch programs to Rust.
+//!
+//! One library behind three front ends (the `ptec` CLI, the `include_pte!`
+//! macro and the [`Builder`] for build scripts), so they accept, reject and
+//! generate exactly the same things:
+//!
+//! - [`load`] reads any ExecuTorch file (`.pte`, `.bp`, `.bpte`, `.ptd`) into
+//!   the [`ir`] and verifies it ([`verify`]);
+//! - [`inspect`] describes it for a person or as JSON.
+pub mod bundle;
+pub mod container;
+pub mod error;
+pub mod inspect;
+pub mod ir;
+pub mod load;
+pub mod ptd;
+pub mod reader;
+pub mod verify;
+
+pub use error::{Diagnostic, ErrorKind, Errors, Location};
+pub use load::{load, Loaded};
+
+/// The version of ptec, written into generated code.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
