@@ -1,1 +1,887 @@
-//! (being written)
+//! 2-d pooling: `aten::max_pool2d_with_indices.out`, `aten::max_pool2d`,
+//! `aten::avg_pool2d.out` and `aten::_adaptive_avg_pool2d.out`.
+//!
+//! Inputs are contiguous `[N, C, H, W]` or `[C, H, W]`; every `H × W` plane
+//! is pooled independently into an `H_out × W_out` plane of the output.
+//! `kernel_size`, `stride`, `padding` and `dilation` hold one value (for
+//! both dims) or two (`[h, w]`); an empty `stride` means `kernel_size`.
+
+use crate::conv::Sizes;
+use crate::num::{AccFloat, Element, Float};
+use crate::{KernelError, KernelResult};
+
+/// Window parameters of one spatial dimension.
+#[derive(Clone, Copy, Debug)]
+struct Dim {
+    inp: usize,
+    out: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+}
+
+/// The resolved geometry of a pooling: `planes` independent planes.
+#[derive(Clone, Copy, Debug)]
+struct Geom {
+    planes: usize,
+    h: Dim,
+    w: Dim,
+}
+
+/// PyTorch's `pooling_output_shape`: the number of windows along one dim,
+/// `⌊(in + 2·pad − dil·(k − 1) − 1 [+ stride − 1 if ceil_mode]) / stride⌋ + 1`,
+/// minus one in ceil mode if the last window would start at or past
+/// `in + pad` (a window must start inside the input or the left padding).
+/// `None` if the result is below 1 or a parameter is zero.
+pub fn pooling_output_len(
+    inp: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dilation: usize,
+    ceil_mode: bool,
+) -> Option<usize> {
+    if k == 0 || stride == 0 || dilation == 0 {
+        return None;
+    }
+    let (i, k, s, p, d) = (
+        inp as i128,
+        k as i128,
+        stride as i128,
+        pad as i128,
+        dilation as i128,
+    );
+    let num = i + 2 * p - d * (k - 1) - 1 + if ceil_mode { s - 1 } else { 0 };
+    let mut out = num.div_euclid(s) + 1;
+    if ceil_mode && (out - 1) * s >= i + p {
+        out -= 1;
+    }
+    if out < 1 {
+        return None;
+    }
+    usize::try_from(out).ok()
+}
+
+/// One- or two-element parameter list to `(h, w)`; empty gives `default`.
+fn pair(list: &[usize], default: Option<(usize, usize)>) -> Option<(usize, usize)> {
+    match *list {
+        [] => default,
+        [v] => Some((v, v)),
+        [h, w] => Some((h, w)),
+        _ => None,
+    }
+}
+
+/// `(planes, H, W)` of a 3-d or 4-d input with non-empty planes.
+fn planes_hw(input_sizes: &[usize]) -> Option<(usize, usize, usize)> {
+    let (planes, h, w) = match *input_sizes {
+        [c, h, w] => (c, h, w),
+        [n, c, h, w] => (n.checked_mul(c)?, h, w),
+        _ => return None,
+    };
+    // PyTorch requires non-zero dims except the batch.
+    let c = input_sizes[input_sizes.len() - 3];
+    if c == 0 || h == 0 || w == 0 {
+        return None;
+    }
+    Some((planes, h, w))
+}
+
+fn geometry(
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    ceil_mode: bool,
+) -> Option<Geom> {
+    let (planes, ih, iw) = planes_hw(input_sizes)?;
+    let (kh, kw) = pair(kernel_size, None)?;
+    let (sh, sw) = pair(stride, Some((kh, kw)))?;
+    let (ph, pw) = pair(padding, None)?;
+    let (dh, dw) = pair(dilation, None)?;
+    // "pad should be at most half of effective kernel size"
+    if ph > kh / 2 || pw > kw / 2 {
+        return None;
+    }
+    let oh = pooling_output_len(ih, kh, sh, ph, dh, ceil_mode)?;
+    let ow = pooling_output_len(iw, kw, sw, pw, dw, ceil_mode)?;
+    Some(Geom {
+        planes,
+        h: Dim {
+            inp: ih,
+            out: oh,
+            k: kh,
+            s: sh,
+            p: ph,
+            d: dh,
+        },
+        w: Dim {
+            inp: iw,
+            out: ow,
+            k: kw,
+            s: sw,
+            p: pw,
+            d: dw,
+        },
+    })
+}
+
+fn out_sizes(input_sizes: &[usize], oh: usize, ow: usize) -> Option<Sizes> {
+    let mut s = Sizes::new(input_sizes)?;
+    let r = s.rank();
+    s.set(r - 2, oh);
+    s.set(r - 1, ow);
+    Some(s)
+}
+
+/// Output sizes of `aten::max_pool2d(_with_indices)` (the indices have the
+/// same shape), or `None` for invalid arguments: input not 3-d/4-d or with
+/// an empty channel/spatial dim, zero kernel/stride/dilation, padding above
+/// half the kernel size, or an output size below 1. See
+/// [`pooling_output_len`] for the formula.
+pub fn max_pool2d_output_sizes(
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    ceil_mode: bool,
+) -> Option<Sizes> {
+    let g = geometry(
+        input_sizes,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+    )?;
+    out_sizes(input_sizes, g.h.out, g.w.out)
+}
+
+/// Output sizes of `aten::avg_pool2d` (as [`max_pool2d_output_sizes`] with
+/// a dilation of 1), or `None`; a `divisor_override` of 0 is invalid.
+pub fn avg_pool2d_output_sizes(
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    ceil_mode: bool,
+    divisor_override: Option<i64>,
+) -> Option<Sizes> {
+    if divisor_override == Some(0) {
+        return None;
+    }
+    max_pool2d_output_sizes(input_sizes, kernel_size, stride, padding, &[1], ceil_mode)
+}
+
+/// Shared max-pool loop; `indices` is written when given.
+#[allow(clippy::too_many_arguments)]
+fn max_pool_impl<T: Element>(
+    input: &[T],
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    ceil_mode: bool,
+    out: &mut [T],
+    mut indices: Option<&mut [i64]>,
+) -> KernelResult {
+    let g = geometry(
+        input_sizes,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+    )
+    .ok_or(KernelError::ShapeMismatch)?;
+    let (h, w) = (g.h, g.w);
+    let (ihw, ohw) = (h.inp * w.inp, h.out * w.out);
+    if input.len() < g.planes * ihw
+        || out.len() < g.planes * ohw
+        || indices.as_ref().is_some_and(|ix| ix.len() < g.planes * ohw)
+    {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let neg_inf = T::from_f64(f64::NEG_INFINITY);
+    for pl in 0..g.planes {
+        let plane = &input[pl * ihw..(pl + 1) * ihw];
+        for oy in 0..h.out {
+            // First tap row inside the input, and the end of the window.
+            let y0 = (oy * h.s) as isize - h.p as isize;
+            let yend = (y0 + ((h.k - 1) * h.d) as isize + 1).min(h.inp as isize);
+            let mut ys = y0;
+            while ys < 0 {
+                ys += h.d as isize;
+            }
+            for ox in 0..w.out {
+                let x0 = (ox * w.s) as isize - w.p as isize;
+                let xend = (x0 + ((w.k - 1) * w.d) as isize + 1).min(w.inp as isize);
+                let mut xs = x0;
+                while xs < 0 {
+                    xs += w.d as isize;
+                }
+                let mut best = neg_inf;
+                let mut best_ix = ys * w.inp as isize + xs;
+                let mut y = ys;
+                while y < yend {
+                    let row = &plane[y as usize * w.inp..(y as usize + 1) * w.inp];
+                    let mut x = xs;
+                    while x < xend {
+                        let v = row[x as usize];
+                        // `v != v` is NaN: a NaN always wins (the last one).
+                        #[allow(clippy::eq_op)]
+                        if v > best || v != v {
+                            best = v;
+                            best_ix = y * w.inp as isize + x;
+                        }
+                        x += w.d as isize;
+                    }
+                    y += h.d as isize;
+                }
+                let o = pl * ohw + oy * w.out + ox;
+                out[o] = best;
+                if let Some(ix) = indices.as_deref_mut() {
+                    ix[o] = best_ix as i64;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `aten::max_pool2d_with_indices.out(self, kernel_size, stride, padding,
+/// dilation, ceil_mode, out, indices)`.
+///
+/// `input` has shape `input_sizes` (`[N, C, H, W]` or `[C, H, W]`); `out`
+/// and `indices` have the shape of [`max_pool2d_output_sizes`]. Each output
+/// is the maximum over its (dilated) window, padding counting as −∞; NaN
+/// wins over everything (the last NaN of the window, in row-major order).
+/// `indices` holds the position of the maximum in its flattened `H × W`
+/// input plane (`y · W + x`); a window whose elements all equal −∞ reports
+/// its first in-bounds position. Works for any element type (integers use
+/// their minimum for −∞).
+#[allow(clippy::too_many_arguments)]
+pub fn max_pool2d_with_indices<T: Element>(
+    input: &[T],
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    ceil_mode: bool,
+    out: &mut [T],
+    indices: &mut [i64],
+) -> KernelResult {
+    max_pool_impl(
+        input,
+        input_sizes,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        out,
+        Some(indices),
+    )
+}
+
+/// `aten::max_pool2d(self, kernel_size, stride, padding, dilation,
+/// ceil_mode)`: the values of [`max_pool2d_with_indices`] without indices.
+#[allow(clippy::too_many_arguments)]
+pub fn max_pool2d<T: Element>(
+    input: &[T],
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    ceil_mode: bool,
+    out: &mut [T],
+) -> KernelResult {
+    max_pool_impl(
+        input,
+        input_sizes,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        out,
+        None,
+    )
+}
+
+/// `aten::avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad, divisor_override, out)`.
+///
+/// `input` has shape `input_sizes` (`[N, C, H, W]` or `[C, H, W]`), `out`
+/// that of [`avg_pool2d_output_sizes`]. Each output is the sum of the
+/// window's in-bounds elements (accumulated in [`Float::Acc`]) divided by
+/// `divisor_override` if given, else by the window's size clipped to the
+/// padded input (`count_include_pad`) or to the input itself (otherwise).
+/// A window with no in-bounds element (possible in ceil mode) gives 0.
+#[allow(clippy::too_many_arguments)]
+pub fn avg_pool2d<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Option<i64>,
+    out: &mut [T],
+) -> KernelResult {
+    if divisor_override == Some(0) {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let g = geometry(input_sizes, kernel_size, stride, padding, &[1], ceil_mode)
+        .ok_or(KernelError::ShapeMismatch)?;
+    let (h, w) = (g.h, g.w);
+    let (ihw, ohw) = (h.inp * w.inp, h.out * w.out);
+    if input.len() < g.planes * ihw || out.len() < g.planes * ohw {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let (ihi, iwi, phi, pwi) = (h.inp as isize, w.inp as isize, h.p as isize, w.p as isize);
+    for pl in 0..g.planes {
+        let plane = &input[pl * ihw..(pl + 1) * ihw];
+        for oy in 0..h.out {
+            let mut y0 = (oy * h.s) as isize - phi;
+            let mut y1 = (y0 + h.k as isize).min(ihi + phi);
+            let ph_size = y1 - y0;
+            y0 = y0.max(0);
+            y1 = y1.min(ihi);
+            for ox in 0..w.out {
+                let mut x0 = (ox * w.s) as isize - pwi;
+                let mut x1 = (x0 + w.k as isize).min(iwi + pwi);
+                let pool_size = ph_size * (x1 - x0);
+                x0 = x0.max(0);
+                x1 = x1.min(iwi);
+                let o = &mut out[pl * ohw + oy * w.out + ox];
+                if y0 >= y1 || x0 >= x1 {
+                    *o = T::from_acc(T::Acc::ZERO);
+                    continue;
+                }
+                let mut sum = T::Acc::ZERO;
+                for y in y0..y1 {
+                    let row = &plane[y as usize * w.inp..][x0 as usize..x1 as usize];
+                    for &v in row {
+                        sum += v.to_acc();
+                    }
+                }
+                let div = match divisor_override {
+                    Some(d) => d,
+                    None if count_include_pad => pool_size as i64,
+                    None => ((y1 - y0) * (x1 - x0)) as i64,
+                };
+                *o = T::from_acc(sum / T::Acc::from_i64(div));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Output sizes of `aten::_adaptive_avg_pool2d` for `output_size`
+/// (`[H_out, W_out]`): the input's sizes with the last two replaced, or
+/// `None` if the input is not 3-d/4-d with non-empty channel and spatial
+/// dims or `output_size` does not have two elements.
+pub fn adaptive_avg_pool2d_output_sizes(
+    input_sizes: &[usize],
+    output_size: &[usize],
+) -> Option<Sizes> {
+    planes_hw(input_sizes)?;
+    let &[oh, ow] = output_size else { return None };
+    out_sizes(input_sizes, oh, ow)
+}
+
+/// `aten::_adaptive_avg_pool2d.out(self, output_size, out)`: output cell
+/// `(i, j)` averages input rows `⌊i·H/H_out⌋ .. ⌈(i+1)·H/H_out⌉` and columns
+/// likewise (accumulating in [`Float::Acc`]). `input` is `[N, C, H, W]` or
+/// `[C, H, W]`; `out` has the shape of [`adaptive_avg_pool2d_output_sizes`].
+pub fn adaptive_avg_pool2d<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    output_size: &[usize],
+    out: &mut [T],
+) -> KernelResult {
+    adaptive_avg_pool2d_output_sizes(input_sizes, output_size).ok_or(KernelError::ShapeMismatch)?;
+    let (planes, ih, iw) = planes_hw(input_sizes).ok_or(KernelError::ShapeMismatch)?;
+    let (oh, ow) = (output_size[0], output_size[1]);
+    let (ihw, ohw) = (ih * iw, oh * ow);
+    if input.len() < planes * ihw || out.len() < planes * ohw {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let start = |a: usize, o: usize, i: usize| a * i / o;
+    let end = |a: usize, o: usize, i: usize| ((a + 1) * i).div_ceil(o);
+    for pl in 0..planes {
+        let plane = &input[pl * ihw..(pl + 1) * ihw];
+        for oy in 0..oh {
+            let (y0, y1) = (start(oy, oh, ih), end(oy, oh, ih));
+            for ox in 0..ow {
+                let (x0, x1) = (start(ox, ow, iw), end(ox, ow, iw));
+                let mut sum = T::Acc::ZERO;
+                for y in y0..y1 {
+                    for &v in &plane[y * iw + x0..y * iw + x1] {
+                        sum += v.to_acc();
+                    }
+                }
+                let cnt = ((y1 - y0) * (x1 - x0)) as i64;
+                out[pl * ohw + oy * ow + ox] = T::from_acc(sum / T::Acc::from_i64(cnt));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::{bf16, f16};
+    use std::vec;
+    use std::vec::Vec;
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn vec(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| self.next()).collect()
+        }
+    }
+
+    #[test]
+    fn output_len_formula() {
+        // floor((5 + 0 - 2 - 1)/2) + 1 = 2; ceil: floor((2 + 1)/2) + 1 = 2
+        assert_eq!(pooling_output_len(5, 2, 2, 0, 1, false), Some(2));
+        // in 6, k 3, s 2: floor(3/2)+1 = 2; ceil: floor(4/2)+1 = 3, (3-1)·2 = 4 < 6 → 3
+        assert_eq!(pooling_output_len(6, 3, 2, 0, 1, false), Some(2));
+        assert_eq!(pooling_output_len(6, 3, 2, 0, 1, true), Some(3));
+        // in 4, k 2, s 2, pad 1, ceil: floor((4+2-1-1+1)/2)+1 = 3; (3-1)·2 = 4 ≥ 4+1? no → 3
+        assert_eq!(pooling_output_len(4, 2, 2, 1, 1, true), Some(3));
+        // in 4, k 3, s 3, pad 1, ceil: floor((4+2-2-1+2)/3)+1 = 2 ... (2-1)·3 = 3 < 5 → 2
+        assert_eq!(pooling_output_len(4, 3, 3, 1, 1, true), Some(2));
+        // in 5, k 1, s 2, pad 0, ceil: floor((5-1+1)/2)+1 = 3, (3-1)·2 = 4 < 5 → 3
+        assert_eq!(pooling_output_len(5, 1, 2, 0, 1, true), Some(3));
+        // in 2, k 2, s 3, ceil: floor((2-1-1+2)/3)+1 = 1
+        assert_eq!(pooling_output_len(2, 2, 3, 0, 1, true), Some(1));
+        // the ceil rule trims: in 3, k 2, s 2, pad 1, ceil:
+        // floor((3+2-1-1+1)/2)+1 = 3; (3-1)·2 = 4 ≥ 3+1 → 2
+        assert_eq!(pooling_output_len(3, 2, 2, 1, 1, true), Some(2));
+        assert_eq!(pooling_output_len(2, 3, 1, 0, 1, false), None);
+        // padding above half the kernel is rejected
+        assert_eq!(
+            max_pool2d_output_sizes(&[1, 4, 4], &[2], &[], &[2], &[1], false),
+            None
+        );
+        // in 6, k 3, stride 3 (default), pad 1, ceil: floor((6+2-2-1+2)/3)+1 = 3;
+        // (3-1)·3 = 6 < 6+1, so the third window (starting at 5) stays.
+        assert_eq!(
+            max_pool2d_output_sizes(&[2, 3, 6, 6], &[3, 3], &[], &[1], &[1], true).as_deref(),
+            Some(&[2, 3, 3, 3][..])
+        );
+    }
+
+    #[test]
+    fn max_pool_hand() {
+        // 3×3 plane, kernel 2, stride 1:
+        // [1 5 2]      windows: max(1,5,3,4)=5 @1, max(5,2,4,9)=9 @5
+        // [3 4 9]               max(3,4,0,6)=6 @7, max(4,9,6,6)=9 @5
+        // [0 6 6]
+        let x = [1.0f32, 5.0, 2.0, 3.0, 4.0, 9.0, 0.0, 6.0, 6.0];
+        let mut o = [0.0f32; 4];
+        let mut ix = [0i64; 4];
+        max_pool2d_with_indices(
+            &x,
+            &[1, 3, 3],
+            &[2],
+            &[1],
+            &[0],
+            &[1],
+            false,
+            &mut o,
+            &mut ix,
+        )
+        .unwrap();
+        assert_eq!(o, [5.0, 9.0, 6.0, 9.0]);
+        assert_eq!(ix, [1, 5, 7, 5]);
+        // NaN propagates, the last NaN's index wins; ties keep the first.
+        // [NaN 1 7]   TL {NaN,1,NaN,2} → NaN @3   TR {1,7,2,2} → 7 @2
+        // [NaN 2 2]   BL {NaN,2,1,1}   → NaN @3   BR {2,2,1,1} → 2 @4 (first 2)
+        // [1   1 1]
+        let x = [f32::NAN, 1.0, 7.0, f32::NAN, 2.0, 2.0, 1.0, 1.0, 1.0];
+        max_pool2d_with_indices(
+            &x,
+            &[1, 3, 3],
+            &[2],
+            &[1],
+            &[0],
+            &[1],
+            false,
+            &mut o,
+            &mut ix,
+        )
+        .unwrap();
+        assert!(o[0].is_nan() && o[2].is_nan());
+        assert_eq!((o[1], o[3]), (7.0, 2.0));
+        assert_eq!(ix, [3, 2, 3, 4]);
+        // All -inf window with padding: index is the first in-bounds tap.
+        let x = [f32::NEG_INFINITY; 4];
+        let mut o = [0.0f32; 4];
+        max_pool2d_with_indices(
+            &x,
+            &[1, 2, 2],
+            &[2],
+            &[2],
+            &[1],
+            &[1],
+            false,
+            &mut o,
+            &mut ix,
+        )
+        .unwrap();
+        assert_eq!(ix, [0, 1, 2, 3]);
+        assert!(o.iter().all(|v| *v == f32::NEG_INFINITY));
+    }
+
+    #[test]
+    fn avg_pool_hand() {
+        // 2×2 plane [1 2; 3 4], kernel 2, stride 2, pad 1 → 2×2 output windows
+        // each containing one input value and three pads:
+        // include pad: v/4; exclude: v/1; override 2: v/2.
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let mut o = [0.0f32; 4];
+        avg_pool2d(&x, &[1, 2, 2], &[2], &[2], &[1], false, true, None, &mut o).unwrap();
+        assert_eq!(o, [0.25, 0.5, 0.75, 1.0]);
+        avg_pool2d(&x, &[1, 2, 2], &[2], &[2], &[1], false, false, None, &mut o).unwrap();
+        assert_eq!(o, [1.0, 2.0, 3.0, 4.0]);
+        avg_pool2d(
+            &x,
+            &[1, 2, 2],
+            &[2],
+            &[2],
+            &[1],
+            false,
+            true,
+            Some(2),
+            &mut o,
+        )
+        .unwrap();
+        assert_eq!(o, [0.5, 1.0, 1.5, 2.0]);
+        // ceil mode, 3 wide row [1 2 3], kernel (1,2), stride 2, no pad:
+        // windows [1 2] → 1.5 and [3] (clipped; pool size clipped to input+pad = 1) → 3
+        let mut o = [0.0f32; 2];
+        avg_pool2d(
+            &[1.0f32, 2.0, 3.0],
+            &[1, 1, 3],
+            &[1, 2],
+            &[1, 2],
+            &[0],
+            true,
+            true,
+            None,
+            &mut o,
+        )
+        .unwrap();
+        assert_eq!(o, [1.5, 3.0]);
+    }
+
+    #[test]
+    fn adaptive_hand() {
+        // 1×5 row [1 2 3 4 5] → width 3: windows [0,2) [1,4) [3,5)
+        // → 1.5, 3, 4.5
+        let mut o = [0.0f32; 3];
+        adaptive_avg_pool2d(&[1.0f32, 2.0, 3.0, 4.0, 5.0], &[1, 1, 5], &[1, 3], &mut o).unwrap();
+        assert_eq!(o, [1.5, 3.0, 4.5]);
+    }
+
+    /// Naive max pool: enumerate every tap of the (padded) window.
+    #[allow(clippy::too_many_arguments)]
+    fn naive_max(
+        x: &[f32],
+        planes: usize,
+        ih: usize,
+        iw: usize,
+        k: (usize, usize),
+        s: (usize, usize),
+        p: (usize, usize),
+        d: (usize, usize),
+        oh: usize,
+        ow: usize,
+    ) -> (Vec<f32>, Vec<i64>) {
+        let mut vals = vec![];
+        let mut idx = vec![];
+        for pl in 0..planes {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut best = f32::NEG_INFINITY;
+                    let mut bi: Option<i64> = None;
+                    for a in 0..k.0 {
+                        for b in 0..k.1 {
+                            let y = (oy * s.0 + a * d.0) as i64 - p.0 as i64;
+                            let xx = (ox * s.1 + b * d.1) as i64 - p.1 as i64;
+                            if y < 0 || xx < 0 || y >= ih as i64 || xx >= iw as i64 {
+                                continue;
+                            }
+                            let v = x[pl * ih * iw + (y as usize) * iw + xx as usize];
+                            let here = y * iw as i64 + xx;
+                            if bi.is_none() {
+                                bi = Some(here);
+                            }
+                            if v > best || v.is_nan() {
+                                best = v;
+                                bi = Some(here);
+                            }
+                        }
+                    }
+                    vals.push(best);
+                    idx.push(bi.unwrap());
+                }
+            }
+        }
+        (vals, idx)
+    }
+
+    #[test]
+    fn random_max_pool() {
+        let mut rng = Lcg(2);
+        let configs = [
+            ((3, 3), (2, 2), (1, 1), (1, 1), true),
+            ((3, 3), (2, 2), (1, 1), (1, 1), false),
+            ((2, 3), (1, 2), (0, 1), (2, 1), false),
+            ((3, 2), (3, 1), (1, 0), (2, 2), true),
+            ((4, 4), (3, 3), (2, 1), (1, 1), true),
+            ((1, 1), (2, 2), (0, 0), (1, 1), true),
+        ];
+        for &(ih, iw) in &[(7usize, 8usize), (9, 5), (6, 6)] {
+            for &(k, s, p, d, ceil) in &configs {
+                let planes = 3;
+                let mut x = rng.vec(planes * ih * iw);
+                x[5] = f32::NAN;
+                x[planes * ih * iw - 3] = f32::NAN;
+                let Some(sz) = max_pool2d_output_sizes(
+                    &[1, planes, ih, iw],
+                    &[k.0, k.1],
+                    &[s.0, s.1],
+                    &[p.0, p.1],
+                    &[d.0, d.1],
+                    ceil,
+                ) else {
+                    continue;
+                };
+                let (oh, ow) = (sz[2], sz[3]);
+                assert_eq!(Some(oh), pooling_output_len(ih, k.0, s.0, p.0, d.0, ceil));
+                let (wv, wi) = naive_max(&x, planes, ih, iw, k, s, p, d, oh, ow);
+                let mut o = vec![0.0f32; sz.numel()];
+                let mut ix = vec![0i64; sz.numel()];
+                max_pool2d_with_indices(
+                    &x,
+                    &sz_in(planes, ih, iw),
+                    &[k.0, k.1],
+                    &[s.0, s.1],
+                    &[p.0, p.1],
+                    &[d.0, d.1],
+                    ceil,
+                    &mut o,
+                    &mut ix,
+                )
+                .unwrap();
+                for i in 0..o.len() {
+                    assert!(o[i] == wv[i] || (o[i].is_nan() && wv[i].is_nan()), "{i}");
+                }
+                assert_eq!(ix, wi);
+                let mut o2 = vec![0.0f32; sz.numel()];
+                max_pool2d(
+                    &x,
+                    &sz_in(planes, ih, iw),
+                    &[k.0, k.1],
+                    &[s.0, s.1],
+                    &[p.0, p.1],
+                    &[d.0, d.1],
+                    ceil,
+                    &mut o2,
+                )
+                .unwrap();
+                assert_eq!(
+                    o.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    o2.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                );
+            }
+        }
+        // integer elements
+        let x: Vec<i32> = (0..16).map(|i| (i * 7) % 11).collect();
+        let mut o = [0i32; 4];
+        let mut ix = [0i64; 4];
+        max_pool2d_with_indices(
+            &x,
+            &[1, 4, 4],
+            &[2],
+            &[],
+            &[0],
+            &[1],
+            false,
+            &mut o,
+            &mut ix,
+        )
+        .unwrap();
+        // rows: [0 7 3 10] [6 2 9 5] [1 8 4 0] [7 3 10 6]
+        assert_eq!(o, [7, 10, 8, 10]);
+        assert_eq!(ix, [1, 3, 9, 14]);
+    }
+
+    fn sz_in(planes: usize, ih: usize, iw: usize) -> [usize; 4] {
+        [1, planes, ih, iw]
+    }
+
+    /// Naive avg pool over the window taps, with PyTorch's divisor rules
+    /// restated: the divisor counts taps inside the padded input (include
+    /// pad) or inside the input (exclude pad).
+    #[allow(clippy::too_many_arguments)]
+    fn naive_avg(
+        x: &[f32],
+        planes: usize,
+        ih: usize,
+        iw: usize,
+        k: (usize, usize),
+        s: (usize, usize),
+        p: (usize, usize),
+        oh: usize,
+        ow: usize,
+        include: bool,
+        div: Option<i64>,
+    ) -> Vec<f64> {
+        let mut r = vec![];
+        for pl in 0..planes {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let (mut sum, mut n_in, mut n_pad) = (0.0f64, 0, 0);
+                    for a in 0..k.0 {
+                        for b in 0..k.1 {
+                            let y = (oy * s.0 + a) as i64 - p.0 as i64;
+                            let xx = (ox * s.1 + b) as i64 - p.1 as i64;
+                            if y < ih as i64 + p.0 as i64 && xx < iw as i64 + p.1 as i64 {
+                                n_pad += 1;
+                            }
+                            if y < 0 || xx < 0 || y >= ih as i64 || xx >= iw as i64 {
+                                continue;
+                            }
+                            n_in += 1;
+                            sum += x[pl * ih * iw + y as usize * iw + xx as usize] as f64;
+                        }
+                    }
+                    r.push(if n_in == 0 {
+                        0.0
+                    } else {
+                        sum / div.unwrap_or(if include { n_pad } else { n_in }) as f64
+                    });
+                }
+            }
+        }
+        r
+    }
+
+    fn avg_case<T: Float>(rng: &mut Lcg, tol: f64) {
+        for &(ih, iw) in &[(7usize, 8usize), (5, 9)] {
+            for &(k, s, p) in &[
+                ((3, 3), (2, 2), (1, 1)),
+                ((2, 3), (2, 1), (1, 1)),
+                ((3, 2), (3, 3), (0, 1)),
+                ((4, 4), (3, 2), (2, 2)),
+            ] {
+                for ceil in [false, true] {
+                    for (include, div) in [(true, None), (false, None), (true, Some(3))] {
+                        let planes = 2;
+                        let x32 = rng.vec(planes * ih * iw);
+                        let x: Vec<T> = x32.iter().map(|&v| T::from_f64(v as f64)).collect();
+                        let xr: Vec<f32> = x.iter().map(|v| v.to_f64() as f32).collect();
+                        let Some(sz) = avg_pool2d_output_sizes(
+                            &[planes, ih, iw],
+                            &[k.0, k.1],
+                            &[s.0, s.1],
+                            &[p.0, p.1],
+                            ceil,
+                            div,
+                        ) else {
+                            continue;
+                        };
+                        let want =
+                            naive_avg(&xr, planes, ih, iw, k, s, p, sz[1], sz[2], include, div);
+                        let mut o = vec![T::default(); sz.numel()];
+                        avg_pool2d(
+                            &x,
+                            &[planes, ih, iw],
+                            &[k.0, k.1],
+                            &[s.0, s.1],
+                            &[p.0, p.1],
+                            ceil,
+                            include,
+                            div,
+                            &mut o,
+                        )
+                        .unwrap();
+                        for (g, w) in o.iter().zip(&want) {
+                            assert!((g.to_f64() - w).abs() <= tol, "{} vs {w}", g.to_f64());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn random_avg_pool() {
+        let mut rng = Lcg(4);
+        avg_case::<f32>(&mut rng, 1e-6);
+        avg_case::<f64>(&mut rng, 1e-12);
+        avg_case::<f16>(&mut rng, 2e-3);
+        avg_case::<bf16>(&mut rng, 1e-2);
+    }
+
+    #[test]
+    fn random_adaptive() {
+        let mut rng = Lcg(6);
+        for &(ih, iw, oh, ow) in &[
+            (7usize, 9usize, 3usize, 4usize),
+            (5, 5, 5, 5),
+            (4, 6, 7, 3),
+            (8, 8, 1, 1),
+        ] {
+            let x = rng.vec(2 * ih * iw);
+            let mut o = vec![0.0f32; 2 * oh * ow];
+            adaptive_avg_pool2d(&x, &[2, ih, iw], &[oh, ow], &mut o).unwrap();
+            for pl in 0..2 {
+                for i in 0..oh {
+                    for j in 0..ow {
+                        // start = floor(i·H/Ho), end = ceil((i+1)·H/Ho), in f64
+                        let y0 = (i as f64 * ih as f64 / oh as f64).floor() as usize;
+                        let y1 = ((i + 1) as f64 * ih as f64 / oh as f64).ceil() as usize;
+                        let x0 = (j as f64 * iw as f64 / ow as f64).floor() as usize;
+                        let x1 = ((j + 1) as f64 * iw as f64 / ow as f64).ceil() as usize;
+                        let mut s = 0.0f64;
+                        for y in y0..y1 {
+                            for xx in x0..x1 {
+                                s += x[pl * ih * iw + y * iw + xx] as f64;
+                            }
+                        }
+                        let want = s / ((y1 - y0) * (x1 - x0)) as f64;
+                        assert!((o[pl * oh * ow + i * ow + j] as f64 - want).abs() < 1e-6);
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            adaptive_avg_pool2d_output_sizes(&[2, 3, 4, 5], &[2, 2]).as_deref(),
+            Some(&[2, 3, 2, 2][..])
+        );
+        assert_eq!(adaptive_avg_pool2d_output_sizes(&[3, 0, 5], &[2, 2]), None);
+    }
+}
