@@ -1,1 +1,237 @@
-//! (being written)
+//! `quantized_decomposed` quantize/dequantize operators.
+//!
+//! The arithmetic follows PyTorch's reference implementation of the
+//! decomposed ops (`torch.ao.quantization.fx._decomposed`), which produces
+//! the outputs bundled with programs:
+//!
+//! - quantize: `clamp(round(x * (1.0 / scale)) + zero_point, quant_min,
+//!   quant_max)` where `1.0 / scale` is computed in `f64` and then rounded
+//!   to `f32` (a Python float multiplied into an `f32` tensor), the product
+//!   and the rounding (half to even) are `f32`, and the sum and clamp happen
+//!   in `f32` too. (ExecuTorch's portable kernel instead computes
+//!   `1.0f / (float)scale`, which can differ by one ulp in the reciprocal.)
+//! - dequantize: `(q - zero_point) * scale` in the output's accumulate type
+//!   (`f32` for `f32`/half outputs, `f64` for `f64`).
+//!
+//! Quantized storage is any integer [`Element`] (`i8`, `u8`, `i16`, `i32`,
+//! ...). Float inputs of any [`Float`] type are read as `f32`.
+use crate::num::{Element, Float};
+
+/// `round(x * inv_scale) + zp`, clamped, as PyTorch's reference computes it
+/// in `f32`.
+#[inline(always)]
+fn quantize_one<Q: Element>(x: f32, inv_scale: f32, zp: f32, qmin: f32, qmax: f32) -> Q {
+    let v = libm::rintf(x * inv_scale) + zp;
+    // clamp (NaN propagates, then becomes 0 in the integer cast)
+    let v = if v.is_nan() {
+        v
+    } else if v < qmin {
+        qmin
+    } else if v > qmax {
+        qmax
+    } else {
+        v
+    };
+    Q::from_i64(v as i64)
+}
+
+/// `quantized_decomposed::quantize_per_tensor(input, scale, zero_point,
+/// quant_min, quant_max, dtype)`: `out[i] = clamp(round_half_even(x[i] *
+/// (1/scale)) + zero_point, quant_min, quant_max)` cast to `Q`.
+pub fn quantize_per_tensor<X: Float, Q: Element>(
+    x: &[X],
+    scale: f64,
+    zero_point: i64,
+    quant_min: i64,
+    quant_max: i64,
+    out: &mut [Q],
+) {
+    let inv = (1.0 / scale) as f32;
+    let (zp, lo, hi) = (zero_point as f32, quant_min as f32, quant_max as f32);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = quantize_one(v.to_f64() as f32, inv, zp, lo, hi);
+    }
+}
+
+/// `quantized_decomposed::dequantize_per_tensor(input, scale, zero_point,
+/// quant_min, quant_max, dtype, out_dtype)`:
+/// `out[i] = (q[i] - zero_point) * scale` computed in `O`'s accumulate type
+/// (`quant_min`/`quant_max` only validate in PyTorch and are not needed).
+pub fn dequantize_per_tensor<Q: Element, O: Float>(
+    q: &[Q],
+    scale: f64,
+    zero_point: i64,
+    out: &mut [O],
+) {
+    let s = <O::Acc as Element>::from_f64(scale);
+    let zp = <O::Acc as Element>::from_i64(zero_point);
+    for (o, &v) in out.iter_mut().zip(q) {
+        *o = O::from_acc((<O::Acc as Element>::from_i64(v.to_i64()) - zp) * s);
+    }
+}
+
+/// Splits a shape around `axis`: `(outer, channels, inner)`.
+#[inline(always)]
+fn split_axis(sizes: &[usize], axis: usize) -> (usize, usize, usize) {
+    if sizes.is_empty() {
+        return (1, 1, 1);
+    }
+    (
+        sizes[..axis].iter().product(),
+        sizes[axis],
+        sizes[axis + 1..].iter().product(),
+    )
+}
+
+/// `quantized_decomposed::quantize_per_channel(input, scales, zero_points,
+/// axis, quant_min, quant_max, dtype)`: like [`quantize_per_tensor`] with
+/// `scales[c]`/`zero_points[c]` for channel `c` along `axis` (non-negative)
+/// of the input shape `sizes`. Scales and zero points may have any dtype.
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_per_channel<X: Float, S: Element, Z: Element, Q: Element>(
+    x: &[X],
+    sizes: &[usize],
+    scales: &[S],
+    zero_points: &[Z],
+    axis: usize,
+    quant_min: i64,
+    quant_max: i64,
+    out: &mut [Q],
+) {
+    let (outer, ch, inner) = split_axis(sizes, axis);
+    let (lo, hi) = (quant_min as f32, quant_max as f32);
+    for o in 0..outer {
+        for c in 0..ch {
+            let inv = (1.0 / scales[c].to_f64()) as f32;
+            let zp = zero_points[c].to_i64() as f32;
+            let base = (o * ch + c) * inner;
+            for (d, &v) in out[base..base + inner]
+                .iter_mut()
+                .zip(&x[base..base + inner])
+            {
+                *d = quantize_one(v.to_f64() as f32, inv, zp, lo, hi);
+            }
+        }
+    }
+}
+
+/// `quantized_decomposed::dequantize_per_channel(input, scales,
+/// zero_points, axis, quant_min, quant_max, dtype, out_dtype)`:
+/// `out = (q - zero_points[c]) * scales[c]` for channel `c` along `axis`.
+/// `zero_points` may be absent (`None` = all zero), as the op allows.
+pub fn dequantize_per_channel<Q: Element, S: Element, Z: Element, O: Float>(
+    q: &[Q],
+    sizes: &[usize],
+    scales: &[S],
+    zero_points: Option<&[Z]>,
+    axis: usize,
+    out: &mut [O],
+) {
+    let (outer, ch, inner) = split_axis(sizes, axis);
+    for o in 0..outer {
+        for c in 0..ch {
+            let s = <O::Acc as Element>::from_f64(scales[c].to_f64());
+            let zp = <O::Acc as Element>::from_i64(zero_points.map_or(0, |z| z[c].to_i64()));
+            let base = (o * ch + c) * inner;
+            for (d, &v) in out[base..base + inner]
+                .iter_mut()
+                .zip(&q[base..base + inner])
+            {
+                *d = O::from_acc((<O::Acc as Element>::from_i64(v.to_i64()) - zp) * s);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::f16;
+    use std::vec;
+    use std::vec::Vec;
+
+    #[test]
+    fn per_tensor_rounding_and_clamp() {
+        // scale 0.5: x*2 = [1.0, 2.5->2, 3.5->4, -2.5->-2, 1000->clamp 127, -1000 -> -128]
+        let x = [0.5f32, 1.25, 1.75, -1.25, 500.0, -500.0];
+        let mut q = [0i8; 6];
+        quantize_per_tensor(&x, 0.5, 0, -128, 127, &mut q);
+        assert_eq!(q, [1, 2, 4, -2, 127, -128]);
+        // zero point 10, u8: 0.5*2+10 = 11 ; -1.25*2 = -2.5 -> -2 + 10 = 8
+        let mut u = [0u8; 2];
+        quantize_per_tensor(&[0.5f32, -1.25], 0.5, 10, 0, 255, &mut u);
+        assert_eq!(u, [11, 8]);
+        let mut back = [0.0f32; 2];
+        dequantize_per_tensor(&u, 0.5, 10, &mut back);
+        assert_eq!(back, [0.5, -1.0]);
+        // half input/output
+        let h = [f16::from_f32(0.75)];
+        let mut q16 = [0i16];
+        quantize_per_tensor(&h, 0.25, 0, -32768, 32767, &mut q16);
+        assert_eq!(q16, [3]);
+        let mut ho = [f16::ZERO];
+        dequantize_per_tensor(&q16, 0.25, 0, &mut ho);
+        assert_eq!(ho[0].to_f32(), 0.75);
+        let mut d64 = [0.0f64];
+        dequantize_per_tensor(&[-3i32], 0.1, 2, &mut d64);
+        assert_eq!(d64[0], (-5.0f64) * 0.1);
+    }
+
+    #[test]
+    fn per_tensor_vs_reference_formula() {
+        // Independent reference: f64 reciprocal rounded to f32, f32 product,
+        // round-half-even by hand.
+        fn rhe(v: f32) -> f32 {
+            let f = v.floor();
+            let d = v - f;
+            if d > 0.5 || (d == 0.5 && (f as i64) % 2 != 0) {
+                f + 1.0
+            } else {
+                f
+            }
+        }
+        let mut s = 1u64;
+        let xs: Vec<f32> = (0..5000)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 40.0
+            })
+            .collect();
+        for &(scale, zp) in &[(0.1f64, 3i64), (0.07, -5), (0.3333, 0)] {
+            let mut q = vec![0i8; xs.len()];
+            quantize_per_tensor(&xs, scale, zp, -128, 127, &mut q);
+            let inv = (1.0 / scale) as f32;
+            for (&x, &got) in xs.iter().zip(&q) {
+                let want = (rhe(x * inv) + zp as f32).clamp(-128.0, 127.0) as i8;
+                assert_eq!(got, want, "x={x} scale={scale}");
+            }
+        }
+    }
+
+    #[test]
+    fn per_channel() {
+        // [2, 3] with axis 1: scales [1, 0.5, 0.25], zps [0, 1, -1]
+        let x = [1.0f32, 1.0, 1.0, -2.0, 0.25, 0.125];
+        let scales = [1.0f32, 0.5, 0.25];
+        let zps = [0i64, 1, -1];
+        let mut q = [0i8; 6];
+        quantize_per_channel(&x, &[2, 3], &scales, &zps, 1, -128, 127, &mut q);
+        // row0: 1/1=1 ; 1/0.5=2+1=3 ; 1/0.25=4-1=3
+        // row1: -2 ; 0.5 -> 0 (half even) +1 = 1 ; 0.5 -> 0 - 1 = -1
+        assert_eq!(q, [1, 3, 3, -2, 1, -1]);
+        let mut d = [0.0f32; 6];
+        dequantize_per_channel(&q, &[2, 3], &scales, Some(&zps[..]), 1, &mut d);
+        assert_eq!(d, [1.0, 1.0, 1.0, -2.0, 0.0, 0.0]);
+        // axis 0, no zero points
+        let mut d = [0.0f32; 6];
+        dequantize_per_channel::<i8, f64, i64, f32>(&q, &[2, 3], &[2.0, 3.0], None, 0, &mut d);
+        assert_eq!(d, [2.0, 6.0, 6.0, -6.0, 3.0, -3.0]);
+        // zero-size
+        let e: [f32; 0] = [];
+        let mut eq: [u8; 0] = [];
+        quantize_per_channel(&e, &[0, 3], &scales, &zps, 1, 0, 255, &mut eq);
+    }
+}
