@@ -402,7 +402,15 @@ pub fn convolution<T: Float>(
             return Err(KernelError::ShapeMismatch);
         }
         match path(&g) {
-            Path::Depthwise => depthwise_f32(&g, x, w, b, o),
+            Path::Depthwise => {
+                #[cfg(target_arch = "x86_64")]
+                if crate::linear::has_avx2_fma() {
+                    // SAFETY: AVX2 and FMA were detected on this CPU.
+                    unsafe { depthwise_f32_avx2(&g, x, w, b, o) };
+                    return Ok(());
+                }
+                depthwise_f32(&g, x, w, b, o)
+            }
             Path::Pointwise => pointwise_f32(&g, x, w, b, o, scratch),
             Path::Im2col => {
                 let (col, rest) = scratch.split_at_mut(col_len);
@@ -446,9 +454,27 @@ fn valid_range(off: isize, s: usize, in_len: usize, out_len: usize) -> (usize, u
 /// Direct convolution for one input channel per group (depthwise and
 /// depthwise-multiplier convolutions): each output row accumulates, per
 /// kernel tap, a scaled (strided) input row.
+#[inline(always)]
 fn depthwise_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+    const TAPS: usize = 16;
     let (ihw, ohw, kk) = (g.ih * g.iw, g.oh * g.ow, g.kh * g.kw);
     let cout_g = g.cout_g();
+    // Per column tap j: the output columns lo..hi it reaches and the first
+    // input column it reads (the same for every row and plane).
+    let tap = |j: usize| -> (usize, usize, usize) {
+        let off = (j * g.dw) as isize - g.pw as isize;
+        let (lo, hi) = valid_range(off, g.sw, g.iw, g.ow);
+        let start = if lo < hi {
+            ((lo * g.sw) as isize + off) as usize
+        } else {
+            0
+        };
+        (lo, hi, start)
+    };
+    let mut cache = [(0usize, 0usize, 0usize); TAPS];
+    for (j, c) in cache.iter_mut().enumerate().take(g.kw) {
+        *c = tap(j);
+    }
     for ni in 0..g.n {
         for oc in 0..g.cout {
             let ic = oc / cout_g;
@@ -466,22 +492,19 @@ fn depthwise_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [
                     let irow = &plane[iy as usize * g.iw..][..g.iw];
                     for j in 0..g.kw {
                         let wv = wk[i * g.kw + j];
-                        let off = (j * g.dw) as isize - g.pw as isize;
-                        let (lo, hi) = valid_range(off, g.sw, g.iw, g.ow);
+                        let (lo, hi, start) = if j < TAPS { cache[j] } else { tap(j) };
                         if lo >= hi {
                             continue;
                         }
-                        let start = (lo * g.sw) as isize + off;
                         let dst = &mut orow[lo..hi];
-                        if g.sw == 1 {
-                            let src = &irow[start as usize..][..hi - lo];
-                            for (d, &v) in dst.iter_mut().zip(src) {
-                                *d += wv * v;
-                            }
-                        } else {
-                            let src = irow[start as usize..].iter().step_by(g.sw);
-                            for (d, &v) in dst.iter_mut().zip(src) {
-                                *d += wv * v;
+                        match g.sw {
+                            1 => axpy_strided::<1>(dst, wv, &irow[start..]),
+                            2 => axpy_strided::<2>(dst, wv, &irow[start..]),
+                            s => {
+                                let src = &irow[start..][..(hi - lo - 1) * s + 1];
+                                for (t, d) in dst.iter_mut().enumerate() {
+                                    *d += wv * src[t * s];
+                                }
                             }
                         }
                     }
@@ -489,6 +512,37 @@ fn depthwise_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [
             }
         }
     }
+}
+
+/// `dst[t] += wv · src[t · S]` for every `t` (`src` holds at least
+/// `(dst.len() − 1) · S + 1` elements).
+#[inline(always)]
+fn axpy_strided<const S: usize>(dst: &mut [f32], wv: f32, src: &[f32]) {
+    if S == 1 {
+        let n = dst.len();
+        for (d, &v) in dst.iter_mut().zip(&src[..n]) {
+            *d += wv * v;
+        }
+    } else {
+        let n = dst.len();
+        let full = n.min(src.len() / S);
+        for (d, c) in dst[..full].iter_mut().zip(src.chunks_exact(S)) {
+            *d += wv * c[0];
+        }
+        for t in full..n {
+            dst[t] += wv * src[t * S];
+        }
+    }
+}
+
+/// [`depthwise_f32`] compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn depthwise_f32_avx2(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+    depthwise_f32(g, x, w, bias, o)
 }
 
 /// 1×1, stride 1, unpadded: `out_g = W_g · x_g` per batch and group.
@@ -1298,6 +1352,32 @@ mod tests {
                 iw: 12,
                 kw: 5,
                 p: (0, 2),
+                one_d: true,
+                ..b
+            },
+            // depthwise with stride 3 and with more than 16 column taps
+            Case {
+                n: 1,
+                cin: 3,
+                cout: 3,
+                groups: 3,
+                ih: 5,
+                iw: 14,
+                kh: 2,
+                kw: 3,
+                s: (1, 3),
+                p: (1, 1),
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 2,
+                cout: 2,
+                groups: 2,
+                iw: 30,
+                kw: 19,
+                p: (0, 9),
                 one_d: true,
                 ..b
             },

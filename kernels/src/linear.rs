@@ -15,6 +15,7 @@
 
 use crate::conv::Sizes;
 use crate::num::{AccFloat, Element, Float};
+use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -251,6 +252,13 @@ fn direct(p: &Gemm<'_>, c: &mut [f32]) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn direct_avx2(p: &Gemm<'_>, c: &mut [f32]) {
     direct(p, c)
+}
+
+/// Whether the AVX2+FMA code paths may run on this CPU.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn has_avx2_fma() -> bool {
+    Avx2Fma::detect().is_some()
 }
 
 /// A register-blocked `MR × NR` micro-kernel over packed panels.
@@ -767,7 +775,8 @@ pub fn addmm_output_sizes(
 /// `mat2` is `k × n` (row-major) and `self` (`bias`, of `bias_sizes`)
 /// broadcasts to `[m, n]` (see [`addmm_output_sizes`]). With `beta == 0`
 /// the bias is ignored, NaNs included, as in PyTorch. `scratch`:
-/// [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32` only).
+/// [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32` only). Returns
+/// [`KernelError::ShapeMismatch`] if the bias does not broadcast.
 #[allow(clippy::too_many_arguments)]
 pub fn addmm<T: Float>(
     bias: &[T],
@@ -781,12 +790,15 @@ pub fn addmm<T: Float>(
     alpha: f64,
     out: &mut [T],
     scratch: &mut [f32],
-) {
+) -> KernelResult {
+    let (bm, bn) = addmm_bias_dims(bias_sizes, m, n).ok_or(KernelError::ShapeMismatch)?;
+    if bias.len() < bm * bn {
+        return Err(KernelError::ShapeMismatch);
+    }
     if m == 0 || n == 0 {
-        return;
+        return Ok(());
     }
     if beta != 0.0 {
-        let (bm, bn) = addmm_bias_dims(bias_sizes, m, n).unwrap_or((m, n));
         for (i, row) in out[..m * n].chunks_exact_mut(n).enumerate() {
             let r = if bm == 1 { 0 } else { i };
             if bn == 1 {
@@ -797,6 +809,7 @@ pub fn addmm<T: Float>(
         }
     }
     gemm(m, n, k, alpha, mat1, false, mat2, false, beta, out, scratch);
+    Ok(())
 }
 
 /// Output sizes of `aten::linear` for `input` of `x_sizes` (`[*, k]`),
@@ -930,7 +943,8 @@ mod tests {
             0.5,
             &mut c,
             &mut [],
-        );
+        )
+        .unwrap();
         assert_eq!(c, [22.0, 42.5, 25.0, 45.5]);
         // linear: x = [1,2,3] (m=1,k=3), weight rows [1,1,1], [0,1,0]; bias [1,-1]
         // → [6+1, 2-1] = [7, 1]
@@ -947,7 +961,22 @@ mod tests {
         );
         assert_eq!(o, [7.0, 1.0]);
         // beta = 0 ignores a NaN bias.
-        addmm(&[f32::NAN], &[], &a, &b, 2, 3, 2, 0.0, 1.0, &mut c, &mut []);
+        addmm(&[f32::NAN], &[], &a, &b, 2, 3, 2, 0.0, 1.0, &mut c, &mut []).unwrap();
+        // a bias that does not broadcast is rejected
+        assert!(addmm(
+            &[1.0f32; 3],
+            &[3],
+            &a,
+            &b,
+            2,
+            3,
+            2,
+            1.0,
+            1.0,
+            &mut c,
+            &mut []
+        )
+        .is_err());
         assert_eq!(c, [4.0, 5.0, 10.0, 11.0]);
         // k = 0: out = beta · bias ([m,1] bias broadcast along columns).
         addmm(
@@ -962,7 +991,8 @@ mod tests {
             1.0,
             &mut c,
             &mut [],
-        );
+        )
+        .unwrap();
         assert_eq!(c, [3.0, 3.0, 6.0, 6.0]);
     }
 
@@ -1104,7 +1134,7 @@ mod tests {
         let (a, b, bias) = (conv(&a32), conv(&b32), conv(&bias32));
         let (ar, br, biasr) = (back(&a), back(&b), back(&bias));
         let mut out = vec![T::default(); m * n];
-        addmm(&bias, &[1, n], &a, &b, m, k, n, 0.5, 2.0, &mut out, &mut []);
+        addmm(&bias, &[1, n], &a, &b, m, k, n, 0.5, 2.0, &mut out, &mut []).unwrap();
         let mut want = reference(m, n, k, 2.0, &ar, false, &br, false, 0.0, &[]);
         for (i, v) in want.iter_mut().enumerate() {
             *v += 0.5 * biasr[i % n] as f64;

@@ -145,3 +145,54 @@ fn sgemm_timing() {
         }
     }
 }
+
+#[test]
+#[ignore]
+fn conv_timing() {
+    // (cin, cout, groups, hw, k, stride)
+    for &(cin, cout, groups, hw, k, s) in &[
+        (32usize, 32usize, 32usize, 112usize, 3usize, 1usize),
+        (64, 64, 64, 56, 3, 2),
+        (64, 64, 1, 56, 3, 1),
+        (64, 128, 1, 56, 1, 1),
+    ] {
+        let mut rng = Lcg(5);
+        let isz = [1, cin, hw, hw];
+        let wsz = [cout, cin / groups, k, k];
+        let x = rng.vec(cin * hw * hw);
+        let w = rng.vec(cout * cin / groups * k * k);
+        let p = k / 2;
+        let osz =
+            conv_output_sizes(&isz, &wsz, None, &[s], &[p], &[1], false, &[], groups).unwrap();
+        let mut out = vec![0.0f32; osz.numel()];
+        let mut scratch =
+            vec![0.0f32; conv_scratch_len(&isz, &wsz, &[s], &[p], &[1], false, &[], groups)];
+        let flops = 2.0 * (osz.numel() * cin / groups * k * k) as f64;
+        let reps = (2e9 / flops).clamp(1.0, 1000.0) as usize;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            convolution(
+                &x,
+                &isz,
+                &w,
+                &wsz,
+                None,
+                &[s],
+                &[p],
+                &[1],
+                false,
+                &[],
+                groups,
+                &mut out,
+                &mut scratch,
+            )
+            .unwrap();
+        }
+        let dt = t.elapsed().as_secs_f64() / reps as f64;
+        println!(
+            "conv {cin}->{cout} g{groups} {hw}x{hw} k{k} s{s}: {:.3} ms, {:.1} GFLOP/s",
+            dt * 1e3,
+            flops / dt / 1e9
+        );
+    }
+}
