@@ -1178,10 +1178,11 @@ pub fn softplus<F: FloatMath>(x: F, beta: F, threshold: F) -> F {
     }
 }
 
-/// `aten::mish`: `x tanh(softplus(x))` (softplus with beta 1, threshold 20).
+/// `aten::mish`: `x tanh(log1p(exp(x)))` (PyTorch's formula; large `x`
+/// saturates to `x`).
 #[inline(always)]
 pub fn mish<F: FloatMath>(x: F) -> F {
-    x * softplus(x, F::ONE, F::from_f32(20.0)).tanh_()
+    x * x.exp_().ln1p_().tanh_()
 }
 
 /// `aten::logit(eps=None)`: `log(x / (1 - x))`.
