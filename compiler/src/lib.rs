@@ -8,16 +8,22 @@
 //!   the [`ir`] and verifies it ([`verify`]);
 //! - [`inspect`] describes it for a person or as JSON.
 pub mod bundle;
+pub mod check;
+pub mod codegen;
+mod compile;
 pub mod container;
 pub mod error;
 pub mod inspect;
 pub mod ir;
 pub mod load;
+pub mod ops;
 pub mod ptd;
 pub mod reader;
 pub mod verify;
 
 pub use error::{Diagnostic, ErrorKind, Errors, Location};
+pub use codegen::Options;
+pub use compile::{compile, compile_to_string, read_file, write_if_changed};
 pub use load::{load, Loaded};
 
 /// The version of ptec, written into generated code.

@@ -1,13 +1,45 @@
 //! The `ptec` command line: a thin caller of the ptec library.
-use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use clap::{Args, Parser, Subcommand};
+use ptec::check::{check, CheckInput, CheckStatus};
+use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "ptec", version, about = "Ahead-of-time compiler from ExecuTorch .pte programs to Rust")]
+#[command(
+    name = "ptec",
+    version,
+    about = "Ahead-of-time compiler from ExecuTorch .pte programs to Rust",
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+#[derive(Args)]
+struct CompileArgs {
+    /// The program (.pte) or bundle (.bpte, .bp) to compile.
+    file: Option<PathBuf>,
+    /// Where to write the Rust module (`-` for stdout).
+    #[arg(short, long, default_value = "-")]
+    output: String,
+    /// Name of the generated program struct (default: the file stem in CamelCase).
+    #[arg(long)]
+    name: Option<String>,
+    /// External tensor data (.ptd) the program refers to; embedded too.
+    #[arg(long = "data")]
+    data: Vec<PathBuf>,
+    /// For a bundle: also generate its test cases (a `bundled` module with one #[test] per case).
+    #[arg(long)]
+    tests: bool,
+    /// Relative tolerance of generated tests.
+    #[arg(long, default_value_t = 1e-4)]
+    rtol: f64,
+    /// Absolute tolerance of generated tests.
+    #[arg(long, default_value_t = 1e-5)]
+    atol: f64,
 }
 
 #[derive(Subcommand)]
@@ -22,15 +54,30 @@ enum Command {
         #[arg(long = "data")]
         data: Vec<PathBuf>,
     },
+    /// Compile bundles, build and run their test cases; exit 0 only if all pass.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// External tensor data (.ptd) the programs refer to.
+        #[arg(long = "data")]
+        data: Vec<PathBuf>,
+        #[arg(long, default_value_t = 1e-4)]
+        rtol: f64,
+        #[arg(long, default_value_t = 1e-5)]
+        atol: f64,
+        /// Show cargo's output while building.
+        #[arg(short, long)]
+        verbose: bool,
+    },
 }
 
-fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
+fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn inspect(file: &PathBuf, json: bool, data: &[PathBuf]) -> Result<(), String> {
+fn inspect(file: &Path, json: bool, data: &[PathBuf]) -> Result<(), String> {
     let bytes = read(file)?;
-    let data_bytes = data.iter().map(read).collect::<Result<Vec<_>, _>>()?;
+    let data_bytes = data.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
     let refs: Vec<&[u8]> = data_bytes.iter().map(|d| d.as_slice()).collect();
     let loaded = ptec::load(&bytes, &refs).map_err(|e| format!("{}: {e}", file.display()))?;
     if json {
@@ -42,13 +89,93 @@ fn inspect(file: &PathBuf, json: bool, data: &[PathBuf]) -> Result<(), String> {
     Ok(())
 }
 
+/// `to` relative to directory `from` when both are absolute, else `to`.
+fn relative_to(from: &Path, to: &Path) -> PathBuf {
+    let (Ok(from), Ok(to)) = (std::fs::canonicalize(from), std::fs::canonicalize(to)) else {
+        return to.to_path_buf();
+    };
+    let f: Vec<Component> = from.components().collect();
+    let t: Vec<Component> = to.components().collect();
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..f.len() {
+        out.push("..");
+    }
+    for c in &t[common..] {
+        out.push(c);
+    }
+    out
+}
+
+/// The path a generated `include_bytes!` uses: relative to the output file
+/// when writing one, absolute for stdout.
+fn include_path(input: &Path, output: &str) -> String {
+    if output == "-" {
+        return std::fs::canonicalize(input).unwrap_or_else(|_| input.to_path_buf()).display().to_string();
+    }
+    let out_dir = Path::new(output).parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    relative_to(out_dir, input).display().to_string()
+}
+
+fn compile(a: &CompileArgs) -> Result<(), String> {
+    let Some(file) = &a.file else {
+        return Err("no input file: `ptec MODEL.pte -o model.rs`, or see `ptec --help`".into());
+    };
+    let bytes = read(file)?;
+    let data_bytes = a.data.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&[u8]> = data_bytes.iter().map(|d| d.as_slice()).collect();
+    let mut options = ptec::Options::new(include_path(file, &a.output));
+    options.source_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    options.data_paths = a.data.iter().map(|d| include_path(d, &a.output)).collect();
+    options.struct_name = a.name.clone();
+    options.tests = a.tests.then_some((a.rtol, a.atol));
+    let code = ptec::compile_to_string(&bytes, &refs, &options).map_err(|e| format!("{}: {e}", file.display()))?;
+    if a.output == "-" {
+        print!("{code}");
+    } else {
+        ptec::write_if_changed(Path::new(&a.output), &code).map_err(|e| format!("{}: {e}", a.output))?;
+    }
+    Ok(())
+}
+
+fn run_check(files: &[PathBuf], data: &[PathBuf], rtol: f64, atol: f64, verbose: bool) -> Result<bool, String> {
+    let inputs: Vec<CheckInput> =
+        files.iter().map(|f| CheckInput { path: f.clone(), data: data.to_vec(), rtol, atol }).collect();
+    let results = check(&inputs, verbose, |msg| eprintln!("ptec check: {msg}"))?;
+    let (mut passed, mut failed) = (0, 0);
+    for r in &results {
+        match &r.status {
+            CheckStatus::Ran { lines, passed: p, failed: f } => {
+                for l in lines {
+                    if results.len() > 1 {
+                        println!("{}: {l}", r.input.path.display());
+                    } else {
+                        println!("{l}");
+                    }
+                }
+                passed += p;
+                failed += f;
+            }
+            CheckStatus::NotCompiled(e) => {
+                println!("{}: not compiled: {e}", r.input.path.display());
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(failed == 0)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Inspect { file, json, data } => inspect(file, *json, data),
+        Some(Command::Inspect { file, json, data }) => inspect(file, *json, data).map(|_| true),
+        Some(Command::Check { files, data, rtol, atol, verbose }) => run_check(files, data, *rtol, *atol, *verbose),
+        None => compile(&cli.compile).map(|_| true),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(msg) => {
             eprintln!("error: {msg}");
             ExitCode::FAILURE

@@ -36,7 +36,7 @@ pub use loader::{BufferLoader, DataLoader};
 #[cfg(feature = "std")]
 pub use loader::FileLoader;
 pub use meta::{Dynamism, MethodMeta, ScalarType, Tag, TensorMeta, ValueMeta};
-pub use value::{Pod, TensorRef, Value};
+pub use value::{bytes_of, cast_slice, from_bytes, Pod, TensorRef, Value};
 
 /// Version of the interface between generated code and this crate. Generated
 /// code checks it at compile time through [`check_abi`].
@@ -133,3 +133,24 @@ pub fn new_boxed<M: InitInPlace>() -> alloc::boxed::Box<M> {
         alloc::boxed::Box::from_raw(p)
     }
 }
+
+/// Expands its input only when this crate has the `alloc` feature, so
+/// generated code can offer heap constructors where there is a heap.
+#[cfg(feature = "alloc")]
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __if_alloc {
+    ($($t:tt)*) => { $($t)* };
+}
+
+/// Expands its input only when this crate has the `alloc` feature.
+#[cfg(not(feature = "alloc"))]
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __if_alloc {
+    ($($t:tt)*) => {};
+}
+
+#[cfg(feature = "alloc")]
+#[doc(hidden)]
+pub use alloc::boxed::Box as __Box;

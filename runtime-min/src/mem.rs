@@ -89,3 +89,46 @@ pub fn check_bools(bytes: &[u8], index: usize) -> Result<(), Error> {
         Ok(())
     }
 }
+
+/// A shared view of a bool tensor in an arena, checked to hold only 0/1
+/// bytes (memory reused from tensors of other types could hold anything).
+///
+/// # Safety
+/// As [`view`].
+#[inline(always)]
+pub unsafe fn view_bool<'a>(base: *const u8, offset: usize, len: usize, value: usize) -> Result<&'a [bool], Error> {
+    // SAFETY: bounds and aliasing by the caller's guarantee.
+    let bytes: &[u8] = unsafe { view(base, offset, len) };
+    check_bools(bytes, value)?;
+    // SAFETY: every byte is 0 or 1, a valid bool; size and alignment 1.
+    Ok(unsafe { core::slice::from_raw_parts(bytes.as_ptr() as *const bool, len) })
+}
+
+/// A mutable view of a bool tensor in an arena, zero-filled first so that
+/// it only ever holds valid bools.
+///
+/// # Safety
+/// As [`view_mut`].
+#[inline(always)]
+pub unsafe fn view_bool_mut<'a>(base: *mut u8, offset: usize, len: usize) -> &'a mut [bool] {
+    // SAFETY: bounds and exclusivity by the caller's guarantee.
+    let bytes: &mut [u8] = unsafe { view_mut(base, offset, len) };
+    bytes.fill(0);
+    // SAFETY: all bytes are now 0 (false); size and alignment 1.
+    unsafe { core::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut bool, len) }
+}
+
+/// A view of constant bool data, checked to hold only 0/1 bytes.
+#[inline(always)]
+pub fn constant_bool(bytes: &[u8], offset: usize, len: usize) -> Result<&[bool], Error> {
+    let b: &[u8] = constant(bytes, offset, len)?;
+    check_bools(b, usize::MAX)?;
+    // SAFETY: every byte is 0 or 1; size and alignment 1.
+    Ok(unsafe { core::slice::from_raw_parts(b.as_ptr() as *const bool, len) })
+}
+
+/// Element count of a shape.
+#[inline(always)]
+pub fn numel(sizes: &[usize]) -> usize {
+    sizes.iter().product()
+}

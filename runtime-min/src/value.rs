@@ -173,3 +173,22 @@ impl<'a> Value<'a> {
         }
     }
 }
+
+/// The bytes of a [`Pod`] value (an element or a nested array of them).
+pub fn bytes_of<T: Pod>(v: &T) -> &[u8] {
+    // SAFETY: T: Pod has no padding, so all its bytes are initialised.
+    unsafe { core::slice::from_raw_parts(v as *const T as *const u8, core::mem::size_of::<T>()) }
+}
+
+/// Views `bytes` as one `T` (an element or a nested array of them); fails
+/// when the length or alignment does not fit.
+pub fn from_bytes<T: Pod>(bytes: &[u8]) -> Result<&T, Error> {
+    if bytes.len() != core::mem::size_of::<T>() {
+        return Err(Error::WrongDataLength { index: 0, expected: core::mem::size_of::<T>(), got: bytes.len() });
+    }
+    if (bytes.as_ptr() as usize) % core::mem::align_of::<T>() != 0 {
+        return Err(Error::Misaligned);
+    }
+    // SAFETY: length and alignment checked; every bit pattern is a valid T.
+    Ok(unsafe { &*(bytes.as_ptr() as *const T) })
+}

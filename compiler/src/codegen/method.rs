@@ -1,0 +1,746 @@
+//! Code for one method: its state (arena, live sizes, run-time scalars,
+//! instruction counter), one function per instruction, `execute`/`step`,
+//! the dynamic interface (`set_input`/`output`) and the typed function.
+use super::layout::{layout_method, Home, MethodLayout};
+use super::Ctx;
+use crate::error::{Diagnostic, ErrorKind, Location};
+use crate::ir::*;
+use crate::ops::{self, i64_lit, lit, rust_type, scalar_field, sizes_field, usize_slice, OpCtx};
+use proc_macro2::{Ident, TokenStream};
+use quote::{format_ident, quote};
+
+/// What the program struct needs to know of a generated method.
+pub struct MethodCode {
+    pub state_ident: Ident,
+    pub field: Ident,
+    pub items: TokenStream,
+    pub meta: TokenStream,
+    pub typed_fn: TokenStream,
+    /// Whether the state holds an arena (so construction needs it zeroed).
+    pub arena_size: usize,
+}
+
+pub fn scalar_ty(v: &Value) -> Option<TokenStream> {
+    match v {
+        Value::Int(_) => Some(quote!(i64)),
+        Value::Double(_) => Some(quote!(f64)),
+        Value::Bool(_) => Some(quote!(bool)),
+        _ => None,
+    }
+}
+
+fn scalar_lit(v: &Value) -> TokenStream {
+    match v {
+        Value::Int(x) => i64_lit(*x),
+        Value::Double(x) => ops::f64_lit(*x),
+        Value::Bool(b) => quote!(#b),
+        _ => quote!(()),
+    }
+}
+
+fn dtype_tokens(d: ScalarType) -> TokenStream {
+    let name = format_ident!("{}", format!("{d:?}"));
+    quote!(::ptec_runtime::ScalarType::#name)
+}
+
+fn dynamism_tokens(d: Dynamism) -> TokenStream {
+    match d {
+        Dynamism::Static => quote!(::ptec_runtime::Dynamism::Static),
+        Dynamism::DynamicBound => quote!(::ptec_runtime::Dynamism::DynamicBound),
+        Dynamism::DynamicUnbound => quote!(::ptec_runtime::Dynamism::DynamicUnbound),
+    }
+}
+
+fn tag_tokens(v: &Value) -> TokenStream {
+    let t = match v {
+        Value::Null => "None",
+        Value::Int(_) => "Int",
+        Value::Double(_) => "Double",
+        Value::Bool(_) => "Bool",
+        Value::String(_) => "String",
+        Value::Tensor(_) => "Tensor",
+        Value::IntList(_) => "ListInt",
+        Value::DoubleList(_) => "ListDouble",
+        Value::BoolList(_) => "ListBool",
+        Value::TensorList(_) => "ListTensor",
+        Value::OptionalTensorList(_) => "ListOptionalTensor",
+    };
+    let t = format_ident!("{}", t);
+    quote!(::ptec_runtime::Tag::#t)
+}
+
+fn value_meta(v: &Value) -> TokenStream {
+    let tag = tag_tokens(v);
+    match v {
+        Value::Tensor(t) => {
+            let dtype = dtype_tokens(t.dtype);
+            let sizes = usize_slice(&t.sizes);
+            let order = &t.dim_order;
+            let dynamism = dynamism_tokens(t.dynamism);
+            quote! {
+                ::ptec_runtime::ValueMeta {
+                    tag: #tag,
+                    tensor: Some(::ptec_runtime::TensorMeta { dtype: #dtype, sizes: #sizes, dim_order: &[#(#order),*], dynamism: #dynamism }),
+                }
+            }
+        }
+        _ => quote!(::ptec_runtime::ValueMeta { tag: #tag, tensor: None }),
+    }
+}
+
+/// Values whose scalar is computed at run time: scalar inputs, targets of
+/// moves and outputs of scalar (`executorch_prim`) operators.
+fn runtime_scalars(m: &Method) -> Vec<bool> {
+    let mut rt = vec![false; m.values.len()];
+    let scalar = |i: usize| matches!(m.values.get(i), Some(Value::Int(_) | Value::Double(_) | Value::Bool(_)));
+    for &i in &m.inputs {
+        if scalar(i) {
+            rt[i] = true;
+        }
+    }
+    for ins in &m.instructions {
+        match ins {
+            Instruction::Move { to, .. } if scalar(*to) => rt[*to] = true,
+            Instruction::Kernel { op, args } => {
+                if let Some(o) = m.operators.get(*op) {
+                    if ops::writes_scalar(&o.full_name()) {
+                        if let Some(&last) = args.last() {
+                            if scalar(last) {
+                                rt[last] = true;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    rt
+}
+
+/// A Rust identifier from a method name.
+pub fn method_ident(name: &str) -> String {
+    let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, 'm');
+    }
+    if syn::parse_str::<Ident>(&s).is_err() || matches!(s.as_str(), "new" | "boxed" | "reset" | "method_meta" | "default") {
+        s = format!("run_{s}");
+    }
+    s
+}
+
+fn camel(s: &str) -> String {
+    s.split('_')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+/// The typed Rust type of a static, non-bool tensor: nested arrays (or the
+/// element type for rank 0); `None` for tensors exposed as `TensorRef`.
+fn typed_array(t: &Tensor) -> Option<TokenStream> {
+    if t.dynamism != Dynamism::Static || t.dtype == ScalarType::Bool || !t.is_contiguous() {
+        return None;
+    }
+    let mut ty = rust_type(t.dtype)?;
+    for &s in t.sizes.iter().rev() {
+        let n = lit(s);
+        ty = quote!([#ty; #n]);
+    }
+    Some(ty)
+}
+
+pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<MethodCode, Vec<Diagnostic>> {
+    let layout = layout_method(m)?;
+    let rt = runtime_scalars(m);
+    let at = Location::method(&m.name);
+    let mut errors = Vec::new();
+    let mident = method_ident(&m.name);
+    let state_ident = format_ident!("{}{}State", ctx.struct_ident, camel(&mident));
+    let field = format_ident!("m_{}", mident);
+
+    // State fields (the arena's size is known once every instruction has
+    // said how much scratch it needs).
+    let mut fields = vec![quote!(pc: usize)];
+    let mut init = Vec::new();
+    for (i, v) in m.values.iter().enumerate() {
+        if let Value::Tensor(t) = v {
+            if t.dynamism != Dynamism::Static {
+                let f = sizes_field(i);
+                let r = lit(t.sizes.len());
+                let bound = usize_slice(&t.sizes);
+                fields.push(quote!(#f: [usize; #r]));
+                init.push(quote!(self.#f.copy_from_slice(#bound);));
+            }
+            if let (Placement::Mutable { initial, .. }, Home::Arena { offset }) = (&t.placement, layout.homes[i]) {
+                let data = ctx.data_ident(initial.source);
+                let (s, e) = (lit(initial.offset), lit(initial.offset + initial.len));
+                let (d, de) = (lit(offset), lit(offset + initial.len));
+                init.push(quote!(self.arena.0[#d..#de].copy_from_slice(&#data.0[#s..#e]);));
+            }
+        }
+        if rt[i] {
+            let f = scalar_field(i);
+            let ty = scalar_ty(v).expect("runtime scalars are scalars");
+            let val = scalar_lit(v);
+            fields.push(quote!(#f: #ty));
+            init.push(quote!(self.#f = #val;));
+        }
+    }
+
+    // One function per instruction.
+    let mut scratch = 0usize;
+    let data_ident = |s: DataSource| ctx.data_ident(s);
+    let mut ins_fns = Vec::new();
+    let mut has_jumps = false;
+    for (n, ins) in m.instructions.iter().enumerate() {
+        let fname = format_ident!("i{}", n);
+        let at = at.clone().instruction(n);
+        let mut doc = vec![format!(" Instruction {n}: {}", describe(m, ins))];
+        if let Some(frames) = m.stacktraces.as_ref().and_then(|s| s.get(n)) {
+            if let Some(f) = frames.first() {
+                doc.push(format!(" at {}:{} in {}: {}", f.filename, f.lineno, f.name, f.context.trim()));
+            }
+        }
+        let body: Result<TokenStream, Diagnostic> = match ins {
+            Instruction::Kernel { op, args } => {
+                let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
+                match ops::lookup(&name) {
+                    None => Err(Diagnostic::new(ErrorKind::UnsupportedOperator { name: name.clone() }, at.clone())),
+                    Some(emit) => {
+                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_ident, &rt);
+                        let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
+                        scratch = scratch.max(oc.scratch_bytes);
+                        r
+                            .map_err(|detail| Diagnostic::new(ErrorKind::BadArguments { operator: name.clone(), detail }, at.clone()))
+                    }
+                }
+            }
+            Instruction::Delegate { delegate, .. } => {
+                let id = m.delegates.get(*delegate).map(|d| d.id.clone()).unwrap_or_default();
+                Err(Diagnostic::new(
+                    ErrorKind::Unsupported { detail: format!("delegate calls (backend `{id}`) are not compiled yet") },
+                    at.clone(),
+                ))
+            }
+            Instruction::Move { from, to } => move_body(m, &layout, &rt, *from, *to, &data_ident).map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
+            Instruction::JumpFalse { .. } => {
+                has_jumps = true;
+                Ok(quote!())
+            }
+            Instruction::Free { .. } => Ok(quote!()),
+        };
+        match body {
+            Ok(body) => {
+                if !matches!(ins, Instruction::JumpFalse { .. }) {
+                    ins_fns.push(quote! {
+                        #(#[doc = #doc])*
+                        #[inline]
+                        #[allow(unused_variables, unused_unsafe, clippy::all)]
+                        fn #fname(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                            let base = self.arena.0.as_mut_ptr();
+                            #body
+                            Ok(())
+                        }
+                    });
+                }
+            }
+            Err(d) => errors.push(d),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let arena_total = (layout.arena_size + scratch).div_ceil(64) * 64;
+    let arena_lit = lit(arena_total);
+    fields.insert(0, quote!(arena: ::ptec_runtime::mem::Arena<#arena_lit>));
+
+    // Control: execute, run_at (one instruction), step.
+    let len = m.instructions.len();
+    let mut arms = Vec::new();
+    for (n, ins) in m.instructions.iter().enumerate() {
+        let nl = lit(n);
+        let next = lit(n + 1);
+        let arm = match ins {
+            Instruction::JumpFalse { cond, destination } => {
+                let dest = lit(*destination);
+                let c = cond_expr(m, &layout, &rt, *cond, n, &data_ident);
+                quote!(#nl => { if #c { #next } else { #dest } })
+            }
+            _ => {
+                let f = format_ident!("i{}", n);
+                quote!(#nl => { self.#f()?; #next })
+            }
+        };
+        arms.push(arm);
+    }
+    let len_lit = lit(len);
+    let execute_body = if has_jumps {
+        quote! {
+            let mut pc = 0usize;
+            while pc < #len_lit {
+                pc = self.run_at(pc)?;
+            }
+            Ok(())
+        }
+    } else {
+        let calls = m
+            .instructions
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| !matches!(i, Instruction::Free { .. }))
+            .map(|(n, _)| format_ident!("i{}", n));
+        quote! { #(self.#calls()?;)* Ok(()) }
+    };
+
+    let set_input_arms = m.inputs.iter().enumerate().map(|(k, &vi)| set_input_arm(m, &layout, &rt, k, vi));
+    let output_arms = m.outputs.iter().enumerate().map(|(k, &vi)| output_arm(m, &layout, &rt, k, vi, ctx));
+    let n_in = lit(m.inputs.len());
+    let n_out = lit(m.outputs.len());
+    let items = quote! {
+        #[allow(non_camel_case_types)]
+        struct #state_ident {
+            #(#fields,)*
+        }
+
+        #[allow(clippy::all, unused_parens)]
+        impl #state_ident {
+            /// Sets live sizes to their bounds, run-time scalars to their
+            /// serialized values and mutable tensors to their initial data.
+            fn init(&mut self) {
+                self.pc = 0;
+                #(#init)*
+            }
+
+            fn execute(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                self.pc = 0;
+                #execute_body
+            }
+
+            /// Runs instruction `pc`; returns the next one.
+            #[allow(unreachable_code)]
+            fn run_at(&mut self, pc: usize) -> ::core::result::Result<usize, ::ptec_runtime::Error> {
+                Ok(match pc {
+                    #(#arms)*
+                    _ => #len_lit,
+                })
+            }
+
+            fn step(&mut self) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
+                if self.pc >= #len_lit {
+                    self.pc = 0;
+                    return Ok(::ptec_runtime::Step::Done);
+                }
+                let next = self.run_at(self.pc)?;
+                self.pc = next;
+                if next >= #len_lit {
+                    self.pc = 0;
+                    Ok(::ptec_runtime::Step::Done)
+                } else {
+                    Ok(::ptec_runtime::Step::Continue)
+                }
+            }
+
+            #[allow(unreachable_patterns, unused_variables)]
+            fn set_input(&mut self, index: usize, value: ::ptec_runtime::Value<'_>) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                match index {
+                    #(#set_input_arms)*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "input", index, len: #n_in }),
+                }
+            }
+
+            #[allow(unreachable_patterns)]
+            fn output(&self, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error> {
+                match index {
+                    #(#output_arms)*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "output", index, len: #n_out }),
+                }
+            }
+
+            #(#ins_fns)*
+        }
+    };
+
+    let name = &m.name;
+    let inputs_meta = m.inputs.iter().map(|&i| value_meta(&m.values[i]));
+    let outputs_meta = m.outputs.iter().map(|&i| value_meta(&m.values[i]));
+    let buffers = m.buffer_sizes.iter().skip(1).map(|&s| lit(s as usize));
+    let meta = quote! {
+        ::ptec_runtime::MethodMeta {
+            name: #name,
+            inputs: &[#(#inputs_meta),*],
+            outputs: &[#(#outputs_meta),*],
+            planned_buffers: &[#(#buffers),*],
+            num_instructions: #len_lit,
+        }
+    };
+    let typed_fn = typed_fn(m, &layout, &rt, index, &mident, &field, ctx);
+    Ok(MethodCode { state_ident, field, items, meta, typed_fn, arena_size: arena_total })
+}
+
+fn describe(m: &Method, ins: &Instruction) -> String {
+    match ins {
+        Instruction::Kernel { op, args } => format!(
+            "{}({})",
+            m.operators.get(*op).map(Operator::full_name).unwrap_or_default(),
+            args.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+        Instruction::Delegate { delegate, args } => format!("delegate {delegate} {args:?}"),
+        Instruction::Move { from, to } => format!("move value {from} to value {to}"),
+        Instruction::JumpFalse { cond, destination } => format!("jump to {destination} unless value {cond}"),
+        Instruction::Free { value } => format!("free value {value}"),
+    }
+}
+
+/// Bytes of a tensor's live data: `(start, len)` expressions.
+fn live_bytes(m: &Method, vi: usize, t: &Tensor) -> TokenStream {
+    let es = lit(t.dtype.element_size());
+    if t.dynamism != Dynamism::Static {
+        let f = sizes_field(vi);
+        let _ = m;
+        quote!(::ptec_runtime::mem::numel(&self.#f) * #es)
+    } else {
+        lit(t.nbytes())
+    }
+}
+
+fn move_body(
+    m: &Method,
+    layout: &MethodLayout,
+    rt: &[bool],
+    from: usize,
+    to: usize,
+    data_ident: &dyn Fn(DataSource) -> Ident,
+) -> Result<TokenStream, String> {
+    match (&m.values[from], &m.values[to]) {
+        (Value::Tensor(f), Value::Tensor(t)) => {
+            if f.dtype != t.dtype || f.sizes.len() != t.sizes.len() {
+                return Err(format!("move from value {from} to value {to}: dtype or rank differ"));
+            }
+            let Home::Arena { offset: dst } = layout.homes[to] else {
+                return Err(format!("move into value {to}, which has no memory of its own"));
+            };
+            let n = live_bytes(m, from, f);
+            let mut out = quote!();
+            match layout.homes[from] {
+                Home::Arena { offset: src } => {
+                    let (s, d) = (lit(src), lit(dst));
+                    if src != dst {
+                        out = quote! { unsafe { ::ptec_runtime::mem::copy_within(base, #s, #d, #n) }; };
+                    }
+                }
+                Home::Data { source, offset } => {
+                    let data = data_ident(source);
+                    let (s, d) = (lit(offset), lit(dst));
+                    out = quote! { let n = #n; self.arena.0[#d..#d + n].copy_from_slice(&#data.0[#s..#s + n]); };
+                }
+                Home::None => return Err(format!("move from value {from}, which has no storage")),
+            }
+            if t.dynamism != Dynamism::Static {
+                let tf = sizes_field(to);
+                if f.dynamism != Dynamism::Static {
+                    let ff = sizes_field(from);
+                    out.extend(quote! { self.#tf = self.#ff; });
+                } else {
+                    let s = usize_slice(&f.sizes);
+                    out.extend(quote! { self.#tf.copy_from_slice(#s); });
+                }
+            } else if f.sizes != t.sizes {
+                return Err(format!("move from value {from} to value {to}: static sizes differ"));
+            }
+            Ok(out)
+        }
+        (fv, tv) if scalar_ty(fv).is_some() && scalar_ty(tv).is_some() && rt[to] => {
+            let tf = scalar_field(to);
+            let src = if rt[from] {
+                let ff = scalar_field(from);
+                quote!(self.#ff)
+            } else {
+                scalar_lit(fv)
+            };
+            let ty = scalar_ty(tv).expect("checked");
+            Ok(quote! { self.#tf = #src as #ty; })
+        }
+        (fv, tv) => Err(format!("move from a {} to a {} is not supported", fv.kind(), tv.kind())),
+    }
+}
+
+fn cond_expr(
+    m: &Method,
+    layout: &MethodLayout,
+    rt: &[bool],
+    cond: usize,
+    instruction: usize,
+    data_ident: &dyn Fn(DataSource) -> Ident,
+) -> TokenStream {
+    let ins = lit(instruction);
+    match &m.values[cond] {
+        Value::Bool(b) if !rt[cond] => quote!(#b),
+        Value::Bool(_) => {
+            let f = scalar_field(cond);
+            quote!(self.#f)
+        }
+        Value::Tensor(t) => {
+            let n = live_bytes(m, cond, t);
+            let bytes = match layout.homes[cond] {
+                Home::Arena { offset } => {
+                    let o = lit(offset);
+                    quote!(&self.arena.0[#o..#o + n])
+                }
+                Home::Data { source, offset } => {
+                    let d = data_ident(source);
+                    let o = lit(offset);
+                    quote!(&#d.0[#o..#o + n])
+                }
+                Home::None => quote!(&[]),
+            };
+            quote! {{
+                let n = #n;
+                let bytes: &[u8] = #bytes;
+                ::ptec_runtime::mem::check_bools(bytes, #cond).map_err(|_| ::ptec_runtime::Error::BadCondition { instruction: #ins })?;
+                bytes.iter().all(|&b| b != 0)
+            }}
+        }
+        _ => quote!(false),
+    }
+}
+
+fn set_input_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: usize) -> TokenStream {
+    let kl = lit(k);
+    match &m.values[vi] {
+        Value::Tensor(t) => {
+            let dtype = dtype_tokens(t.dtype);
+            let order = &t.dim_order;
+            let es = lit(t.dtype.element_size());
+            let Home::Arena { offset } = layout.homes[vi] else {
+                return quote!(#kl => Err(::ptec_runtime::Error::WrongTag { index: #kl, expected: ::ptec_runtime::Tag::Tensor, got: value.tag() }),);
+            };
+            let off = lit(offset);
+            let sizes_check = if t.dynamism == Dynamism::Static {
+                let s = usize_slice(&t.sizes);
+                quote! { if t.sizes != #s { return Err(::ptec_runtime::Error::WrongSizes { index: #kl }); } }
+            } else {
+                let f = sizes_field(vi);
+                let b = usize_slice(&t.sizes);
+                quote! {
+                    let bound: &[usize] = #b;
+                    if t.sizes.len() != bound.len() || t.sizes.iter().zip(bound).any(|(s, b)| s > b) {
+                        return Err(::ptec_runtime::Error::WrongSizes { index: #kl });
+                    }
+                    self.#f.copy_from_slice(t.sizes);
+                }
+            };
+            let bool_check = if t.dtype == ScalarType::Bool {
+                quote!(::ptec_runtime::mem::check_bools(t.data, #kl)?;)
+            } else {
+                quote!()
+            };
+            quote! {
+                #kl => {
+                    let t = match value {
+                        ::ptec_runtime::Value::Tensor(t) => t,
+                        other => return Err(::ptec_runtime::Error::WrongTag { index: #kl, expected: ::ptec_runtime::Tag::Tensor, got: other.tag() }),
+                    };
+                    if t.dtype != #dtype {
+                        return Err(::ptec_runtime::Error::WrongDtype { index: #kl, expected: #dtype, got: t.dtype });
+                    }
+                    if t.dim_order != [#(#order),*] {
+                        return Err(::ptec_runtime::Error::WrongDimOrder { index: #kl });
+                    }
+                    let n = t.sizes.iter().product::<usize>() * #es;
+                    if t.data.len() != n {
+                        return Err(::ptec_runtime::Error::WrongDataLength { index: #kl, expected: n, got: t.data.len() });
+                    }
+                    #bool_check
+                    #sizes_check
+                    self.arena.0[#off..#off + n].copy_from_slice(t.data);
+                    Ok(())
+                }
+            }
+        }
+        v if rt[vi] => {
+            let f = scalar_field(vi);
+            let (pat, tag) = match v {
+                Value::Int(_) => (quote!(::ptec_runtime::Value::Int(x)), quote!(::ptec_runtime::Tag::Int)),
+                Value::Double(_) => (quote!(::ptec_runtime::Value::Double(x)), quote!(::ptec_runtime::Tag::Double)),
+                _ => (quote!(::ptec_runtime::Value::Bool(x)), quote!(::ptec_runtime::Tag::Bool)),
+            };
+            quote! {
+                #kl => match value {
+                    #pat => { self.#f = x; Ok(()) }
+                    other => Err(::ptec_runtime::Error::WrongTag { index: #kl, expected: #tag, got: other.tag() }),
+                },
+            }
+        }
+        _ => quote!(#kl => match value { ::ptec_runtime::Value::None => Ok(()), other => Err(::ptec_runtime::Error::WrongTag { index: #kl, expected: ::ptec_runtime::Tag::None, got: other.tag() }) },),
+    }
+}
+
+fn output_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: usize, ctx: &Ctx<'_>) -> TokenStream {
+    let kl = lit(k);
+    let v = &m.values[vi];
+    match v {
+        Value::Tensor(t) => {
+            let dtype = dtype_tokens(t.dtype);
+            let order = &t.dim_order;
+            let sizes = if t.dynamism != Dynamism::Static {
+                let f = sizes_field(vi);
+                quote!(&self.#f[..])
+            } else {
+                usize_slice(&t.sizes)
+            };
+            let n = live_bytes(m, vi, t);
+            let data = match layout.homes[vi] {
+                Home::Arena { offset } => {
+                    let o = lit(offset);
+                    quote!(&self.arena.0[#o..#o + #n])
+                }
+                Home::Data { source, offset } => {
+                    let d = ctx.data_ident(source);
+                    let o = lit(offset);
+                    quote!(&#d.0[#o..#o + #n])
+                }
+                Home::None => quote!(&[]),
+            };
+            quote! {
+                #kl => Ok(::ptec_runtime::Value::Tensor(::ptec_runtime::TensorRef {
+                    dtype: #dtype,
+                    sizes: #sizes,
+                    dim_order: &[#(#order),*],
+                    data: #data,
+                })),
+            }
+        }
+        Value::Int(_) | Value::Double(_) | Value::Bool(_) => {
+            let expr = if rt[vi] {
+                let f = scalar_field(vi);
+                quote!(self.#f)
+            } else {
+                scalar_lit(v)
+            };
+            let ctor = match v {
+                Value::Int(_) => quote!(Int),
+                Value::Double(_) => quote!(Double),
+                _ => quote!(Bool),
+            };
+            quote!(#kl => Ok(::ptec_runtime::Value::#ctor(#expr)),)
+        }
+        _ => quote!(#kl => Ok(::ptec_runtime::Value::None),),
+    }
+}
+
+/// The typed function of a method: inputs and outputs as arrays whose dtype
+/// and shape rustc checks (`TensorRef` for dynamic and bool tensors).
+fn typed_fn(
+    m: &Method,
+    layout: &MethodLayout,
+    rt: &[bool],
+    index: usize,
+    mident: &str,
+    field: &Ident,
+    ctx: &Ctx<'_>,
+) -> TokenStream {
+    let fname = format_ident!("{}", mident);
+    let mut params = Vec::new();
+    let mut sets = Vec::new();
+    for (k, &vi) in m.inputs.iter().enumerate() {
+        let p = format_ident!("input{}", k);
+        let kl = lit(k);
+        match &m.values[vi] {
+            Value::Tensor(t) => match (typed_array(t), layout.homes[vi]) {
+                (Some(ty), Home::Arena { offset }) => {
+                    let (o, n) = (lit(offset), lit(t.nbytes()));
+                    params.push(quote!(#p: &#ty));
+                    sets.push(quote! { self.#field.arena.0[#o..#o + #n].copy_from_slice(::ptec_runtime::bytes_of(#p)); });
+                }
+                _ => {
+                    params.push(quote!(#p: ::ptec_runtime::TensorRef<'_>));
+                    sets.push(quote! { self.#field.set_input(#kl, ::ptec_runtime::Value::Tensor(#p))?; });
+                }
+            },
+            v if rt[vi] => {
+                let ty = scalar_ty(v).expect("scalar");
+                let f = scalar_field(vi);
+                params.push(quote!(#p: #ty));
+                sets.push(quote! { self.#field.#f = #p; });
+            }
+            _ => {}
+        }
+    }
+    let mut out_tys = Vec::new();
+    let mut out_exprs = Vec::new();
+    for (k, &vi) in m.outputs.iter().enumerate() {
+        let kl = lit(k);
+        match &m.values[vi] {
+            Value::Tensor(t) => match typed_array(t) {
+                Some(ty) => {
+                    let n = lit(t.nbytes());
+                    let bytes = match layout.homes[vi] {
+                        Home::Arena { offset } => {
+                            let o = lit(offset);
+                            quote!(&self.#field.arena.0[#o..#o + #n])
+                        }
+                        Home::Data { source, offset } => {
+                            let d = ctx.data_ident(source);
+                            let o = lit(offset);
+                            quote!(&#d.0[#o..#o + #n])
+                        }
+                        Home::None => quote!(&[]),
+                    };
+                    out_tys.push(quote!(&#ty));
+                    out_exprs.push(quote!(::ptec_runtime::from_bytes::<#ty>(#bytes)?));
+                }
+                None => {
+                    out_tys.push(quote!(::ptec_runtime::TensorRef<'_>));
+                    out_exprs.push(quote! {
+                        match self.#field.output(#kl)? {
+                            ::ptec_runtime::Value::Tensor(t) => t,
+                            _ => return Err(::ptec_runtime::Error::NotATensor { index: #kl }),
+                        }
+                    });
+                }
+            },
+            v @ (Value::Int(_) | Value::Double(_) | Value::Bool(_)) => {
+                out_tys.push(scalar_ty(v).expect("scalar"));
+                if rt[vi] {
+                    let f = scalar_field(vi);
+                    out_exprs.push(quote!(self.#field.#f));
+                } else {
+                    out_exprs.push(scalar_lit(v));
+                }
+            }
+            _ => {
+                out_tys.push(quote!(()));
+                out_exprs.push(quote!(()));
+            }
+        }
+    }
+    let (ret_ty, ret) = if out_tys.len() == 1 {
+        (out_tys[0].clone(), out_exprs[0].clone())
+    } else {
+        (quote!((#(#out_tys),*)), quote!((#(#out_exprs),*)))
+    };
+    let doc = format!(
+        " Runs method `{}` (method {index}): sets the inputs, executes and returns the outputs.",
+        m.name
+    );
+    let takes_mut = !m.instructions.is_empty() || !sets.is_empty();
+    let recv = if takes_mut { quote!(&mut self) } else { quote!(&self) };
+    let exec = if m.instructions.is_empty() { quote!() } else { quote!(self.#field.execute()?;) };
+    quote! {
+        #[doc = #doc]
+        #[allow(clippy::all, unused_parens)]
+        pub fn #fname(#recv, #(#params),*) -> ::core::result::Result<#ret_ty, ::ptec_runtime::Error> {
+            #(#sets)*
+            #exec
+            Ok(#ret)
+        }
+    }
+}

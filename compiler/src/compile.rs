@@ -1,0 +1,39 @@
+//! The one entry point of the three front ends: file bytes in, Rust out.
+use crate::codegen::{generate, to_source, Options};
+use crate::error::{ErrorKind, Errors, Location, Result};
+use crate::load::load;
+use proc_macro2::TokenStream;
+
+/// Reads, verifies and compiles a program (`.pte`, or the program of a
+/// `.bp`/`.bpte` bundle) to tokens. `data` are the bytes of the `.ptd`
+/// files named in `options.data_paths`.
+pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenStream> {
+    let loaded = load(bytes, data)?;
+    generate(&loaded, bytes, data, options)
+}
+
+/// [`compile`], formatted as a source file with its `@generated` header.
+pub fn compile_to_string(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<String> {
+    let tokens = compile(bytes, data, options)?;
+    to_source(tokens, options, bytes)
+}
+
+/// Reads a file for a front end, with an error that names it.
+pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        Errors::one(ErrorKind::Io { path: path.display().to_string(), detail: e.to_string() }, Location::default())
+    })
+}
+
+/// Writes `contents` to `path` unless it already holds exactly that, so
+/// build systems do not see a change (and rebuild) for nothing.
+pub fn write_if_changed(path: &std::path::Path, contents: &str) -> std::io::Result<bool> {
+    if std::fs::read(path).is_ok_and(|old| old == contents.as_bytes()) {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, contents)?;
+    Ok(true)
+}

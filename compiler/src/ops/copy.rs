@@ -1,0 +1,90 @@
+//! Copies and casts: `_to_dim_order_copy`, `_clone_dim_order`, `clone`,
+//! `_to_copy`, `copy_`, `copy`.
+use super::elementwise::{compute_type, convert, emit_map};
+use super::*;
+
+pub const OPS: &[(&str, Emitter)] = &[
+    ("dim_order_ops::_to_dim_order_copy.out", to_dim_order_copy),
+    ("dim_order_ops::_clone_dim_order.out", clone_dim_order),
+    ("aten::clone.out", clone),
+    ("aten::_to_copy.out", to_copy),
+    ("aten::copy_", copy_inplace),
+    ("aten::copy.out", copy_out),
+];
+
+/// Copies `x` into `out` converting dtype and dim order.
+pub fn emit_convert(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg) -> Result<TokenStream, String> {
+    if !x.dynamic {
+        require_sizes(out, &x.sizes)?;
+    }
+    if x.dim_order == out.dim_order {
+        // Same layout: an element-wise cast (or plain copy).
+        let c = x.dtype;
+        let mut xs = x.clone();
+        let mut os = out.clone();
+        // The layout is shared, so treat both as contiguous in memory order.
+        xs.contiguous = true;
+        os.contiguous = true;
+        if !x.contiguous {
+            let perm: Vec<usize> = x.dim_order.iter().map(|&d| x.sizes[d as usize]).collect();
+            xs.sizes = perm.clone();
+            os.sizes = perm;
+        }
+        return emit_map(ctx, &[&xs], &os, &[c], c, quote!(a), false);
+    }
+    if x.dynamic || out.dynamic {
+        return Err("changing the dim order of a dynamic tensor is not supported".into());
+    }
+    let (xi, s1) = ctx.read(x)?;
+    let (o, s2) = ctx.write(out)?;
+    let sizes = usize_slice(&x.sizes);
+    let so = usize_slice(&x.dim_order.iter().map(|&d| d as usize).collect::<Vec<_>>());
+    let doo = usize_slice(&out.dim_order.iter().map(|&d| d as usize).collect::<Vec<_>>());
+    let ty = rust_type(x.dtype).expect("dtype");
+    let conv = convert(quote!(a), x.dtype, compute_type(x.dtype));
+    let conv = convert(conv, compute_type(x.dtype), out.dtype);
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::shape::to_dim_order(#xi, #sizes, #so, #doo, #o, |a: #ty| #conv); })
+}
+
+/// `_to_dim_order_copy.out(self, *, non_blocking, dim_order?, out)`.
+fn to_dim_order_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(5)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(3)?);
+    emit_convert(ctx, &x, &out)
+}
+
+/// `_clone_dim_order.out(self, *, non_blocking, dim_order?, out)`.
+fn clone_dim_order(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    to_dim_order_copy(ctx)
+}
+
+/// `clone.out(self, *, memory_format?, out)`.
+fn clone(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(2)?);
+    emit_convert(ctx, &x, &out)
+}
+
+/// `_to_copy.out(self, *, non_blocking, memory_format?, out)`.
+fn to_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(5)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(3)?);
+    emit_convert(ctx, &x, &out)
+}
+
+/// `copy_(self, src, non_blocking) -> self`: writes `src` (broadcast) into
+/// `self`.
+fn copy_inplace(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (dst, src) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    let c = compute_type(src.dtype);
+    emit_map(ctx, &[&src], &dst, &[c], c, quote!(a), false)
+}
+
+/// `copy.out(self, src, non_blocking, out)`: `out` = `src` broadcast to `self`'s shape.
+fn copy_out(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(5)?;
+    let (src, out) = (ctx.tensor(1)?, ctx.tensor(3)?);
+    let c = compute_type(src.dtype);
+    emit_map(ctx, &[&src], &out, &[c], c, quote!(a), false)
+}

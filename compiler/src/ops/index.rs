@@ -1,0 +1,4 @@
+//! (being written)
+use super::*;
+
+pub const OPS: &[(&str, Emitter)] = &[];

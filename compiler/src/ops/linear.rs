@@ -1,0 +1,144 @@
+//! Matrix products: `addmm`, `mm`, `bmm`, `linear`.
+use super::*;
+
+pub const OPS: &[(&str, Emitter)] = &[
+    ("aten::addmm.out", addmm),
+    ("aten::mm.out", mm),
+    ("aten::bmm.out", bmm),
+    ("aten::linear.out", linear),
+];
+
+fn float_same(ts: &[&TArg]) -> Result<(), String> {
+    require_contiguous(ts)?;
+    for t in ts {
+        require_dtype(t, FLOATS)?;
+        if t.dtype != ts[0].dtype {
+            return Err(format!("value {} has dtype {}, value {} has {}", t.value, t.dtype, ts[0].value, ts[0].dtype));
+        }
+    }
+    Ok(())
+}
+
+/// The m, k, n of a product, as literals or run-time expressions.
+fn dims(ctx: &OpCtx<'_>, t: &TArg, i: usize) -> TokenStream {
+    if t.dynamic {
+        let s = ctx.sizes(t);
+        quote!((#s)[#i])
+    } else {
+        lit(t.sizes[i])
+    }
+}
+
+fn scratch(ctx: &mut OpCtx<'_>, m: &TokenStream, n: &TokenStream, k: &TokenStream, max: (usize, usize, usize)) -> (Ident, TokenStream) {
+    let max_len = ptec_runtime::kernels::linear::gemm_scratch_len(max.0, max.1, max.2);
+    ctx.scratch_f32(quote!(::ptec_runtime::kernels::linear::gemm_scratch_len(#m, #n, #k)), max_len)
+}
+
+/// `addmm.out(self, mat1, mat2, *, beta=1, alpha=1, out)`.
+fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(7)?;
+    let (bias, a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(5)?);
+    let beta = ctx.opt_double(3)?.unwrap_or(1.0);
+    let alpha = ctx.opt_double(4)?.unwrap_or(1.0);
+    float_same(&[&bias, &a, &b, &out])?;
+    if a.rank() != 2 || b.rank() != 2 || out.rank() != 2 {
+        return Err("addmm takes 2-d matrices".into());
+    }
+    if !a.dynamic && !b.dynamic {
+        let want = ptec_runtime::kernels::linear::addmm_output_sizes(&bias.sizes, &a.sizes, &b.sizes)
+            .ok_or_else(|| format!("sizes {:?} + {:?} @ {:?} do not fit", bias.sizes, a.sizes, b.sizes))?;
+        require_sizes(&out, &want)?;
+    } else if a.sizes[1] != b.sizes[0] || b.dynamic {
+        return Err("addmm with a dynamic inner or right dimension is not supported".into());
+    }
+    let (m, k, n) = (dims(ctx, &a, 0), lit(a.sizes[1]), lit(b.sizes[1]));
+    let mut stmts = Vec::new();
+    if out.dynamic {
+        stmts.push(ctx.set_sizes(&out, quote!(&[#m, #n])));
+    }
+    let bsizes = ctx.sizes(&bias);
+    let (bi, s1) = ctx.read(&bias)?;
+    let (ai, s2) = ctx.read(&a)?;
+    let (bb, s3) = ctx.read(&b)?;
+    let (o, s4) = ctx.write(&out)?;
+    let (sc, s5) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]));
+    stmts.extend([s1, s2, s3, s4, s5]);
+    let (beta, alpha) = (f64_lit(beta), f64_lit(alpha));
+    stmts.push(ctx.kernel_result(quote!(::ptec_runtime::kernels::linear::addmm(#bi, #bsizes, #ai, #bb, #m, #k, #n, #beta, #alpha, #o, #sc))));
+    Ok(quote!(#(#stmts)*))
+}
+
+/// `mm.out(self, mat2, out)`.
+fn mm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
+    float_same(&[&a, &b, &out])?;
+    if a.rank() != 2 || b.rank() != 2 || a.sizes[1] != b.sizes[0] || b.dynamic {
+        return Err(format!("mm of {:?} and {:?}", a.sizes, b.sizes));
+    }
+    require_sizes(&out, &[a.sizes[0], b.sizes[1]])?;
+    let (m, k, n) = (dims(ctx, &a, 0), lit(a.sizes[1]), lit(b.sizes[1]));
+    let mut stmts = vec![ctx.set_sizes(&out, quote!(&[#m, #n]))];
+    let (ai, s1) = ctx.read(&a)?;
+    let (bb, s2) = ctx.read(&b)?;
+    let (o, s3) = ctx.write(&out)?;
+    let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]));
+    stmts.extend([s1, s2, s3, s4]);
+    stmts.push(quote!(::ptec_runtime::kernels::linear::mm(#ai, #bb, #m, #k, #n, #o, #sc);));
+    Ok(quote!(#(#stmts)*))
+}
+
+/// `bmm.out(self, mat2, out)`.
+fn bmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
+    float_same(&[&a, &b, &out])?;
+    if a.dynamic || b.dynamic || out.dynamic {
+        return Err("bmm with dynamic shapes is not supported".into());
+    }
+    let want = ptec_runtime::kernels::linear::bmm_output_sizes(&a.sizes, &b.sizes)
+        .ok_or_else(|| format!("bmm of {:?} and {:?}", a.sizes, b.sizes))?;
+    require_sizes(&out, &want)?;
+    let (bs, m, k, n) = (lit(a.sizes[0]), lit(a.sizes[1]), lit(a.sizes[2]), lit(b.sizes[2]));
+    let (ai, s1) = ctx.read(&a)?;
+    let (bb, s2) = ctx.read(&b)?;
+    let (o, s3) = ctx.write(&out)?;
+    let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[1], b.sizes[2], a.sizes[2]));
+    Ok(quote! { #s1 #s2 #s3 #s4 ::ptec_runtime::kernels::linear::bmm(#ai, #bb, #bs, #m, #k, #n, #o, #sc); })
+}
+
+/// `linear.out(input, weight, bias=None, out)`: `input[..., k] @ weight[n, k]^T + bias`.
+fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(5)?;
+    let (x, w, bias, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.opt_tensor(2)?, ctx.tensor(3)?);
+    let mut all = vec![&x, &w, &out];
+    if let Some(b) = &bias {
+        all.push(b);
+    }
+    float_same(&all)?;
+    if x.dynamic || out.dynamic || w.rank() != 2 || x.rank() == 0 {
+        return Err("linear needs a static input of rank >= 1 and a 2-d weight".into());
+    }
+    let k = *x.sizes.last().unwrap_or(&0);
+    if w.sizes[1] != k {
+        return Err(format!("linear of {:?} with weight {:?}", x.sizes, w.sizes));
+    }
+    let n = w.sizes[0];
+    let m = x.numel() / k.max(1);
+    let mut want = x.sizes.clone();
+    *want.last_mut().expect("rank >= 1") = n;
+    require_sizes(&out, &want)?;
+    let (ml, kl, nl) = (lit(m), lit(k), lit(n));
+    let (xi, s1) = ctx.read(&x)?;
+    let (wi, s2) = ctx.read(&w)?;
+    let (o, s3) = ctx.write(&out)?;
+    let (bexpr, s4) = match &bias {
+        Some(b) => {
+            let (bi, s) = ctx.read(b)?;
+            (quote!(Some(#bi)), s)
+        }
+        None => (quote!(None), quote!()),
+    };
+    let (sc, s5) = scratch(ctx, &ml, &nl, &kl, (m, n, k));
+    Ok(quote! { #s1 #s2 #s3 #s4 #s5 ::ptec_runtime::kernels::linear::linear(#xi, #wi, #bexpr, #ml, #kl, #nl, #o, #sc); })
+}
