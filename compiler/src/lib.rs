@@ -13,6 +13,7 @@ pub mod codegen;
 mod compile;
 pub mod container;
 pub mod error;
+mod frontend;
 pub mod inspect;
 pub mod ir;
 pub mod load;
@@ -24,6 +25,7 @@ pub mod verify;
 pub use error::{Diagnostic, ErrorKind, Errors, Location};
 pub use codegen::Options;
 pub use compile::{compile, compile_to_string, read_file, write_if_changed};
+pub use frontend::{compile_path, expand_macro, Builder};
 pub use load::{load, Loaded};
 
 /// The version of ptec, written into generated code.

@@ -1,1 +1,25 @@
+//! `include_pte!`: compile an ExecuTorch program into Rust items at build
+//! time.
+//!
+//! ```ignore
+//! mod mlp {
+//!     ptec_macros::include_pte!("models/mlp.pte");
+//! }
+//! let mut model = mlp::Mlp::new();
+//! let probs = model.forward(&input)?;
+//! ```
+//!
+//! The path is relative to the crate's `CARGO_MANIFEST_DIR`. Optional
+//! arguments: `name = Ident` (the struct's name), `data = ["w.ptd"]`
+//! (external tensor data), `tests` with `rtol = f` / `atol = f` (for a
+//! bundle: generate its test cases). Every error is a compile error on the
+//! path literal. The program is embedded with `include_bytes!`, so Cargo
+//! rebuilds when it changes. The generated code needs the `ptec-runtime`
+//! crate as a dependency.
+use proc_macro::TokenStream;
 
+#[proc_macro]
+pub fn include_pte(input: TokenStream) -> TokenStream {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_default();
+    ptec::expand_macro(input.into(), &dir).into()
+}

@@ -1,0 +1,165 @@
+//! What the `include_pte!` macro and build scripts call: argument parsing
+//! and path resolution around [`compile`](crate::compile), so every front end
+//! generates the same code for the same file.
+use crate::codegen::Options;
+use crate::compile::{compile, compile_to_string, read_file, write_if_changed};
+use crate::error::Errors;
+use proc_macro2::{Span, TokenStream};
+use std::path::{Path, PathBuf};
+
+/// Compiles `file` (with `.ptd` files `data`) for embedding from anywhere:
+/// paths in the generated `include_bytes!` are absolute.
+pub fn compile_path(file: &Path, data: &[PathBuf], name: Option<&str>, tests: Option<(f64, f64)>) -> Result<(TokenStream, String, Options), Errors> {
+    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let bytes = read_file(file)?;
+    let datas = data.iter().map(|d| read_file(d)).collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
+    let mut options = Options::new(abs(file).display().to_string());
+    options.data_paths = data.iter().map(|d| abs(d).display().to_string()).collect();
+    options.struct_name = name.map(str::to_string);
+    options.tests = tests;
+    let tokens = compile(&bytes, &refs, &options)?;
+    let source = compile_to_string(&bytes, &refs, &options)?;
+    Ok((tokens, source, options))
+}
+
+/// Arguments of `include_pte!("model.pte", name = Model, data = ["w.ptd"], tests, rtol = 1e-4, atol = 1e-5)`.
+struct MacroArgs {
+    path: syn::LitStr,
+    name: Option<String>,
+    data: Vec<syn::LitStr>,
+    tests: bool,
+    rtol: f64,
+    atol: f64,
+}
+
+impl syn::parse::Parse for MacroArgs {
+    fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
+        let path: syn::LitStr = input.parse()?;
+        let mut args = MacroArgs { path, name: None, data: Vec::new(), tests: false, rtol: 1e-4, atol: 1e-5 };
+        while input.parse::<syn::Token![,]>().is_ok() {
+            if input.is_empty() {
+                break;
+            }
+            let key: syn::Ident = input.parse()?;
+            match key.to_string().as_str() {
+                "tests" => args.tests = true,
+                "name" => {
+                    input.parse::<syn::Token![=]>()?;
+                    let id: syn::Ident = input.parse()?;
+                    args.name = Some(id.to_string());
+                }
+                "data" => {
+                    input.parse::<syn::Token![=]>()?;
+                    let content;
+                    syn::bracketed!(content in input);
+                    let list = content.parse_terminated(|p| p.parse::<syn::LitStr>(), syn::Token![,])?;
+                    args.data = list.into_iter().collect();
+                }
+                "rtol" | "atol" => {
+                    input.parse::<syn::Token![=]>()?;
+                    let v: syn::LitFloat = input.parse()?;
+                    let v: f64 = v.base10_parse()?;
+                    if key == "rtol" {
+                        args.rtol = v;
+                    } else {
+                        args.atol = v;
+                    }
+                }
+                other => {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        format!("unknown argument `{other}`: expected `name = Ident`, `data = [\"file.ptd\"]`, `tests`, `rtol = f`, `atol = f`"),
+                    ))
+                }
+            }
+        }
+        Ok(args)
+    }
+}
+
+/// The expansion of `include_pte!`: paths relative to `manifest_dir`; every
+/// error becomes a `compile_error!` on the path literal.
+pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
+    let args: MacroArgs = match syn::parse2(input) {
+        Ok(a) => a,
+        Err(e) => return e.to_compile_error(),
+    };
+    let span: Span = args.path.span();
+    let file = manifest_dir.join(args.path.value());
+    let data: Vec<PathBuf> = args.data.iter().map(|d| manifest_dir.join(d.value())).collect();
+    if !file.exists() {
+        return syn::Error::new(span, format!("cannot read `{}`: no such file (paths are relative to CARGO_MANIFEST_DIR, {})", args.path.value(), manifest_dir.display()))
+            .to_compile_error();
+    }
+    match compile_path(&file, &data, args.name.as_deref(), args.tests.then_some((args.rtol, args.atol))) {
+        Ok((tokens, _, _)) => tokens,
+        Err(e) => syn::Error::new(span, format!("ptec: {}: {e}", args.path.value())).to_compile_error(),
+    }
+}
+
+/// Build-script front end: compiles a program into `OUT_DIR`, rewriting the
+/// file only when its contents change.
+///
+/// ```no_run
+/// // build.rs
+/// ptec::Builder::new("models/mlp.pte").name("Mlp").generate("mlp.rs").unwrap();
+/// // src/lib.rs: mod mlp { include!(concat!(env!("OUT_DIR"), "/mlp.rs")); }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    file: PathBuf,
+    data: Vec<PathBuf>,
+    name: Option<String>,
+    tests: Option<(f64, f64)>,
+    out_dir: Option<PathBuf>,
+}
+
+impl Builder {
+    /// A program or bundle, relative to the current directory (a build
+    /// script runs in its package's directory).
+    pub fn new(file: impl Into<PathBuf>) -> Self {
+        Builder { file: file.into(), data: Vec::new(), name: None, tests: None, out_dir: None }
+    }
+
+    /// A `.ptd` file the program refers to.
+    pub fn data(mut self, file: impl Into<PathBuf>) -> Self {
+        self.data.push(file.into());
+        self
+    }
+
+    /// The name of the generated struct.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Also generate the bundle's test cases with these tolerances.
+    pub fn tests(mut self, rtol: f64, atol: f64) -> Self {
+        self.tests = Some((rtol, atol));
+        self
+    }
+
+    /// Write into `dir` instead of `OUT_DIR`.
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Generates `file_name` in the output directory; returns its path.
+    pub fn generate(&self, file_name: &str) -> Result<PathBuf, String> {
+        let dir = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set: call Builder::generate from a build script, or set out_dir")?),
+        };
+        println!("cargo:rerun-if-changed={}", self.file.display());
+        for d in &self.data {
+            println!("cargo:rerun-if-changed={}", d.display());
+        }
+        let (_, source, _) = compile_path(&self.file, &self.data, self.name.as_deref(), self.tests)
+            .map_err(|e| format!("{}: {e}", self.file.display()))?;
+        let path = dir.join(file_name);
+        write_if_changed(&path, &source).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    }
+}

@@ -1,0 +1,62 @@
+//! Compiles the repo's fixtures (and, when `../../shared/corpus` is there,
+//! the end-to-end corpus cases) through the build-script front end,
+//! `ptec::Builder`, with their bundled test cases. A program ptec cannot
+//! compile becomes a module whose only test fails with the compiler's
+//! message, so nothing is silently skipped.
+use std::path::{Path, PathBuf};
+
+/// The cases every front end must pass: (name, file, .ptd, rtol, atol).
+const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
+    ("mlp", "fixtures/mlp.bpte", None, 1e-4, 1e-5),
+    ("mlp_bp04", "fixtures/mlp_bp04.bp", None, 1e-4, 1e-5),
+    ("cond", "fixtures/cond.bpte", None, 1e-4, 1e-5),
+    ("multi_method", "fixtures/multi_method.bpte", None, 1e-4, 1e-5),
+    ("multi_method_bp04", "fixtures/multi_method_bp04.bp", None, 1e-4, 1e-5),
+    ("kv_cache", "fixtures/kv_cache.bpte", None, 1e-4, 1e-5),
+    ("dynamic", "fixtures/dynamic.bpte", None, 1e-4, 1e-5),
+    ("stacktrace", "fixtures/stacktrace.bpte", None, 1e-4, 1e-5),
+    ("external_weights", "fixtures/external_weights.bpte", Some("fixtures/external_weights.ptd"), 1e-4, 1e-5),
+    ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
+];
+
+/// Corpus cases of the code-generation issue.
+pub const CORPUS: &[&str] = &["mlp", "conv_net", "cond", "multi_method", "kv_cache", "dynamic"];
+
+fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, out: &Path) {
+    let mut b = ptec::Builder::new(file).name("Program").tests(rtol, atol).out_dir(out);
+    if let Some(d) = data {
+        b = b.data(d);
+    }
+    if let Err(e) = b.generate(&format!("{name}.rs")) {
+        let msg = format!("{e}");
+        std::fs::write(
+            out.join(format!("{name}.rs")),
+            format!("#[test]\nfn not_compiled() {{\n    panic!(\"ptec could not compile {name}: {{}}\", {msg:?});\n}}\n"),
+        )
+        .expect("write OUT_DIR");
+        println!("cargo:warning=ptec could not compile {name}: {}", msg.lines().next().unwrap_or(""));
+    }
+}
+
+fn main() {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+    for (name, file, data, rtol, atol) in FIXTURES {
+        generate(&format!("fixture_{name}"), Path::new(file), data.map(Path::new), *rtol, *atol, &out);
+    }
+    let corpus = Path::new("../../shared/corpus");
+    println!("cargo:rerun-if-changed={}", corpus.display());
+    if corpus.join("manifest.json").exists() {
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(corpus.join("manifest.json")).expect("manifest")).expect("manifest JSON");
+        for name in CORPUS {
+            let case = &manifest["cases"][name];
+            let rtol = case["rtol"].as_f64().unwrap_or(1e-4);
+            let atol = case["atol"].as_f64().unwrap_or(1e-5);
+            let file = corpus.join(case["bpte"].as_str().unwrap_or_default());
+            generate(&format!("corpus_{name}"), &file, None, rtol, atol, &out);
+        }
+        println!("cargo:rustc-cfg=ptec_corpus");
+    } else {
+        println!("cargo:warning=no corpus at {}: corpus cases are skipped", corpus.display());
+    }
+}

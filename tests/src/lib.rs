@@ -1,0 +1,1 @@
+//! End-to-end tests of ptec live in `tests/`; see `build.rs`.

@@ -1,0 +1,99 @@
+//! The same programs through `include_pte!`, run against their bundles.
+macro_rules! via_macro {
+    ($($name:ident => ($($arg:tt)*))*) => {$(
+        #[allow(dead_code)]
+        mod $name {
+            ptec_macros::include_pte!($($arg)*);
+        }
+    )*};
+}
+
+via_macro! {
+    mlp => ("fixtures/mlp.bpte", name = Program, tests)
+    mlp_bp04 => ("fixtures/mlp_bp04.bp", name = Program, tests)
+    cond => ("fixtures/cond.bpte", name = Program, tests)
+    multi_method => ("fixtures/multi_method.bpte", name = Program, tests)
+    dynamic => ("fixtures/dynamic.bpte", name = Program, tests)
+    stacktrace => ("fixtures/stacktrace.bpte", name = Program, tests)
+    external_weights => ("fixtures/external_weights.bpte", name = Program, data = ["fixtures/external_weights.ptd"], tests)
+}
+
+#[cfg(ptec_corpus)]
+via_macro! {
+    corpus_mlp => ("../../shared/corpus/mlp.bpte", name = Program, tests)
+    corpus_cond => ("../../shared/corpus/cond.bpte", name = Program, tests)
+    corpus_multi_method => ("../../shared/corpus/multi_method.bpte", name = Program, tests)
+    corpus_dynamic => ("../../shared/corpus/dynamic.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-5)
+}
+
+/// Constant methods return their values through the typed API.
+#[test]
+fn constant_methods() {
+    let m = multi_method::Program::new();
+    assert_eq!(m.get_latent_dim().unwrap(), 3);
+    assert_eq!(m.get_scale().unwrap(), 0.5);
+    assert!(!m.uses_cache().unwrap());
+}
+
+/// The typed API of a static program: arrays in, arrays out, equal to the
+/// dynamic interface's view of the same outputs.
+#[test]
+fn typed_and_dynamic_interfaces_agree() {
+    use ptec_runtime::Model;
+    let mut m = mlp::Program::boxed();
+    let x: [[f32; 16]; 4] = core::array::from_fn(|r| core::array::from_fn(|c| (r * 16 + c) as f32 / 64.0 - 0.5));
+    let typed = *m.forward(&x).unwrap();
+    for row in &typed {
+        let s: f32 = row.iter().sum();
+        assert!((s - 1.0).abs() < 1e-5, "softmax rows sum to 1, got {s}");
+    }
+    let meta = &m.methods()[0];
+    assert_eq!(meta.name, "forward");
+    assert_eq!(meta.input_tensor_meta(0).unwrap().sizes, &[4, 16]);
+    let sizes = [4usize, 16];
+    let flat: Vec<f32> = x.iter().flatten().copied().collect();
+    m.set_input(0, 0, ptec_runtime::Value::Tensor(ptec_runtime::TensorRef::from_slice(&sizes, &flat))).unwrap();
+    m.execute(0).unwrap();
+    let out = m.output(0, 0).unwrap();
+    let got = out.as_tensor().unwrap().as_slice::<f32>().unwrap();
+    assert_eq!(got, typed.iter().flatten().copied().collect::<Vec<_>>().as_slice());
+}
+
+/// Wrong inputs are errors, not panics.
+#[test]
+fn bad_inputs_are_errors() {
+    use ptec_runtime::{Error, Model, ScalarType, TensorRef, Value};
+    let mut m = mlp::Program::boxed();
+    let sizes = [4usize, 15];
+    let data = vec![0f32; 60];
+    assert_eq!(m.set_input(0, 0, Value::Tensor(TensorRef::from_slice(&sizes, &data))), Err(Error::WrongSizes { index: 0 }));
+    let sizes = [4usize, 16];
+    let ints = vec![0i32; 64];
+    assert!(matches!(
+        m.set_input(0, 0, Value::Tensor(TensorRef::from_slice(&sizes, &ints))),
+        Err(Error::WrongDtype { expected: ScalarType::Float, got: ScalarType::Int, .. })
+    ));
+    assert!(matches!(m.set_input(0, 1, Value::Int(1)), Err(Error::IndexOutOfRange { .. })));
+    assert!(matches!(m.execute(7), Err(Error::IndexOutOfRange { .. })));
+    let short = TensorRef { dtype: ScalarType::Float, sizes: &sizes, dim_order: &[0, 1], data: &[0u8; 10] };
+    assert!(matches!(m.set_input(0, 0, Value::Tensor(short)), Err(Error::WrongDataLength { .. })));
+}
+
+/// `step` runs one instruction at a time and ends where `execute` ends.
+#[test]
+fn stepping_matches_execute() {
+    use ptec_runtime::{Model, Step};
+    let mut a = cond::Program::boxed();
+    let mut b = cond::Program::boxed();
+    let x = [[0.5f32; 4]; 3];
+    let y = [[0.25f32; 4]; 3];
+    let want = *a.forward(&x, &y).unwrap();
+    b.forward(&x, &y).unwrap(); // sets the inputs
+    let mut steps = 0;
+    while b.step(0).unwrap() == Step::Continue {
+        steps += 1;
+        assert!(steps < 100);
+    }
+    let got = b.output(0, 0).unwrap();
+    assert_eq!(got.as_tensor().unwrap().as_slice::<f32>().unwrap(), want.iter().flatten().copied().collect::<Vec<_>>().as_slice());
+}
