@@ -15,7 +15,13 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("kv_cache", "fixtures/kv_cache.bpte", None, 1e-4, 1e-5),
     ("dynamic", "fixtures/dynamic.bpte", None, 1e-4, 1e-5),
     ("stacktrace", "fixtures/stacktrace.bpte", None, 1e-4, 1e-5),
-    ("external_weights", "fixtures/external_weights.bpte", Some("fixtures/external_weights.ptd"), 1e-4, 1e-5),
+    (
+        "external_weights",
+        "fixtures/external_weights.bpte",
+        Some("fixtures/external_weights.ptd"),
+        1e-4,
+        1e-5,
+    ),
     ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
 ];
 
@@ -28,26 +34,39 @@ fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, 
         b = b.data(d);
     }
     if let Err(e) = b.generate(&format!("{name}.rs")) {
-        let msg = format!("{e}");
+        let msg = e.to_string();
         std::fs::write(
             out.join(format!("{name}.rs")),
-            format!("#[test]\nfn not_compiled() {{\n    panic!(\"ptec could not compile {name}: {{}}\", {msg:?});\n}}\n"),
+            format!(
+                "#[test]\nfn not_compiled() {{\n    panic!(\"ptec could not compile {name}: {{}}\", {msg:?});\n}}\n"
+            ),
         )
         .expect("write OUT_DIR");
-        println!("cargo:warning=ptec could not compile {name}: {}", msg.lines().next().unwrap_or(""));
+        println!(
+            "cargo:warning=ptec could not compile {name}: {}",
+            msg.lines().next().unwrap_or("")
+        );
     }
 }
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     for (name, file, data, rtol, atol) in FIXTURES {
-        generate(&format!("fixture_{name}"), Path::new(file), data.map(Path::new), *rtol, *atol, &out);
+        generate(
+            &format!("fixture_{name}"),
+            Path::new(file),
+            data.map(Path::new),
+            *rtol,
+            *atol,
+            &out,
+        );
     }
     let corpus = Path::new("../../shared/corpus");
     println!("cargo:rerun-if-changed={}", corpus.display());
     if corpus.join("manifest.json").exists() {
         let manifest: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(corpus.join("manifest.json")).expect("manifest")).expect("manifest JSON");
+            serde_json::from_slice(&std::fs::read(corpus.join("manifest.json")).expect("manifest"))
+                .expect("manifest JSON");
         for name in CORPUS {
             let case = &manifest["cases"][name];
             let rtol = case["rtol"].as_f64().unwrap_or(1e-4);
@@ -57,6 +76,9 @@ fn main() {
         }
         println!("cargo:rustc-cfg=ptec_corpus");
     } else {
-        println!("cargo:warning=no corpus at {}: corpus cases are skipped", corpus.display());
+        println!(
+            "cargo:warning=no corpus at {}: corpus cases are skipped",
+            corpus.display()
+        );
     }
 }

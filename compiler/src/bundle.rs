@@ -25,7 +25,12 @@ fn tensor_value(
     let mut out_sizes = Vec::new();
     for s in sizes.iter().flat_map(|v| v.iter()) {
         if s < 0 {
-            errors.push(Diagnostic::new(ErrorKind::BadSizes { detail: format!("size {s} is negative") }, at.clone()));
+            errors.push(Diagnostic::new(
+                ErrorKind::BadSizes {
+                    detail: format!("size {s} is negative"),
+                },
+                at.clone(),
+            ));
             return None;
         }
         out_sizes.push(s as usize);
@@ -36,7 +41,10 @@ fn tensor_value(
     if need != Some(bytes.len()) {
         errors.push(Diagnostic::new(
             ErrorKind::BadTestCase {
-                detail: format!("tensor of {out_sizes:?} {dtype} has {} bytes of data, needs {need:?}", bytes.len()),
+                detail: format!(
+                    "tensor of {out_sizes:?} {dtype} has {} bytes of data, needs {need:?}",
+                    bytes.len()
+                ),
             },
             at.clone().offset(offset_in(file, bytes)),
         ));
@@ -50,17 +58,35 @@ fn tensor_value(
         dtype,
         sizes: out_sizes,
         dim_order,
-        data: DataRef { source: DataSource::Program, offset: offset_in(file, bytes), len: bytes.len() },
+        data: DataRef {
+            source: DataSource::Program,
+            offset: offset_in(file, bytes),
+            len: bytes.len(),
+        },
     })
 }
 
 /// Reads a BP08 bundle.
 pub fn read_bp08(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
-    let root = flatbuffers::root_with_opts::<bp08::BundledProgram>(&verifier_options(), file)
-        .map_err(|e| Errors::one(ErrorKind::Flatbuffer { what: "BP08 bundle", detail: e.to_string() }, Location::at_offset(0)))?;
+    let root = flatbuffers::root_with_opts::<bp08::BundledProgram>(&verifier_options(), file).map_err(|e| {
+        Errors::one(
+            ErrorKind::Flatbuffer {
+                what: "BP08 bundle",
+                detail: e.to_string(),
+            },
+            Location::at_offset(0),
+        )
+    })?;
     let program_bytes = root
         .program()
-        .ok_or_else(|| Errors::one(ErrorKind::Missing { what: "bundled program bytes" }, Location::default()))?
+        .ok_or_else(|| {
+            Errors::one(
+                ErrorKind::Missing {
+                    what: "bundled program bytes",
+                },
+                Location::default(),
+            )
+        })?
         .bytes();
     let program = read_program(file, offset_in(file, program_bytes), program_bytes.len(), external)?;
     let mut errors = Vec::new();
@@ -77,14 +103,24 @@ pub fn read_bp08(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
                     use bp08::ValueUnion as U;
                     let tv = match v.val_type() {
                         U::Tensor => v.val_as_tensor().and_then(|t| {
-                            tensor_value(file, t.scalar_type().0, t.sizes(), t.data(), t.dim_order(), &at, &mut errors)
+                            tensor_value(
+                                file,
+                                t.scalar_type().0,
+                                t.sizes(),
+                                t.data(),
+                                t.dim_order(),
+                                &at,
+                                &mut errors,
+                            )
                         }),
                         U::Int => v.val_as_int().map(|x| TestValue::Int(x.int_val())),
                         U::Bool => v.val_as_bool().map(|x| TestValue::Bool(x.bool_val())),
                         U::Double => v.val_as_double().map(|x| TestValue::Double(x.double_val())),
                         other => {
                             errors.push(Diagnostic::new(
-                                ErrorKind::BadTestCase { detail: format!("test case {ci}: value kind {} is unknown", other.0) },
+                                ErrorKind::BadTestCase {
+                                    detail: format!("test case {ci}: value kind {} is unknown", other.0),
+                                },
                                 at.clone(),
                             ));
                             None
@@ -109,11 +145,25 @@ pub fn read_bp08(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
 
 /// Reads a BP04 bundle: `execution_plan_tests[i]` tests method `i`.
 pub fn read_bp04(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
-    let root = flatbuffers::root_with_opts::<bp04::BundledProgram>(&verifier_options(), file)
-        .map_err(|e| Errors::one(ErrorKind::Flatbuffer { what: "BP04 bundle", detail: e.to_string() }, Location::at_offset(0)))?;
+    let root = flatbuffers::root_with_opts::<bp04::BundledProgram>(&verifier_options(), file).map_err(|e| {
+        Errors::one(
+            ErrorKind::Flatbuffer {
+                what: "BP04 bundle",
+                detail: e.to_string(),
+            },
+            Location::at_offset(0),
+        )
+    })?;
     let program_bytes = root
         .program()
-        .ok_or_else(|| Errors::one(ErrorKind::Missing { what: "bundled program bytes" }, Location::default()))?
+        .ok_or_else(|| {
+            Errors::one(
+                ErrorKind::Missing {
+                    what: "bundled program bytes",
+                },
+                Location::default(),
+            )
+        })?
         .bytes();
     let program = read_program(file, offset_in(file, program_bytes), program_bytes.len(), external)?;
     let mut errors = Vec::new();
@@ -122,7 +172,10 @@ pub fn read_bp04(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
         let Some(method) = program.methods.get(pi).map(|m| m.name.clone()) else {
             errors.push(Diagnostic::new(
                 ErrorKind::BadTestCase {
-                    detail: format!("execution_plan_tests[{pi}] has no execution plan (the program has {})", program.methods.len()),
+                    detail: format!(
+                        "execution_plan_tests[{pi}] has no execution plan (the program has {})",
+                        program.methods.len()
+                    ),
                 },
                 Location::default(),
             ));
@@ -132,29 +185,40 @@ pub fn read_bp04(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
         let mut cases = Vec::new();
         for (ci, set) in plan.test_sets().iter().flat_map(|v| v.iter()).enumerate() {
             let at = at.clone();
-            let mut conv = |vals: Option<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<bp04::BundledValue<'_>>>>| {
-                let mut out = Vec::new();
-                for v in vals.iter().flat_map(|v| v.iter()) {
-                    use bp04::BundledValueUnion as U;
-                    let tv = match v.val_type() {
-                        U::BundledTensor => v.val_as_bundled_tensor().and_then(|t| {
-                            tensor_value(file, t.scalar_type().0, t.sizes(), t.data(), t.dim_order(), &at, &mut errors)
-                        }),
-                        U::BundledInt => v.val_as_bundled_int().map(|x| TestValue::Int(x.int_val())),
-                        U::BundledBool => v.val_as_bundled_bool().map(|x| TestValue::Bool(x.bool_val())),
-                        U::BundledDouble => v.val_as_bundled_double().map(|x| TestValue::Double(x.double_val())),
-                        other => {
-                            errors.push(Diagnostic::new(
-                                ErrorKind::BadTestCase { detail: format!("test set {ci}: value kind {} is unknown", other.0) },
-                                at.clone(),
-                            ));
-                            None
-                        }
-                    };
-                    out.extend(tv);
-                }
-                out
-            };
+            let mut conv =
+                |vals: Option<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<bp04::BundledValue<'_>>>>| {
+                    let mut out = Vec::new();
+                    for v in vals.iter().flat_map(|v| v.iter()) {
+                        use bp04::BundledValueUnion as U;
+                        let tv = match v.val_type() {
+                            U::BundledTensor => v.val_as_bundled_tensor().and_then(|t| {
+                                tensor_value(
+                                    file,
+                                    t.scalar_type().0,
+                                    t.sizes(),
+                                    t.data(),
+                                    t.dim_order(),
+                                    &at,
+                                    &mut errors,
+                                )
+                            }),
+                            U::BundledInt => v.val_as_bundled_int().map(|x| TestValue::Int(x.int_val())),
+                            U::BundledBool => v.val_as_bundled_bool().map(|x| TestValue::Bool(x.bool_val())),
+                            U::BundledDouble => v.val_as_bundled_double().map(|x| TestValue::Double(x.double_val())),
+                            other => {
+                                errors.push(Diagnostic::new(
+                                    ErrorKind::BadTestCase {
+                                        detail: format!("test set {ci}: value kind {} is unknown", other.0),
+                                    },
+                                    at.clone(),
+                                ));
+                                None
+                            }
+                        };
+                        out.extend(tv);
+                    }
+                    out
+                };
             let inputs = conv(set.inputs());
             let expected = conv(set.expected_outputs());
             cases.push(TestCase { inputs, expected });

@@ -24,7 +24,11 @@ pub struct CheckInput {
 #[derive(Clone, Debug, PartialEq)]
 pub enum CheckStatus {
     /// It compiled and ran: the per-case report lines and the counts.
-    Ran { lines: Vec<String>, passed: usize, failed: usize },
+    Ran {
+        lines: Vec<String>,
+        passed: usize,
+        failed: usize,
+    },
     /// ptec could not compile it (an unsupported operator, ...).
     NotCompiled(String),
 }
@@ -57,7 +61,10 @@ fn absolute(p: &Path) -> PathBuf {
 /// Builds and runs the checks. `progress` receives one line per step;
 /// cargo's own progress goes to this process's stderr when `verbose`.
 pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str)) -> Result<Vec<CheckResult>, String> {
-    let dir = tempfile::Builder::new().prefix("ptec-check-").tempdir().map_err(|e| format!("temporary crate: {e}"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("ptec-check-")
+        .tempdir()
+        .map_err(|e| format!("temporary crate: {e}"))?;
     let src = dir.path().join("src");
     std::fs::create_dir_all(&src).map_err(|e| e.to_string())?;
     let mut results: Vec<CheckResult> = Vec::new();
@@ -67,7 +74,11 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
         progress(&format!("compiling {}", input.path.display()));
         let generated = (|| {
             let bytes = read_file(&path)?;
-            let datas = input.data.iter().map(|d| read_file(&absolute(d))).collect::<crate::error::Result<Vec<_>>>()?;
+            let datas = input
+                .data
+                .iter()
+                .map(|d| read_file(&absolute(d)))
+                .collect::<crate::error::Result<Vec<_>>>()?;
             let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
             let mut options = Options::new(path.display().to_string());
             options.data_paths = input.data.iter().map(|d| absolute(d).display().to_string()).collect();
@@ -80,9 +91,19 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
                 let module = format!("m{i}");
                 std::fs::write(src.join(format!("{module}.rs")), code).map_err(|e| e.to_string())?;
                 modules.push((module, i));
-                results.push(CheckResult { input: input.clone(), status: CheckStatus::Ran { lines: vec![], passed: 0, failed: 0 } });
+                results.push(CheckResult {
+                    input: input.clone(),
+                    status: CheckStatus::Ran {
+                        lines: vec![],
+                        passed: 0,
+                        failed: 0,
+                    },
+                });
             }
-            Err(e) => results.push(CheckResult { input: input.clone(), status: CheckStatus::NotCompiled(e.to_string()) }),
+            Err(e) => results.push(CheckResult {
+                input: input.clone(),
+                status: CheckStatus::NotCompiled(e.to_string()),
+            }),
         }
     }
     if modules.is_empty() {
@@ -150,7 +171,9 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
         let mut lines = Vec::new();
         let (mut passed, mut failed) = (0, 0);
         for line in stdout.lines() {
-            let Some(rest) = line.strip_prefix(&format!("{m} ")) else { continue };
+            let Some(rest) = line.strip_prefix(&format!("{m} ")) else {
+                continue;
+            };
             if let Some(counts) = rest.strip_prefix("done ") {
                 let mut it = counts.split(' ').map(|x| x.parse::<usize>().unwrap_or(0));
                 passed = it.next().unwrap_or(0);
@@ -166,5 +189,10 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
 
 /// The default struct name `ptec` gives the program of `path`.
 pub fn struct_name_for(path: &Path) -> String {
-    default_struct_name(&path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+    default_struct_name(
+        &path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )
 }

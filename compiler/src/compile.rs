@@ -21,7 +21,13 @@ pub fn compile_to_string(bytes: &[u8], data: &[&[u8]], options: &Options) -> Res
 /// Reads a file for a front end, with an error that names it.
 pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| {
-        Errors::one(ErrorKind::Io { path: path.display().to_string(), detail: e.to_string() }, Location::default())
+        Errors::one(
+            ErrorKind::Io {
+                path: path.display().to_string(),
+                detail: e.to_string(),
+            },
+            Location::default(),
+        )
     })
 }
 

@@ -56,11 +56,20 @@ pub fn detect(bytes: &[u8]) -> Result<FileKind> {
     }
     if bytes.len() < 8 {
         return Err(Errors::one(
-            ErrorKind::Truncated { what: "file identifier", needed: 8, available: bytes.len() as u64 },
+            ErrorKind::Truncated {
+                what: "file identifier",
+                needed: 8,
+                available: bytes.len() as u64,
+            },
             Location::at_offset(0),
         ));
     }
-    Err(Errors::one(ErrorKind::NotExecuTorch { looks_like: looks_like(bytes) }, Location::default()))
+    Err(Errors::one(
+        ErrorKind::NotExecuTorch {
+            looks_like: looks_like(bytes),
+        },
+        Location::default(),
+    ))
 }
 
 /// Names a few well-known non-ExecuTorch formats.
@@ -114,18 +123,31 @@ pub fn pte_layout(b: &[u8], base: usize) -> Result<PteLayout> {
     let err = |kind: ErrorKind, at: usize| Errors::one(kind, Location::at_offset(base + at));
     if b.len() < 8 {
         return Err(err(
-            ErrorKind::Truncated { what: "program header", needed: 8, available: b.len() as u64 },
+            ErrorKind::Truncated {
+                what: "program header",
+                needed: 8,
+                available: b.len() as u64,
+            },
             0,
         ));
     }
     if &b[4..8] != b"ET12" {
         return Err(err(
-            ErrorKind::BadHeader { what: format!("program identifier is {:?}, not ET12", String::from_utf8_lossy(&b[4..8])) },
+            ErrorKind::BadHeader {
+                what: format!(
+                    "program identifier is {:?}, not ET12",
+                    String::from_utf8_lossy(&b[4..8])
+                ),
+            },
             4,
         ));
     }
     if b.get(8..10) != Some(b"eh") {
-        return Ok(PteLayout { program_size: b.len(), segment_base: None, extended_header: None });
+        return Ok(PteLayout {
+            program_size: b.len(),
+            segment_base: None,
+            extended_header: None,
+        });
     }
     if b.get(8..12) != Some(b"eh00") {
         return Err(err(
@@ -139,15 +161,31 @@ pub fn pte_layout(b: &[u8], base: usize) -> Result<PteLayout> {
         ));
     }
     let len = u32_at(b, 12).ok_or_else(|| {
-        err(ErrorKind::Truncated { what: "extended header", needed: 16, available: b.len() as u64 }, 12)
+        err(
+            ErrorKind::Truncated {
+                what: "extended header",
+                needed: 16,
+                available: b.len() as u64,
+            },
+            12,
+        )
     })?;
     if len < 24 {
-        return Err(err(ErrorKind::BadHeader { what: format!("extended header length {len} is below 24") }, 12));
+        return Err(err(
+            ErrorKind::BadHeader {
+                what: format!("extended header length {len} is below 24"),
+            },
+            12,
+        ));
     }
     let header_end = 8u64 + len as u64;
     if (b.len() as u64) < header_end {
         return Err(err(
-            ErrorKind::Truncated { what: "extended header", needed: header_end, available: b.len() as u64 },
+            ErrorKind::Truncated {
+                what: "extended header",
+                needed: header_end,
+                available: b.len() as u64,
+            },
             8,
         ));
     }
@@ -158,9 +196,15 @@ pub fn pte_layout(b: &[u8], base: usize) -> Result<PteLayout> {
     if program_size < header_end || program_size > file_len {
         return Err(err(
             if program_size > file_len {
-                ErrorKind::Truncated { what: "program flatbuffer", needed: program_size, available: file_len }
+                ErrorKind::Truncated {
+                    what: "program flatbuffer",
+                    needed: program_size,
+                    available: file_len,
+                }
             } else {
-                ErrorKind::BadHeader { what: format!("program size {program_size} is smaller than the headers") }
+                ErrorKind::BadHeader {
+                    what: format!("program size {program_size} is smaller than the headers"),
+                }
             },
             16,
         ));
@@ -175,10 +219,22 @@ pub fn pte_layout(b: &[u8], base: usize) -> Result<PteLayout> {
     }
     if let Some(size) = segment_data_size {
         let end = segment_base.checked_add(size).ok_or_else(|| {
-            err(ErrorKind::BadHeader { what: "segment data size overflows".into() }, 32)
+            err(
+                ErrorKind::BadHeader {
+                    what: "segment data size overflows".into(),
+                },
+                32,
+            )
         })?;
         if end > file_len {
-            return Err(err(ErrorKind::Truncated { what: "segment data", needed: end, available: file_len }, 32));
+            return Err(err(
+                ErrorKind::Truncated {
+                    what: "segment data",
+                    needed: end,
+                    available: file_len,
+                },
+                32,
+            ));
         }
     }
     Ok(PteLayout {
@@ -201,36 +257,86 @@ pub struct PtdLayout {
 pub fn ptd_layout(b: &[u8]) -> Result<PtdLayout> {
     let err = |kind: ErrorKind, at: usize| Errors::one(kind, Location::at_offset(at));
     if b.get(4..8) != Some(b"FT01") {
-        return Err(err(ErrorKind::BadHeader { what: "tensor data identifier is not FT01".into() }, 4));
+        return Err(err(
+            ErrorKind::BadHeader {
+                what: "tensor data identifier is not FT01".into(),
+            },
+            4,
+        ));
     }
     if b.get(8..12) != Some(b"FH01") {
-        return Err(err(ErrorKind::BadHeader { what: "tensor data header magic is not FH01".into() }, 8));
+        return Err(err(
+            ErrorKind::BadHeader {
+                what: "tensor data header magic is not FH01".into(),
+            },
+            8,
+        ));
     }
     let len = u32_at(b, 12).unwrap_or(0) as u64;
     if len < 40 {
-        return Err(err(ErrorKind::BadHeader { what: format!("tensor data header length {len} is below 40") }, 12));
+        return Err(err(
+            ErrorKind::BadHeader {
+                what: format!("tensor data header length {len} is below 40"),
+            },
+            12,
+        ));
     }
     let file_len = b.len() as u64;
     if file_len < 8 + len {
-        return Err(err(ErrorKind::Truncated { what: "tensor data header", needed: 8 + len, available: file_len }, 8));
+        return Err(err(
+            ErrorKind::Truncated {
+                what: "tensor data header",
+                needed: 8 + len,
+                available: file_len,
+            },
+            8,
+        ));
     }
     let fb_offset = u64_at(b, 16).unwrap_or(0);
     let fb_size = u64_at(b, 24).unwrap_or(0);
     let seg_base = u64_at(b, 32).unwrap_or(0);
     let seg_size = u64_at(b, 40).unwrap_or(0);
-    let fb_end = fb_offset
-        .checked_add(fb_size)
-        .ok_or_else(|| err(ErrorKind::BadHeader { what: "flatbuffer size overflows".into() }, 24))?;
+    let fb_end = fb_offset.checked_add(fb_size).ok_or_else(|| {
+        err(
+            ErrorKind::BadHeader {
+                what: "flatbuffer size overflows".into(),
+            },
+            24,
+        )
+    })?;
     if fb_end > file_len {
-        return Err(err(ErrorKind::Truncated { what: "tensor data flatbuffer", needed: fb_end, available: file_len }, 24));
+        return Err(err(
+            ErrorKind::Truncated {
+                what: "tensor data flatbuffer",
+                needed: fb_end,
+                available: file_len,
+            },
+            24,
+        ));
     }
-    let seg_end = seg_base
-        .checked_add(seg_size)
-        .ok_or_else(|| err(ErrorKind::BadHeader { what: "segment data size overflows".into() }, 40))?;
+    let seg_end = seg_base.checked_add(seg_size).ok_or_else(|| {
+        err(
+            ErrorKind::BadHeader {
+                what: "segment data size overflows".into(),
+            },
+            40,
+        )
+    })?;
     if seg_end > file_len {
-        return Err(err(ErrorKind::Truncated { what: "tensor data segments", needed: seg_end, available: file_len }, 40));
+        return Err(err(
+            ErrorKind::Truncated {
+                what: "tensor data segments",
+                needed: seg_end,
+                available: file_len,
+            },
+            40,
+        ));
     }
-    Ok(PtdLayout { flatbuffer_end: fb_end as usize, segment_base: seg_base as usize, segment_data_size: seg_size as usize })
+    Ok(PtdLayout {
+        flatbuffer_end: fb_end as usize,
+        segment_base: seg_base as usize,
+        segment_data_size: seg_size as usize,
+    })
 }
 
 #[cfg(test)]
@@ -256,12 +362,20 @@ mod tests {
         let b = header(24, 48, 48, None);
         assert_eq!(
             pte_layout(&b, 0).unwrap(),
-            PteLayout { program_size: 48, segment_base: Some(48), extended_header: Some(24) }
+            PteLayout {
+                program_size: 48,
+                segment_base: Some(48),
+                extended_header: Some(24)
+            }
         );
         let b = header(32, 48, 56, Some(8));
         assert_eq!(
             pte_layout(&b, 0).unwrap(),
-            PteLayout { program_size: 48, segment_base: Some(56), extended_header: Some(32) }
+            PteLayout {
+                program_size: 48,
+                segment_base: Some(56),
+                extended_header: Some(32)
+            }
         );
     }
 
@@ -269,13 +383,25 @@ mod tests {
     fn segment_data_past_the_end_is_truncation() {
         let b = header(32, 48, 56, Some(100));
         let e = pte_layout(&b, 0).unwrap_err();
-        assert!(matches!(e.first().kind, ErrorKind::Truncated { what: "segment data", .. }), "{e}");
+        assert!(
+            matches!(
+                e.first().kind,
+                ErrorKind::Truncated {
+                    what: "segment data",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
     fn short_extended_header_rejected() {
         let b = header(16, 48, 48, None);
-        assert!(matches!(pte_layout(&b, 0).unwrap_err().first().kind, ErrorKind::BadHeader { .. }));
+        assert!(matches!(
+            pte_layout(&b, 0).unwrap_err().first().kind,
+            ErrorKind::BadHeader { .. }
+        ));
     }
 
     #[test]
@@ -283,12 +409,20 @@ mod tests {
         let mut tfl = vec![0u8; 16];
         tfl[4..8].copy_from_slice(b"TFL3");
         let e = detect(&tfl).unwrap_err();
-        assert_eq!(e.first().kind, ErrorKind::NotExecuTorch { looks_like: Some("a TensorFlow Lite model (.tflite)") });
+        assert_eq!(
+            e.first().kind,
+            ErrorKind::NotExecuTorch {
+                looks_like: Some("a TensorFlow Lite model (.tflite)")
+            }
+        );
         let mut iree = vec![0u8; 16];
         iree[4..8].copy_from_slice(b"IREE");
         assert!(detect(&iree).unwrap_err().to_string().contains("IREE"));
         assert_eq!(detect(&[]).unwrap_err().first().kind, ErrorKind::Empty);
-        assert!(matches!(detect(b"abc").unwrap_err().first().kind, ErrorKind::Truncated { .. }));
+        assert!(matches!(
+            detect(b"abc").unwrap_err().first().kind,
+            ErrorKind::Truncated { .. }
+        ));
         let mut et = vec![0u8; 16];
         et[4..8].copy_from_slice(b"ET11");
         assert!(detect(&et).unwrap_err().to_string().contains("ET11"));

@@ -18,11 +18,17 @@ pub struct Location {
 
 impl Location {
     pub fn method(name: &str) -> Self {
-        Location { method: Some(name.to_string()), ..Default::default() }
+        Location {
+            method: Some(name.to_string()),
+            ..Default::default()
+        }
     }
 
     pub fn at_offset(offset: usize) -> Self {
-        Location { offset: Some(offset), ..Default::default() }
+        Location {
+            offset: Some(offset),
+            ..Default::default()
+        }
     }
 
     pub fn instruction(mut self, i: usize) -> Self {
@@ -74,7 +80,11 @@ pub enum ErrorKind {
     /// be when its magic is recognisable.
     NotExecuTorch { looks_like: Option<&'static str> },
     /// The file ends before a structure it declares.
-    Truncated { what: &'static str, needed: u64, available: u64 },
+    Truncated {
+        what: &'static str,
+        needed: u64,
+        available: u64,
+    },
     /// A header field is invalid.
     BadHeader { what: String },
     /// The flatbuffer does not verify.
@@ -84,7 +94,10 @@ pub enum ErrorKind {
     /// An index is outside the table it indexes.
     IndexOutOfRange { what: &'static str, index: i64, len: usize },
     /// A value is of another kind than its use requires.
-    WrongValueKind { expected: &'static str, found: &'static str },
+    WrongValueKind {
+        expected: &'static str,
+        found: &'static str,
+    },
     /// An unknown scalar type code.
     UnknownScalarType { code: i8 },
     /// A negative size, or sizes whose element count or byte size overflow.
@@ -94,9 +107,19 @@ pub enum ErrorKind {
     /// `storage_offset` is not 0.
     StorageOffset { offset: i32 },
     /// A planned tensor does not fit in its buffer.
-    OutsideBuffer { buffer: usize, offset: u64, nbytes: u64, buffer_size: u64 },
+    OutsideBuffer {
+        buffer: usize,
+        offset: u64,
+        nbytes: u64,
+        buffer_size: u64,
+    },
     /// Data of a tensor or delegate lies outside the file or its segment.
-    OutsideData { what: &'static str, offset: u64, len: u64, limit: u64 },
+    OutsideData {
+        what: &'static str,
+        offset: u64,
+        len: u64,
+        limit: u64,
+    },
     /// A planned tensor's offset is not aligned for its element type.
     Misaligned { offset: u64, align: usize },
     /// The tensor's data placement is contradictory or unsupported.

@@ -9,7 +9,12 @@ use std::path::{Path, PathBuf};
 
 /// Compiles `file` (with `.ptd` files `data`) for embedding from anywhere:
 /// paths in the generated `include_bytes!` are absolute.
-pub fn compile_path(file: &Path, data: &[PathBuf], name: Option<&str>, tests: Option<(f64, f64)>) -> Result<(TokenStream, String, Options), Errors> {
+pub fn compile_path(
+    file: &Path,
+    data: &[PathBuf],
+    name: Option<&str>,
+    tests: Option<(f64, f64)>,
+) -> Result<(TokenStream, String, Options), Errors> {
     let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let bytes = read_file(file)?;
     let datas = data.iter().map(|d| read_file(d)).collect::<Result<Vec<_>, _>>()?;
@@ -36,7 +41,14 @@ struct MacroArgs {
 impl syn::parse::Parse for MacroArgs {
     fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
         let path: syn::LitStr = input.parse()?;
-        let mut args = MacroArgs { path, name: None, data: Vec::new(), tests: false, rtol: 1e-4, atol: 1e-5 };
+        let mut args = MacroArgs {
+            path,
+            name: None,
+            data: Vec::new(),
+            tests: false,
+            rtol: 1e-4,
+            atol: 1e-5,
+        };
         while input.parse::<syn::Token![,]>().is_ok() {
             if input.is_empty() {
                 break;
@@ -89,10 +101,22 @@ pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
     let file = manifest_dir.join(args.path.value());
     let data: Vec<PathBuf> = args.data.iter().map(|d| manifest_dir.join(d.value())).collect();
     if !file.exists() {
-        return syn::Error::new(span, format!("cannot read `{}`: no such file (paths are relative to CARGO_MANIFEST_DIR, {})", args.path.value(), manifest_dir.display()))
-            .to_compile_error();
+        return syn::Error::new(
+            span,
+            format!(
+                "cannot read `{}`: no such file (paths are relative to CARGO_MANIFEST_DIR, {})",
+                args.path.value(),
+                manifest_dir.display()
+            ),
+        )
+        .to_compile_error();
     }
-    match compile_path(&file, &data, args.name.as_deref(), args.tests.then_some((args.rtol, args.atol))) {
+    match compile_path(
+        &file,
+        &data,
+        args.name.as_deref(),
+        args.tests.then_some((args.rtol, args.atol)),
+    ) {
         Ok((tokens, _, _)) => tokens,
         Err(e) => syn::Error::new(span, format!("ptec: {}: {e}", args.path.value())).to_compile_error(),
     }
@@ -119,7 +143,13 @@ impl Builder {
     /// A program or bundle, relative to the current directory (a build
     /// script runs in its package's directory).
     pub fn new(file: impl Into<PathBuf>) -> Self {
-        Builder { file: file.into(), data: Vec::new(), name: None, tests: None, out_dir: None }
+        Builder {
+            file: file.into(),
+            data: Vec::new(),
+            name: None,
+            tests: None,
+            out_dir: None,
+        }
     }
 
     /// A `.ptd` file the program refers to.
@@ -150,7 +180,10 @@ impl Builder {
     pub fn generate(&self, file_name: &str) -> Result<PathBuf, String> {
         let dir = match &self.out_dir {
             Some(d) => d.clone(),
-            None => PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set: call Builder::generate from a build script, or set out_dir")?),
+            None => PathBuf::from(
+                std::env::var_os("OUT_DIR")
+                    .ok_or("OUT_DIR is not set: call Builder::generate from a build script, or set out_dir")?,
+            ),
         };
         println!("cargo:rerun-if-changed={}", self.file.display());
         for d in &self.data {

@@ -47,7 +47,12 @@ fn io_json(m: &Method, i: usize) -> Json {
 
 /// Distinct `name.overload` of a method's operator table, sorted.
 pub fn method_operators(m: &Method) -> Vec<String> {
-    m.operators.iter().map(Operator::full_name).collect::<BTreeSet<_>>().into_iter().collect()
+    m.operators
+        .iter()
+        .map(Operator::full_name)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 fn data_bytes<'a>(m: &'a Method, pick: impl Fn(&'a Placement) -> Option<&'a DataRef>) -> usize {
@@ -117,12 +122,23 @@ pub fn to_json(loaded: &Loaded, file_size: usize) -> Json {
     }
     if let Some(p) = &loaded.program {
         doc.insert("version".into(), json!(p.version));
-        doc.insert("methods".into(), Json::Array(p.methods.iter().map(|m| method_json(m, &loaded.suites)).collect()));
+        doc.insert(
+            "methods".into(),
+            Json::Array(p.methods.iter().map(|m| method_json(m, &loaded.suites)).collect()),
+        );
         doc.insert(
             "segments".into(),
-            Json::Array(p.segments.iter().map(|s| json!({ "offset": s.offset, "bytes": s.len })).collect()),
+            Json::Array(
+                p.segments
+                    .iter()
+                    .map(|s| json!({ "offset": s.offset, "bytes": s.len }))
+                    .collect(),
+            ),
         );
-        doc.insert("named_data".into(), Json::Array(p.named_data.iter().map(|n| json!(n.key)).collect()));
+        doc.insert(
+            "named_data".into(),
+            Json::Array(p.named_data.iter().map(|n| json!(n.key)).collect()),
+        );
         let ops: BTreeSet<String> = p.methods.iter().flat_map(method_operators).collect();
         doc.insert("operators".into(), json!(ops));
     }
@@ -130,7 +146,11 @@ pub fn to_json(loaded: &Loaded, file_size: usize) -> Json {
         doc.insert(
             "test_suites".into(),
             Json::Array(
-                loaded.suites.iter().map(|s| json!({ "method": s.method, "cases": s.cases.len() })).collect(),
+                loaded
+                    .suites
+                    .iter()
+                    .map(|s| json!({ "method": s.method, "cases": s.cases.len() }))
+                    .collect(),
             ),
         );
     }
@@ -172,7 +192,11 @@ fn io_text(m: &Method, i: usize) -> String {
                 Dynamism::Static => String::new(),
                 d => format!(" ({})", dynamism_name(d).replace('_', " ")),
             };
-            let order = if t.is_contiguous() { String::new() } else { format!(" dim_order {:?}", t.dim_order) };
+            let order = if t.is_contiguous() {
+                String::new()
+            } else {
+                format!(" dim_order {:?}", t.dim_order)
+            };
             format!("{} {:?}{dyn_note}{order}", t.dtype, t.sizes)
         }
         Some(Value::Int(x)) => format!("int = {x}"),
@@ -187,7 +211,9 @@ fn io_text(m: &Method, i: usize) -> String {
 pub fn to_text(loaded: &Loaded, path: &str, file_size: usize) -> String {
     let mut s = String::new();
     let kind = match loaded.kind {
-        FileKind::Program { extended_header: Some(n) } => format!("ExecuTorch program (.pte, {n}-byte extended header)"),
+        FileKind::Program {
+            extended_header: Some(n),
+        } => format!("ExecuTorch program (.pte, {n}-byte extended header)"),
         FileKind::Program { extended_header: None } => "ExecuTorch program (.pte, no extended header)".into(),
         FileKind::BundleBp04 => "bundled program, BP04 layout (.bp)".into(),
         FileKind::BundleBp08 => "bundled program, BP08 layout (.bpte)".into(),
@@ -195,9 +221,21 @@ pub fn to_text(loaded: &Loaded, path: &str, file_size: usize) -> String {
     };
     let _ = writeln!(s, "{path}: {kind}, {}", fmt_bytes(file_size as u64));
     if let Some(p) = &loaded.program {
-        let _ = writeln!(s, "program version {}, {} method(s), {} segment(s)", p.version, p.methods.len(), p.segments.len());
+        let _ = writeln!(
+            s,
+            "program version {}, {} method(s), {} segment(s)",
+            p.version,
+            p.methods.len(),
+            p.segments.len()
+        );
         for m in &p.methods {
-            let _ = writeln!(s, "\nmethod `{}`: {} instruction(s), {} value(s)", m.name, m.instructions.len(), m.values.len());
+            let _ = writeln!(
+                s,
+                "\nmethod `{}`: {} instruction(s), {} value(s)",
+                m.name,
+                m.instructions.len(),
+                m.values.len()
+            );
             for (k, &i) in m.inputs.iter().enumerate() {
                 let _ = writeln!(s, "  input {k}: {}", io_text(m, i));
             }
@@ -213,9 +251,20 @@ pub fn to_text(loaded: &Loaded, path: &str, file_size: usize) -> String {
                 buffers,
                 fmt_bytes(total)
             );
-            let constant = data_bytes(m, |p| match p { Placement::Constant { data } => Some(data), _ => None });
-            let mutable = data_bytes(m, |p| match p { Placement::Mutable { initial, .. } => Some(initial), _ => None });
-            let _ = writeln!(s, "  constants: {}, mutable state: {}", fmt_bytes(constant as u64), fmt_bytes(mutable as u64));
+            let constant = data_bytes(m, |p| match p {
+                Placement::Constant { data } => Some(data),
+                _ => None,
+            });
+            let mutable = data_bytes(m, |p| match p {
+                Placement::Mutable { initial, .. } => Some(initial),
+                _ => None,
+            });
+            let _ = writeln!(
+                s,
+                "  constants: {}, mutable state: {}",
+                fmt_bytes(constant as u64),
+                fmt_bytes(mutable as u64)
+            );
             let mut counts: BTreeMap<String, usize> = BTreeMap::new();
             let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
             for ins in &m.instructions {
@@ -257,7 +306,13 @@ pub fn to_text(loaded: &Loaded, path: &str, file_size: usize) -> String {
         let _ = writeln!(s, "{} tensor(s):", t.tensors.len());
         for t in &t.tensors {
             let dtype = t.dtype.map(|d| d.name()).unwrap_or("?");
-            let _ = writeln!(s, "  {}: {dtype} {:?}, {}", t.key, t.sizes, fmt_bytes(t.data.len as u64));
+            let _ = writeln!(
+                s,
+                "  {}: {dtype} {:?}, {}",
+                t.key,
+                t.sizes,
+                fmt_bytes(t.data.len as u64)
+            );
         }
     }
     s

@@ -189,7 +189,11 @@ pub enum Placement {
     /// Constant data in the program.
     Constant { data: DataRef },
     /// Planned, with an initial value copied in before the first run.
-    Mutable { buffer: usize, offset: u64, initial: DataRef },
+    Mutable {
+        buffer: usize,
+        offset: u64,
+        initial: DataRef,
+    },
     /// Constant data kept in a `.ptd` file under `key`; `data` when the file
     /// was given to the reader.
     External { key: String, data: Option<DataRef> },
@@ -288,7 +292,12 @@ pub struct TestCase {
 /// A value of a test case.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TestValue {
-    Tensor { dtype: ScalarType, sizes: Vec<usize>, dim_order: Vec<u8>, data: DataRef },
+    Tensor {
+        dtype: ScalarType,
+        sizes: Vec<usize>,
+        dim_order: Vec<u8>,
+        data: DataRef,
+    },
     Int(i64),
     Bool(bool),
     Double(f64),

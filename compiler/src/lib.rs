@@ -22,9 +22,9 @@ pub mod ptd;
 pub mod reader;
 pub mod verify;
 
-pub use error::{Diagnostic, ErrorKind, Errors, Location};
 pub use codegen::Options;
 pub use compile::{compile, compile_to_string, read_file, write_if_changed};
+pub use error::{Diagnostic, ErrorKind, Errors, Location};
 pub use frontend::{compile_path, expand_macro, Builder};
 pub use load::{load, Loaded};
 

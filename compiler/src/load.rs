@@ -23,7 +23,11 @@ pub struct Loaded {
 /// external tensors against the `.ptd` files in `data_files`.
 pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
     let kind = detect(bytes)?;
-    let external = data_files.iter().enumerate().map(|(i, b)| read_ptd(b, i)).collect::<Result<Vec<_>>>()?;
+    let external = data_files
+        .iter()
+        .enumerate()
+        .map(|(i, b)| read_ptd(b, i))
+        .collect::<Result<Vec<_>>>()?;
     let (program, suites, tensor_data) = match kind {
         FileKind::Program { .. } => (Some(read_program(bytes, 0, bytes.len(), &external)?), Vec::new(), None),
         FileKind::BundleBp08 => {
@@ -39,5 +43,10 @@ pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
     if let Some(p) = &program {
         verify_program(p, &suites)?;
     }
-    Ok(Loaded { kind, program, suites, tensor_data })
+    Ok(Loaded {
+        kind,
+        program,
+        suites,
+        tensor_data,
+    })
 }

@@ -84,7 +84,10 @@ fn inspect(file: &Path, json: bool, data: &[PathBuf]) -> Result<(), String> {
         let doc = ptec::inspect::to_json(&loaded, bytes.len());
         println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
     } else {
-        print!("{}", ptec::inspect::to_text(&loaded, &file.display().to_string(), bytes.len()));
+        print!(
+            "{}",
+            ptec::inspect::to_text(&loaded, &file.display().to_string(), bytes.len())
+        );
     }
     Ok(())
 }
@@ -111,9 +114,15 @@ fn relative_to(from: &Path, to: &Path) -> PathBuf {
 /// when writing one, absolute for stdout.
 fn include_path(input: &Path, output: &str) -> String {
     if output == "-" {
-        return std::fs::canonicalize(input).unwrap_or_else(|_| input.to_path_buf()).display().to_string();
+        return std::fs::canonicalize(input)
+            .unwrap_or_else(|_| input.to_path_buf())
+            .display()
+            .to_string();
     }
-    let out_dir = Path::new(output).parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let out_dir = Path::new(output)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     relative_to(out_dir, input).display().to_string()
 }
 
@@ -125,7 +134,10 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
     let data_bytes = a.data.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
     let refs: Vec<&[u8]> = data_bytes.iter().map(|d| d.as_slice()).collect();
     let mut options = ptec::Options::new(include_path(file, &a.output));
-    options.source_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    options.source_name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     options.data_paths = a.data.iter().map(|d| include_path(d, &a.output)).collect();
     options.struct_name = a.name.clone();
     options.tests = a.tests.then_some((a.rtol, a.atol));
@@ -139,13 +151,24 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
 }
 
 fn run_check(files: &[PathBuf], data: &[PathBuf], rtol: f64, atol: f64, verbose: bool) -> Result<bool, String> {
-    let inputs: Vec<CheckInput> =
-        files.iter().map(|f| CheckInput { path: f.clone(), data: data.to_vec(), rtol, atol }).collect();
+    let inputs: Vec<CheckInput> = files
+        .iter()
+        .map(|f| CheckInput {
+            path: f.clone(),
+            data: data.to_vec(),
+            rtol,
+            atol,
+        })
+        .collect();
     let results = check(&inputs, verbose, |msg| eprintln!("ptec check: {msg}"))?;
     let (mut passed, mut failed) = (0, 0);
     for r in &results {
         match &r.status {
-            CheckStatus::Ran { lines, passed: p, failed: f } => {
+            CheckStatus::Ran {
+                lines,
+                passed: p,
+                failed: f,
+            } => {
                 for l in lines {
                     if results.len() > 1 {
                         println!("{}: {l}", r.input.path.display());
@@ -170,7 +193,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Command::Inspect { file, json, data }) => inspect(file, *json, data).map(|_| true),
-        Some(Command::Check { files, data, rtol, atol, verbose }) => run_check(files, data, *rtol, *atol, *verbose),
+        Some(Command::Check {
+            files,
+            data,
+            rtol,
+            atol,
+            verbose,
+        }) => run_check(files, data, *rtol, *atol, *verbose),
         None => compile(&cli.compile).map(|_| true),
     };
     match result {

@@ -15,7 +15,12 @@ use ptec_schema::program as fb;
 /// Options for verifying flatbuffers: generous limits for real programs,
 /// still bounded so that hostile input cannot make verification run long.
 pub(crate) fn verifier_options() -> VerifierOptions {
-    VerifierOptions { max_depth: 64, max_tables: 10_000_000, max_apparent_size: 1 << 34, ..Default::default() }
+    VerifierOptions {
+        max_depth: 64,
+        max_tables: 10_000_000,
+        max_apparent_size: 1 << 34,
+        ..Default::default()
+    }
 }
 
 /// Reads the program held in `bytes[range]` of a file (the whole file for a
@@ -24,7 +29,11 @@ pub(crate) fn verifier_options() -> VerifierOptions {
 pub fn read_program(file: &[u8], base: usize, len: usize, external: &[ExternalFile]) -> Result<Program> {
     let end = base.checked_add(len).filter(|&e| e <= file.len()).ok_or_else(|| {
         Errors::one(
-            ErrorKind::Truncated { what: "program", needed: (base as u64).saturating_add(len as u64), available: file.len() as u64 },
+            ErrorKind::Truncated {
+                what: "program",
+                needed: (base as u64).saturating_add(len as u64),
+                available: file.len() as u64,
+            },
             Location::at_offset(base),
         )
     })?;
@@ -32,9 +41,21 @@ pub fn read_program(file: &[u8], base: usize, len: usize, external: &[ExternalFi
     let layout = pte_layout(b, base)?;
     let fb_bytes = &b[..layout.program_size];
     let root = fb::root_as_program_with_opts(&verifier_options(), fb_bytes).map_err(|e| {
-        Errors::one(ErrorKind::Flatbuffer { what: "program", detail: e.to_string() }, Location::at_offset(base))
+        Errors::one(
+            ErrorKind::Flatbuffer {
+                what: "program",
+                detail: e.to_string(),
+            },
+            Location::at_offset(base),
+        )
     })?;
-    let mut r = Reader { file, base, layout, errors: Vec::new(), segments: Vec::new() };
+    let mut r = Reader {
+        file,
+        base,
+        layout,
+        errors: Vec::new(),
+        segments: Vec::new(),
+    };
     let program = r.program(root, external);
     if r.errors.is_empty() {
         Ok(program)
@@ -63,7 +84,11 @@ impl<'f> Reader<'f> {
     }
 
     fn program(&mut self, p: fb::Program<'f>, external: &[ExternalFile]) -> Program {
-        let range = DataRef { source: DataSource::Program, offset: self.base, len: self.layout.program_size };
+        let range = DataRef {
+            source: DataSource::Program,
+            offset: self.base,
+            len: self.layout.program_size,
+        };
         self.read_segments(&p);
         let named_data = self.named_data(&p);
         let constants = self.constant_table(&p);
@@ -74,7 +99,11 @@ impl<'f> Reader<'f> {
                 v.iter()
                     .map(|d| {
                         let bytes = d.data().map(|x| x.bytes()).unwrap_or(&[]);
-                        DataRef { source: DataSource::Program, offset: offset_in(self.file, bytes), len: bytes.len() }
+                        DataRef {
+                            source: DataSource::Program,
+                            offset: offset_in(self.file, bytes),
+                            len: bytes.len(),
+                        }
                     })
                     .collect()
             })
@@ -88,7 +117,7 @@ impl<'f> Reader<'f> {
         }
         let mut program_range = range;
         if let Some(last) = self.segments.iter().map(|s| s.offset + s.len).max() {
-            program_range.len = program_range.len.max(last - self.base);
+            program_range.len = program_range.len.max(last.saturating_sub(self.base));
         }
         Program {
             version: p.version(),
@@ -108,18 +137,27 @@ impl<'f> Reader<'f> {
                 // Without an extended header there is no segment data; the
                 // exporter still lists empty segments there.
                 if s.size_() == 0 {
-                    self.segments.push(DataRef { source: DataSource::Program, offset: self.base, len: 0 });
+                    self.segments.push(DataRef {
+                        source: DataSource::Program,
+                        offset: self.base,
+                        len: 0,
+                    });
                     continue;
                 }
                 self.err(
                     ErrorKind::BadHeader {
-                        what: format!("segment {i} has {} bytes but the program has no extended header giving a segment base", s.size_()),
+                        what: format!(
+                            "segment {i} has {} bytes but the program has no extended header giving a segment base",
+                            s.size_()
+                        ),
                     },
                     Location::at_offset(self.base + 8),
                 );
                 return;
             };
-            let start = (self.base as u64).saturating_add(seg_base as u64).saturating_add(s.offset());
+            let start = (self.base as u64)
+                .saturating_add(seg_base as u64)
+                .saturating_add(s.offset());
             let end = start.checked_add(s.size_());
             match end {
                 Some(end) if end <= file_end => self.segments.push(DataRef {
@@ -129,11 +167,20 @@ impl<'f> Reader<'f> {
                 }),
                 _ => {
                     self.err(
-                        ErrorKind::OutsideData { what: "segment", offset: start, len: s.size_(), limit: file_end },
+                        ErrorKind::OutsideData {
+                            what: "segment",
+                            offset: start,
+                            len: s.size_(),
+                            limit: file_end,
+                        },
                         Location::at_offset(start.min(usize::MAX as u64) as usize),
                     );
                     // Keep indices aligned; an empty stand-in is never read as data.
-                    self.segments.push(DataRef { source: DataSource::Program, offset: 0, len: 0 });
+                    self.segments.push(DataRef {
+                        source: DataSource::Program,
+                        offset: 0,
+                        len: 0,
+                    });
                 }
             }
         }
@@ -147,11 +194,19 @@ impl<'f> Reader<'f> {
                 let data = self.segments.get(seg).copied();
                 if data.is_none() {
                     self.err(
-                        ErrorKind::IndexOutOfRange { what: "named_data segment", index: seg as i64, len: self.segments.len() },
+                        ErrorKind::IndexOutOfRange {
+                            what: "named_data segment",
+                            index: seg as i64,
+                            len: self.segments.len(),
+                        },
                         Location::default(),
                     );
                 }
-                NamedData { key: nd.key().unwrap_or("").to_string(), segment: seg, data }
+                NamedData {
+                    key: nd.key().unwrap_or("").to_string(),
+                    segment: seg,
+                    data,
+                }
             })
             .collect()
     }
@@ -165,12 +220,18 @@ impl<'f> Reader<'f> {
                 v.iter()
                     .map(|b| {
                         let bytes = b.storage().map(|x| x.bytes()).unwrap_or(&[]);
-                        DataRef { source: DataSource::Program, offset: offset_in(self.file, bytes), len: bytes.len() }
+                        DataRef {
+                            source: DataSource::Program,
+                            offset: offset_in(self.file, bytes),
+                            len: bytes.len(),
+                        }
                     })
                     .collect()
             })
             .unwrap_or_default();
-        let seg = p.constant_segment().and_then(|cs| self.subsegments(&cs, "constant_segment"));
+        let seg = p
+            .constant_segment()
+            .and_then(|cs| self.subsegments(&cs, "constant_segment"));
         let has_seg = seg.as_ref().is_some_and(|s| !s.offsets.is_empty());
         // Old programs keep an empty entry 0 in constant_buffer; more than
         // that alongside constant_segment offsets is contradictory.
@@ -199,7 +260,11 @@ impl<'f> Reader<'f> {
             Some(seg) => Some(Subsegments { segment: *seg, offsets }),
             None => {
                 self.err(
-                    ErrorKind::IndexOutOfRange { what, index: idx as i64, len: self.segments.len() },
+                    ErrorKind::IndexOutOfRange {
+                        what,
+                        index: idx as i64,
+                        len: self.segments.len(),
+                    },
                     Location::default(),
                 );
                 None
@@ -209,7 +274,11 @@ impl<'f> Reader<'f> {
 
     fn mutable_tables(&mut self, p: &fb::Program<'f>) -> Vec<Option<Subsegments>> {
         p.mutable_data_segments()
-            .map(|v| v.iter().map(|s| self.subsegments(&s, "mutable_data_segments segment")).collect())
+            .map(|v| {
+                v.iter()
+                    .map(|s| self.subsegments(&s, "mutable_data_segments segment"))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -258,7 +327,12 @@ impl<'f> Reader<'f> {
                 v.iter()
                     .map(|s| {
                         if s < 0 {
-                            self.err(ErrorKind::BadSizes { detail: format!("planned buffer size {s} is negative") }, at.clone());
+                            self.err(
+                                ErrorKind::BadSizes {
+                                    detail: format!("planned buffer size {s} is negative"),
+                                },
+                                at.clone(),
+                            );
                         }
                         s.max(0) as u64
                     })
@@ -270,7 +344,9 @@ impl<'f> Reader<'f> {
         if let Some(chains) = plan.chains() {
             if chains.len() > 1 {
                 self.err(
-                    ErrorKind::Unsupported { detail: format!("{} chains (ExecuTorch programs have one)", chains.len()) },
+                    ErrorKind::Unsupported {
+                        detail: format!("{} chains (ExecuTorch programs have one)", chains.len()),
+                    },
                     at.clone(),
                 );
             }
@@ -303,14 +379,31 @@ impl<'f> Reader<'f> {
                 }
             }
         }
-        Method { name, values, inputs, outputs, instructions, operators, delegates, buffer_sizes, stacktraces }
+        Method {
+            name,
+            values,
+            inputs,
+            outputs,
+            instructions,
+            operators,
+            delegates,
+            buffer_sizes,
+            stacktraces,
+        }
     }
 
     fn indices(&mut self, v: Option<Vector<'f, i32>>, what: &'static str, at: Location) -> Vec<usize> {
         let mut out = Vec::new();
         for i in v.iter().flat_map(|v| v.iter()) {
             if i < 0 {
-                self.err(ErrorKind::IndexOutOfRange { what, index: i as i64, len: 0 }, at.clone());
+                self.err(
+                    ErrorKind::IndexOutOfRange {
+                        what,
+                        index: i as i64,
+                        len: 0,
+                    },
+                    at.clone(),
+                );
             } else {
                 out.push(i as usize);
             }
@@ -320,7 +413,14 @@ impl<'f> Reader<'f> {
 
     fn index(&mut self, i: i32, what: &'static str, at: &Location) -> usize {
         if i < 0 {
-            self.err(ErrorKind::IndexOutOfRange { what, index: i as i64, len: 0 }, at.clone());
+            self.err(
+                ErrorKind::IndexOutOfRange {
+                    what,
+                    index: i as i64,
+                    len: 0,
+                },
+                at.clone(),
+            );
             usize::MAX
         } else {
             i as usize
@@ -344,7 +444,10 @@ impl<'f> Reader<'f> {
             }
             A::MoveCall => {
                 let m = ins.instr_args_as_move_call().expect("type checked");
-                Instruction::Move { from: self.index(m.move_from(), "value", &at), to: self.index(m.move_to(), "value", &at) }
+                Instruction::Move {
+                    from: self.index(m.move_from(), "value", &at),
+                    to: self.index(m.move_to(), "value", &at),
+                }
             }
             A::JumpFalseCall => {
                 let j = ins.instr_args_as_jump_false_call().expect("type checked");
@@ -355,10 +458,17 @@ impl<'f> Reader<'f> {
             }
             A::FreeCall => {
                 let f = ins.instr_args_as_free_call().expect("type checked");
-                Instruction::Free { value: self.index(f.value_index(), "value", &at) }
+                Instruction::Free {
+                    value: self.index(f.value_index(), "value", &at),
+                }
             }
             other => {
-                self.err(ErrorKind::Missing { what: "instruction arguments" }, at.clone());
+                self.err(
+                    ErrorKind::Missing {
+                        what: "instruction arguments",
+                    },
+                    at.clone(),
+                );
                 let _ = other;
                 Instruction::Free { value: usize::MAX }
             }
@@ -371,14 +481,33 @@ impl<'f> Reader<'f> {
             .compile_specs()
             .map(|cs| {
                 cs.iter()
-                    .map(|c| (c.key().unwrap_or("").to_string(), c.value().map(|v| v.bytes().to_vec()).unwrap_or_default()))
+                    .map(|c| {
+                        (
+                            c.key().unwrap_or("").to_string(),
+                            c.value().map(|v| v.bytes().to_vec()).unwrap_or_default(),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
-        let empty = DataRef { source: DataSource::Program, offset: 0, len: 0 };
+        let empty = DataRef {
+            source: DataSource::Program,
+            offset: 0,
+            len: 0,
+        };
         let Some(processed) = d.processed() else {
-            self.err(ErrorKind::Missing { what: "delegate processed data reference" }, at);
-            return Delegate { id, processed: empty, inline: true, compile_specs };
+            self.err(
+                ErrorKind::Missing {
+                    what: "delegate processed data reference",
+                },
+                at,
+            );
+            return Delegate {
+                id,
+                processed: empty,
+                inline: true,
+                compile_specs,
+            };
         };
         let idx = processed.index() as usize;
         let (table, what, inline_flag): (&[DataRef], _, _) = match processed.location() {
@@ -386,21 +515,40 @@ impl<'f> Reader<'f> {
             fb::DataLocation::SEGMENT => (&self.segments, "segment", false),
             other => {
                 self.err(
-                    ErrorKind::BadPlacement { detail: format!("delegate {i} data location {} is unknown", other.0) },
+                    ErrorKind::BadPlacement {
+                        detail: format!("delegate {i} data location {} is unknown", other.0),
+                    },
                     at,
                 );
-                return Delegate { id, processed: empty, inline: true, compile_specs };
+                return Delegate {
+                    id,
+                    processed: empty,
+                    inline: true,
+                    compile_specs,
+                };
             }
         };
         let data = match table.get(idx) {
             Some(d) => *d,
             None => {
                 let len = table.len();
-                self.err(ErrorKind::IndexOutOfRange { what, index: idx as i64, len }, at);
+                self.err(
+                    ErrorKind::IndexOutOfRange {
+                        what,
+                        index: idx as i64,
+                        len,
+                    },
+                    at,
+                );
                 empty
             }
         };
-        Delegate { id, processed: data, inline: inline_flag, compile_specs }
+        Delegate {
+            id,
+            processed: data,
+            inline: inline_flag,
+            compile_specs,
+        }
     }
 
     fn value(
@@ -417,27 +565,38 @@ impl<'f> Reader<'f> {
             K::Int => Value::Int(v.val_as_int().map(|x| x.int_val()).unwrap_or(0)),
             K::Bool => Value::Bool(v.val_as_bool().map(|x| x.bool_val()).unwrap_or(false)),
             K::Double => Value::Double(v.val_as_double().map(|x| x.double_val()).unwrap_or(0.0)),
-            K::String => Value::String(
-                v.val_as_string().and_then(|s| s.string_val()).unwrap_or("").to_string(),
-            ),
+            K::String => Value::String(v.val_as_string().and_then(|s| s.string_val()).unwrap_or("").to_string()),
             K::IntList => {
                 let items = v.val_as_int_list().and_then(|l| l.items());
                 let mut out = Vec::new();
                 for i in items.iter().flat_map(|v| v.iter()) {
                     if i < 0 || i > u32::MAX as i64 {
-                        self.err(ErrorKind::IndexOutOfRange { what: "IntList item value", index: i, len: 0 }, at.clone());
+                        self.err(
+                            ErrorKind::IndexOutOfRange {
+                                what: "IntList item value",
+                                index: i,
+                                len: 0,
+                            },
+                            at.clone(),
+                        );
                     } else {
                         out.push(i as usize);
                     }
                 }
                 Value::IntList(out)
             }
-            K::DoubleList => {
-                Value::DoubleList(v.val_as_double_list().and_then(|l| l.items()).map(|v| v.iter().collect()).unwrap_or_default())
-            }
-            K::BoolList => {
-                Value::BoolList(v.val_as_bool_list().and_then(|l| l.items()).map(|v| v.iter().collect()).unwrap_or_default())
-            }
+            K::DoubleList => Value::DoubleList(
+                v.val_as_double_list()
+                    .and_then(|l| l.items())
+                    .map(|v| v.iter().collect())
+                    .unwrap_or_default(),
+            ),
+            K::BoolList => Value::BoolList(
+                v.val_as_bool_list()
+                    .and_then(|l| l.items())
+                    .map(|v| v.iter().collect())
+                    .unwrap_or_default(),
+            ),
             K::TensorList => {
                 let items = v.val_as_tensor_list().and_then(|l| l.items());
                 Value::TensorList(self.indices(items, "TensorList item value", at))
@@ -450,7 +609,11 @@ impl<'f> Reader<'f> {
                         out.push(None);
                     } else if i < 0 {
                         self.err(
-                            ErrorKind::IndexOutOfRange { what: "OptionalTensorList item value", index: i as i64, len: 0 },
+                            ErrorKind::IndexOutOfRange {
+                                what: "OptionalTensorList item value",
+                                index: i as i64,
+                                len: 0,
+                            },
                             at.clone(),
                         );
                     } else {
@@ -465,7 +628,9 @@ impl<'f> Reader<'f> {
             },
             other => {
                 self.err(
-                    ErrorKind::Unsupported { detail: format!("EValue kind {} is unknown", other.0) },
+                    ErrorKind::Unsupported {
+                        detail: format!("EValue kind {} is unknown", other.0),
+                    },
                     at,
                 );
                 Value::Null
@@ -493,15 +658,27 @@ impl<'f> Reader<'f> {
         let mut sizes = Vec::with_capacity(raw_sizes.len());
         for &s in &raw_sizes {
             if s < 0 {
-                self.err(ErrorKind::BadSizes { detail: format!("size {s} in {raw_sizes:?} is negative") }, at.clone());
+                self.err(
+                    ErrorKind::BadSizes {
+                        detail: format!("size {s} in {raw_sizes:?} is negative"),
+                    },
+                    at.clone(),
+                );
                 return Value::Null;
             }
             sizes.push(s as usize);
         }
         let numel = sizes.iter().try_fold(1usize, |acc, &s| acc.checked_mul(s));
-        let nbytes = numel.and_then(|n| n.checked_mul(dtype.element_size())).filter(|&n| n <= isize::MAX as usize);
+        let nbytes = numel
+            .and_then(|n| n.checked_mul(dtype.element_size()))
+            .filter(|&n| n <= isize::MAX as usize);
         let Some(nbytes) = nbytes else {
-            self.err(ErrorKind::BadSizes { detail: format!("{raw_sizes:?} of {dtype} overflows") }, at);
+            self.err(
+                ErrorKind::BadSizes {
+                    detail: format!("{raw_sizes:?} of {dtype} overflows"),
+                },
+                at,
+            );
             return Value::Null;
         };
         let dim_order: Vec<u8> = t.dim_order().map(|v| v.bytes().to_vec()).unwrap_or_default();
@@ -517,26 +694,55 @@ impl<'f> Reader<'f> {
             fb::TensorShapeDynamism::DYNAMIC_BOUND => Dynamism::DynamicBound,
             fb::TensorShapeDynamism::DYNAMIC_UNBOUND => Dynamism::DynamicUnbound,
             other => {
-                self.err(ErrorKind::Unsupported { detail: format!("shape dynamism {} is unknown", other.0) }, at.clone());
+                self.err(
+                    ErrorKind::Unsupported {
+                        detail: format!("shape dynamism {} is unknown", other.0),
+                    },
+                    at.clone(),
+                );
                 Dynamism::Static
             }
         };
         if t.storage_offset() != 0 {
-            self.err(ErrorKind::StorageOffset { offset: t.storage_offset() }, at.clone());
+            self.err(
+                ErrorKind::StorageOffset {
+                    offset: t.storage_offset(),
+                },
+                at.clone(),
+            );
         }
         let extra = t.extra_tensor_info();
         let idx = t.data_buffer_idx() as usize;
         let alloc = t.allocation_info();
-        let planned = alloc.map(|a| (a.memory_id() as usize, a.memory_offset_low() as u64 | (a.memory_offset_high() as u64) << 32));
+        let planned = alloc.map(|a| {
+            (
+                a.memory_id() as usize,
+                a.memory_offset_low() as u64 | (a.memory_offset_high() as u64) << 32,
+            )
+        });
         let placement = if extra.is_some_and(|e| e.location() == fb::TensorDataLocation::EXTERNAL) {
             let key = extra.and_then(|e| e.fully_qualified_name()).unwrap_or("").to_string();
             if key.is_empty() {
-                self.err(ErrorKind::Missing { what: "fully_qualified_name of an external tensor" }, at.clone());
+                self.err(
+                    ErrorKind::Missing {
+                        what: "fully_qualified_name of an external tensor",
+                    },
+                    at.clone(),
+                );
             }
             let data = resolve_external(external, &key, dtype, &sizes, nbytes).map_err(|detail| {
-                self.err(ErrorKind::External { key: key.clone(), detail }, at.clone());
+                self.err(
+                    ErrorKind::External {
+                        key: key.clone(),
+                        detail,
+                    },
+                    at.clone(),
+                );
             });
-            Placement::External { key, data: data.ok().flatten() }
+            Placement::External {
+                key,
+                data: data.ok().flatten(),
+            }
         } else if idx > 0 {
             match planned {
                 None => match self.constant_data(constants, idx, nbytes, &at) {
@@ -547,7 +753,11 @@ impl<'f> Reader<'f> {
                     let table_idx = extra.map(|e| e.mutable_data_segments_idx()).unwrap_or(0) as usize;
                     match mutable.get(table_idx) {
                         Some(Some(table)) => match self.sub_data(table, idx, nbytes, "mutable data", &at) {
-                            Some(initial) => Placement::Mutable { buffer, offset, initial },
+                            Some(initial) => Placement::Mutable {
+                                buffer,
+                                offset,
+                                initial,
+                            },
                             None => Placement::Planned { buffer, offset },
                         },
                         Some(None) => Placement::Planned { buffer, offset },
@@ -571,7 +781,13 @@ impl<'f> Reader<'f> {
                 None => Placement::Unplanned,
             }
         };
-        Value::Tensor(Tensor { dtype, sizes, dim_order, dynamism, placement })
+        Value::Tensor(Tensor {
+            dtype,
+            sizes,
+            dim_order,
+            dynamism,
+            placement,
+        })
     }
 
     fn constant_data(&mut self, table: &ConstantTable, idx: usize, nbytes: usize, at: &Location) -> Option<DataRef> {
@@ -581,14 +797,23 @@ impl<'f> Reader<'f> {
                 Some(b) if b.len >= nbytes => Some(DataRef { len: nbytes, ..*b }),
                 Some(b) => {
                     self.err(
-                        ErrorKind::OutsideData { what: "constant", offset: b.offset as u64, len: nbytes as u64, limit: b.len as u64 },
+                        ErrorKind::OutsideData {
+                            what: "constant",
+                            offset: b.offset as u64,
+                            len: nbytes as u64,
+                            limit: b.len as u64,
+                        },
                         at.clone().offset(b.offset),
                     );
                     None
                 }
                 None => {
                     self.err(
-                        ErrorKind::IndexOutOfRange { what: "constant buffer", index: idx as i64, len: bufs.len() },
+                        ErrorKind::IndexOutOfRange {
+                            what: "constant buffer",
+                            index: idx as i64,
+                            len: bufs.len(),
+                        },
                         at.clone(),
                     );
                     None
@@ -597,23 +822,45 @@ impl<'f> Reader<'f> {
         }
     }
 
-    fn sub_data(&mut self, s: &Subsegments, idx: usize, nbytes: usize, what: &'static str, at: &Location) -> Option<DataRef> {
+    fn sub_data(
+        &mut self,
+        s: &Subsegments,
+        idx: usize,
+        nbytes: usize,
+        what: &'static str,
+        at: &Location,
+    ) -> Option<DataRef> {
         let Some(&off) = s.offsets.get(idx) else {
             self.err(
-                ErrorKind::IndexOutOfRange { what: "data_buffer_idx", index: idx as i64, len: s.offsets.len() },
+                ErrorKind::IndexOutOfRange {
+                    what: "data_buffer_idx",
+                    index: idx as i64,
+                    len: s.offsets.len(),
+                },
                 at.clone(),
             );
             return None;
         };
-        let fits = off.checked_add(nbytes as u64).is_some_and(|e| e <= s.segment.len as u64);
+        let fits = off
+            .checked_add(nbytes as u64)
+            .is_some_and(|e| e <= s.segment.len as u64);
         if !fits {
             self.err(
-                ErrorKind::OutsideData { what, offset: off, len: nbytes as u64, limit: s.segment.len as u64 },
+                ErrorKind::OutsideData {
+                    what,
+                    offset: off,
+                    len: nbytes as u64,
+                    limit: s.segment.len as u64,
+                },
                 at.clone().offset(s.segment.offset.saturating_add(off as usize)),
             );
             return None;
         }
-        Some(DataRef { source: DataSource::Program, offset: s.segment.offset + off as usize, len: nbytes })
+        Some(DataRef {
+            source: DataSource::Program,
+            offset: s.segment.offset + off as usize,
+            len: nbytes,
+        })
     }
 }
 
@@ -633,12 +880,19 @@ fn resolve_external(
             if t.dtype.is_some_and(|d| d != dtype) {
                 return Err(format!("is {:?} in the data file but {dtype} in the program", t.dtype));
             }
-            let same_sizes = t.sizes.len() == sizes.len() && t.sizes.iter().zip(sizes).all(|(&a, &b)| a >= 0 && a as usize == b);
+            let same_sizes =
+                t.sizes.len() == sizes.len() && t.sizes.iter().zip(sizes).all(|(&a, &b)| a >= 0 && a as usize == b);
             if !t.sizes.is_empty() && !same_sizes {
-                return Err(format!("has sizes {:?} in the data file but {sizes:?} in the program", t.sizes));
+                return Err(format!(
+                    "has sizes {:?} in the data file but {sizes:?} in the program",
+                    t.sizes
+                ));
             }
             if t.data.len < nbytes {
-                return Err(format!("has {} bytes in the data file; the program needs {nbytes}", t.data.len));
+                return Err(format!(
+                    "has {} bytes in the data file; the program needs {nbytes}",
+                    t.data.len
+                ));
             }
             return Ok(Some(DataRef { len: nbytes, ..t.data }));
         }
@@ -654,7 +908,11 @@ struct Subsegments {
 
 impl Default for DataRef {
     fn default() -> Self {
-        DataRef { source: DataSource::Program, offset: 0, len: 0 }
+        DataRef {
+            source: DataSource::Program,
+            offset: 0,
+            len: 0,
+        }
     }
 }
 

@@ -24,7 +24,12 @@ pub fn verify_program(program: &Program, suites: &[TestSuite]) -> Result<()> {
         match program.methods.iter().find(|m| m.name == s.method) {
             Some(m) => v.suite(m, s),
             None => v.err(
-                ErrorKind::BadTestCase { detail: format!("the bundle tests method `{}`, which the program does not have", s.method) },
+                ErrorKind::BadTestCase {
+                    detail: format!(
+                        "the bundle tests method `{}`, which the program does not have",
+                        s.method
+                    ),
+                },
                 Location::default(),
             ),
         }
@@ -54,7 +59,11 @@ impl Verifier {
             Some(m.values[i].kind())
         } else {
             self.err(
-                ErrorKind::IndexOutOfRange { what, index: i as i64, len: m.values.len() },
+                ErrorKind::IndexOutOfRange {
+                    what,
+                    index: i as i64,
+                    len: m.values.len(),
+                },
                 at.clone(),
             );
             None
@@ -69,7 +78,13 @@ impl Verifier {
         for &i in &m.inputs {
             if let Some(kind) = self.value_index(m, i, "input value", &at) {
                 if !matches!(kind, "Tensor" | "Int" | "Double" | "Bool" | "None") {
-                    self.err(ErrorKind::WrongValueKind { expected: "Tensor, Int, Double or Bool input", found: kind }, at.clone().value(i));
+                    self.err(
+                        ErrorKind::WrongValueKind {
+                            expected: "Tensor, Int, Double or Bool input",
+                            found: kind,
+                        },
+                        at.clone().value(i),
+                    );
                 }
             }
         }
@@ -92,7 +107,11 @@ impl Verifier {
                 Instruction::Kernel { op, args } => {
                     if !in_range(*op, m.operators.len()) {
                         self.err(
-                            ErrorKind::IndexOutOfRange { what: "operator", index: *op as i64, len: m.operators.len() },
+                            ErrorKind::IndexOutOfRange {
+                                what: "operator",
+                                index: *op as i64,
+                                len: m.operators.len(),
+                            },
                             at.clone(),
                         );
                     }
@@ -103,14 +122,24 @@ impl Verifier {
                 Instruction::Delegate { delegate, args } => {
                     if !in_range(*delegate, m.delegates.len()) {
                         self.err(
-                            ErrorKind::IndexOutOfRange { what: "delegate", index: *delegate as i64, len: m.delegates.len() },
+                            ErrorKind::IndexOutOfRange {
+                                what: "delegate",
+                                index: *delegate as i64,
+                                len: m.delegates.len(),
+                            },
                             at.clone(),
                         );
                     }
                     for &a in args {
                         if let Some(kind) = self.value_index(m, a, "argument value", &at) {
                             if matches!(kind, "String") {
-                                self.err(ErrorKind::WrongValueKind { expected: "delegate argument", found: kind }, at.clone().value(a));
+                                self.err(
+                                    ErrorKind::WrongValueKind {
+                                        expected: "delegate argument",
+                                        found: kind,
+                                    },
+                                    at.clone().value(a),
+                                );
                             }
                         }
                     }
@@ -120,7 +149,10 @@ impl Verifier {
                     let t = self.value_index(m, *to, "value", &at);
                     if let (Some(f), Some(t)) = (f, t) {
                         if f != t && t != "None" {
-                            self.err(ErrorKind::WrongValueKind { expected: t, found: f }, at.clone().value(*from));
+                            self.err(
+                                ErrorKind::WrongValueKind { expected: t, found: f },
+                                at.clone().value(*from),
+                            );
                         }
                     }
                 }
@@ -132,7 +164,13 @@ impl Verifier {
                             _ => false,
                         };
                         if !ok {
-                            self.err(ErrorKind::WrongValueKind { expected: "Bool or bool tensor condition", found: kind }, at.clone().value(*cond));
+                            self.err(
+                                ErrorKind::WrongValueKind {
+                                    expected: "Bool or bool tensor condition",
+                                    found: kind,
+                                },
+                                at.clone().value(*cond),
+                            );
                         }
                     }
                     if *destination > m.instructions.len() {
@@ -149,7 +187,13 @@ impl Verifier {
                 Instruction::Free { value } => {
                     if let Some(kind) = self.value_index(m, *value, "value", &at) {
                         if kind != "Tensor" {
-                            self.err(ErrorKind::WrongValueKind { expected: "Tensor", found: kind }, at.clone().value(*value));
+                            self.err(
+                                ErrorKind::WrongValueKind {
+                                    expected: "Tensor",
+                                    found: kind,
+                                },
+                                at.clone().value(*value),
+                            );
                         }
                     }
                 }
@@ -163,8 +207,21 @@ impl Verifier {
                 for &i in items {
                     match m.values.get(i) {
                         Some(Value::Int(_)) => {}
-                        Some(other) => self.err(ErrorKind::WrongValueKind { expected: "Int (IntList item)", found: other.kind() }, at.clone()),
-                        None => self.err(ErrorKind::IndexOutOfRange { what: "IntList item value", index: i as i64, len: m.values.len() }, at.clone()),
+                        Some(other) => self.err(
+                            ErrorKind::WrongValueKind {
+                                expected: "Int (IntList item)",
+                                found: other.kind(),
+                            },
+                            at.clone(),
+                        ),
+                        None => self.err(
+                            ErrorKind::IndexOutOfRange {
+                                what: "IntList item value",
+                                index: i as i64,
+                                len: m.values.len(),
+                            },
+                            at.clone(),
+                        ),
                     }
                 }
             }
@@ -186,8 +243,21 @@ impl Verifier {
     fn tensor_item(&mut self, m: &Method, i: usize, what: &'static str, at: &Location) {
         match m.values.get(i) {
             Some(Value::Tensor(_)) => {}
-            Some(other) => self.err(ErrorKind::WrongValueKind { expected: "Tensor (list item)", found: other.kind() }, at.clone()),
-            None => self.err(ErrorKind::IndexOutOfRange { what, index: i as i64, len: m.values.len() }, at.clone()),
+            Some(other) => self.err(
+                ErrorKind::WrongValueKind {
+                    expected: "Tensor (list item)",
+                    found: other.kind(),
+                },
+                at.clone(),
+            ),
+            None => self.err(
+                ErrorKind::IndexOutOfRange {
+                    what,
+                    index: i as i64,
+                    len: m.values.len(),
+                },
+                at.clone(),
+            ),
         }
     }
 
@@ -200,7 +270,13 @@ impl Verifier {
                 d < rank && !std::mem::replace(&mut seen[d], true)
             });
         if !perm {
-            self.err(ErrorKind::BadDimOrder { dim_order: t.dim_order.clone(), rank }, at.clone());
+            self.err(
+                ErrorKind::BadDimOrder {
+                    dim_order: t.dim_order.clone(),
+                    rank,
+                },
+                at.clone(),
+            );
         }
         match &t.placement {
             Placement::Planned { buffer, offset } | Placement::Mutable { buffer, offset, .. } => {
@@ -213,7 +289,11 @@ impl Verifier {
     fn planned(&mut self, m: &Method, t: &Tensor, buffer: usize, offset: u64, at: &Location) {
         if buffer == 0 || buffer >= m.buffer_sizes.len() {
             self.err(
-                ErrorKind::IndexOutOfRange { what: "planned buffer (memory_id)", index: buffer as i64, len: m.buffer_sizes.len() },
+                ErrorKind::IndexOutOfRange {
+                    what: "planned buffer (memory_id)",
+                    index: buffer as i64,
+                    len: m.buffer_sizes.len(),
+                },
                 at.clone(),
             );
             return;
@@ -221,7 +301,15 @@ impl Verifier {
         let size = m.buffer_sizes[buffer];
         let nbytes = t.nbytes() as u64;
         if offset.checked_add(nbytes).is_none_or(|end| end > size) {
-            self.err(ErrorKind::OutsideBuffer { buffer, offset, nbytes, buffer_size: size }, at.clone());
+            self.err(
+                ErrorKind::OutsideBuffer {
+                    buffer,
+                    offset,
+                    nbytes,
+                    buffer_size: size,
+                },
+                at.clone(),
+            );
         }
         let align = t.dtype.element_size();
         if offset % align as u64 != 0 {
@@ -235,14 +323,23 @@ impl Verifier {
             if c.inputs.len() != m.inputs.len() {
                 self.err(
                     ErrorKind::BadTestCase {
-                        detail: format!("test case {ci} has {} inputs; the method takes {}", c.inputs.len(), m.inputs.len()),
+                        detail: format!(
+                            "test case {ci} has {} inputs; the method takes {}",
+                            c.inputs.len(),
+                            m.inputs.len()
+                        ),
                     },
                     at.clone(),
                 );
             } else {
                 for (k, (tv, &vi)) in c.inputs.iter().zip(&m.inputs).enumerate() {
                     if let Some(problem) = input_mismatch(tv, m.values.get(vi)) {
-                        self.err(ErrorKind::BadTestCase { detail: format!("test case {ci}, input {k}: {problem}") }, at.clone().value(vi));
+                        self.err(
+                            ErrorKind::BadTestCase {
+                                detail: format!("test case {ci}, input {k}: {problem}"),
+                            },
+                            at.clone().value(vi),
+                        );
                     }
                 }
             }

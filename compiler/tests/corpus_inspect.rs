@@ -21,18 +21,36 @@ fn operators(path: &std::path::Path, data: &[PathBuf]) -> BTreeSet<String> {
     let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
     let loaded = ptec::load(&bytes, &refs).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc = ptec::inspect::to_json(&loaded, bytes.len());
-    doc["operators"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    doc["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
 fn every_corpus_file_matches_its_manifest_operators() {
     let Some(root) = corpus() else { return };
     let mut checked = 0;
-    for (dir, manifest) in [(root.clone(), root.join("manifest.json")), (root.join("bench"), root.join("bench/manifest.json"))] {
+    for (dir, manifest) in [
+        (root.clone(), root.join("manifest.json")),
+        (root.join("bench"), root.join("bench/manifest.json")),
+    ] {
         let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
         for (name, case) in m["cases"].as_object().unwrap() {
-            let want: BTreeSet<String> = case["ops"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
-            let data: Vec<PathBuf> = case["data_files"].as_array().unwrap().iter().map(|d| dir.join(d.as_str().unwrap())).collect();
+            let want: BTreeSet<String> = case["ops"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            let data: Vec<PathBuf> = case["data_files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| dir.join(d.as_str().unwrap()))
+                .collect();
             for key in ["pte", "bpte"] {
                 let Some(file) = case[key].as_str() else { continue };
                 let path = dir.join(file);
@@ -47,7 +65,11 @@ fn every_corpus_file_matches_its_manifest_operators() {
     // BP04 bundles and the .ptd file are not in the manifest's file keys.
     for extra in ["mlp_bp04.bp", "multi_method_bp04.bp"] {
         let stem = extra.trim_end_matches("_bp04.bp");
-        assert_eq!(operators(&root.join(extra), &[]), operators(&root.join(format!("{stem}.pte")), &[]), "{extra}");
+        assert_eq!(
+            operators(&root.join(extra), &[]),
+            operators(&root.join(format!("{stem}.pte")), &[]),
+            "{extra}"
+        );
         checked += 1;
     }
     let ptd = std::fs::read(root.join("external_weights.ptd")).unwrap();
@@ -63,11 +85,20 @@ fn bundles_carry_the_manifest_test_cases() {
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("manifest.json")).unwrap()).unwrap();
     for (name, case) in m["cases"].as_object().unwrap() {
         let path = root.join(case["bpte"].as_str().unwrap());
-        let data: Vec<Vec<u8>> = case["data_files"].as_array().unwrap().iter().map(|d| std::fs::read(root.join(d.as_str().unwrap())).unwrap()).collect();
+        let data: Vec<Vec<u8>> = case["data_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| std::fs::read(root.join(d.as_str().unwrap())).unwrap())
+            .collect();
         let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
         let loaded = ptec::load(&std::fs::read(&path).unwrap(), &refs).unwrap();
         for (method, count) in case["methods"].as_object().unwrap() {
-            let suite = loaded.suites.iter().find(|s| &s.method == method).unwrap_or_else(|| panic!("{name}: no suite for {method}"));
+            let suite = loaded
+                .suites
+                .iter()
+                .find(|s| &s.method == method)
+                .unwrap_or_else(|| panic!("{name}: no suite for {method}"));
             assert_eq!(suite.cases.len() as u64, count.as_u64().unwrap(), "{name}.{method}");
         }
     }

@@ -112,23 +112,8 @@ fn param(list: &[usize], sd: usize, i: usize) -> Option<usize> {
 
 /// Output length of one spatial dim (PyTorch's formulas), or `None` when it
 /// would be below 1.
-fn out_len(
-    inp: usize,
-    k: usize,
-    s: usize,
-    p: usize,
-    d: usize,
-    op: usize,
-    transposed: bool,
-) -> Option<usize> {
-    let (inp, k, s, p, d, op) = (
-        inp as i128,
-        k as i128,
-        s as i128,
-        p as i128,
-        d as i128,
-        op as i128,
-    );
+fn out_len(inp: usize, k: usize, s: usize, p: usize, d: usize, op: usize, transposed: bool) -> Option<usize> {
+    let (inp, k, s, p, d, op) = (inp as i128, k as i128, s as i128, p as i128, d as i128, op as i128);
     let o = if transposed {
         (inp - 1) * s - 2 * p + d * (k - 1) + op + 1
     } else {
@@ -187,11 +172,7 @@ fn geometry(
         let s = param(stride, sd, i)?;
         let p = param(padding, sd, i)?;
         let d = param(dilation, sd, i)?;
-        let op = if transposed {
-            param(output_padding, sd, i)?
-        } else {
-            0
-        };
+        let op = if transposed { param(output_padding, sd, i)? } else { 0 };
         if k == 0 || s == 0 || d == 0 {
             return None;
         }
@@ -297,10 +278,7 @@ fn scratch_parts(g: &Geom) -> (usize, usize) {
         Path::Pointwise => (0, gemm_scratch_len(g.cout_g(), g.oh * g.ow, g.cin_g())),
         Path::Im2col => {
             let k = g.cin_g() * kk;
-            (
-                k * g.oh * g.ow,
-                gemm_scratch_len(g.cout_g(), g.oh * g.ow, k),
-            )
+            (k * g.oh * g.ow, gemm_scratch_len(g.cout_g(), g.oh * g.ow, k))
         }
         Path::Transposed => {
             let m = g.cout_g() * kk;
@@ -436,17 +414,9 @@ pub fn convolution<T: Float>(
 #[inline(always)]
 fn valid_range(off: isize, s: usize, in_len: usize, out_len: usize) -> (usize, usize) {
     let s_i = s as isize;
-    let lo = if off >= 0 {
-        0
-    } else {
-        ((-off) + s_i - 1) / s_i
-    } as usize;
+    let lo = if off >= 0 { 0 } else { ((-off) + s_i - 1) / s_i } as usize;
     let lim = in_len as isize - off; // need o·s < lim
-    let hi = if lim <= 0 {
-        0
-    } else {
-        ((lim + s_i - 1) / s_i) as usize
-    };
+    let hi = if lim <= 0 { 0 } else { ((lim + s_i - 1) / s_i) as usize };
     let hi = hi.min(out_len);
     (lo.min(hi), hi)
 }
@@ -546,14 +516,7 @@ unsafe fn depthwise_f32_avx2(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]
 }
 
 /// 1×1, stride 1, unpadded: `out_g = W_g · x_g` per batch and group.
-fn pointwise_f32(
-    g: &Geom,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    o: &mut [f32],
-    scratch: &mut [f32],
-) {
+fn pointwise_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32], scratch: &mut [f32]) {
     let hw = g.oh * g.ow;
     let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
     for ni in 0..g.n {
@@ -594,10 +557,7 @@ fn im2col(g: &Geom, x: &[f32], ni: usize, gi: usize, col: &mut [f32]) {
                     if g.sw == 1 {
                         dst[lo..hi].copy_from_slice(&irow[start..start + (hi - lo)]);
                     } else {
-                        for (d, &v) in dst[lo..hi]
-                            .iter_mut()
-                            .zip(irow[start..].iter().step_by(g.sw))
-                        {
+                        for (d, &v) in dst[lo..hi].iter_mut().zip(irow[start..].iter().step_by(g.sw)) {
                             *d = v;
                         }
                     }
@@ -625,18 +585,7 @@ fn im2col_conv_f32(
             let wg = &w[gi * cout_g * k..][..cout_g * k];
             let og = &mut o[(ni * g.cout + gi * cout_g) * ohw..][..cout_g * ohw];
             let b = bias.map_or(Bias::None, |b| Bias::PerRow(&b[gi * cout_g..][..cout_g]));
-            gemm_bias(
-                cout_g,
-                ohw,
-                k,
-                wg,
-                false,
-                &col[..k * ohw],
-                false,
-                b,
-                og,
-                scratch,
-            );
+            gemm_bias(cout_g, ohw, k, wg, false, &col[..k * ohw], false, b, og, scratch);
         }
     }
 }
@@ -660,9 +609,7 @@ fn transposed_f32(
         for gi in 0..g.groups {
             let xg = &x[(ni * g.cin + gi * cin_g) * ihw..][..cin_g * ihw];
             let wg = &w[gi * cin_g * mrows..][..cin_g * mrows];
-            gemm(
-                mrows, ihw, cin_g, 1.0, wg, true, xg, false, 0.0, col, scratch,
-            );
+            gemm(mrows, ihw, cin_g, 1.0, wg, true, xg, false, 0.0, col, scratch);
             let og = &mut o[(ni * g.cout + gi * cout_g) * ohw..][..cout_g * ohw];
             for (oc, oplane) in og.chunks_exact_mut(ohw).enumerate() {
                 oplane.fill(bias.map_or(0.0, |b| b[gi * cout_g + oc]));
@@ -744,14 +691,7 @@ fn regular_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, o: 
 /// The input position that output position `o` receives kernel tap `t`
 /// from in a transposed convolution (`o = i·s − p + t·d`), if any.
 #[inline(always)]
-fn transposed_src(
-    o: usize,
-    t: usize,
-    s: usize,
-    p: usize,
-    d: usize,
-    in_len: usize,
-) -> Option<usize> {
+fn transposed_src(o: usize, t: usize, s: usize, p: usize, d: usize, in_len: usize) -> Option<usize> {
     let num = (o + p) as isize - (t * d) as isize;
     if num < 0 || num as usize % s != 0 {
         return None;
@@ -856,15 +796,10 @@ mod tests {
                                     for kx in 0..c.kw {
                                         let iy = (oy * c.s.0 + ky * c.d.0) as i64 - c.p.0 as i64;
                                         let ix = (ox * c.s.1 + kx * c.d.1) as i64 - c.p.1 as i64;
-                                        if iy < 0
-                                            || ix < 0
-                                            || iy >= c.ih as i64
-                                            || ix >= c.iw as i64
-                                        {
+                                        if iy < 0 || ix < 0 || iy >= c.ih as i64 || ix >= c.iw as i64 {
                                             continue;
                                         }
-                                        let xv = x[((n * c.cin + ic) * c.ih + iy as usize) * c.iw
-                                            + ix as usize];
+                                        let xv = x[((n * c.cin + ic) * c.ih + iy as usize) * c.iw + ix as usize];
                                         let wv = w[((oc * cin_g + icg) * c.kh + ky) * c.kw + kx];
                                         s += xv as f64 * wv as f64;
                                     }
@@ -900,10 +835,8 @@ mod tests {
                                         if oy < 0 || ox < 0 || oy >= oh as i64 || ox >= ow as i64 {
                                             continue;
                                         }
-                                        let wv =
-                                            w[((ic * cout_g + ocg) * c.kh + ky) * c.kw + kx] as f64;
-                                        out[((n * c.cout + oc) * oh + oy as usize) * ow
-                                            + ox as usize] += xv * wv;
+                                        let wv = w[((ic * cout_g + ocg) * c.kh + ky) * c.kw + kx] as f64;
+                                        out[((n * c.cout + oc) * oh + oy as usize) * ow + ox as usize] += xv * wv;
                                     }
                                 }
                             }
@@ -916,22 +849,11 @@ mod tests {
     }
 
     /// (input sizes, weight sizes, stride, padding, dilation, output_padding)
-    type CaseSizes = (
-        Vec<usize>,
-        Vec<usize>,
-        [usize; 2],
-        [usize; 2],
-        [usize; 2],
-        [usize; 2],
-    );
+    type CaseSizes = (Vec<usize>, Vec<usize>, [usize; 2], [usize; 2], [usize; 2], [usize; 2]);
 
     fn sizes_of(c: &Case) -> CaseSizes {
         let (cin_g, cout_g) = (c.cin / c.groups, c.cout / c.groups);
-        let wlead = if c.transposed {
-            [c.cin, cout_g]
-        } else {
-            [c.cout, cin_g]
-        };
+        let wlead = if c.transposed { [c.cin, cout_g] } else { [c.cout, cin_g] };
         if c.one_d {
             (
                 vec![c.n, c.cin, c.iw],
@@ -956,14 +878,7 @@ mod tests {
     fn run_case<T: Float>(c: &Case, rng: &mut Lcg, tol: f64) {
         let (cin_g, cout_g) = (c.cin / c.groups, c.cout / c.groups);
         let x32 = rng.vec(c.n * c.cin * c.ih * c.iw);
-        let w32 = rng.vec(
-            if c.transposed {
-                c.cin * cout_g
-            } else {
-                c.cout * cin_g
-            } * c.kh
-                * c.kw,
-        );
+        let w32 = rng.vec(if c.transposed { c.cin * cout_g } else { c.cout * cin_g } * c.kh * c.kw);
         let b32 = rng.vec(c.cout);
         let to_t = |v: &[f32]| v.iter().map(|&x| T::from_f64(x as f64)).collect::<Vec<T>>();
         let back = |v: &[T]| v.iter().map(|&x| x.to_f64() as f32).collect::<Vec<f32>>();
@@ -1076,8 +991,7 @@ mod tests {
         // x0 → positions 0,1 += [1, 10]; x1 → positions 2,3 += [2, 20]; pos 4 = 0.
         let mut out = [0.0f32; 5];
         let wsz = [1, 1, 2];
-        let mut scratch =
-            vec![0.0f32; conv_scratch_len(&[1, 1, 2], &wsz, &[2], &[0], &[1], true, &[1], 1)];
+        let mut scratch = vec![0.0f32; conv_scratch_len(&[1, 1, 2], &wsz, &[2], &[0], &[1], true, &[1], 1)];
         convolution(
             &[1.0f32, 2.0],
             &[1, 1, 2],
@@ -1101,78 +1015,27 @@ mod tests {
     fn output_sizes_validation() {
         // (5 + 2·1 − 2·(3−1) − 1)/2 + 1 = 2/2 + 1 = 2
         assert_eq!(
-            conv_output_sizes(
-                &[1, 4, 5, 5],
-                &[6, 2, 3, 3],
-                Some(6),
-                &[2],
-                &[1],
-                &[2],
-                false,
-                &[],
-                2
-            )
-            .as_deref(),
+            conv_output_sizes(&[1, 4, 5, 5], &[6, 2, 3, 3], Some(6), &[2], &[1], &[2], false, &[], 2).as_deref(),
             Some(&[1, 6, 2, 2][..])
         );
         // kernel larger than the padded input
         assert_eq!(
-            conv_output_sizes(
-                &[1, 1, 2, 2],
-                &[1, 1, 3, 3],
-                None,
-                &[1],
-                &[0],
-                &[1],
-                false,
-                &[],
-                1
-            ),
+            conv_output_sizes(&[1, 1, 2, 2], &[1, 1, 3, 3], None, &[1], &[0], &[1], false, &[], 1),
             None
         );
         // channels do not match groups
         assert_eq!(
-            conv_output_sizes(
-                &[1, 3, 5, 5],
-                &[6, 2, 3, 3],
-                None,
-                &[1],
-                &[0],
-                &[1],
-                false,
-                &[],
-                2
-            ),
+            conv_output_sizes(&[1, 3, 5, 5], &[6, 2, 3, 3], None, &[1], &[0], &[1], false, &[], 2),
             None
         );
         // transposed output_padding must be below stride or dilation
         assert_eq!(
-            conv_output_sizes(
-                &[1, 1, 4],
-                &[1, 1, 3],
-                None,
-                &[2],
-                &[0],
-                &[1],
-                true,
-                &[2],
-                1
-            ),
+            conv_output_sizes(&[1, 1, 4], &[1, 1, 3], None, &[2], &[0], &[1], true, &[2], 1),
             None
         );
         // bias length mismatch
         assert_eq!(
-            conv_output_sizes(
-                &[1, 1, 4],
-                &[2, 1, 3],
-                Some(1),
-                &[1],
-                &[0],
-                &[1],
-                false,
-                &[],
-                1
-            ),
+            conv_output_sizes(&[1, 1, 4], &[2, 1, 3], Some(1), &[1], &[0], &[1], false, &[], 1),
             None
         );
     }

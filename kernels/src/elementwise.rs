@@ -175,11 +175,7 @@ pub fn map<A: Copy, O>(x: &[A], out: &mut [O], mut f: impl FnMut(A) -> O) {
 
 /// Fallible [`map`]: `None` from `f` → `DivisionByZero`.
 #[inline(always)]
-pub fn try_map<A: Copy, O>(
-    x: &[A],
-    out: &mut [O],
-    mut f: impl FnMut(A) -> Option<O>,
-) -> KernelResult {
+pub fn try_map<A: Copy, O>(x: &[A], out: &mut [O], mut f: impl FnMut(A) -> Option<O>) -> KernelResult {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = f(v).ok_or(KernelError::DivisionByZero)?;
     }
@@ -395,9 +391,7 @@ mod tests {
     use std::vec::Vec;
 
     fn rng(seed: &mut u64) -> u64 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *seed >> 33
     }
 

@@ -25,11 +25,7 @@ fn check_index(index: i64, size: usize) -> Result<usize, KernelError> {
 /// Wraps a negative index once, then checks the range.
 #[inline(always)]
 fn wrap_index(index: i64, size: usize) -> Result<usize, KernelError> {
-    let i = if index < 0 {
-        index + size as i64
-    } else {
-        index
-    };
+    let i = if index < 0 { index + size as i64 } else { index };
     check_index(i, size).map_err(|_| KernelError::IndexOutOfRange { index, size })
 }
 
@@ -84,10 +80,7 @@ pub fn index_select<T: Copy, I: Element>(
 
 /// Odometer over `sizes` (row-major) calling `f(linear, idx)`.
 #[inline(always)]
-fn for_each_index(
-    sizes: &[usize],
-    mut f: impl FnMut(usize, &[usize; MAX_RANK]) -> KernelResult,
-) -> KernelResult {
+fn for_each_index(sizes: &[usize], mut f: impl FnMut(usize, &[usize; MAX_RANK]) -> KernelResult) -> KernelResult {
     let r = sizes.len();
     let n = numel(sizes);
     let mut idx = [0usize; MAX_RANK];
@@ -157,10 +150,7 @@ fn scatter_impl<T: Copy, I: Element>(
 }
 
 #[inline(always)]
-fn src_value<'a, T: Copy>(
-    src: &'a [T],
-    src_sizes: &[usize],
-) -> impl FnMut(&[usize; MAX_RANK]) -> T + 'a {
+fn src_value<'a, T: Copy>(src: &'a [T], src_sizes: &[usize]) -> impl FnMut(&[usize; MAX_RANK]) -> T + 'a {
     let mut st = [0usize; MAX_RANK];
     contiguous_strides(src_sizes, &mut st);
     let r = src_sizes.len();
@@ -187,15 +177,7 @@ pub fn scatter<T: Copy, I: Element>(
     src: &[T],
     src_sizes: &[usize],
 ) -> KernelResult {
-    scatter_impl(
-        dst,
-        sizes,
-        dim,
-        index,
-        index_sizes,
-        src_value(src, src_sizes),
-        |_, v| v,
-    )
+    scatter_impl(dst, sizes, dim, index, index_sizes, src_value(src, src_sizes), |_, v| v)
 }
 
 /// `aten::scatter.value(dim, index, value)`: like [`scatter`] with a
@@ -226,15 +208,7 @@ pub fn scatter_add<T: Copy, I: Element>(
     src_sizes: &[usize],
     add: impl FnMut(T, T) -> T,
 ) -> KernelResult {
-    scatter_impl(
-        dst,
-        sizes,
-        dim,
-        index,
-        index_sizes,
-        src_value(src, src_sizes),
-        add,
-    )
+    scatter_impl(dst, sizes, dim, index, index_sizes, src_value(src, src_sizes), add)
 }
 
 /// One optional index tensor of `index.Tensor` / `index_put`: its data and
@@ -433,8 +407,8 @@ fn index_put_impl<T: Copy, I: Element>(
     for (s, ix) in shapes.iter_mut().zip(indices) {
         *s = ix.map(|(_, sh)| sh);
     }
-    let (os, r) = index_output_sizes(sizes, &shapes[..indices.len().min(MAX_RANK)])
-        .ok_or(KernelError::ShapeMismatch)?;
+    let (os, r) =
+        index_output_sizes(sizes, &shapes[..indices.len().min(MAX_RANK)]).ok_or(KernelError::ShapeMismatch)?;
     let os = &os[..r];
     if broadcast_sizes(os, values_sizes).is_none_or(|(s, rr)| &s[..rr] != os) {
         return Err(KernelError::ShapeMismatch);
@@ -576,29 +550,10 @@ mod tests {
         );
         // scatter into zeros [2,3] along dim 1: index [[2,0]], src [[9,8]]
         let mut d = [0; 6];
-        scatter(
-            &mut d,
-            &[2, 3],
-            1,
-            &[2i64, 0],
-            &[1, 2],
-            &[9, 8, 7, 6],
-            &[2, 2],
-        )
-        .unwrap();
+        scatter(&mut d, &[2, 3], 1, &[2i64, 0], &[1, 2], &[9, 8, 7, 6], &[2, 2]).unwrap();
         assert_eq!(d, [8, 0, 9, 0, 0, 0]);
         let mut d = [1; 3];
-        scatter_add(
-            &mut d,
-            &[3],
-            0,
-            &[0i64, 0, 2],
-            &[3],
-            &[5, 6, 7],
-            &[3],
-            |a, b| a + b,
-        )
-        .unwrap();
+        scatter_add(&mut d, &[3], 0, &[0i64, 0, 2], &[3], &[5, 6, 7], &[3], |a, b| a + b).unwrap();
         assert_eq!(d, [12, 1, 8]);
         let mut d = [0; 3];
         scatter_value(&mut d, &[3], 0, &[1i32], &[1], 4).unwrap();
@@ -610,10 +565,7 @@ mod tests {
     fn advanced_index_shapes() {
         let s = |x: Option<([usize; MAX_RANK], usize)>| x.map(|(a, r)| a[..r].to_vec());
         // x[idx] with idx [2,3] on [5,4] -> [2,3,4]
-        assert_eq!(
-            s(index_output_sizes(&[5, 4], &[Some(&[2, 3])])),
-            Some(vec![2, 3, 4])
-        );
+        assert_eq!(s(index_output_sizes(&[5, 4], &[Some(&[2, 3])])), Some(vec![2, 3, 4]));
         // x[:, idx] on [5,4,6], idx [7] -> [5,7,6]
         assert_eq!(
             s(index_output_sizes(&[5, 4, 6], &[None, Some(&[7])])),
@@ -621,24 +573,15 @@ mod tests {
         );
         // adjacent pair broadcasting [2,1] & [3] on [5,4,6] dims 1,2 -> [5,2,3]
         assert_eq!(
-            s(index_output_sizes(
-                &[5, 4, 6],
-                &[None, Some(&[2, 1]), Some(&[3])]
-            )),
+            s(index_output_sizes(&[5, 4, 6], &[None, Some(&[2, 1]), Some(&[3])])),
             Some(vec![5, 2, 3])
         );
         // non-adjacent dims 0 and 2 -> B first: [3] + [4] -> [3,4]
         assert_eq!(
-            s(index_output_sizes(
-                &[5, 4, 6],
-                &[Some(&[3]), None, Some(&[3])]
-            )),
+            s(index_output_sizes(&[5, 4, 6], &[Some(&[3]), None, Some(&[3])])),
             Some(vec![3, 4])
         );
-        assert_eq!(
-            s(index_output_sizes(&[5, 4], &[Some(&[2]), Some(&[3])])),
-            None
-        );
+        assert_eq!(s(index_output_sizes(&[5, 4], &[Some(&[2]), Some(&[3])])), None);
         assert_eq!(s(index_output_sizes(&[5], &[None])), Some(vec![5]));
     }
 
@@ -646,18 +589,13 @@ mod tests {
 
     /// Naive advanced indexing reference via explicit coordinates.
     fn naive_index(x: &[i32], sizes: &[usize], idx: &[OwnedIdx]) -> (Vec<i32>, Vec<usize>) {
-        let shapes: Vec<Option<&[usize]>> = idx
-            .iter()
-            .map(|o| o.as_ref().map(|(_, s)| &s[..]))
-            .collect();
+        let shapes: Vec<Option<&[usize]>> = idx.iter().map(|o| o.as_ref().map(|(_, s)| &s[..])).collect();
         let (os, r) = index_output_sizes(sizes, &shapes).unwrap();
         let os = os[..r].to_vec();
         let (b, br) = shapes
             .iter()
             .flatten()
-            .fold(([0; MAX_RANK], 0), |(a, r), s| {
-                broadcast_sizes(&a[..r], s).unwrap()
-            });
+            .fold(([0; MAX_RANK], 0), |(a, r), s| broadcast_sizes(&a[..r], s).unwrap());
         let b = b[..br].to_vec();
         let indexed: Vec<usize> = (0..idx.len()).filter(|&d| idx[d].is_some()).collect();
         let adjacent = indexed.windows(2).all(|w| w[1] == w[0] + 1);
@@ -707,30 +645,15 @@ mod tests {
         let cases: Vec<Vec<OwnedIdx>> = vec![
             vec![Some((vec![2, -1, 0], vec![3]))],
             vec![None, Some((vec![3, 0, 1, -4], vec![2, 2]))],
-            vec![
-                None,
-                Some((vec![0, 1], vec![2, 1])),
-                Some((vec![4, -5, 2], vec![3])),
-            ],
-            vec![
-                Some((vec![0, 2], vec![2])),
-                None,
-                Some((vec![1, 3], vec![2])),
-            ],
-            vec![
-                Some((vec![1], vec![1])),
-                None,
-                Some((vec![0, 4, 3], vec![3, 1])),
-            ],
+            vec![None, Some((vec![0, 1], vec![2, 1])), Some((vec![4, -5, 2], vec![3]))],
+            vec![Some((vec![0, 2], vec![2])), None, Some((vec![1, 3], vec![2]))],
+            vec![Some((vec![1], vec![1])), None, Some((vec![0, 4, 3], vec![3, 1]))],
             vec![None, None, Some((vec![-1], vec![]))],
             vec![Some((vec![], vec![0]))],
         ];
         for c in &cases {
             let (want, os) = naive_index(&x, &sizes, c);
-            let args: Vec<IndexArg<'_, i64>> = c
-                .iter()
-                .map(|o| o.as_ref().map(|(d, s)| (&d[..], &s[..])))
-                .collect();
+            let args: Vec<IndexArg<'_, i64>> = c.iter().map(|o| o.as_ref().map(|(d, s)| (&d[..], &s[..]))).collect();
             let mut out = vec![-1; numel(&os)];
             index(&x, &sizes, &args, &mut out).unwrap();
             assert_eq!(out, want, "{c:?}");
@@ -742,21 +665,11 @@ mod tests {
         // out of range and wrap
         let mut o = [0; 1];
         assert_eq!(
-            index(
-                &x,
-                &sizes,
-                &[Some((&[3i64][..], &[1usize][..]))],
-                &mut o[..]
-            ),
+            index(&x, &sizes, &[Some((&[3i64][..], &[1usize][..]))], &mut o[..]),
             Err(KernelError::IndexOutOfRange { index: 3, size: 3 })
         );
         assert_eq!(
-            index(
-                &x,
-                &sizes,
-                &[Some((&[-4i64][..], &[1usize][..]))],
-                &mut o[..]
-            ),
+            index(&x, &sizes, &[Some((&[-4i64][..], &[1usize][..]))], &mut o[..]),
             Err(KernelError::IndexOutOfRange { index: -4, size: 3 })
         );
         assert_eq!(
@@ -778,14 +691,7 @@ mod tests {
         // x = zeros [3,2]; x[[0, 2, 0]] = [[1,2]] (broadcast over rows)
         let mut d = [0; 6];
         let idx = [0i64, 2, 0];
-        index_put(
-            &mut d,
-            &[3, 2],
-            &[Some((&idx[..], &[3usize][..]))],
-            &[1, 2],
-            &[2],
-        )
-        .unwrap();
+        index_put(&mut d, &[3, 2], &[Some((&idx[..], &[3usize][..]))], &[1, 2], &[2]).unwrap();
         assert_eq!(d, [1, 2, 0, 0, 1, 2]);
         let mut d = [0; 6];
         index_put_accumulate(
@@ -800,24 +706,11 @@ mod tests {
         assert_eq!(d, [2, 4, 0, 0, 1, 2]);
         // x[:, [-1]] = 9 (scalar value)
         let mut d = [0; 6];
-        index_put(
-            &mut d,
-            &[3, 2],
-            &[None, Some((&[-1i64][..], &[1usize][..]))],
-            &[9],
-            &[],
-        )
-        .unwrap();
+        index_put(&mut d, &[3, 2], &[None, Some((&[-1i64][..], &[1usize][..]))], &[9], &[]).unwrap();
         assert_eq!(d, [0, 9, 0, 9, 0, 9]);
         // values not broadcastable to [3,2]
         assert_eq!(
-            index_put(
-                &mut d,
-                &[3, 2],
-                &[Some((&idx[..], &[3usize][..]))],
-                &[1, 2, 3],
-                &[3]
-            ),
+            index_put(&mut d, &[3, 2], &[Some((&idx[..], &[3usize][..]))], &[1, 2, 3], &[3]),
             Err(KernelError::ShapeMismatch)
         );
         let x = [1.0f32, 2.0, 3.0, 4.0];

@@ -56,16 +56,16 @@ pub type KernelResult = Result<(), KernelError>;
 /// The largest tensor rank the kernels handle.
 pub const MAX_RANK: usize = 16;
 
-pub mod num;
-pub mod scalar;
+pub mod conv;
 pub mod elementwise;
-pub mod reduce;
-pub mod shape;
 pub mod index;
 pub mod linear;
-pub mod conv;
-pub mod pool;
 pub mod norm;
+pub mod num;
+pub mod pool;
+pub mod quant;
+pub mod reduce;
+pub mod scalar;
+pub mod shape;
 pub mod softmax;
 pub mod upsample;
-pub mod quant;

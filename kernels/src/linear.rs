@@ -276,10 +276,7 @@ impl<const MR: usize, const NR: usize> MicroKernel<MR, NR> for Portable {
     #[inline(always)]
     fn run(self, kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; NR]; MR]) {
         let mut c = [[0.0f32; NR]; MR];
-        for (ap, bp) in a[..kc * MR]
-            .chunks_exact(MR)
-            .zip(b[..kc * NR].chunks_exact(NR))
-        {
+        for (ap, bp) in a[..kc * MR].chunks_exact(MR).zip(b[..kc * NR].chunks_exact(NR)) {
             for i in 0..MR {
                 let av = ap[i];
                 for j in 0..NR {
@@ -376,14 +373,7 @@ unsafe fn ukr_avx2_6x16(kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; 16]; 6
             c50 = _mm256_fmadd_ps(x, b0, c50);
             c51 = _mm256_fmadd_ps(x, b1, c51);
         }
-        let rows = [
-            (c00, c01),
-            (c10, c11),
-            (c20, c21),
-            (c30, c31),
-            (c40, c41),
-            (c50, c51),
-        ];
+        let rows = [(c00, c01), (c10, c11), (c20, c21), (c30, c31), (c40, c41), (c50, c51)];
         for (dst, (lo, hi)) in acc.iter_mut().zip(rows) {
             _mm256_storeu_ps(dst.as_mut_ptr(), lo);
             _mm256_storeu_ps(dst.as_mut_ptr().add(8), hi);
@@ -394,14 +384,7 @@ unsafe fn ukr_avx2_6x16(kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; 16]; 6
 /// Packs rows `ic..ic+mc`, depth `pc..pc+kc` of `A` into `MR`-row strips:
 /// strip `s` holds `A(ic + s·MR + i, pc + q)` at `s·kc·MR + q·MR + i`,
 /// zero-padded past `mc`.
-fn pack_a<const MR: usize>(
-    p: &Gemm<'_>,
-    ic: usize,
-    mc: usize,
-    pc: usize,
-    kc: usize,
-    out: &mut [f32],
-) {
+fn pack_a<const MR: usize>(p: &Gemm<'_>, ic: usize, mc: usize, pc: usize, kc: usize, out: &mut [f32]) {
     for (s, i0) in (0..mc).step_by(MR).enumerate() {
         let dst = &mut out[s * kc * MR..(s + 1) * kc * MR];
         let rows = MR.min(mc - i0);
@@ -431,14 +414,7 @@ fn pack_a<const MR: usize>(
 /// Packs columns `jc..jc+nc`, depth `pc..pc+kc` of `B` into `NR`-column
 /// strips: strip `s` holds `B(pc + q, jc + s·NR + j)` at
 /// `s·kc·NR + q·NR + j`, zero-padded past `nc`.
-fn pack_b<const NR: usize>(
-    p: &Gemm<'_>,
-    jc: usize,
-    nc: usize,
-    pc: usize,
-    kc: usize,
-    out: &mut [f32],
-) {
+fn pack_b<const NR: usize>(p: &Gemm<'_>, jc: usize, nc: usize, pc: usize, kc: usize, out: &mut [f32]) {
     for (s, j0) in (0..nc).step_by(NR).enumerate() {
         let dst = &mut out[s * kc * NR..(s + 1) * kc * NR];
         let cols = NR.min(nc - j0);
@@ -698,15 +674,7 @@ pub fn mm_output_sizes(a_sizes: &[usize], b_sizes: &[usize]) -> Option<[usize; 2
 /// `aten::mm.out(self, mat2, out)`: `out[m×n] = self[m×k] · mat2[k×n]`, all
 /// row-major. `scratch`: [`gemm_scratch_len`]`(m, n, k)` floats (used for
 /// `f32` only).
-pub fn mm<T: Float>(
-    a: &[T],
-    b: &[T],
-    m: usize,
-    k: usize,
-    n: usize,
-    out: &mut [T],
-    scratch: &mut [f32],
-) {
+pub fn mm<T: Float>(a: &[T], b: &[T], m: usize, k: usize, n: usize, out: &mut [T], scratch: &mut [f32]) {
     gemm(m, n, k, 1.0, a, false, b, false, 0.0, out, scratch);
 }
 
@@ -723,16 +691,7 @@ pub fn bmm_output_sizes(a_sizes: &[usize], b_sizes: &[usize]) -> Option<[usize; 
 /// `out[b] (m×n) = self[b] (m×k) · mat2[b] (k×n)`. `scratch`:
 /// [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32` only).
 #[allow(clippy::too_many_arguments)]
-pub fn bmm<T: Float>(
-    a: &[T],
-    b: &[T],
-    batch: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    out: &mut [T],
-    scratch: &mut [f32],
-) {
+pub fn bmm<T: Float>(a: &[T], b: &[T], batch: usize, m: usize, k: usize, n: usize, out: &mut [T], scratch: &mut [f32]) {
     if m == 0 || n == 0 {
         return;
     }
@@ -760,11 +719,7 @@ fn addmm_bias_dims(bias_sizes: &[usize], m: usize, n: usize) -> Option<(usize, u
 /// `mat1` of `[m, k]` and `mat2` of `[k, n]`: `[m, n]`, or `None` when the
 /// matrices do not fit or the bias does not broadcast to `[m, n]` (it may
 /// be a scalar, `[1]`, `[n]`, `[1, n]`, `[m, 1]` or `[m, n]`).
-pub fn addmm_output_sizes(
-    bias_sizes: &[usize],
-    mat1_sizes: &[usize],
-    mat2_sizes: &[usize],
-) -> Option<[usize; 2]> {
+pub fn addmm_output_sizes(bias_sizes: &[usize], mat1_sizes: &[usize], mat2_sizes: &[usize]) -> Option<[usize; 2]> {
     let [m, n] = mm_output_sizes(mat1_sizes, mat2_sizes)?;
     addmm_bias_dims(bias_sizes, m, n)?;
     Some([m, n])
@@ -815,11 +770,7 @@ pub fn addmm<T: Float>(
 /// Output sizes of `aten::linear` for `input` of `x_sizes` (`[*, k]`),
 /// `weight` of `w_sizes` (`[n, k]`) and an optional bias of length
 /// `bias_len` (must be `n`): `[*, n]`, or `None`.
-pub fn linear_output_sizes(
-    x_sizes: &[usize],
-    w_sizes: &[usize],
-    bias_len: Option<usize>,
-) -> Option<Sizes> {
+pub fn linear_output_sizes(x_sizes: &[usize], w_sizes: &[usize], bias_len: Option<usize>) -> Option<Sizes> {
     let (&k, lead) = x_sizes.split_last()?;
     let &[n, k2] = w_sizes else { return None };
     if k != k2 || bias_len.is_some_and(|l| l != n) {
@@ -898,12 +849,7 @@ mod tests {
                     let bv = if bt { b[j * k + p] } else { b[p * n + j] };
                     s += av as f64 * bv as f64;
                 }
-                r[i * n + j] = alpha * s
-                    + if beta == 0.0 {
-                        0.0
-                    } else {
-                        beta * c[i * n + j] as f64
-                    };
+                r[i * n + j] = alpha * s + if beta == 0.0 { 0.0 } else { beta * c[i * n + j] as f64 };
             }
         }
         r
@@ -931,20 +877,7 @@ mod tests {
         assert_eq!(c, [4.0, 5.0, 10.0, 11.0]);
         // addmm with bias [10, 20] (shape [2]), beta 2, alpha 0.5:
         // 2·[10,20] + 0.5·[[4,5],[10,11]] = [[22,42.5],[25,45.5]]
-        addmm(
-            &[10.0f32, 20.0],
-            &[2],
-            &a,
-            &b,
-            2,
-            3,
-            2,
-            2.0,
-            0.5,
-            &mut c,
-            &mut [],
-        )
-        .unwrap();
+        addmm(&[10.0f32, 20.0], &[2], &a, &b, 2, 3, 2, 2.0, 0.5, &mut c, &mut []).unwrap();
         assert_eq!(c, [22.0, 42.5, 25.0, 45.5]);
         // linear: x = [1,2,3] (m=1,k=3), weight rows [1,1,1], [0,1,0]; bias [1,-1]
         // → [6+1, 2-1] = [7, 1]
@@ -963,36 +896,10 @@ mod tests {
         // beta = 0 ignores a NaN bias.
         addmm(&[f32::NAN], &[], &a, &b, 2, 3, 2, 0.0, 1.0, &mut c, &mut []).unwrap();
         // a bias that does not broadcast is rejected
-        assert!(addmm(
-            &[1.0f32; 3],
-            &[3],
-            &a,
-            &b,
-            2,
-            3,
-            2,
-            1.0,
-            1.0,
-            &mut c,
-            &mut []
-        )
-        .is_err());
+        assert!(addmm(&[1.0f32; 3], &[3], &a, &b, 2, 3, 2, 1.0, 1.0, &mut c, &mut []).is_err());
         assert_eq!(c, [4.0, 5.0, 10.0, 11.0]);
         // k = 0: out = beta · bias ([m,1] bias broadcast along columns).
-        addmm(
-            &[1.0f32, 2.0],
-            &[2, 1],
-            &[],
-            &[],
-            2,
-            0,
-            2,
-            3.0,
-            1.0,
-            &mut c,
-            &mut [],
-        )
-        .unwrap();
+        addmm(&[1.0f32, 2.0], &[2, 1], &[], &[], 2, 0, 2, 3.0, 1.0, &mut c, &mut []).unwrap();
         assert_eq!(c, [3.0, 3.0, 6.0, 6.0]);
     }
 
@@ -1020,8 +927,7 @@ mod tests {
                         let a = rng.vec(m * k);
                         let b = rng.vec(k * n);
                         let c0 = rng.vec(m * n);
-                        let want =
-                            reference(m, n, k, alpha as f64, &a, at, &b, bt, beta as f64, &c0);
+                        let want = reference(m, n, k, alpha as f64, &a, at, &b, bt, beta as f64, &c0);
                         let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
                         let mut c = c0.clone();
                         sgemm(m, n, k, alpha, &a, at, &b, bt, beta, &mut c, &mut scratch);
@@ -1064,24 +970,8 @@ mod tests {
         let b = rng.vec(k * n);
         let mut c = vec![f32::NAN; m * n];
         let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-        sgemm(
-            m,
-            n,
-            k,
-            1.0,
-            &a,
-            false,
-            &b,
-            false,
-            0.0,
-            &mut c,
-            &mut scratch,
-        );
-        check(
-            &c,
-            &reference(m, n, k, 1.0, &a, false, &b, false, 0.0, &c),
-            k,
-        );
+        sgemm(m, n, k, 1.0, &a, false, &b, false, 0.0, &mut c, &mut scratch);
+        check(&c, &reference(m, n, k, 1.0, &a, false, &b, false, 0.0, &c), k);
     }
 
     #[test]
@@ -1094,18 +984,7 @@ mod tests {
         let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
         bmm(&a, &b, bt, m, k, n, &mut out, &mut scratch);
         for i in 0..bt {
-            let want = reference(
-                m,
-                n,
-                k,
-                1.0,
-                &a[i * m * k..],
-                false,
-                &b[i * k * n..],
-                false,
-                0.0,
-                &[],
-            );
+            let want = reference(m, n, k, 1.0, &a[i * m * k..], false, &b[i * k * n..], false, 0.0, &[]);
             check(&out[i * m * n..(i + 1) * m * n], &want, k);
         }
         let (m, k, n) = (10, 50, 23);

@@ -148,16 +148,10 @@ pub fn batch_norm_no_training<T: Float>(
         // PyTorch does not clamp the running variance.
         let rstd = T::Acc::ONE / acc_sqrt(running_var[ci].to_acc() + eps);
         let scale = weight.map_or(T::Acc::ONE, |w| w[ci].to_acc()) * rstd;
-        let shift =
-            bias.map_or(T::Acc::ZERO, |b| b[ci].to_acc()) - running_mean[ci].to_acc() * scale;
+        let shift = bias.map_or(T::Acc::ZERO, |b| b[ci].to_acc()) - running_mean[ci].to_acc() * scale;
         for ni in 0..n {
             let off = (ni * c + ci) * inner;
-            affine(
-                &input[off..off + inner],
-                scale,
-                shift,
-                &mut out[off..off + inner],
-            );
+            affine(&input[off..off + inner], scale, shift, &mut out[off..off + inner]);
         }
     }
     Ok(())
@@ -294,16 +288,11 @@ pub fn native_group_norm<T: Float>(
     mean: &mut [T],
     rstd: &mut [T],
 ) -> KernelResult {
-    if group == 0
-        || c % group != 0
-        || weight.is_some_and(|w| w.len() != c)
-        || bias.is_some_and(|b| b.len() != c)
-    {
+    if group == 0 || c % group != 0 || weight.is_some_and(|w| w.len() != c) || bias.is_some_and(|b| b.len() != c) {
         return Err(KernelError::ShapeMismatch);
     }
     let total = n * c * hxw;
-    if input.len() < total || out.len() < total || mean.len() < n * group || rstd.len() < n * group
-    {
+    if input.len() < total || out.len() < total || mean.len() < n * group || rstd.len() < n * group {
         return Err(KernelError::ShapeMismatch);
     }
     let d = c / group;
@@ -321,12 +310,7 @@ pub fn native_group_norm<T: Float>(
                 let scale = weight.map_or(T::Acc::ONE, |w| w[ch].to_acc()) * rs;
                 let shift = bias.map_or(T::Acc::ZERO, |b| b[ch].to_acc()) - mu * scale;
                 let off = base + k * hxw;
-                affine(
-                    &input[off..off + hxw],
-                    scale,
-                    shift,
-                    &mut out[off..off + hxw],
-                );
+                affine(&input[off..off + hxw], scale, shift, &mut out[off..off + hxw]);
             }
         }
     }
@@ -384,10 +368,7 @@ mod tests {
         assert_eq!(out, [-1.0, -1.0, 1.0, 4.0]);
         assert_eq!((mean[0], rstd[0]), (3.0, 0.5));
         let (o, s) = layer_norm_output_sizes(&[2, 3, 4], &[3, 4], Some(12), None).unwrap();
-        assert_eq!(
-            (o.as_slice(), s.as_slice()),
-            (&[2, 3, 4][..], &[2, 1, 1][..])
-        );
+        assert_eq!((o.as_slice(), s.as_slice()), (&[2, 3, 4][..], &[2, 1, 1][..]));
         assert!(layer_norm_output_sizes(&[2, 3, 4], &[4, 3], None, None).is_none());
         assert!(layer_norm_output_sizes(&[2, 3, 4], &[], None, None).is_none());
     }
@@ -462,11 +443,7 @@ mod tests {
             let n: usize = nshape.iter().product();
             // offset the data to exercise accuracy of the two-pass variance
             let xs: Vec<f32> = rng.vec(total).iter().map(|v| v * 3.0 + 10.0).collect();
-            let (x, w, b) = (
-                conv::<T>(&xs),
-                conv::<T>(&rng.vec(n)),
-                conv::<T>(&rng.vec(n)),
-            );
+            let (x, w, b) = (conv::<T>(&xs), conv::<T>(&rng.vec(n)), conv::<T>(&rng.vec(n)));
             let (xr, wr, br) = (back(&x), back(&w), back(&b));
             let m = total / n;
             let mut out = vec![T::default(); total];
@@ -491,10 +468,7 @@ mod tests {
                 for j in 0..n {
                     let want = (xr[i * n + j] - mu) * rs * wr[j] + br[j];
                     let got = out[i * n + j].to_f64();
-                    assert!(
-                        (got - want).abs() <= tol * 8.0 * (1.0 + want.abs()),
-                        "{got} vs {want}"
-                    );
+                    assert!((got - want).abs() <= tol * 8.0 * (1.0 + want.abs()), "{got} vs {want}");
                 }
             }
         }
@@ -524,8 +498,7 @@ mod tests {
             );
             let (xr, wr, br) = (back(&x), back(&w), back(&b));
             let mut out = vec![T::default(); total];
-            let (mut mean, mut rstd) =
-                (vec![T::default(); n * group], vec![T::default(); n * group]);
+            let (mut mean, mut rstd) = (vec![T::default(); n * group], vec![T::default(); n * group]);
             let sizes = [n, c, hxw];
             assert!(group_norm_output_sizes(&sizes, Some(c), Some(c), n, c, hxw, group).is_some());
             native_group_norm(
@@ -586,8 +559,7 @@ mod tests {
         batch_norm_no_training(&x, &sizes, None, Some(&b), &mean, &var, 1e-5, &mut out).unwrap();
         for i in 0..120 {
             let ch = (i / 20) % 3;
-            let want =
-                (x[i] as f64 - mean[ch] as f64) / (var[ch] as f64 + 1e-5).sqrt() + b[ch] as f64;
+            let want = (x[i] as f64 - mean[ch] as f64) / (var[ch] as f64 + 1e-5).sqrt() + b[ch] as f64;
             assert!((out[i] as f64 - want).abs() < 1e-5 * (1.0 + want.abs()));
         }
     }

@@ -45,13 +45,7 @@ pub fn pooling_output_len(
     if k == 0 || stride == 0 || dilation == 0 {
         return None;
     }
-    let (i, k, s, p, d) = (
-        inp as i128,
-        k as i128,
-        stride as i128,
-        pad as i128,
-        dilation as i128,
-    );
+    let (i, k, s, p, d) = (inp as i128, k as i128, stride as i128, pad as i128, dilation as i128);
     let num = i + 2 * p - d * (k - 1) - 1 + if ceil_mode { s - 1 } else { 0 };
     let mut out = num.div_euclid(s) + 1;
     if ceil_mode && (out - 1) * s >= i + p {
@@ -149,14 +143,7 @@ pub fn max_pool2d_output_sizes(
     dilation: &[usize],
     ceil_mode: bool,
 ) -> Option<Sizes> {
-    let g = geometry(
-        input_sizes,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        ceil_mode,
-    )?;
+    let g = geometry(input_sizes, kernel_size, stride, padding, dilation, ceil_mode)?;
     out_sizes(input_sizes, g.h.out, g.w.out)
 }
 
@@ -189,15 +176,8 @@ fn max_pool_impl<T: Element>(
     out: &mut [T],
     mut indices: Option<&mut [i64]>,
 ) -> KernelResult {
-    let g = geometry(
-        input_sizes,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        ceil_mode,
-    )
-    .ok_or(KernelError::ShapeMismatch)?;
+    let g =
+        geometry(input_sizes, kernel_size, stride, padding, dilation, ceil_mode).ok_or(KernelError::ShapeMismatch)?;
     let (h, w) = (g.h, g.w);
     let (ihw, ohw) = (h.inp * w.inp, h.out * w.out);
     if input.len() < g.planes * ihw
@@ -339,8 +319,7 @@ pub fn avg_pool2d<T: Float>(
     if divisor_override == Some(0) {
         return Err(KernelError::ShapeMismatch);
     }
-    let g = geometry(input_sizes, kernel_size, stride, padding, &[1], ceil_mode)
-        .ok_or(KernelError::ShapeMismatch)?;
+    let g = geometry(input_sizes, kernel_size, stride, padding, &[1], ceil_mode).ok_or(KernelError::ShapeMismatch)?;
     let (h, w) = (g.h, g.w);
     let (ihw, ohw) = (h.inp * w.inp, h.out * w.out);
     if input.len() < g.planes * ihw || out.len() < g.planes * ohw {
@@ -389,10 +368,7 @@ pub fn avg_pool2d<T: Float>(
 /// (`[H_out, W_out]`): the input's sizes with the last two replaced, or
 /// `None` if the input is not 3-d/4-d with non-empty channel and spatial
 /// dims or `output_size` does not have two elements.
-pub fn adaptive_avg_pool2d_output_sizes(
-    input_sizes: &[usize],
-    output_size: &[usize],
-) -> Option<Sizes> {
+pub fn adaptive_avg_pool2d_output_sizes(input_sizes: &[usize], output_size: &[usize]) -> Option<Sizes> {
     planes_hw(input_sizes)?;
     let &[oh, ow] = output_size else { return None };
     out_sizes(input_sizes, oh, ow)
@@ -479,10 +455,7 @@ mod tests {
         assert_eq!(pooling_output_len(3, 2, 2, 1, 1, true), Some(2));
         assert_eq!(pooling_output_len(2, 3, 1, 0, 1, false), None);
         // padding above half the kernel is rejected
-        assert_eq!(
-            max_pool2d_output_sizes(&[1, 4, 4], &[2], &[], &[2], &[1], false),
-            None
-        );
+        assert_eq!(max_pool2d_output_sizes(&[1, 4, 4], &[2], &[], &[2], &[1], false), None);
         // in 6, k 3, stride 3 (default), pad 1, ceil: floor((6+2-2-1+2)/3)+1 = 3;
         // (3-1)·3 = 6 < 6+1, so the third window (starting at 5) stays.
         assert_eq!(
@@ -500,18 +473,7 @@ mod tests {
         let x = [1.0f32, 5.0, 2.0, 3.0, 4.0, 9.0, 0.0, 6.0, 6.0];
         let mut o = [0.0f32; 4];
         let mut ix = [0i64; 4];
-        max_pool2d_with_indices(
-            &x,
-            &[1, 3, 3],
-            &[2],
-            &[1],
-            &[0],
-            &[1],
-            false,
-            &mut o,
-            &mut ix,
-        )
-        .unwrap();
+        max_pool2d_with_indices(&x, &[1, 3, 3], &[2], &[1], &[0], &[1], false, &mut o, &mut ix).unwrap();
         assert_eq!(o, [5.0, 9.0, 6.0, 9.0]);
         assert_eq!(ix, [1, 5, 7, 5]);
         // NaN propagates, the last NaN's index wins; ties keep the first.
@@ -519,36 +481,14 @@ mod tests {
         // [NaN 2 2]   BL {NaN,2,1,1}   → NaN @3   BR {2,2,1,1} → 2 @4 (first 2)
         // [1   1 1]
         let x = [f32::NAN, 1.0, 7.0, f32::NAN, 2.0, 2.0, 1.0, 1.0, 1.0];
-        max_pool2d_with_indices(
-            &x,
-            &[1, 3, 3],
-            &[2],
-            &[1],
-            &[0],
-            &[1],
-            false,
-            &mut o,
-            &mut ix,
-        )
-        .unwrap();
+        max_pool2d_with_indices(&x, &[1, 3, 3], &[2], &[1], &[0], &[1], false, &mut o, &mut ix).unwrap();
         assert!(o[0].is_nan() && o[2].is_nan());
         assert_eq!((o[1], o[3]), (7.0, 2.0));
         assert_eq!(ix, [3, 2, 3, 4]);
         // All -inf window with padding: index is the first in-bounds tap.
         let x = [f32::NEG_INFINITY; 4];
         let mut o = [0.0f32; 4];
-        max_pool2d_with_indices(
-            &x,
-            &[1, 2, 2],
-            &[2],
-            &[2],
-            &[1],
-            &[1],
-            false,
-            &mut o,
-            &mut ix,
-        )
-        .unwrap();
+        max_pool2d_with_indices(&x, &[1, 2, 2], &[2], &[2], &[1], &[1], false, &mut o, &mut ix).unwrap();
         assert_eq!(ix, [0, 1, 2, 3]);
         assert!(o.iter().all(|v| *v == f32::NEG_INFINITY));
     }
@@ -564,18 +504,7 @@ mod tests {
         assert_eq!(o, [0.25, 0.5, 0.75, 1.0]);
         avg_pool2d(&x, &[1, 2, 2], &[2], &[2], &[1], false, false, None, &mut o).unwrap();
         assert_eq!(o, [1.0, 2.0, 3.0, 4.0]);
-        avg_pool2d(
-            &x,
-            &[1, 2, 2],
-            &[2],
-            &[2],
-            &[1],
-            false,
-            true,
-            Some(2),
-            &mut o,
-        )
-        .unwrap();
+        avg_pool2d(&x, &[1, 2, 2], &[2], &[2], &[1], false, true, Some(2), &mut o).unwrap();
         assert_eq!(o, [0.5, 1.0, 1.5, 2.0]);
         // ceil mode, 3 wide row [1 2 3], kernel (1,2), stride 2, no pad:
         // windows [1 2] → 1.5 and [3] (clipped; pool size clipped to input+pad = 1) → 3
@@ -721,18 +650,7 @@ mod tests {
         let x: Vec<i32> = (0..16).map(|i| (i * 7) % 11).collect();
         let mut o = [0i32; 4];
         let mut ix = [0i64; 4];
-        max_pool2d_with_indices(
-            &x,
-            &[1, 4, 4],
-            &[2],
-            &[],
-            &[0],
-            &[1],
-            false,
-            &mut o,
-            &mut ix,
-        )
-        .unwrap();
+        max_pool2d_with_indices(&x, &[1, 4, 4], &[2], &[], &[0], &[1], false, &mut o, &mut ix).unwrap();
         // rows: [0 7 3 10] [6 2 9 5] [1 8 4 0] [7 3 10 6]
         assert_eq!(o, [7, 10, 8, 10]);
         assert_eq!(ix, [1, 3, 9, 14]);
@@ -813,8 +731,7 @@ mod tests {
                         ) else {
                             continue;
                         };
-                        let want =
-                            naive_avg(&xr, planes, ih, iw, k, s, p, sz[1], sz[2], include, div);
+                        let want = naive_avg(&xr, planes, ih, iw, k, s, p, sz[1], sz[2], include, div);
                         let mut o = vec![T::default(); sz.numel()];
                         avg_pool2d(
                             &x,

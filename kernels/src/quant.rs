@@ -57,12 +57,7 @@ pub fn quantize_per_tensor<X: Float, Q: Element>(
 /// quant_min, quant_max, dtype, out_dtype)`:
 /// `out[i] = (q[i] - zero_point) * scale` computed in `O`'s accumulate type
 /// (`quant_min`/`quant_max` only validate in PyTorch and are not needed).
-pub fn dequantize_per_tensor<Q: Element, O: Float>(
-    q: &[Q],
-    scale: f64,
-    zero_point: i64,
-    out: &mut [O],
-) {
+pub fn dequantize_per_tensor<Q: Element, O: Float>(q: &[Q], scale: f64, zero_point: i64, out: &mut [O]) {
     let s = <O::Acc as Element>::from_f64(scale);
     let zp = <O::Acc as Element>::from_i64(zero_point);
     for (o, &v) in out.iter_mut().zip(q) {
@@ -105,10 +100,7 @@ pub fn quantize_per_channel<X: Float, S: Element, Z: Element, Q: Element>(
             let inv = (1.0 / scales[c].to_f64()) as f32;
             let zp = zero_points[c].to_i64() as f32;
             let base = (o * ch + c) * inner;
-            for (d, &v) in out[base..base + inner]
-                .iter_mut()
-                .zip(&x[base..base + inner])
-            {
+            for (d, &v) in out[base..base + inner].iter_mut().zip(&x[base..base + inner]) {
                 *d = quantize_one(v.to_f64() as f32, inv, zp, lo, hi);
             }
         }
@@ -133,10 +125,7 @@ pub fn dequantize_per_channel<Q: Element, S: Element, Z: Element, O: Float>(
             let s = <O::Acc as Element>::from_f64(scales[c].to_f64());
             let zp = <O::Acc as Element>::from_i64(zero_points.map_or(0, |z| z[c].to_i64()));
             let base = (o * ch + c) * inner;
-            for (d, &v) in out[base..base + inner]
-                .iter_mut()
-                .zip(&q[base..base + inner])
-            {
+            for (d, &v) in out[base..base + inner].iter_mut().zip(&q[base..base + inner]) {
                 *d = O::from_acc((<O::Acc as Element>::from_i64(v.to_i64()) - zp) * s);
             }
         }
@@ -194,9 +183,7 @@ mod tests {
         let mut s = 1u64;
         let xs: Vec<f32> = (0..5000)
             .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 40.0
             })
             .collect();

@@ -123,13 +123,7 @@ impl ReducePlan {
     /// Folds `f` over the reduced elements of the output whose base offset
     /// is `base`, in row-major order of the reduced dims.
     #[inline(always)]
-    pub fn fold<T: Copy, A>(
-        &self,
-        x: &[T],
-        base: usize,
-        init: A,
-        mut f: impl FnMut(A, T) -> A,
-    ) -> A {
+    pub fn fold<T: Copy, A>(&self, x: &[T], base: usize, init: A, mut f: impl FnMut(A, T) -> A) -> A {
         let mut acc = Some(init);
         self.fold_rows(base, |off, len, st| {
             let mut a = acc.take().unwrap_or_else(|| unreachable!());
@@ -361,22 +355,17 @@ fn arg_reduce<T: Element>(
     };
     let p = ReducePlan::new(sizes, dims);
     p.for_each_output(|i, base| {
-        let (best, bi, _) = p.fold(
-            x,
-            base,
-            (None::<T>, 0i64, 0i64),
-            |(best, bi, k), v| match best {
-                None => (Some(v), k, k + 1),
-                Some(b) if is_nan_generic(b) => (best, bi, k + 1),
-                Some(b) => {
-                    if is_nan_generic(v) || better(v, b) {
-                        (Some(v), k, k + 1)
-                    } else {
-                        (best, bi, k + 1)
-                    }
+        let (best, bi, _) = p.fold(x, base, (None::<T>, 0i64, 0i64), |(best, bi, k), v| match best {
+            None => (Some(v), k, k + 1),
+            Some(b) if is_nan_generic(b) => (best, bi, k + 1),
+            Some(b) => {
+                if is_nan_generic(v) || better(v, b) {
+                    (Some(v), k, k + 1)
+                } else {
+                    (best, bi, k + 1)
                 }
-            },
-        );
+            }
+        });
         on(i, best.unwrap_or_default(), bi);
     });
 }
@@ -396,13 +385,7 @@ pub fn argmin<T: Element>(x: &[T], sizes: &[usize], dim: Option<usize>, out: &mu
 
 /// `aten::max.dim`: maximum values and their (first) indices along `dim`;
 /// NaN propagates and its index is reported.
-pub fn max_dim<T: Element>(
-    x: &[T],
-    sizes: &[usize],
-    dim: usize,
-    values: &mut [T],
-    indices: &mut [i64],
-) {
+pub fn max_dim<T: Element>(x: &[T], sizes: &[usize], dim: usize, values: &mut [T], indices: &mut [i64]) {
     arg_reduce(
         x,
         sizes,
@@ -416,13 +399,7 @@ pub fn max_dim<T: Element>(
 }
 
 /// `aten::min.dim`: minimum values and their (first) indices along `dim`.
-pub fn min_dim<T: Element>(
-    x: &[T],
-    sizes: &[usize],
-    dim: usize,
-    values: &mut [T],
-    indices: &mut [i64],
-) {
+pub fn min_dim<T: Element>(x: &[T], sizes: &[usize], dim: usize, values: &mut [T], indices: &mut [i64]) {
     arg_reduce(
         x,
         sizes,
@@ -452,13 +429,7 @@ pub fn all<T: Element>(x: &[T], sizes: &[usize], dims: &[usize], out: &mut [bool
 
 /// Two-pass variance in `f64` of one output: returns (var, mean).
 #[inline(always)]
-fn var_one<T: Element>(
-    p: &ReducePlan,
-    x: &[T],
-    base: usize,
-    n: f64,
-    correction: f64,
-) -> (f64, f64) {
+fn var_one<T: Element>(p: &ReducePlan, x: &[T], base: usize, n: f64, correction: f64) -> (f64, f64) {
     let s = p.fold(x, base, 0.0f64, |a, v| a + v.to_f64());
     let m = s / n;
     let ss = p.fold(x, base, 0.0f64, |a, v| {
@@ -472,31 +443,17 @@ fn var_one<T: Element>(
 /// `aten::var.correction`: `sum((x - mean)^2) / max(0, N - correction)`
 /// (correction 1 = unbiased, 0 = population); computed two-pass in `f64`.
 /// A divisor of 0 gives inf or NaN like PyTorch.
-pub fn var<T: Element, O: Element>(
-    x: &[T],
-    sizes: &[usize],
-    dims: &[usize],
-    correction: f64,
-    out: &mut [O],
-) {
+pub fn var<T: Element, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], correction: f64, out: &mut [O]) {
     let p = ReducePlan::new(sizes, dims);
     let n = p.red_numel() as f64;
     p.for_each_output(|i, base| out[i] = O::from_f64(var_one(&p, x, base, n, correction).0));
 }
 
 /// `aten::std.correction`: square root of [`var`].
-pub fn std<T: Element, O: Element>(
-    x: &[T],
-    sizes: &[usize],
-    dims: &[usize],
-    correction: f64,
-    out: &mut [O],
-) {
+pub fn std<T: Element, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], correction: f64, out: &mut [O]) {
     let p = ReducePlan::new(sizes, dims);
     let n = p.red_numel() as f64;
-    p.for_each_output(|i, base| {
-        out[i] = O::from_f64(libm::sqrt(var_one(&p, x, base, n, correction).0))
-    });
+    p.for_each_output(|i, base| out[i] = O::from_f64(libm::sqrt(var_one(&p, x, base, n, correction).0)));
 }
 
 /// `aten::var_mean.correction`: variance (as [`var`]) and mean.
@@ -580,13 +537,7 @@ pub fn logsumexp<T: Element, O: Element>(x: &[T], sizes: &[usize], dims: &[usize
 /// `p = 2` → `sqrt(sum x^2)`, `1` → `sum |x|`, `inf` → `max |x|`,
 /// `-inf` → `min |x|`, `0` → count of non-zeros, otherwise
 /// `(sum |x|^p)^(1/p)`. Computed in `f64`.
-pub fn norm<T: Element, O: Element>(
-    x: &[T],
-    sizes: &[usize],
-    dims: &[usize],
-    p_ord: f64,
-    out: &mut [O],
-) {
+pub fn norm<T: Element, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], p_ord: f64, out: &mut [O]) {
     let p = ReducePlan::new(sizes, dims);
     p.for_each_output(|i, base| {
         let r = if p_ord == 2.0 {
@@ -600,13 +551,9 @@ pub fn norm<T: Element, O: Element>(
             p.fold(x, base, None, |a, v: T| min_step(a, libm::fabs(v.to_f64())))
                 .unwrap_or(f64::INFINITY)
         } else if p_ord == 0.0 {
-            p.fold(x, base, 0.0f64, |a, v| {
-                a + if v.to_f64() != 0.0 { 1.0 } else { 0.0 }
-            })
+            p.fold(x, base, 0.0f64, |a, v| a + if v.to_f64() != 0.0 { 1.0 } else { 0.0 })
         } else {
-            let s = p.fold(x, base, 0.0f64, |a, v| {
-                a + libm::pow(libm::fabs(v.to_f64()), p_ord)
-            });
+            let s = p.fold(x, base, 0.0f64, |a, v| a + libm::pow(libm::fabs(v.to_f64()), p_ord));
             libm::pow(s, 1.0 / p_ord)
         };
         out[i] = O::from_f64(r);
@@ -622,9 +569,7 @@ mod tests {
     use std::vec::Vec;
 
     fn rng(seed: &mut u64) -> u64 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *seed >> 33
     }
 
@@ -665,10 +610,7 @@ mod tests {
             let groups = naive_groups(&xf, &sizes, &dims);
             let mut out = vec![0i64; groups.len()];
             sum(&x, &sizes, &dims, &mut out);
-            let want: Vec<i64> = groups
-                .iter()
-                .map(|g| g.iter().sum::<f64>() as i64)
-                .collect();
+            let want: Vec<i64> = groups.iter().map(|g| g.iter().sum::<f64>() as i64).collect();
             assert_eq!(out, want, "{sizes:?} {dims:?}");
             let mut mx = vec![0i32; groups.len()];
             amax(&x, &sizes, &dims, &mut mx);

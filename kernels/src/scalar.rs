@@ -304,14 +304,13 @@ macro_rules! impl_float_math {
     };
 }
 impl_float_math!(
-    f32, u32, fabsf, copysignf, floorf, ceilf, truncf, rintf, fmodf, sqrtf, cbrtf, expf, exp2f,
-    expm1f, logf, log1pf, log2f, log10f, powf, sinf, cosf, tanf, asinf, acosf, atanf, atan2f,
-    sinhf, coshf, tanhf, asinhf, acoshf, atanhf, erff, erfcf
+    f32, u32, fabsf, copysignf, floorf, ceilf, truncf, rintf, fmodf, sqrtf, cbrtf, expf, exp2f, expm1f, logf, log1pf,
+    log2f, log10f, powf, sinf, cosf, tanf, asinf, acosf, atanf, atan2f, sinhf, coshf, tanhf, asinhf, acoshf, atanhf,
+    erff, erfcf
 );
 impl_float_math!(
-    f64, u64, fabs, copysign, floor, ceil, trunc, rint, fmod, sqrt, cbrt, exp, exp2, expm1, log,
-    log1p, log2, log10, pow, sin, cos, tan, asin, acos, atan, atan2, sinh, cosh, tanh, asinh,
-    acosh, atanh, erf, erfc
+    f64, u64, fabs, copysign, floor, ceil, trunc, rint, fmod, sqrt, cbrt, exp, exp2, expm1, log, log1p, log2, log10,
+    pow, sin, cos, tan, asin, acos, atan, atan2, sinh, cosh, tanh, asinh, acosh, atanh, erf, erfc
 );
 
 // ---------------------------------------------------------------------------
@@ -1236,9 +1235,7 @@ mod tests {
         // a == floor_div(a, b) * b + remainder(a, b), remainder sign == b sign
         let mut s = 12345u64;
         for _ in 0..10000 {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let a = (s >> 33) as i32 % 1000 - 500;
             let b = (s >> 13) as i32 % 41 - 20;
             if b == 0 {

@@ -121,24 +121,9 @@ fn contiguous_istrides(sizes: &[usize]) -> [isize; MAX_RANK] {
 /// General N-d gather into a contiguous `dst` of shape `sizes` with signed
 /// strides: element `idx` reads `src[base + Σ idx[d]·strides[d]]`. Serves
 /// `flip`-like views and any view with an offset.
-pub fn strided_copy_signed<T: Copy>(
-    src: &[T],
-    base: usize,
-    sizes: &[usize],
-    strides: &[isize],
-    dst: &mut [T],
-) {
+pub fn strided_copy_signed<T: Copy>(src: &[T], base: usize, sizes: &[usize], strides: &[isize], dst: &mut [T]) {
     let ds = contiguous_istrides(sizes);
-    copy_box_map(
-        src,
-        base as isize,
-        strides,
-        dst,
-        0,
-        &ds[..sizes.len()],
-        sizes,
-        |v| v,
-    );
+    copy_box_map(src, base as isize, strides, dst, 0, &ds[..sizes.len()], sizes, |v| v);
 }
 
 /// General N-d gather-copy into contiguous `dst` (`permute_copy`,
@@ -184,13 +169,7 @@ pub fn permute_copy<T: Copy>(src: &[T], sizes: &[usize], dims: &[usize], dst: &m
 }
 
 /// `aten::transpose_copy.int(dim0, dim1)` (and `t_copy`): swaps two dims.
-pub fn transpose_copy<T: Copy>(
-    src: &[T],
-    sizes: &[usize],
-    dim0: usize,
-    dim1: usize,
-    dst: &mut [T],
-) {
+pub fn transpose_copy<T: Copy>(src: &[T], sizes: &[usize], dim0: usize, dim1: usize, dst: &mut [T]) {
     let mut p: [usize; MAX_RANK] = core::array::from_fn(|k| k);
     p.swap(dim0, dim1);
     permute_copy(src, sizes, &p[..sizes.len()], dst);
@@ -227,16 +206,7 @@ pub fn repeat<T: Copy>(src: &[T], sizes: &[usize], repeats: &[usize], dst: &mut 
             vst[2 * k + 1] = pst[k];
         }
         let ds = contiguous_istrides(&vs[..2 * r]);
-        copy_box_map(
-            src,
-            0,
-            &vst[..2 * r],
-            dst,
-            0,
-            &ds[..2 * r],
-            &vs[..2 * r],
-            |v| v,
-        );
+        copy_box_map(src, 0, &vst[..2 * r], dst, 0, &ds[..2 * r], &vs[..2 * r], |v| v);
     } else {
         // Rare high-rank case: per element.
         let mut os = [0usize; MAX_RANK];
@@ -317,13 +287,7 @@ pub fn split_with_sizes_copy<T: Copy>(
 /// `split_size` along `dim`, the last one smaller if needed;
 /// `outs.len() = ceil(sizes[dim] / split_size)` (at least 1).
 /// Also serves `unbind_copy` (`split_size` 1).
-pub fn split_copy<T: Copy>(
-    src: &[T],
-    sizes: &[usize],
-    dim: usize,
-    split_size: usize,
-    outs: &mut [&mut [T]],
-) {
+pub fn split_copy<T: Copy>(src: &[T], sizes: &[usize], dim: usize, split_size: usize, outs: &mut [&mut [T]]) {
     let n = sizes.get(dim).copied().unwrap_or(1);
     let parts = outs.len();
     split_impl(
@@ -388,12 +352,7 @@ pub const fn slice_bounds(size: usize, start: Option<i64>, end: Option<i64>) -> 
 /// Output length of `aten::slice_copy.Tensor(dim, start, end, step)` for a
 /// dim of `size`: `ceil((end - start) / step)` after [`slice_bounds`];
 /// `None` when `step <= 0` (PyTorch: "slice step must be positive").
-pub const fn slice_output_len(
-    size: usize,
-    start: Option<i64>,
-    end: Option<i64>,
-    step: i64,
-) -> Option<usize> {
+pub const fn slice_output_len(size: usize, start: Option<i64>, end: Option<i64>, step: i64) -> Option<usize> {
     if step <= 0 {
         return None;
     }
@@ -444,13 +403,7 @@ pub fn wrap_index(index: i64, size: usize) -> Result<usize, KernelError> {
 
 /// `aten::select_copy.int(dim, index)`: `dst` has the input shape without
 /// `dim`; a negative `index` wraps; out of range → `IndexOutOfRange`.
-pub fn select_copy<T: Copy>(
-    src: &[T],
-    sizes: &[usize],
-    dim: usize,
-    index: i64,
-    dst: &mut [T],
-) -> KernelResult {
+pub fn select_copy<T: Copy>(src: &[T], sizes: &[usize], dim: usize, index: i64, dst: &mut [T]) -> KernelResult {
     let i = wrap_index(index, sizes[dim])?;
     let outer: usize = sizes[..dim].iter().product();
     let inner: usize = sizes[dim + 1..].iter().product();
@@ -582,11 +535,7 @@ fn tri<T: Element>(src: &[T], sizes: &[usize], keep: impl Fn(i64) -> bool, dst: 
         for i in 0..rows {
             for j in 0..cols {
                 let k = i * cols + j;
-                d[k] = if keep(j as i64 - i as i64) {
-                    s[k]
-                } else {
-                    T::default()
-                };
+                d[k] = if keep(j as i64 - i as i64) { s[k] } else { T::default() };
             }
         }
     }
@@ -754,9 +703,7 @@ mod tests {
     }
 
     fn rng(seed: &mut u64) -> u64 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *seed >> 33
     }
 
@@ -929,24 +876,10 @@ mod tests {
         // NCHW [1,2,2,2] -> channels-last [0,2,3,1]
         let x = iota(8);
         let mut o = [0.0f32; 8];
-        to_dim_order(
-            &x,
-            &[1, 2, 2, 2],
-            &[0, 1, 2, 3],
-            &[0, 2, 3, 1],
-            &mut o,
-            |v| v as f32,
-        );
+        to_dim_order(&x, &[1, 2, 2, 2], &[0, 1, 2, 3], &[0, 2, 3, 1], &mut o, |v| v as f32);
         assert_eq!(o, [0.0, 4.0, 1.0, 5.0, 2.0, 6.0, 3.0, 7.0]);
         let mut back = [0; 8];
-        to_dim_order(
-            &o,
-            &[1, 2, 2, 2],
-            &[0, 2, 3, 1],
-            &[0, 1, 2, 3],
-            &mut back,
-            |v| v as i32,
-        );
+        to_dim_order(&o, &[1, 2, 2, 2], &[0, 2, 3, 1], &[0, 1, 2, 3], &mut back, |v| v as i32);
         assert_eq!(back, [0, 1, 2, 3, 4, 5, 6, 7]);
         // arange(0, 1, 0.3) -> ceil(3.33) = 4 ; arange(1, 10, 3) -> 1,4,7 ; (5,0,-2) -> 5,3,1
         assert_eq!(arange_len(0.0, 1.0, 0.3), Some(4));

@@ -87,10 +87,7 @@ fn run<T: Float, U: Float<Acc = T::Acc>, const LOG: bool>(
     // Whether `out` can hold the exponentials exactly (U is its own Acc).
     let exact_out = TypeId::of::<U>() == TypeId::of::<U::Acc>();
     if inner == 1 {
-        for (xr, or) in x[..total]
-            .chunks_exact(len)
-            .zip(out[..total].chunks_exact_mut(len))
-        {
+        for (xr, or) in x[..total].chunks_exact(len).zip(out[..total].chunks_exact_mut(len)) {
             row::<T, U, LOG>(xr, or, exact_out);
         }
         return Ok(());
@@ -196,12 +193,7 @@ fn row<T: Float, U: Float<Acc = T::Acc>, const LOG: bool>(x: &[T], out: &mut [U]
 /// `U = f32` for a half input; otherwise `U = T`. Returns
 /// [`KernelError::ShapeMismatch`] if `dim` is out of range or a buffer is
 /// too short.
-pub fn softmax<T: Float, U: Float<Acc = T::Acc>>(
-    x: &[T],
-    sizes: &[usize],
-    dim: i64,
-    out: &mut [U],
-) -> KernelResult {
+pub fn softmax<T: Float, U: Float<Acc = T::Acc>>(x: &[T], sizes: &[usize], dim: i64, out: &mut [U]) -> KernelResult {
     run::<T, U, false>(x, sizes, dim, out)
 }
 

@@ -56,8 +56,8 @@ fn geometry<T>(
     scale_factors: Option<&[f64]>,
     out: &[T],
 ) -> Result<Geom, KernelError> {
-    let [n, c, oh, ow] = upsample2d_output_sizes(input_sizes, output_size, scale_factors)
-        .ok_or(KernelError::ShapeMismatch)?;
+    let [n, c, oh, ow] =
+        upsample2d_output_sizes(input_sizes, output_size, scale_factors).ok_or(KernelError::ShapeMismatch)?;
     let (h, w) = (input_sizes[2], input_sizes[3]);
     let planes = n * c;
     if input.len() < planes * h * w || out.len() < planes * oh * ow {
@@ -77,12 +77,7 @@ fn geometry<T>(
 /// PyTorch's `nearest_idx`: the source index of output index `dst` along a
 /// dim of `inp` → `out` elements (`f32` arithmetic, as on CPU).
 #[inline(always)]
-pub fn nearest_source_index(
-    dst: usize,
-    inp: usize,
-    out: usize,
-    scale_factor: Option<f64>,
-) -> usize {
+pub fn nearest_source_index(dst: usize, inp: usize, out: usize, scale_factor: Option<f64>) -> usize {
     if out == inp {
         dst
     } else if out == 2 * inp {
@@ -129,12 +124,7 @@ pub fn upsample_nearest2d<T: Element>(
 
 /// PyTorch's `area_pixel_compute_scale` in the accumulation type.
 #[inline(always)]
-fn linear_scale<A: AccFloat>(
-    inp: usize,
-    out: usize,
-    align_corners: bool,
-    scale_factor: Option<f64>,
-) -> A {
+fn linear_scale<A: AccFloat>(inp: usize, out: usize, align_corners: bool, scale_factor: Option<f64>) -> A {
     if align_corners {
         if out > 1 {
             A::from_i64(inp as i64 - 1) / A::from_i64(out as i64 - 1)
@@ -153,12 +143,7 @@ fn linear_scale<A: AccFloat>(
 /// interpolation (PyTorch's `area_pixel_compute_source_index` with the
 /// index/λ guards of its CPU kernel).
 #[inline(always)]
-fn linear_taps<A: AccFloat>(
-    dst: usize,
-    inp: usize,
-    scale: A,
-    align_corners: bool,
-) -> (usize, usize, A, A) {
+fn linear_taps<A: AccFloat>(dst: usize, inp: usize, scale: A, align_corners: bool) -> (usize, usize, A, A) {
     let d = A::from_i64(dst as i64);
     let real = if align_corners {
         scale * d
@@ -246,14 +231,8 @@ mod tests {
             None
         );
         assert_eq!(upsample2d_output_sizes(&[1, 2, 3, 4], None, None), None);
-        assert_eq!(
-            upsample2d_output_sizes(&[1, 2, 3, 4], None, Some(&[0.1, 1.0])),
-            None
-        );
-        assert_eq!(
-            upsample2d_output_sizes(&[2, 3, 4], Some(&[6, 5]), None),
-            None
-        );
+        assert_eq!(upsample2d_output_sizes(&[1, 2, 3, 4], None, Some(&[0.1, 1.0])), None);
+        assert_eq!(upsample2d_output_sizes(&[2, 3, 4], Some(&[6, 5]), None), None);
     }
 
     #[test]
@@ -264,29 +243,12 @@ mod tests {
         assert_eq!(o, [10, 10, 20, 20, 30]);
         // 2×2 → 4×4 doubles each pixel (the `dst >> 1` rule).
         let mut o = [0.0f32; 16];
-        upsample_nearest2d(
-            &[1.0f32, 2.0, 3.0, 4.0],
-            &[1, 1, 2, 2],
-            None,
-            Some(&[2.0, 2.0]),
-            &mut o,
-        )
-        .unwrap();
-        assert_eq!(
-            o,
-            [1., 1., 2., 2., 1., 1., 2., 2., 3., 3., 4., 4., 3., 3., 4., 4.]
-        );
+        upsample_nearest2d(&[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2], None, Some(&[2.0, 2.0]), &mut o).unwrap();
+        assert_eq!(o, [1., 1., 2., 2., 1., 1., 2., 2., 3., 3., 4., 4., 3., 3., 4., 4.]);
         // width 4 → scale factor 0.75 → ⌊3⌋ = 3 outputs, scale 1/0.75 = 4/3:
         // src = ⌊0⌋, ⌊1.33⌋, ⌊2.67⌋ = 0, 1, 2
         let mut o = [0i32; 3];
-        upsample_nearest2d(
-            &[1, 2, 3, 4],
-            &[1, 1, 1, 4],
-            None,
-            Some(&[1.0, 0.75]),
-            &mut o,
-        )
-        .unwrap();
+        upsample_nearest2d(&[1, 2, 3, 4], &[1, 1, 1, 4], None, Some(&[1.0, 0.75]), &mut o).unwrap();
         assert_eq!(o, [1, 2, 3]);
     }
 
@@ -296,26 +258,10 @@ mod tests {
         // src = max(0.5·(x+0.5) − 0.5, 0) = 0, 0.25, 0.75, 1.25
         // → 0, 1, 3, then i0 = 1 (last) → 4
         let mut o = [0.0f32; 4];
-        upsample_bilinear2d(
-            &[0.0f32, 4.0],
-            &[1, 1, 1, 2],
-            Some(&[1, 4]),
-            false,
-            None,
-            &mut o,
-        )
-        .unwrap();
+        upsample_bilinear2d(&[0.0f32, 4.0], &[1, 1, 1, 2], Some(&[1, 4]), false, None, &mut o).unwrap();
         assert_eq!(o, [0.0, 1.0, 3.0, 4.0]);
         // align_corners: scale (2−1)/(4−1) = 1/3: src = 0, 1/3, 2/3, 1 → 0, 4/3, 8/3, 4
-        upsample_bilinear2d(
-            &[0.0f32, 4.0],
-            &[1, 1, 1, 2],
-            Some(&[1, 4]),
-            true,
-            None,
-            &mut o,
-        )
-        .unwrap();
+        upsample_bilinear2d(&[0.0f32, 4.0], &[1, 1, 1, 2], Some(&[1, 4]), true, None, &mut o).unwrap();
         let want = [0.0f32, 4.0 / 3.0, 8.0 / 3.0, 4.0];
         for (g, w) in o.iter().zip(want) {
             assert!((g - w).abs() < 1e-6);
@@ -402,9 +348,7 @@ mod tests {
             let planes = 3;
             let xs: Vec<T> = (0..planes * h * w)
                 .map(|_| {
-                    seed = seed
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     T::from_f64(((seed >> 40) as f64 / (1u64 << 24) as f64) * 4.0 - 2.0)
                 })
                 .collect();
@@ -412,8 +356,7 @@ mod tests {
             for ac in [false, true] {
                 let want = reference(&xr, planes, h, w, oh, ow, ac, None);
                 let mut o = vec![T::default(); planes * oh * ow];
-                upsample_bilinear2d(&xs, &[1, planes, h, w], Some(&[oh, ow]), ac, None, &mut o)
-                    .unwrap();
+                upsample_bilinear2d(&xs, &[1, planes, h, w], Some(&[oh, ow]), ac, None, &mut o).unwrap();
                 for (g, wv) in o.iter().zip(&want) {
                     assert!(
                         (g.to_f64() - wv).abs() <= tol,
@@ -426,15 +369,7 @@ mod tests {
             let sz = upsample2d_output_sizes(&[1, planes, h, w], None, Some(&[2.5, 1.5])).unwrap();
             let want = reference(&xr, planes, h, w, sz[2], sz[3], false, Some((2.5, 1.5)));
             let mut o = vec![T::default(); planes * sz[2] * sz[3]];
-            upsample_bilinear2d(
-                &xs,
-                &[1, planes, h, w],
-                None,
-                false,
-                Some(&[2.5, 1.5]),
-                &mut o,
-            )
-            .unwrap();
+            upsample_bilinear2d(&xs, &[1, planes, h, w], None, false, Some(&[2.5, 1.5]), &mut o).unwrap();
             for (g, wv) in o.iter().zip(&want) {
                 assert!((g.to_f64() - wv).abs() <= tol);
             }

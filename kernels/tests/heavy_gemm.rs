@@ -29,19 +29,7 @@ fn sgemm_multi_block_against_naive() {
     let mut c = rng.vec(m * n);
     let c0 = c.clone();
     let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-    sgemm(
-        m,
-        n,
-        k,
-        0.75,
-        &a,
-        false,
-        &b,
-        true,
-        -1.5,
-        &mut c,
-        &mut scratch,
-    );
+    sgemm(m, n, k, 0.75, &a, false, &b, true, -1.5, &mut c, &mut scratch);
     for i in 0..m {
         for j in 0..n {
             let mut s = 0.0f64;
@@ -68,12 +56,10 @@ fn conv3x3_against_naive() {
     let bias = rng.vec(cout);
     let isz = [n, cin, h, w];
     let wsz = [cout, cin, 3, 3];
-    let osz =
-        conv_output_sizes(&isz, &wsz, Some(cout), &[2, 1], &[1], &[1], false, &[], 1).unwrap();
+    let osz = conv_output_sizes(&isz, &wsz, Some(cout), &[2, 1], &[1], &[1], false, &[], 1).unwrap();
     let (oh, ow) = (osz[2], osz[3]);
     assert_eq!((oh, ow), (9, 15));
-    let mut scratch =
-        vec![0.0f32; conv_scratch_len(&isz, &wsz, &[2, 1], &[1], &[1], false, &[], 1)];
+    let mut scratch = vec![0.0f32; conv_scratch_len(&isz, &wsz, &[2, 1], &[1], &[1], false, &[], 1)];
     let mut out = vec![0.0f32; osz.numel()];
     convolution(
         &x,
@@ -162,11 +148,9 @@ fn conv_timing() {
         let x = rng.vec(cin * hw * hw);
         let w = rng.vec(cout * cin / groups * k * k);
         let p = k / 2;
-        let osz =
-            conv_output_sizes(&isz, &wsz, None, &[s], &[p], &[1], false, &[], groups).unwrap();
+        let osz = conv_output_sizes(&isz, &wsz, None, &[s], &[p], &[1], false, &[], groups).unwrap();
         let mut out = vec![0.0f32; osz.numel()];
-        let mut scratch =
-            vec![0.0f32; conv_scratch_len(&isz, &wsz, &[s], &[p], &[1], false, &[], groups)];
+        let mut scratch = vec![0.0f32; conv_scratch_len(&isz, &wsz, &[s], &[p], &[1], false, &[], groups)];
         let flops = 2.0 * (osz.numel() * cin / groups * k * k) as f64;
         let reps = (2e9 / flops).clamp(1.0, 1000.0) as usize;
         let t = std::time::Instant::now();

@@ -23,25 +23,11 @@ fn normalize_rows() {
     broadcast_strides(&os[..r], &[2, 4], &mut sx);
     broadcast_strides(&os[..r], &[2, 1], &mut sm);
     let mut centered = [0.0f32; 8];
-    zip(
-        &mut centered,
-        &os[..r],
-        &x,
-        &sx[..r],
-        &m,
-        &sm[..r],
-        |a, b| a - b,
-    );
+    zip(&mut centered, &os[..r], &x, &sx[..r], &m, &sm[..r], |a, b| a - b);
     let mut y = [0.0f32; 8];
-    zip(
-        &mut y,
-        &os[..r],
-        &centered,
-        &sx[..r],
-        &v,
-        &sm[..r],
-        |a, b| a * scalar::rsqrt(b + 1e-5),
-    );
+    zip(&mut y, &os[..r], &centered, &sx[..r], &v, &sm[..r], |a, b| {
+        a * scalar::rsqrt(b + 1e-5)
+    });
     let mut s = [0.0f32; 2];
     sum(&y, &[2, 4], &[1], &mut s);
     assert!(s.iter().all(|v| v.abs() < 1e-5));

@@ -20,6 +20,8 @@ use proc_macro::TokenStream;
 
 #[proc_macro]
 pub fn include_pte(input: TokenStream) -> TokenStream {
-    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from).unwrap_or_default();
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
     ptec::expand_macro(input.into(), &dir).into()
 }

@@ -8,13 +8,21 @@ use ptec_kernels::KernelError;
 #[non_exhaustive]
 pub enum Error {
     /// An index (input, output, method, buffer) was out of range.
-    IndexOutOfRange { what: &'static str, index: usize, len: usize },
+    IndexOutOfRange {
+        what: &'static str,
+        index: usize,
+        len: usize,
+    },
     /// The value given for an input, or asked of an output, is not a tensor.
     NotATensor { index: usize },
     /// A value of the wrong kind was given for an input.
     WrongTag { index: usize, expected: Tag, got: Tag },
     /// A tensor of the wrong element type was given for an input.
-    WrongDtype { index: usize, expected: ScalarType, got: ScalarType },
+    WrongDtype {
+        index: usize,
+        expected: ScalarType,
+        got: ScalarType,
+    },
     /// A tensor's sizes do not match the input (or exceed its bound).
     WrongSizes { index: usize },
     /// A tensor's dim order does not match the input's.

@@ -35,7 +35,11 @@ pub enum CaseFailure {
     /// Output `output` is of another kind than expected.
     Kind { output: usize },
     /// Output `output` has another dtype.
-    Dtype { output: usize, expected: ScalarType, got: ScalarType },
+    Dtype {
+        output: usize,
+        expected: ScalarType,
+        got: ScalarType,
+    },
     /// Output `output` has other sizes.
     Sizes { output: usize },
     /// A scalar output differs.
@@ -92,11 +96,17 @@ pub fn close(got: f64, want: f64, tol: Tolerance) -> bool {
 
 /// Compares one output with its expected value. Integer and bool tensors
 /// must be equal; float tensors within `tol`.
+// The failure carries its first mismatches inline: there may be no heap.
+#[allow(clippy::result_large_err)]
 pub fn compare(output: usize, got: &Value<'_>, want: &Value<'_>, tol: Tolerance) -> Result<(), CaseFailure> {
     match (got, want) {
         (Value::Tensor(g), Value::Tensor(w)) => {
             if g.dtype != w.dtype {
-                return Err(CaseFailure::Dtype { output, expected: w.dtype, got: g.dtype });
+                return Err(CaseFailure::Dtype {
+                    output,
+                    expected: w.dtype,
+                    got: g.dtype,
+                });
             }
             if g.sizes != w.sizes {
                 return Err(CaseFailure::Sizes { output });
@@ -134,13 +144,23 @@ pub fn compare(output: usize, got: &Value<'_>, want: &Value<'_>, tol: Tolerance)
             }
         }
         (Value::Int(g), Value::Int(w)) if g == w => Ok(()),
-        (Value::Int(g), Value::Int(w)) => Err(CaseFailure::Scalar { output, expected: *w as f64, got: *g as f64 }),
+        (Value::Int(g), Value::Int(w)) => Err(CaseFailure::Scalar {
+            output,
+            expected: *w as f64,
+            got: *g as f64,
+        }),
         (Value::Bool(g), Value::Bool(w)) if g == w => Ok(()),
-        (Value::Bool(g), Value::Bool(w)) => {
-            Err(CaseFailure::Scalar { output, expected: *w as u8 as f64, got: *g as u8 as f64 })
-        }
+        (Value::Bool(g), Value::Bool(w)) => Err(CaseFailure::Scalar {
+            output,
+            expected: *w as u8 as f64,
+            got: *g as u8 as f64,
+        }),
         (Value::Double(g), Value::Double(w)) if close(*g, *w, tol) => Ok(()),
-        (Value::Double(g), Value::Double(w)) => Err(CaseFailure::Scalar { output, expected: *w, got: *g }),
+        (Value::Double(g), Value::Double(w)) => Err(CaseFailure::Scalar {
+            output,
+            expected: *w,
+            got: *g,
+        }),
         (Value::None, Value::None) => Ok(()),
         _ => Err(CaseFailure::Kind { output }),
     }
@@ -149,6 +169,7 @@ pub fn compare(output: usize, got: &Value<'_>, want: &Value<'_>, tol: Tolerance)
 /// Runs one test case: sets every input, executes, compares every output.
 /// Stateful methods keep their state between calls: run a suite's cases in
 /// order on one instance.
+#[allow(clippy::result_large_err)]
 pub fn run_case(
     model: &mut dyn Model,
     method: usize,
@@ -204,7 +225,14 @@ mod tests {
         match err {
             CaseFailure::Elements { count, first, .. } => {
                 assert_eq!(count, 1);
-                assert_eq!(first[0], Some(ElementMismatch { index: 1, expected: 2.0, got: 2.5 }));
+                assert_eq!(
+                    first[0],
+                    Some(ElementMismatch {
+                        index: 1,
+                        expected: 2.0,
+                        got: 2.5
+                    })
+                );
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -221,7 +249,10 @@ mod tests {
         let tb = Value::Tensor(TensorRef::from_slice(&s, &b));
         let tc = Value::Tensor(TensorRef::from_slice(&s1, &a));
         assert!(compare(0, &ta, &tb, Tolerance { rtol: 1.0, atol: 1.0 }).is_err());
-        assert_eq!(compare(0, &ta, &tc, Tolerance::default()), Err(CaseFailure::Sizes { output: 0 }));
+        assert_eq!(
+            compare(0, &ta, &tc, Tolerance::default()),
+            Err(CaseFailure::Sizes { output: 0 })
+        );
         assert!(compare(0, &Value::Int(3), &Value::Int(3), Tolerance::default()).is_ok());
         assert!(compare(0, &Value::Int(3), &Value::Double(3.0), Tolerance::default()).is_err());
     }

@@ -32,9 +32,9 @@ mod value;
 
 pub use backend::{Backend, BackendArgs, BackendRegistry, CompileSpec, DelegateHandle};
 pub use error::Error;
-pub use loader::{BufferLoader, DataLoader};
 #[cfg(feature = "std")]
 pub use loader::FileLoader;
+pub use loader::{BufferLoader, DataLoader};
 pub use meta::{Dynamism, MethodMeta, ScalarType, Tag, TensorMeta, ValueMeta};
 pub use value::{bytes_of, cast_slice, from_bytes, Pod, TensorRef, Value};
 

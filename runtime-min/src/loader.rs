@@ -19,8 +19,12 @@ impl DataLoader for BufferLoader<'_> {
     }
 
     fn read_into(&mut self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
-        let end = offset.checked_add(out.len()).ok_or(Error::Load { what: "read past the end" })?;
-        let src = self.0.get(offset..end).ok_or(Error::Load { what: "read past the end" })?;
+        let end = offset.checked_add(out.len()).ok_or(Error::Load {
+            what: "read past the end",
+        })?;
+        let src = self.0.get(offset..end).ok_or(Error::Load {
+            what: "read past the end",
+        })?;
         out.copy_from_slice(src);
         Ok(())
     }
@@ -36,8 +40,15 @@ pub struct FileLoader {
 #[cfg(feature = "std")]
 impl FileLoader {
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Self, Error> {
-        let file = std::fs::File::open(path).map_err(|_| Error::Load { what: "cannot open the file" })?;
-        let size = file.metadata().map_err(|_| Error::Load { what: "cannot stat the file" })?.len();
+        let file = std::fs::File::open(path).map_err(|_| Error::Load {
+            what: "cannot open the file",
+        })?;
+        let size = file
+            .metadata()
+            .map_err(|_| Error::Load {
+                what: "cannot stat the file",
+            })?
+            .len();
         let size = usize::try_from(size).map_err(|_| Error::Load { what: "file too large" })?;
         Ok(FileLoader { file, size })
     }
@@ -54,6 +65,8 @@ impl DataLoader for FileLoader {
         self.file
             .seek(SeekFrom::Start(offset as u64))
             .map_err(|_| Error::Load { what: "seek failed" })?;
-        self.file.read_exact(out).map_err(|_| Error::Load { what: "read failed" })
+        self.file
+            .read_exact(out)
+            .map_err(|_| Error::Load { what: "read failed" })
     }
 }

@@ -75,8 +75,12 @@ pub fn constant<T: Pod>(bytes: &[u8], offset: usize, len: usize) -> Result<&[T],
     let end = len
         .checked_mul(size)
         .and_then(|n| n.checked_add(offset))
-        .ok_or(Error::DataMismatch { what: "constant out of range" })?;
-    let b = bytes.get(offset..end).ok_or(Error::DataMismatch { what: "constant out of range" })?;
+        .ok_or(Error::DataMismatch {
+            what: "constant out of range",
+        })?;
+    let b = bytes.get(offset..end).ok_or(Error::DataMismatch {
+        what: "constant out of range",
+    })?;
     crate::value::cast_slice(b)
 }
 

@@ -74,8 +74,8 @@ impl ScalarType {
     pub const fn element_size(self) -> usize {
         use ScalarType::*;
         match self {
-            Byte | Char | Bool | QInt8 | QUInt8 | QUInt4x2 | QUInt2x4 | Float8E5M2
-            | Float8E4M3FN | Float8E5M2FNUZ | Float8E4M3FNUZ => 1,
+            Byte | Char | Bool | QInt8 | QUInt8 | QUInt4x2 | QUInt2x4 | Float8E5M2 | Float8E4M3FN | Float8E5M2FNUZ
+            | Float8E4M3FNUZ => 1,
             Short | Half | BFloat16 | Bits16 | UInt16 => 2,
             Int | Float | QInt32 | UInt32 => 4,
             Long | Double | UInt64 => 8,
@@ -114,7 +114,10 @@ impl ScalarType {
 
     /// Floating-point types (including the half types).
     pub const fn is_float(self) -> bool {
-        matches!(self, ScalarType::Half | ScalarType::Float | ScalarType::Double | ScalarType::BFloat16)
+        matches!(
+            self,
+            ScalarType::Half | ScalarType::Float | ScalarType::Double | ScalarType::BFloat16
+        )
     }
 
     /// Integer types, signed or not (not bool).
@@ -211,10 +214,7 @@ impl MethodMeta {
     }
 
     pub fn input_tensor_meta(&self, index: usize) -> Result<&'static TensorMeta, Error> {
-        self.input(index)?
-            .tensor
-            .as_ref()
-            .ok_or(Error::NotATensor { index })
+        self.input(index)?.tensor.as_ref().ok_or(Error::NotATensor { index })
     }
 
     pub fn num_outputs(&self) -> usize {
@@ -226,10 +226,7 @@ impl MethodMeta {
     }
 
     pub fn output_tensor_meta(&self, index: usize) -> Result<&'static TensorMeta, Error> {
-        self.output(index)?
-            .tensor
-            .as_ref()
-            .ok_or(Error::NotATensor { index })
+        self.output(index)?.tensor.as_ref().ok_or(Error::NotATensor { index })
     }
 
     pub fn num_memory_planned_buffers(&self) -> usize {
@@ -237,21 +234,26 @@ impl MethodMeta {
     }
 
     pub fn memory_planned_buffer_size(&self, index: usize) -> Result<usize, Error> {
-        self.planned_buffers
-            .get(index)
-            .copied()
-            .ok_or(Error::IndexOutOfRange { what: "planned buffer", index, len: self.planned_buffers.len() })
+        self.planned_buffers.get(index).copied().ok_or(Error::IndexOutOfRange {
+            what: "planned buffer",
+            index,
+            len: self.planned_buffers.len(),
+        })
     }
 
     fn input(&self, index: usize) -> Result<&'static ValueMeta, Error> {
-        self.inputs
-            .get(index)
-            .ok_or(Error::IndexOutOfRange { what: "input", index, len: self.inputs.len() })
+        self.inputs.get(index).ok_or(Error::IndexOutOfRange {
+            what: "input",
+            index,
+            len: self.inputs.len(),
+        })
     }
 
     fn output(&self, index: usize) -> Result<&'static ValueMeta, Error> {
-        self.outputs
-            .get(index)
-            .ok_or(Error::IndexOutOfRange { what: "output", index, len: self.outputs.len() })
+        self.outputs.get(index).ok_or(Error::IndexOutOfRange {
+            what: "output",
+            index,
+            len: self.outputs.len(),
+        })
     }
 }

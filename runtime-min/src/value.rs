@@ -43,7 +43,11 @@ unsafe impl<T: Pod, const N: usize> Pod for [T; N] {
 pub fn cast_slice<T: Pod>(bytes: &[u8]) -> Result<&[T], Error> {
     let size = core::mem::size_of::<T>();
     if size == 0 || bytes.len() % size != 0 {
-        return Err(Error::WrongDataLength { index: 0, expected: size, got: bytes.len() });
+        return Err(Error::WrongDataLength {
+            index: 0,
+            expected: size,
+            got: bytes.len(),
+        });
     }
     if (bytes.as_ptr() as usize) % core::mem::align_of::<T>() != 0 {
         return Err(Error::Misaligned);
@@ -68,16 +72,19 @@ impl<'a> TensorRef<'a> {
     /// tensor of rank up to 16.
     pub fn new(dtype: ScalarType, sizes: &'a [usize], data: &'a [u8]) -> Self {
         const IDENTITY: [u8; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
-        TensorRef { dtype, sizes, dim_order: &IDENTITY[..sizes.len().min(16)], data }
+        TensorRef {
+            dtype,
+            sizes,
+            dim_order: &IDENTITY[..sizes.len().min(16)],
+            data,
+        }
     }
 
     /// A float32 (or other [`Pod`] type) tensor over a typed slice.
     pub fn from_slice<T: Pod>(sizes: &'a [usize], data: &'a [T]) -> Self {
         let dtype = T::DTYPE.unwrap_or(ScalarType::Byte);
         // SAFETY: T: Pod has no padding, so its bytes are initialised u8s.
-        let bytes = unsafe {
-            core::slice::from_raw_parts(data.as_ptr() as *const u8, core::mem::size_of_val(data))
-        };
+        let bytes = unsafe { core::slice::from_raw_parts(data.as_ptr() as *const u8, core::mem::size_of_val(data)) };
         Self::new(dtype, sizes, bytes)
     }
 
@@ -100,7 +107,11 @@ impl<'a> TensorRef<'a> {
     /// The data of a bool tensor.
     pub fn as_bools(&self) -> Result<&'a [bool], Error> {
         if self.dtype != ScalarType::Bool {
-            return Err(Error::WrongDtype { index: 0, expected: self.dtype, got: ScalarType::Bool });
+            return Err(Error::WrongDtype {
+                index: 0,
+                expected: self.dtype,
+                got: ScalarType::Bool,
+            });
         }
         if self.data.iter().any(|&b| b > 1) {
             return Err(Error::InvalidBool { index: 0 });
@@ -184,7 +195,11 @@ pub fn bytes_of<T: Pod>(v: &T) -> &[u8] {
 /// when the length or alignment does not fit.
 pub fn from_bytes<T: Pod>(bytes: &[u8]) -> Result<&T, Error> {
     if bytes.len() != core::mem::size_of::<T>() {
-        return Err(Error::WrongDataLength { index: 0, expected: core::mem::size_of::<T>(), got: bytes.len() });
+        return Err(Error::WrongDataLength {
+            index: 0,
+            expected: core::mem::size_of::<T>(),
+            got: bytes.len(),
+        });
     }
     if (bytes.as_ptr() as usize) % core::mem::align_of::<T>() != 0 {
         return Err(Error::Misaligned);

@@ -52,7 +52,12 @@ fn typed_and_dynamic_interfaces_agree() {
     assert_eq!(meta.input_tensor_meta(0).unwrap().sizes, &[4, 16]);
     let sizes = [4usize, 16];
     let flat: Vec<f32> = x.iter().flatten().copied().collect();
-    m.set_input(0, 0, ptec_runtime::Value::Tensor(ptec_runtime::TensorRef::from_slice(&sizes, &flat))).unwrap();
+    m.set_input(
+        0,
+        0,
+        ptec_runtime::Value::Tensor(ptec_runtime::TensorRef::from_slice(&sizes, &flat)),
+    )
+    .unwrap();
     m.execute(0).unwrap();
     let out = m.output(0, 0).unwrap();
     let got = out.as_tensor().unwrap().as_slice::<f32>().unwrap();
@@ -66,17 +71,35 @@ fn bad_inputs_are_errors() {
     let mut m = mlp::Program::boxed();
     let sizes = [4usize, 15];
     let data = vec![0f32; 60];
-    assert_eq!(m.set_input(0, 0, Value::Tensor(TensorRef::from_slice(&sizes, &data))), Err(Error::WrongSizes { index: 0 }));
+    assert_eq!(
+        m.set_input(0, 0, Value::Tensor(TensorRef::from_slice(&sizes, &data))),
+        Err(Error::WrongSizes { index: 0 })
+    );
     let sizes = [4usize, 16];
     let ints = vec![0i32; 64];
     assert!(matches!(
         m.set_input(0, 0, Value::Tensor(TensorRef::from_slice(&sizes, &ints))),
-        Err(Error::WrongDtype { expected: ScalarType::Float, got: ScalarType::Int, .. })
+        Err(Error::WrongDtype {
+            expected: ScalarType::Float,
+            got: ScalarType::Int,
+            ..
+        })
     ));
-    assert!(matches!(m.set_input(0, 1, Value::Int(1)), Err(Error::IndexOutOfRange { .. })));
+    assert!(matches!(
+        m.set_input(0, 1, Value::Int(1)),
+        Err(Error::IndexOutOfRange { .. })
+    ));
     assert!(matches!(m.execute(7), Err(Error::IndexOutOfRange { .. })));
-    let short = TensorRef { dtype: ScalarType::Float, sizes: &sizes, dim_order: &[0, 1], data: &[0u8; 10] };
-    assert!(matches!(m.set_input(0, 0, Value::Tensor(short)), Err(Error::WrongDataLength { .. })));
+    let short = TensorRef {
+        dtype: ScalarType::Float,
+        sizes: &sizes,
+        dim_order: &[0, 1],
+        data: &[0u8; 10],
+    };
+    assert!(matches!(
+        m.set_input(0, 0, Value::Tensor(short)),
+        Err(Error::WrongDataLength { .. })
+    ));
 }
 
 /// `step` runs one instruction at a time and ends where `execute` ends.
@@ -95,5 +118,8 @@ fn stepping_matches_execute() {
         assert!(steps < 100);
     }
     let got = b.output(0, 0).unwrap();
-    assert_eq!(got.as_tensor().unwrap().as_slice::<f32>().unwrap(), want.iter().flatten().copied().collect::<Vec<_>>().as_slice());
+    assert_eq!(
+        got.as_tensor().unwrap().as_slice::<f32>().unwrap(),
+        want.iter().flatten().copied().collect::<Vec<_>>().as_slice()
+    );
 }

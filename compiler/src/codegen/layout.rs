@@ -42,10 +42,21 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
     let mut errors = Vec::new();
     let mut buffer_base = vec![0usize; m.buffer_sizes.len().max(1)];
     let mut end = 0usize;
-    let overflow = |at: Location| Diagnostic::new(ErrorKind::BadSizes { detail: "the method's memory exceeds the address space".into() }, at);
+    let overflow = |at: Location| {
+        Diagnostic::new(
+            ErrorKind::BadSizes {
+                detail: "the method's memory exceeds the address space".into(),
+            },
+            at,
+        )
+    };
     for (id, &size) in m.buffer_sizes.iter().enumerate().skip(1) {
         buffer_base[id] = end;
-        match usize::try_from(size).ok().and_then(|s| end.checked_add(s)).and_then(align_up) {
+        match usize::try_from(size)
+            .ok()
+            .and_then(|s| end.checked_add(s))
+            .and_then(align_up)
+        {
             Some(e) => end = e,
             None => {
                 errors.push(overflow(Location::method(&m.name)));
@@ -61,12 +72,18 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
             continue;
         };
         let home = match &t.placement {
-            Placement::Planned { buffer, offset } | Placement::Mutable { buffer, offset, .. } => {
-                Home::Arena { offset: buffer_base.get(*buffer).copied().unwrap_or(0) + *offset as usize }
-            }
-            Placement::Constant { data } => Home::Data { source: data.source, offset: data.offset },
+            Placement::Planned { buffer, offset } | Placement::Mutable { buffer, offset, .. } => Home::Arena {
+                offset: buffer_base.get(*buffer).copied().unwrap_or(0) + *offset as usize,
+            },
+            Placement::Constant { data } => Home::Data {
+                source: data.source,
+                offset: data.offset,
+            },
             Placement::External { key, data } => match data {
-                Some(d) => Home::Data { source: d.source, offset: d.offset },
+                Some(d) => Home::Data {
+                    source: d.source,
+                    offset: d.offset,
+                },
                 None => {
                     errors.push(Diagnostic::new(
                         ErrorKind::External {
@@ -81,7 +98,9 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
             Placement::Unplanned => {
                 if t.dynamism == Dynamism::DynamicUnbound {
                     errors.push(Diagnostic::new(
-                        ErrorKind::Unsupported { detail: "an unplanned tensor with an unbounded dynamic shape".into() },
+                        ErrorKind::Unsupported {
+                            detail: "an unplanned tensor with an unbounded dynamic shape".into(),
+                        },
                         at,
                     ));
                     Home::None
@@ -101,7 +120,11 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
         homes.push(home);
     }
     if errors.is_empty() {
-        Ok(MethodLayout { arena_size: end, buffer_base, homes })
+        Ok(MethodLayout {
+            arena_size: end,
+            buffer_base,
+            homes,
+        })
     } else {
         Err(errors)
     }

@@ -120,11 +120,16 @@ fn runtime_scalars(m: &Method) -> Vec<bool> {
 
 /// A Rust identifier from a method name.
 pub fn method_ident(name: &str) -> String {
-    let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    let mut s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, 'm');
     }
-    if syn::parse_str::<Ident>(&s).is_err() || matches!(s.as_str(), "new" | "boxed" | "reset" | "method_meta" | "default") {
+    if syn::parse_str::<Ident>(&s).is_err()
+        || matches!(s.as_str(), "new" | "boxed" | "reset" | "method_meta" | "default")
+    {
         s = format!("run_{s}");
     }
     s
@@ -206,31 +211,50 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         let mut doc = vec![format!(" Instruction {n}: {}", describe(m, ins))];
         if let Some(frames) = m.stacktraces.as_ref().and_then(|s| s.get(n)) {
             if let Some(f) = frames.first() {
-                doc.push(format!(" at {}:{} in {}: {}", f.filename, f.lineno, f.name, f.context.trim()));
+                doc.push(format!(
+                    " at {}:{} in {}: {}",
+                    f.filename,
+                    f.lineno,
+                    f.name,
+                    f.context.trim()
+                ));
             }
         }
         let body: Result<TokenStream, Diagnostic> = match ins {
             Instruction::Kernel { op, args } => {
                 let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
                 match ops::lookup(&name) {
-                    None => Err(Diagnostic::new(ErrorKind::UnsupportedOperator { name: name.clone() }, at.clone())),
+                    None => Err(Diagnostic::new(
+                        ErrorKind::UnsupportedOperator { name: name.clone() },
+                        at.clone(),
+                    )),
                     Some(emit) => {
                         let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_ident, &rt);
                         let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
                         scratch = scratch.max(oc.scratch_bytes);
-                        r
-                            .map_err(|detail| Diagnostic::new(ErrorKind::BadArguments { operator: name.clone(), detail }, at.clone()))
+                        r.map_err(|detail| {
+                            Diagnostic::new(
+                                ErrorKind::BadArguments {
+                                    operator: name.clone(),
+                                    detail,
+                                },
+                                at.clone(),
+                            )
+                        })
                     }
                 }
             }
             Instruction::Delegate { delegate, .. } => {
                 let id = m.delegates.get(*delegate).map(|d| d.id.clone()).unwrap_or_default();
                 Err(Diagnostic::new(
-                    ErrorKind::Unsupported { detail: format!("delegate calls (backend `{id}`) are not compiled yet") },
+                    ErrorKind::Unsupported {
+                        detail: format!("delegate calls (backend `{id}`) are not compiled yet"),
+                    },
                     at.clone(),
                 ))
             }
-            Instruction::Move { from, to } => move_body(m, &layout, &rt, *from, *to, &data_ident).map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
+            Instruction::Move { from, to } => move_body(m, &layout, &rt, *from, *to, &data_ident)
+                .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
             Instruction::JumpFalse { .. } => {
                 has_jumps = true;
                 Ok(quote!())
@@ -243,7 +267,6 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                     ins_fns.push(quote! {
                         #(#[doc = #doc])*
                         #[inline]
-                        #[allow(unused_variables, unused_unsafe, clippy::all)]
                         fn #fname(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
                             let base = self.arena.0.as_mut_ptr();
                             #body
@@ -300,17 +323,26 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         quote! { #(self.#calls()?;)* Ok(()) }
     };
 
-    let set_input_arms = m.inputs.iter().enumerate().map(|(k, &vi)| set_input_arm(m, &layout, &rt, k, vi));
-    let output_arms = m.outputs.iter().enumerate().map(|(k, &vi)| output_arm(m, &layout, &rt, k, vi, ctx));
+    let set_input_arms = m
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &vi)| set_input_arm(m, &layout, &rt, k, vi));
+    let output_arms = m
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(k, &vi)| output_arm(m, &layout, &rt, k, vi, ctx));
     let n_in = lit(m.inputs.len());
     let n_out = lit(m.outputs.len());
+    let allow = super::allow_lints();
     let items = quote! {
-        #[allow(non_camel_case_types)]
+        #allow
         struct #state_ident {
             #(#fields,)*
         }
 
-        #[allow(clippy::all, unused_parens)]
+        #allow
         impl #state_ident {
             /// Sets live sizes to their bounds, run-time scalars to their
             /// serialized values and mutable tensors to their initial data.
@@ -325,7 +357,6 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             }
 
             /// Runs instruction `pc`; returns the next one.
-            #[allow(unreachable_code)]
             fn run_at(&mut self, pc: usize) -> ::core::result::Result<usize, ::ptec_runtime::Error> {
                 Ok(match pc {
                     #(#arms)*
@@ -348,7 +379,6 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 }
             }
 
-            #[allow(unreachable_patterns, unused_variables)]
             fn set_input(&mut self, index: usize, value: ::ptec_runtime::Value<'_>) -> ::core::result::Result<(), ::ptec_runtime::Error> {
                 match index {
                     #(#set_input_arms)*
@@ -356,7 +386,6 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 }
             }
 
-            #[allow(unreachable_patterns)]
             fn output(&self, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error> {
                 match index {
                     #(#output_arms)*
@@ -382,7 +411,14 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         }
     };
     let typed_fn = typed_fn(m, &layout, &rt, index, &mident, &field, ctx);
-    Ok(MethodCode { state_ident, field, items, meta, typed_fn, arena_size: arena_total })
+    Ok(MethodCode {
+        state_ident,
+        field,
+        items,
+        meta,
+        typed_fn,
+        arena_size: arena_total,
+    })
 }
 
 fn describe(m: &Method, ins: &Instruction) -> String {
@@ -569,8 +605,14 @@ fn set_input_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: u
             let f = scalar_field(vi);
             let (pat, tag) = match v {
                 Value::Int(_) => (quote!(::ptec_runtime::Value::Int(x)), quote!(::ptec_runtime::Tag::Int)),
-                Value::Double(_) => (quote!(::ptec_runtime::Value::Double(x)), quote!(::ptec_runtime::Tag::Double)),
-                _ => (quote!(::ptec_runtime::Value::Bool(x)), quote!(::ptec_runtime::Tag::Bool)),
+                Value::Double(_) => (
+                    quote!(::ptec_runtime::Value::Double(x)),
+                    quote!(::ptec_runtime::Tag::Double),
+                ),
+                _ => (
+                    quote!(::ptec_runtime::Value::Bool(x)),
+                    quote!(::ptec_runtime::Tag::Bool),
+                ),
             };
             quote! {
                 #kl => match value {
@@ -579,7 +621,9 @@ fn set_input_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: u
                 },
             }
         }
-        _ => quote!(#kl => match value { ::ptec_runtime::Value::None => Ok(()), other => Err(::ptec_runtime::Error::WrongTag { index: #kl, expected: ::ptec_runtime::Tag::None, got: other.tag() }) },),
+        _ => {
+            quote!(#kl => match value { ::ptec_runtime::Value::None => Ok(()), other => Err(::ptec_runtime::Error::WrongTag { index: #kl, expected: ::ptec_runtime::Tag::None, got: other.tag() }) },)
+        }
     }
 }
 
@@ -658,7 +702,9 @@ fn typed_fn(
                 (Some(ty), Home::Arena { offset }) => {
                     let (o, n) = (lit(offset), lit(t.nbytes()));
                     params.push(quote!(#p: &#ty));
-                    sets.push(quote! { self.#field.arena.0[#o..#o + #n].copy_from_slice(::ptec_runtime::bytes_of(#p)); });
+                    sets.push(
+                        quote! { self.#field.arena.0[#o..#o + #n].copy_from_slice(::ptec_runtime::bytes_of(#p)); },
+                    );
                 }
                 _ => {
                     params.push(quote!(#p: ::ptec_runtime::TensorRef<'_>));
@@ -733,10 +779,13 @@ fn typed_fn(
     );
     let takes_mut = !m.instructions.is_empty() || !sets.is_empty();
     let recv = if takes_mut { quote!(&mut self) } else { quote!(&self) };
-    let exec = if m.instructions.is_empty() { quote!() } else { quote!(self.#field.execute()?;) };
+    let exec = if m.instructions.is_empty() {
+        quote!()
+    } else {
+        quote!(self.#field.execute()?;)
+    };
     quote! {
         #[doc = #doc]
-        #[allow(clippy::all, unused_parens)]
         pub fn #fname(#recv, #(#params),*) -> ::core::result::Result<#ret_ty, ::ptec_runtime::Error> {
             #(#sets)*
             #exec

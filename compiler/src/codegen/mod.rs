@@ -42,7 +42,13 @@ impl Options {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| program_path.clone());
-        Options { struct_name: None, program_path, data_paths: Vec::new(), source_name, tests: None }
+        Options {
+            struct_name: None,
+            program_path,
+            data_paths: Vec::new(),
+            source_name,
+            tests: None,
+        }
     }
 }
 
@@ -64,6 +70,26 @@ pub fn default_struct_name(source_name: &str) -> String {
         s.insert_str(0, "Program");
     }
     s
+}
+
+/// Lints generated code does not answer to: it is complete for every
+/// program, used or not, and written for clarity of generation.
+pub fn allow_lints() -> TokenStream {
+    quote! {
+        #[allow(
+            dead_code,
+            unused_comparisons,
+            unused_variables,
+            unused_mut,
+            unused_unsafe,
+            unused_parens,
+            unreachable_code,
+            unreachable_patterns,
+            non_camel_case_types,
+            clippy::all,
+            clippy::pedantic
+        )]
+    }
 }
 
 /// Shared state of one generation.
@@ -125,17 +151,30 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
             };
             let Some(b) = bytes.get(d.offset..d.offset.saturating_add(d.len)) else {
                 errors.push(Diagnostic::new(
-                    ErrorKind::OutsideData { what: "tensor data", offset: d.offset as u64, len: d.len as u64, limit: bytes.len() as u64 },
+                    ErrorKind::OutsideData {
+                        what: "tensor data",
+                        offset: d.offset as u64,
+                        len: d.len as u64,
+                        limit: bytes.len() as u64,
+                    },
                     at,
                 ));
                 continue;
             };
             let align = t.dtype.element_size();
             if d.offset % align != 0 {
-                errors.push(Diagnostic::new(ErrorKind::Misaligned { offset: d.offset as u64, align }, at));
+                errors.push(Diagnostic::new(
+                    ErrorKind::Misaligned {
+                        offset: d.offset as u64,
+                        align,
+                    },
+                    at,
+                ));
             } else if t.dtype == ScalarType::Bool && b.iter().any(|&x| x > 1) {
                 errors.push(Diagnostic::new(
-                    ErrorKind::BadPlacement { detail: "a bool constant holds a byte other than 0 or 1".into() },
+                    ErrorKind::BadPlacement {
+                        detail: "a bool constant holds a byte other than 0 or 1".into(),
+                    },
                     at,
                 ));
             }
@@ -149,18 +188,28 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
 pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenStream> {
     let program = loaded.program.as_ref().ok_or_else(|| {
         Errors::one(
-            ErrorKind::Unsupported { detail: "a .ptd file holds data, not a program; compile the .pte that uses it".into() },
+            ErrorKind::Unsupported {
+                detail: "a .ptd file holds data, not a program; compile the .pte that uses it".into(),
+            },
             Location::default(),
         )
     })?;
-    let struct_name = options.struct_name.clone().unwrap_or_else(|| default_struct_name(&options.source_name));
+    let struct_name = options
+        .struct_name
+        .clone()
+        .unwrap_or_else(|| default_struct_name(&options.source_name));
     let struct_ident: Ident = syn::parse_str(&struct_name).map_err(|_| {
         Errors::one(
-            ErrorKind::Unsupported { detail: format!("`{struct_name}` is not a valid Rust identifier for the program struct") },
+            ErrorKind::Unsupported {
+                detail: format!("`{struct_name}` is not a valid Rust identifier for the program struct"),
+            },
             Location::default(),
         )
     })?;
-    let ctx = Ctx { struct_ident: struct_ident.clone(), program };
+    let ctx = Ctx {
+        struct_ident: struct_ident.clone(),
+        program,
+    };
     let mut errors = check_data(program, program_bytes, data);
     let mut methods = Vec::new();
     for (i, m) in program.methods.iter().enumerate() {
@@ -184,18 +233,30 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     let mut statics = Vec::new();
     for (kind, i) in sources {
         let (ident, path, len) = if kind == 0 {
-            (ctx.data_ident(DataSource::Program), options.program_path.clone(), program_bytes.len())
+            (
+                ctx.data_ident(DataSource::Program),
+                options.program_path.clone(),
+                program_bytes.len(),
+            )
         } else {
             let path = options.data_paths.get(i).cloned().ok_or_else(|| {
                 Errors::one(
-                    ErrorKind::Unsupported { detail: format!("no path was given for data file {i}") },
+                    ErrorKind::Unsupported {
+                        detail: format!("no path was given for data file {i}"),
+                    },
                     Location::default(),
                 )
             })?;
-            (ctx.data_ident(DataSource::External(i)), path, data.get(i).map_or(0, |d| d.len()))
+            (
+                ctx.data_ident(DataSource::External(i)),
+                path,
+                data.get(i).map_or(0, |d| d.len()),
+            )
         };
         let n = crate::ops::lit(len);
+        let allow = allow_lints();
         statics.push(quote! {
+            #allow
             static #ident: ::ptec_runtime::mem::Aligned<[u8; #n]> = ::ptec_runtime::mem::Aligned(*include_bytes!(#path));
         });
     }
@@ -219,7 +280,9 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     });
     let zero_impls = methods.iter().map(|m| {
         let s = &m.state_ident;
+        let allow = allow_lints();
         quote! {
+            #allow
             impl #s {
                 fn zeroed() -> Self {
                     // SAFETY: every field of a method state is an integer,
@@ -230,7 +293,12 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
             }
         }
     });
-    let doc = format!(" The ExecuTorch program `{}`, compiled by ptec {}.", options.source_name, crate::VERSION);
+    let doc = format!(
+        " The ExecuTorch program `{}`, compiled by ptec {}.",
+        options.source_name,
+        crate::VERSION
+    );
+    let allow = allow_lints();
     Ok(quote! {
         const _: () = ::ptec_runtime::check_abi(#abi);
 
@@ -249,7 +317,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
             #(#fields,)*
         }
 
-        #[allow(clippy::all)]
+        #allow
         impl #struct_ident {
             /// The program's methods.
             pub const METHODS: &'static [::ptec_runtime::MethodMeta] = &[#(#metas),*];
@@ -278,6 +346,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         #tests_module
 
         ::ptec_runtime::__if_alloc! {
+            #allow
             impl #struct_ident {
                 /// A new instance, built directly on the heap (no large stack
                 /// frame however big the planned memory is).
@@ -298,6 +367,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
             }
         }
 
+        #allow
         impl ::ptec_runtime::Model for #struct_ident {
             fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
                 Self::METHODS
@@ -344,7 +414,12 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
 /// Formats generated tokens as a source file with the `@generated` header.
 pub fn to_source(tokens: TokenStream, options: &Options, program_bytes: &[u8]) -> Result<String> {
     let file: syn::File = syn::parse2(tokens).map_err(|e| {
-        Errors::one(ErrorKind::Unsupported { detail: format!("internal error: generated code does not parse: {e}") }, Location::default())
+        Errors::one(
+            ErrorKind::Unsupported {
+                detail: format!("internal error: generated code does not parse: {e}"),
+            },
+            Location::default(),
+        )
     })?;
     let hash = Sha256::digest(program_bytes);
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();

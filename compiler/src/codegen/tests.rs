@@ -12,7 +12,12 @@ use quote::{format_ident, quote};
 
 fn value(ctx: &Ctx<'_>, v: &TestValue) -> TokenStream {
     match v {
-        TestValue::Tensor { dtype, sizes, dim_order, data } => {
+        TestValue::Tensor {
+            dtype,
+            sizes,
+            dim_order,
+            data,
+        } => {
             let d = format_ident!("{}", format!("{dtype:?}"));
             let s = usize_slice(sizes);
             let ident = ctx.data_ident(data.source);
@@ -47,7 +52,9 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64)
     let mut tests = Vec::new();
     let mut n = 0usize;
     for s in suites {
-        let Some(mi) = ctx.program.methods.iter().position(|m| m.name == s.method) else { continue };
+        let Some(mi) = ctx.program.methods.iter().position(|m| m.name == s.method) else {
+            continue;
+        };
         let mil = lit(mi);
         let first = n;
         for (ci, c) in s.cases.iter().enumerate() {
@@ -81,10 +88,11 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64)
     }
     let count = lit(n);
     let (rt, at) = (f64_lit(rtol), f64_lit(atol));
+    let allow = super::allow_lints();
     quote! {
         /// The bundled test cases of the program, runnable through the
         /// dynamic interface.
-        #[allow(clippy::all)]
+        #allow
         pub mod bundled {
             use super::*;
 

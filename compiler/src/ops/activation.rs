@@ -66,7 +66,15 @@ fn float_unary(ctx: &mut OpCtx<'_>, f: &str) -> Result<TokenStream, String> {
         c = Float;
     }
     let fi = format_ident!("{}", f);
-    emit_map(ctx, &[&x], &out, &[c], c, quote!(::ptec_runtime::kernels::scalar::#fi(a)), false)
+    emit_map(
+        ctx,
+        &[&x],
+        &out,
+        &[c],
+        c,
+        quote!(::ptec_runtime::kernels::scalar::#fi(a)),
+        false,
+    )
 }
 
 macro_rules! float_ops {
@@ -77,8 +85,34 @@ macro_rules! float_ops {
     )*};
 }
 float_ops!(
-    sqrt, rsqrt, reciprocal, exp, exp2, expm1, log, log1p, log2, log10, sin, cos, tan, asin, acos, atan, sinh, cosh,
-    tanh, asinh, acosh, atanh, erf, erfinv, sigmoid, hardswish, hardsigmoid, silu
+    sqrt,
+    rsqrt,
+    reciprocal,
+    exp,
+    exp2,
+    expm1,
+    log,
+    log1p,
+    log2,
+    log10,
+    sin,
+    cos,
+    tan,
+    asin,
+    acos,
+    atan,
+    sinh,
+    cosh,
+    tanh,
+    asinh,
+    acosh,
+    atanh,
+    erf,
+    erfinv,
+    sigmoid,
+    hardswish,
+    hardsigmoid,
+    silu
 );
 
 /// `op(self, out)` keeping the dtype: float function for floats, `int` body
@@ -131,7 +165,15 @@ fn round_decimals(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         return emit_map(ctx, &[&x], &out, &[c], c, quote!(a), false);
     }
     let d = i64_lit(d);
-    emit_map(ctx, &[&x], &out, &[c], c, quote!(::ptec_runtime::kernels::scalar::round_decimals(a, #d)), false)
+    emit_map(
+        ctx,
+        &[&x],
+        &out,
+        &[c],
+        c,
+        quote!(::ptec_runtime::kernels::scalar::round_decimals(a, #d)),
+        false,
+    )
 }
 
 fn relu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
@@ -141,7 +183,15 @@ fn relu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     if c == Bool {
         return Err("relu is not defined for bool tensors".into());
     }
-    emit_map(ctx, &[&x], &out, &[c], c, quote!(::ptec_runtime::kernels::scalar::relu(a)), false)
+    emit_map(
+        ctx,
+        &[&x],
+        &out,
+        &[c],
+        c,
+        quote!(::ptec_runtime::kernels::scalar::relu(a)),
+        false,
+    )
 }
 
 /// A float activation with constant scalar parameters (given as f64).
@@ -152,7 +202,15 @@ fn float_params(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg, f: &str, params: &[f6
     }
     let fi = format_ident!("{}", f);
     let ps = params.iter().map(|&p| scalar_in(Scalar::Double(p), c));
-    emit_map(ctx, &[x], out, &[c], c, quote!(::ptec_runtime::kernels::scalar::#fi(a, #(#ps),*)), false)
+    emit_map(
+        ctx,
+        &[x],
+        out,
+        &[c],
+        c,
+        quote!(::ptec_runtime::kernels::scalar::#fi(a, #(#ps),*)),
+        false,
+    )
 }
 
 fn gelu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
@@ -167,7 +225,13 @@ fn gelu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 
 fn elu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(6)?;
-    let (x, alpha, scale, input_scale, out) = (ctx.tensor(0)?, ctx.double(1)?, ctx.double(2)?, ctx.double(3)?, ctx.tensor(4)?);
+    let (x, alpha, scale, input_scale, out) = (
+        ctx.tensor(0)?,
+        ctx.double(1)?,
+        ctx.double(2)?,
+        ctx.double(3)?,
+        ctx.tensor(4)?,
+    );
     float_params(ctx, &x, &out, "elu", &[alpha, scale, input_scale])
 }
 
@@ -197,7 +261,15 @@ fn hardtanh(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (x, lo, hi, out) = (ctx.tensor(0)?, ctx.scalar(1)?, ctx.scalar(2)?, ctx.tensor(3)?);
     let c = compute_type(x.dtype);
     let (l, h) = (scalar_in(lo, c), scalar_in(hi, c));
-    emit_map(ctx, &[&x], &out, &[c], c, quote!(::ptec_runtime::kernels::scalar::hardtanh(a, #l, #h)), false)
+    emit_map(
+        ctx,
+        &[&x],
+        &out,
+        &[c],
+        c,
+        quote!(::ptec_runtime::kernels::scalar::hardtanh(a, #l, #h)),
+        false,
+    )
 }
 
 fn clamp(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
@@ -216,7 +288,15 @@ fn clamp(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         None => quote!(None),
     };
     let (l, h) = (opt(lo), opt(hi));
-    emit_map(ctx, &[&x], &out, &[c], c, quote!(::ptec_runtime::kernels::scalar::clamp(a, #l, #h)), false)
+    emit_map(
+        ctx,
+        &[&x],
+        &out,
+        &[c],
+        c,
+        quote!(::ptec_runtime::kernels::scalar::clamp(a, #l, #h)),
+        false,
+    )
 }
 
 fn clamp_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
@@ -226,7 +306,15 @@ fn clamp_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     match (lo, hi) {
         (Some(l), Some(h)) => {
             let c = compute_type(result_type(&[&x, &l, &h], &[]));
-            emit_map(ctx, &[&x, &l, &h], &out, &[c, c, c], c, quote!(#k(a, Some(b), Some(c))), false)
+            emit_map(
+                ctx,
+                &[&x, &l, &h],
+                &out,
+                &[c, c, c],
+                c,
+                quote!(#k(a, Some(b), Some(c))),
+                false,
+            )
         }
         (Some(l), None) => {
             let c = compute_type(result_type(&[&x, &l], &[]));
@@ -263,7 +351,15 @@ fn float_test(ctx: &mut OpCtx<'_>, f: &str) -> Result<TokenStream, String> {
         return emit_map(ctx, &[&x], &out, &[c], Bool, quote!(false), false);
     }
     let fi = format_ident!("{}", f);
-    emit_map(ctx, &[&x], &out, &[c], Bool, quote!(::ptec_runtime::kernels::scalar::#fi(a)), false)
+    emit_map(
+        ctx,
+        &[&x],
+        &out,
+        &[c],
+        Bool,
+        quote!(::ptec_runtime::kernels::scalar::#fi(a)),
+        false,
+    )
 }
 
 fn isnan(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {

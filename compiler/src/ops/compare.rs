@@ -27,7 +27,15 @@ fn compare(ctx: &mut OpCtx<'_>, op: TokenStream, scalar: bool) -> Result<TokenSt
         let s = ctx.scalar(1)?;
         let c = compute_type(result_type(&[&a], &[s]));
         let sv = scalar_in(s, c);
-        emit_map(ctx, &[&a], &out, &[c], ScalarType::Bool, quote!({ let b = #sv; a #op b }), false)
+        emit_map(
+            ctx,
+            &[&a],
+            &out,
+            &[c],
+            ScalarType::Bool,
+            quote!({ let b = #sv; a #op b }),
+            false,
+        )
     } else {
         let b = ctx.tensor(1)?;
         let c = compute_type(result_type(&[&a, &b], &[]));

@@ -13,7 +13,10 @@ fn float_same(ts: &[&TArg]) -> Result<(), String> {
     for t in ts {
         require_dtype(t, FLOATS)?;
         if t.dtype != ts[0].dtype {
-            return Err(format!("value {} has dtype {}, value {} has {}", t.value, t.dtype, ts[0].value, ts[0].dtype));
+            return Err(format!(
+                "value {} has dtype {}, value {} has {}",
+                t.value, t.dtype, ts[0].value, ts[0].dtype
+            ));
         }
     }
     Ok(())
@@ -29,9 +32,18 @@ fn dims(ctx: &OpCtx<'_>, t: &TArg, i: usize) -> TokenStream {
     }
 }
 
-fn scratch(ctx: &mut OpCtx<'_>, m: &TokenStream, n: &TokenStream, k: &TokenStream, max: (usize, usize, usize)) -> (Ident, TokenStream) {
+fn scratch(
+    ctx: &mut OpCtx<'_>,
+    m: &TokenStream,
+    n: &TokenStream,
+    k: &TokenStream,
+    max: (usize, usize, usize),
+) -> (Ident, TokenStream) {
     let max_len = ptec_runtime::kernels::linear::gemm_scratch_len(max.0, max.1, max.2);
-    ctx.scratch_f32(quote!(::ptec_runtime::kernels::linear::gemm_scratch_len(#m, #n, #k)), max_len)
+    ctx.scratch_f32(
+        quote!(::ptec_runtime::kernels::linear::gemm_scratch_len(#m, #n, #k)),
+        max_len,
+    )
 }
 
 /// `addmm.out(self, mat1, mat2, *, beta=1, alpha=1, out)`.
@@ -64,7 +76,9 @@ fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (sc, s5) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]));
     stmts.extend([s1, s2, s3, s4, s5]);
     let (beta, alpha) = (f64_lit(beta), f64_lit(alpha));
-    stmts.push(ctx.kernel_result(quote!(::ptec_runtime::kernels::linear::addmm(#bi, #bsizes, #ai, #bb, #m, #k, #n, #beta, #alpha, #o, #sc))));
+    stmts.push(ctx.kernel_result(
+        quote!(::ptec_runtime::kernels::linear::addmm(#bi, #bsizes, #ai, #bb, #m, #k, #n, #beta, #alpha, #o, #sc)),
+    ));
     Ok(quote!(#(#stmts)*))
 }
 
@@ -140,5 +154,7 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         None => (quote!(None), quote!()),
     };
     let (sc, s5) = scratch(ctx, &ml, &nl, &kl, (m, n, k));
-    Ok(quote! { #s1 #s2 #s3 #s4 #s5 ::ptec_runtime::kernels::linear::linear(#xi, #wi, #bexpr, #ml, #kl, #nl, #o, #sc); })
+    Ok(
+        quote! { #s1 #s2 #s3 #s4 #s5 ::ptec_runtime::kernels::linear::linear(#xi, #wi, #bexpr, #ml, #kl, #nl, #o, #sc); },
+    )
 }

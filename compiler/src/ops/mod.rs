@@ -217,13 +217,20 @@ impl<'a> OpCtx<'a> {
         if self.args.len() == n {
             Ok(())
         } else {
-            Err(format!("expected {n} arguments (with the out tensors and returns), got {}", self.args.len()))
+            Err(format!(
+                "expected {n} arguments (with the out tensors and returns), got {}",
+                self.args.len()
+            ))
         }
     }
 
     fn value(&self, i: usize) -> Result<(usize, &'a Value), String> {
         let vi = *self.args.get(i).ok_or_else(|| format!("argument {i} is missing"))?;
-        let v = self.method.values.get(vi).ok_or_else(|| format!("argument {i} names value {vi}, out of range"))?;
+        let v = self
+            .method
+            .values
+            .get(vi)
+            .ok_or_else(|| format!("argument {i} names value {vi}, out of range"))?;
         Ok((vi, v))
     }
 
@@ -252,8 +259,13 @@ impl<'a> OpCtx<'a> {
         let (vi, v) = self.value(i)?;
         match v {
             Value::Int(x) if !self.runtime(vi) => Ok(*x),
-            Value::Int(_) => Err(format!("argument {i} (value {vi}) is an integer computed at run time; this operator needs a constant")),
-            other => Err(format!("argument {i} (value {vi}) must be an Int, is a {}", other.kind())),
+            Value::Int(_) => Err(format!(
+                "argument {i} (value {vi}) is an integer computed at run time; this operator needs a constant"
+            )),
+            other => Err(format!(
+                "argument {i} (value {vi}) must be an Int, is a {}",
+                other.kind()
+            )),
         }
     }
 
@@ -269,7 +281,10 @@ impl<'a> OpCtx<'a> {
         let (vi, v) = self.value(i)?;
         match v {
             Value::Bool(x) if !self.runtime(vi) => Ok(*x),
-            other => Err(format!("argument {i} (value {vi}) must be a constant Bool, is a {}", other.kind())),
+            other => Err(format!(
+                "argument {i} (value {vi}) must be a constant Bool, is a {}",
+                other.kind()
+            )),
         }
     }
 
@@ -284,13 +299,18 @@ impl<'a> OpCtx<'a> {
     pub fn scalar(&self, i: usize) -> Result<Scalar, String> {
         let (vi, v) = self.value(i)?;
         if self.runtime(vi) {
-            return Err(format!("argument {i} (value {vi}) is a scalar computed at run time; this operator needs a constant"));
+            return Err(format!(
+                "argument {i} (value {vi}) is a scalar computed at run time; this operator needs a constant"
+            ));
         }
         match v {
             Value::Int(x) => Ok(Scalar::Int(*x)),
             Value::Double(x) => Ok(Scalar::Double(*x)),
             Value::Bool(x) => Ok(Scalar::Bool(*x)),
-            other => Err(format!("argument {i} (value {vi}) must be a Scalar, is a {}", other.kind())),
+            other => Err(format!(
+                "argument {i} (value {vi}) must be a Scalar, is a {}",
+                other.kind()
+            )),
         }
     }
 
@@ -313,7 +333,10 @@ impl<'a> OpCtx<'a> {
     pub fn string(&self, i: usize) -> Result<String, String> {
         match self.value(i)? {
             (_, Value::String(s)) => Ok(s.clone()),
-            (vi, other) => Err(format!("argument {i} (value {vi}) must be a String, is a {}", other.kind())),
+            (vi, other) => Err(format!(
+                "argument {i} (value {vi}) must be a String, is a {}",
+                other.kind()
+            )),
         }
     }
 
@@ -324,10 +347,15 @@ impl<'a> OpCtx<'a> {
                 .iter()
                 .map(|&k| match self.method.values.get(k) {
                     Some(Value::Int(x)) if !self.runtime(k) => Ok(*x),
-                    _ => Err(format!("argument {i} (value {vi}): item value {k} is not a constant Int")),
+                    _ => Err(format!(
+                        "argument {i} (value {vi}): item value {k} is not a constant Int"
+                    )),
                 })
                 .collect(),
-            other => Err(format!("argument {i} (value {vi}) must be an IntList, is a {}", other.kind())),
+            other => Err(format!(
+                "argument {i} (value {vi}) must be an IntList, is a {}",
+                other.kind()
+            )),
         }
     }
 
@@ -342,7 +370,10 @@ impl<'a> OpCtx<'a> {
     pub fn double_list(&self, i: usize) -> Result<Vec<f64>, String> {
         match self.value(i)? {
             (_, Value::DoubleList(items)) => Ok(items.clone()),
-            (vi, other) => Err(format!("argument {i} (value {vi}) must be a DoubleList, is a {}", other.kind())),
+            (vi, other) => Err(format!(
+                "argument {i} (value {vi}) must be a DoubleList, is a {}",
+                other.kind()
+            )),
         }
     }
 
@@ -358,18 +389,25 @@ impl<'a> OpCtx<'a> {
         let (vi, v) = self.value(i)?;
         match v {
             Value::TensorList(items) => items.iter().map(|&k| self.tensor_by_value(k)).collect(),
-            other => Err(format!("argument {i} (value {vi}) must be a TensorList, is a {}", other.kind())),
+            other => Err(format!(
+                "argument {i} (value {vi}) must be a TensorList, is a {}",
+                other.kind()
+            )),
         }
     }
 
     pub fn opt_tensor_list(&self, i: usize) -> Result<Vec<Option<TArg>>, String> {
         let (vi, v) = self.value(i)?;
         match v {
-            Value::OptionalTensorList(items) => {
-                items.iter().map(|k| k.map(|k| self.tensor_by_value(k)).transpose()).collect()
-            }
+            Value::OptionalTensorList(items) => items
+                .iter()
+                .map(|k| k.map(|k| self.tensor_by_value(k)).transpose())
+                .collect(),
             Value::TensorList(items) => items.iter().map(|&k| self.tensor_by_value(k).map(Some)).collect(),
-            other => Err(format!("argument {i} (value {vi}) must be a list of optional tensors, is a {}", other.kind())),
+            other => Err(format!(
+                "argument {i} (value {vi}) must be a list of optional tensors, is a {}",
+                other.kind()
+            )),
         }
     }
 
@@ -377,7 +415,10 @@ impl<'a> OpCtx<'a> {
         match self.method.values.get(vi) {
             Some(Value::Tensor(t)) => {
                 if rust_type(t.dtype).is_none() {
-                    return Err(format!("value {vi} has dtype {}, which ptec does not compute with", t.dtype));
+                    return Err(format!(
+                        "value {vi} has dtype {}, which ptec does not compute with",
+                        t.dtype
+                    ));
                 }
                 Ok(TArg {
                     value: vi,
@@ -559,7 +600,12 @@ pub fn require_dtype(t: &TArg, allowed: &[ScalarType]) -> Result<(), String> {
     if allowed.contains(&t.dtype) {
         Ok(())
     } else {
-        Err(format!("value {} has dtype {}; supported: {:?}", t.value, t.dtype, allowed.iter().map(|d| d.name()).collect::<Vec<_>>()))
+        Err(format!(
+            "value {} has dtype {}; supported: {:?}",
+            t.value,
+            t.dtype,
+            allowed.iter().map(|d| d.name()).collect::<Vec<_>>()
+        ))
     }
 }
 
@@ -567,12 +613,20 @@ pub fn require_dtype(t: &TArg, allowed: &[ScalarType]) -> Result<(), String> {
 pub fn require_sizes(t: &TArg, want: &[usize]) -> Result<(), String> {
     if t.dynamic {
         if t.sizes.len() != want.len() {
-            return Err(format!("output value {} has rank {}, expected {}", t.value, t.sizes.len(), want.len()));
+            return Err(format!(
+                "output value {} has rank {}, expected {}",
+                t.value,
+                t.sizes.len(),
+                want.len()
+            ));
         }
         return Ok(());
     }
     if t.sizes != want {
-        Err(format!("output value {} has sizes {:?}, expected {:?}", t.value, t.sizes, want))
+        Err(format!(
+            "output value {} has sizes {:?}, expected {:?}",
+            t.value, t.sizes, want
+        ))
     } else {
         Ok(())
     }
@@ -591,7 +645,12 @@ pub fn norm_dim(dim: i64, rank: usize) -> Result<usize, String> {
 }
 
 /// The floating types kernels compute in.
-pub const FLOATS: &[ScalarType] = &[ScalarType::Float, ScalarType::Double, ScalarType::Half, ScalarType::BFloat16];
+pub const FLOATS: &[ScalarType] = &[
+    ScalarType::Float,
+    ScalarType::Double,
+    ScalarType::Half,
+    ScalarType::BFloat16,
+];
 
 /// Whether an operator writes a scalar value (its last argument) rather
 /// than a tensor: the `executorch_prim` scalar operators and `sym_size`.

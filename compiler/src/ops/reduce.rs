@@ -48,7 +48,14 @@ pub fn reduced_sizes(sizes: &[usize], dims: &[usize], keepdim: bool) -> Vec<usiz
 
 /// Emits `kernel(x, sizes, dims, out)` with the out sizes checked (static)
 /// or set (dynamic).
-pub fn emit_reduce(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg, dims: &[usize], keepdim: bool, kernel: TokenStream) -> Result<TokenStream, String> {
+pub fn emit_reduce(
+    ctx: &mut OpCtx<'_>,
+    x: &TArg,
+    out: &TArg,
+    dims: &[usize],
+    keepdim: bool,
+    kernel: TokenStream,
+) -> Result<TokenStream, String> {
     require_contiguous(&[x, out])?;
     let mut stmts = Vec::new();
     if x.dynamic {
@@ -91,7 +98,14 @@ fn sum(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         (ctx.tensor(0)?, ctx.opt_int_list(1)?, ctx.bool(2)?, ctx.tensor(4)?)
     };
     let dims = reduce_dims(dims, x.rank())?;
-    emit_reduce(ctx, &x, &out, &dims, keepdim, quote!(::ptec_runtime::kernels::reduce::sum))
+    emit_reduce(
+        ctx,
+        &x,
+        &out,
+        &dims,
+        keepdim,
+        quote!(::ptec_runtime::kernels::reduce::sum),
+    )
 }
 
 /// `mean.out(self, dim?, keepdim, dtype?, out)`.
@@ -100,7 +114,14 @@ fn mean(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (x, dims, keepdim, out) = (ctx.tensor(0)?, ctx.opt_int_list(1)?, ctx.bool(2)?, ctx.tensor(4)?);
     require_dtype(&out, FLOATS)?;
     let dims = reduce_dims(dims, x.rank())?;
-    emit_reduce(ctx, &x, &out, &dims, keepdim, quote!(::ptec_runtime::kernels::reduce::mean))
+    emit_reduce(
+        ctx,
+        &x,
+        &out,
+        &dims,
+        keepdim,
+        quote!(::ptec_runtime::kernels::reduce::mean),
+    )
 }
 
 /// `mean.dtype_out(self, *, dtype?, out)`: the mean of all elements.
@@ -109,5 +130,12 @@ fn mean_dtype(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (x, out) = (ctx.tensor(0)?, ctx.tensor(2)?);
     require_dtype(&out, FLOATS)?;
     let dims: Vec<usize> = (0..x.rank()).collect();
-    emit_reduce(ctx, &x, &out, &dims, false, quote!(::ptec_runtime::kernels::reduce::mean))
+    emit_reduce(
+        ctx,
+        &x,
+        &out,
+        &dims,
+        false,
+        quote!(::ptec_runtime::kernels::reduce::mean),
+    )
 }

@@ -2,7 +2,10 @@
 //! `expand_copy`, `cat`, `slice_copy`, `select_copy`, ...
 use super::*;
 
-pub const OPS: &[(&str, Emitter)] = &[("aten::permute_copy.out", permute_copy), ("aten::view_copy.out", view_copy)];
+pub const OPS: &[(&str, Emitter)] = &[
+    ("aten::permute_copy.out", permute_copy),
+    ("aten::view_copy.out", view_copy),
+];
 
 /// `permute_copy.out(self, dims, out)`.
 fn permute_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
@@ -55,7 +58,10 @@ fn view_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (x, out) = (ctx.tensor(0)?, ctx.tensor(2)?);
     require_contiguous(&[&x, &out])?;
     if x.dtype != out.dtype || x.dynamic || out.dynamic || x.numel() != out.numel() {
-        return Err(format!("view_copy of {:?} {} into {:?} {}", x.sizes, x.dtype, out.sizes, out.dtype));
+        return Err(format!(
+            "view_copy of {:?} {} into {:?} {}",
+            x.sizes, x.dtype, out.sizes, out.dtype
+        ));
     }
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;

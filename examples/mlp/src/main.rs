@@ -7,10 +7,14 @@ mod mlp {
 fn main() -> Result<(), ptec_runtime::Error> {
     let mut model = mlp::Mlp::new();
     // The same input pattern as ExecuTorch's et_runner: sin(0.1 * i).
-    let x: [[f32; 16]; 4] = core::array::from_fn(|r| core::array::from_fn(|c| (0.1 * (r * 16 + c) as f64).sin() as f32));
+    let x: [[f32; 16]; 4] =
+        core::array::from_fn(|r| core::array::from_fn(|c| (0.1 * (r * 16 + c) as f64).sin() as f32));
     let probs = model.forward(&x)?;
     for (r, row) in probs.iter().enumerate() {
-        let (best, p) = row.iter().enumerate().fold((0, f32::MIN), |b, (i, &p)| if p > b.1 { (i, p) } else { b });
+        let (best, p) = row
+            .iter()
+            .enumerate()
+            .fold((0, f32::MIN), |b, (i, &p)| if p > b.1 { (i, p) } else { b });
         let sum: f32 = row.iter().sum();
         println!("row {r}: class {best} with p = {p:.4} (probabilities sum to {sum:.4})");
     }

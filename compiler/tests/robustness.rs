@@ -1,0 +1,102 @@
+//! Bad input never panics: every truncation of every fixture, and single-byte
+//! corruptions of small ones, either load (and then compile) or give a
+//! located error.
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+fn fixtures() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("pte" | "bpte" | "bp" | "ptd")
+            )
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 15, "fixtures missing in {}", dir.display());
+    files
+}
+
+/// Loads (and compiles, when it loads) `bytes`; panics are caught and
+/// reported with `what`.
+fn exercise(bytes: &[u8], what: &str) -> bool {
+    let r = catch_unwind(AssertUnwindSafe(|| match ptec::load(bytes, &[]) {
+        Ok(loaded) => {
+            if loaded.program.is_some() {
+                let options = ptec::Options::new("/nonexistent/program.pte");
+                let _ = ptec::compile(bytes, &[], &options);
+            }
+            true
+        }
+        Err(e) => {
+            // Every error says something.
+            assert!(!e.to_string().is_empty());
+            false
+        }
+    }));
+    match r {
+        Ok(ok) => ok,
+        Err(_) => panic!("panicked on {what}"),
+    }
+}
+
+#[test]
+fn every_truncation_is_handled() {
+    let mut n = 0;
+    for f in fixtures() {
+        let bytes = std::fs::read(&f).unwrap();
+        let step = (bytes.len() / 2000).max(1);
+        let mut cut = 0;
+        while cut < bytes.len() {
+            let ok = exercise(&bytes[..cut], &format!("{} truncated to {cut} bytes", f.display()));
+            // A .pte cut inside its flatbuffer can never load.
+            if cut < 16 {
+                assert!(!ok, "{} truncated to {cut} bytes loaded", f.display());
+            }
+            n += 1;
+            cut += step;
+        }
+    }
+    eprintln!("{n} truncations handled");
+}
+
+#[test]
+fn single_byte_corruptions_are_handled() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let mut n = 0;
+    for name in [
+        "mlp.pte",
+        "cond.pte",
+        "kv_cache.pte",
+        "external_weights.ptd",
+        "mlp_bp04.bp",
+    ] {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        for pos in 0..bytes.len() {
+            for flip in [0xffu8, 0x01, 0x80] {
+                let mut b = bytes.clone();
+                b[pos] ^= flip;
+                exercise(&b, &format!("{name} with byte {pos} ^ {flip:#x}"));
+                n += 1;
+            }
+        }
+    }
+    eprintln!("{n} corruptions handled");
+}
+
+#[test]
+fn non_executorch_files_are_named() {
+    let mut tflite = vec![0u8; 64];
+    tflite[4..8].copy_from_slice(b"TFL3");
+    let e = ptec::load(&tflite, &[]).unwrap_err().to_string();
+    assert!(e.contains("TensorFlow Lite"), "{e}");
+    let e = ptec::load(b"", &[]).unwrap_err().to_string();
+    assert!(e.contains("empty"), "{e}");
+    let random: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let e = ptec::load(&random, &[]).unwrap_err().to_string();
+    assert!(e.contains("not an ExecuTorch"), "{e}");
+}
