@@ -11,16 +11,28 @@
 //! | [`bp08`] | `fbs/bundled_program_bp08.fbs` | `BP08` |
 //! | [`flat_tensor`] | `fbs/flat_tensor.fbs` | `FT01` |
 #![no_std]
-#![allow(clippy::all, unused_imports, dead_code, non_camel_case_types, non_snake_case, deprecated, mismatched_lifetime_syntaxes)]
+#![allow(
+    clippy::all,
+    unused_imports,
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    deprecated,
+    mismatched_lifetime_syntaxes
+)]
 
-#[path = "generated/program/program_generated.rs"]
-mod program_generated;
+#[rustfmt::skip]
 #[path = "generated/bundled_program_bp04/bundled_program_bp04_generated.rs"]
 mod bp04_generated;
+#[rustfmt::skip]
 #[path = "generated/bundled_program_bp08/bundled_program_bp08_generated.rs"]
 mod bp08_generated;
+#[rustfmt::skip]
 #[path = "generated/flat_tensor/flat_tensor_generated.rs"]
 mod flat_tensor_generated;
+#[rustfmt::skip]
+#[path = "generated/program/program_generated.rs"]
+mod program_generated;
 
 pub use flatbuffers;
 
@@ -43,7 +55,7 @@ pub mod bp08 {
 
 /// External tensor data (`.ptd`).
 pub mod flat_tensor {
-    pub use crate::flat_tensor_generated::flat_tensor_flatbuffer::*;
     /// The scalar-type enum as this schema's module declares it.
     pub use crate::flat_tensor_generated::executorch_flatbuffer::ScalarType;
+    pub use crate::flat_tensor_generated::flat_tensor_flatbuffer::*;
 }
