@@ -123,6 +123,9 @@ fn include_path(input: &Path, output: &str) -> String {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    // The output's directory must exist to be resolved; it is about to be
+    // written into anyway.
+    let _ = std::fs::create_dir_all(out_dir);
     relative_to(out_dir, input).display().to_string()
 }
 

@@ -1,0 +1,34 @@
+//! Snapshots of generated code for small programs, so every change to the
+//! output is reviewed (`cargo insta review`). The same code is compiled and
+//! run by the `ptec-tests` crate.
+use std::path::PathBuf;
+
+fn generate(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    let bytes = std::fs::read(&path).unwrap();
+    // A fixed include path keeps the snapshot independent of the checkout.
+    let options = ptec::Options::new(name);
+    ptec::compile_to_string(&bytes, &[], &options).unwrap()
+}
+
+#[test]
+fn mlp() {
+    insta::assert_snapshot!(generate("mlp.pte"));
+}
+
+#[test]
+fn cond() {
+    insta::assert_snapshot!(generate("cond.pte"));
+}
+
+#[test]
+fn dynamic() {
+    insta::assert_snapshot!(generate("dynamic.pte"));
+}
+
+#[test]
+fn multi_method() {
+    insta::assert_snapshot!(generate("multi_method.pte"));
+}
