@@ -8,8 +8,20 @@ use proc_macro2::TokenStream;
 /// `.bp`/`.bpte` bundle) to tokens. `data` are the bytes of the `.ptd`
 /// files named in `options.data_paths`.
 pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenStream> {
-    let loaded = load(bytes, data)?;
-    generate(&loaded, bytes, data, options)
+    // A panic here is a bug in ptec; it still must not take down a build
+    // script or a proc macro, so it becomes an error that says so.
+    std::panic::catch_unwind(|| {
+        let loaded = load(bytes, data)?;
+        generate(&loaded, bytes, data, options)
+    })
+    .unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Errors::one(ErrorKind::Internal { detail: msg }, Location::default()))
+    })
 }
 
 /// [`compile`], formatted as a source file with its `@generated` header.

@@ -139,6 +139,8 @@ pub enum ErrorKind {
     BadArguments { operator: String, detail: String },
     /// An I/O failure reading or writing a file.
     Io { path: String, detail: String },
+    /// A bug in ptec (it panicked); please report it with the file.
+    Internal { detail: String },
 }
 
 impl fmt::Display for ErrorKind {
@@ -185,6 +187,7 @@ impl fmt::Display for ErrorKind {
             Unsupported { detail } => write!(f, "unsupported: {detail}"),
             BadArguments { operator, detail } => write!(f, "`{operator}`: {detail}"),
             Io { path, detail } => write!(f, "{path}: {detail}"),
+            Internal { detail } => write!(f, "internal compiler error (a bug in ptec, please report it): {detail}"),
         }
     }
 }

@@ -15,11 +15,9 @@ generated!(
     fixture_cond,
     fixture_multi_method,
     fixture_multi_method_bp04,
-    fixture_kv_cache,
     fixture_dynamic,
     fixture_stacktrace,
     fixture_external_weights,
-    fixture_conv,
 );
 
 #[cfg(ptec_corpus)]
