@@ -21,14 +21,7 @@ generated!(
 );
 
 #[cfg(ptec_corpus)]
-generated!(
-    corpus_mlp,
-    corpus_conv_net,
-    corpus_cond,
-    corpus_multi_method,
-    corpus_kv_cache,
-    corpus_dynamic
-);
+generated!(corpus_mlp, corpus_cond, corpus_multi_method, corpus_dynamic);
 
 #[cfg(not(ptec_corpus))]
 #[test]
