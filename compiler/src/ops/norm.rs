@@ -5,6 +5,7 @@ use ptec_runtime::kernels::norm;
 
 pub const OPS: &[(&str, Emitter)] = &[
     ("aten::_native_batch_norm_legit_no_training.out", batch_norm_no_training),
+    ("aten::_native_batch_norm_legit.no_stats_out", batch_norm_batch_stats),
     ("aten::native_layer_norm.out", layer_norm),
     ("aten::native_group_norm.out", group_norm),
 ];
@@ -54,6 +55,51 @@ fn batch_norm_no_training(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         #xi, #xs, #wi, #bi, #mi, #vi, #eps, #o
     )));
     Ok(quote! { #set #s1 #s2 #s3 #s4 #s5 #s6 #call })
+}
+
+/// `_native_batch_norm_legit.no_stats_out(input, weight?, bias?, training,
+/// momentum, eps, out, save_mean, save_invstd)`: normalizes with the batch's
+/// statistics (PyTorch rejects `training=False` without running
+/// statistics).
+fn batch_norm_batch_stats(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(10)?;
+    let (x, weight, bias) = (ctx.tensor(0)?, ctx.opt_tensor(1)?, ctx.opt_tensor(2)?);
+    if !ctx.bool(3)? {
+        return Err("batch norm without running statistics needs training=True".into());
+    }
+    let eps = ctx.double(5)?;
+    let (out, mean, invstd) = (ctx.tensor(6)?, ctx.tensor(7)?, ctx.tensor(8)?);
+    check_params(&x, &out, &[&weight, &bias, &Some(mean.clone()), &Some(invstd.clone())])?;
+    let c = x
+        .sizes
+        .get(1)
+        .copied()
+        .ok_or("batch norm needs an input of rank >= 2")?;
+    let len = |t: &Option<TArg>| t.as_ref().map(TArg::numel);
+    let bound = norm::batch_norm_output_sizes(&x.sizes, len(&weight), len(&bias), c, c).ok_or_else(|| {
+        format!(
+            "batch norm of {:?} with parameters of {:?}, {:?} is invalid",
+            x.sizes,
+            len(&weight),
+            len(&bias)
+        )
+    })?;
+    let xs = ctx.sizes(&x);
+    let set = emit_out_sizes(ctx, x.dynamic, &out, &bound, quote!(Some(#xs)))?;
+    // The channel count is static even when the input is not.
+    let set_mean = emit_out_sizes(ctx, false, &mean, &[c], quote!())?;
+    let set_invstd = emit_out_sizes(ctx, false, &invstd, &[c], quote!())?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (wi, s2) = read_opt(ctx, &weight)?;
+    let (bi, s3) = read_opt(ctx, &bias)?;
+    let (o, s4) = ctx.write(&out)?;
+    let (mi, s5) = ctx.write(&mean)?;
+    let (ri, s6) = ctx.write(&invstd)?;
+    let eps = f64_lit(eps);
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::norm::batch_norm_batch_stats(
+        #xi, #xs, #wi, #bi, #eps, #o, #mi, #ri
+    )));
+    Ok(quote! { #set #set_mean #set_invstd #s1 #s2 #s3 #s4 #s5 #s6 #call })
 }
 
 /// `native_layer_norm.out(input, normalized_shape, weight?, bias?, eps,
