@@ -1,4 +1,5 @@
 //! Normalizations: `aten::_native_batch_norm_legit_no_training.out`,
+//! `aten::_native_batch_norm_legit.no_stats_out` (training mode),
 //! `aten::native_layer_norm.out` and `aten::native_group_norm.out`.
 //!
 //! Statistics use the biased variance (divide by the element count), as
@@ -152,6 +153,66 @@ pub fn batch_norm_no_training<T: Float>(
         for ni in 0..n {
             let off = (ni * c + ci) * inner;
             affine(&input[off..off + inner], scale, shift, &mut out[off..off + inner]);
+        }
+    }
+    Ok(())
+}
+
+/// `aten::_native_batch_norm_legit.no_stats_out(input, weight?, bias?,
+/// training, momentum, eps, out, save_mean, save_invstd)` in training mode:
+/// the statistics of channel `c` (dim 1 of `input`, `[N, C, *]` of
+/// `input_sizes`) are those of the batch, over all `N` samples and the
+/// trailing dims; `out = (x − mean[c]) · rstd[c] · weight[c] + bias[c]` with
+/// `rstd = 1 / sqrt(var + eps)` and the biased variance. `save_mean` and
+/// `save_invstd` receive `C` values. `momentum` only updates running
+/// statistics, which this overload has none of.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_batch_stats<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    eps: f64,
+    out: &mut [T],
+    save_mean: &mut [T],
+    save_invstd: &mut [T],
+) -> KernelResult {
+    let &c = input_sizes.get(1).ok_or(KernelError::ShapeMismatch)?;
+    batch_norm_output_sizes(
+        input_sizes,
+        weight.map(<[T]>::len),
+        bias.map(<[T]>::len),
+        c,
+        c,
+    )
+    .ok_or(KernelError::ShapeMismatch)?;
+    let n = input_sizes[0];
+    let inner: usize = input_sizes[2..].iter().product();
+    let total = n * c * inner;
+    if input.len() < total || out.len() < total || save_mean.len() < c || save_invstd.len() < c {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let count = T::Acc::from_i64((n * inner) as i64);
+    let eps = T::Acc::from_f64(eps);
+    let plane = |ni: usize, ci: usize| (ni * c + ci) * inner..(ni * c + ci + 1) * inner;
+    for ci in 0..c {
+        // Two passes over the channel's planes, as `moments` does for one.
+        let mut sum = T::Acc::ZERO;
+        for ni in 0..n {
+            sum += sum_acc(&input[plane(ni, ci)]);
+        }
+        let mean = sum / count;
+        let mut dev = T::Acc::ZERO;
+        for ni in 0..n {
+            dev += sum_sq_dev(&input[plane(ni, ci)], mean);
+        }
+        let rstd = rstd_of(dev / count, eps);
+        save_mean[ci] = T::from_acc(mean);
+        save_invstd[ci] = T::from_acc(rstd);
+        let scale = weight.map_or(T::Acc::ONE, |w| w[ci].to_acc()) * rstd;
+        let shift = bias.map_or(T::Acc::ZERO, |b| b[ci].to_acc()) - mean * scale;
+        for ni in 0..n {
+            affine(&input[plane(ni, ci)], scale, shift, &mut out[plane(ni, ci)]);
         }
     }
     Ok(())
@@ -545,6 +606,75 @@ mod tests {
         random_group_norm::<f64>(1e-12);
         random_group_norm::<f16>(2e-3);
         random_group_norm::<bf16>(1e-2);
+    }
+
+    #[test]
+    fn batch_norm_batch_stats_hand() {
+        // x [N=2, C=2, 1]: ch0 {1, 3} mean 2, var 1; ch1 {5, 5} mean 5, var 0.
+        // eps 3: rstd 1/2 and 1/√3; weight [2, 1], bias [0, 1]:
+        // ch0 (x − 2) · ½ · 2 = [−1, 1]; ch1 0 · rstd + 1 = [1, 1].
+        let (mut out, mut mean, mut invstd) = ([0.0f32; 4], [0.0f32; 2], [0.0f32; 2]);
+        batch_norm_batch_stats(
+            &[1.0f32, 5.0, 3.0, 5.0],
+            &[2, 2, 1],
+            Some(&[2.0, 1.0]),
+            Some(&[0.0, 1.0]),
+            3.0,
+            &mut out,
+            &mut mean,
+            &mut invstd,
+        )
+        .unwrap();
+        assert_eq!(out, [-1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(mean, [2.0, 5.0]);
+        assert_eq!(invstd[0], 0.5);
+        assert!((invstd[1] - 1.0 / 3.0f32.sqrt()).abs() < 1e-7);
+        // Statistics outputs shorter than C.
+        let err = batch_norm_batch_stats(
+            &[1.0f32; 4],
+            &[2, 2, 1],
+            None,
+            None,
+            1e-5,
+            &mut out,
+            &mut [0.0; 1],
+            &mut [0.0; 2],
+        );
+        assert_eq!(err, Err(KernelError::ShapeMismatch));
+    }
+
+    #[test]
+    fn batch_norm_batch_stats_random_4d() {
+        let mut rng = Lcg(29);
+        let sizes = [3usize, 2, 3, 5];
+        let x = rng.vec(90);
+        let w = rng.vec(2);
+        let (mut out, mut mean, mut invstd) = (vec![0.0f32; 90], [0.0f32; 2], [0.0f32; 2]);
+        batch_norm_batch_stats(
+            &x,
+            &sizes,
+            Some(&w),
+            None,
+            1e-5,
+            &mut out,
+            &mut mean,
+            &mut invstd,
+        )
+        .unwrap();
+        for ch in 0..2 {
+            let xs: Vec<f64> = (0..90)
+                .filter(|i| (i / 15) % 2 == ch)
+                .map(|i| x[i] as f64)
+                .collect();
+            let (m, v) = ref_stats(&xs);
+            let rstd = 1.0 / (v + 1e-5).sqrt();
+            assert!((mean[ch] as f64 - m).abs() < 1e-6);
+            assert!((invstd[ch] as f64 - rstd).abs() < 1e-5 * rstd);
+            for i in (0..90).filter(|i| (i / 15) % 2 == ch) {
+                let want = (x[i] as f64 - m) * rstd * w[ch] as f64;
+                assert!((out[i] as f64 - want).abs() < 1e-5 * (1.0 + want.abs()));
+            }
+        }
     }
 
     #[test]

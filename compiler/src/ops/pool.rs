@@ -1,4 +1,135 @@
-//! (being written)
+//! 2-d pooling: `max_pool2d_with_indices`, `avg_pool2d`,
+//! `_adaptive_avg_pool2d`. (PyTorch has no `max_pool2d.out`: exported
+//! programs call `max_pool2d_with_indices`.)
+use super::conv::{emit_out_sizes, same_dtype, usize_list};
 use super::*;
+use ptec_runtime::kernels::pool;
+use ScalarType::*;
 
-pub const OPS: &[(&str, Emitter)] = &[];
+pub const OPS: &[(&str, Emitter)] = &[
+    ("aten::max_pool2d_with_indices.out", max_pool2d_with_indices),
+    ("aten::avg_pool2d.out", avg_pool2d),
+    ("aten::_adaptive_avg_pool2d.out", adaptive_avg_pool2d),
+];
+
+/// The element types max pooling compares (all but `bool`).
+const ORDERED: &[ScalarType] = &[Float, Double, Half, BFloat16, Byte, Char, Short, Int, Long];
+
+/// The `kernel_size, stride, padding` arguments at `first..first + 3`:
+/// PyTorch allows one value for both dims; an empty stride means the kernel
+/// size (the kernels resolve both).
+fn window(ctx: &OpCtx<'_>, first: usize) -> Result<[Vec<usize>; 3], String> {
+    let lists = [
+        usize_list(ctx, first)?,
+        usize_list(ctx, first + 1)?,
+        usize_list(ctx, first + 2)?,
+    ];
+    if lists[0].is_empty() {
+        return Err("kernel_size must not be empty".into());
+    }
+    Ok(lists)
+}
+
+/// `max_pool2d_with_indices.out(self, kernel_size, stride, padding,
+/// dilation, ceil_mode, out, indices)`.
+fn max_pool2d_with_indices(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let (x, out, indices) = (ctx.tensor(0)?, ctx.tensor(6)?, ctx.tensor(7)?);
+    let [kernel, stride, padding] = window(ctx, 1)?;
+    let dilation = usize_list(ctx, 4)?;
+    let ceil_mode = ctx.bool(5)?;
+    same_dtype(&[&x, &out], ORDERED)?;
+    require_contiguous(&[&indices])?;
+    require_dtype(&indices, &[Long])?;
+    let bound = pool::max_pool2d_output_sizes(&x.sizes, &kernel, &stride, &padding, &dilation, ceil_mode)
+        .ok_or_else(|| format!("max_pool2d of {:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} is invalid", x.sizes))?;
+    let (k, s, p, d) = (
+        usize_slice(&kernel),
+        usize_slice(&stride),
+        usize_slice(&padding),
+        usize_slice(&dilation),
+    );
+    let xs = ctx.sizes(&x);
+    let live = quote!(::ptec_runtime::kernels::pool::max_pool2d_output_sizes(#xs, #k, #s, #p, #d, #ceil_mode));
+    let set_out = emit_out_sizes(ctx, x.dynamic, &out, &bound, live.clone())?;
+    let set_indices = emit_out_sizes(ctx, x.dynamic, &indices, &bound, live)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (ii, s3) = ctx.write(&indices)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::max_pool2d_with_indices(
+        #xi, #xs, #k, #s, #p, #d, #ceil_mode, #o, #ii
+    )));
+    Ok(quote! { #set_out #set_indices #s1 #s2 #s3 #call })
+}
+
+/// `avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad, divisor_override?, out)`.
+fn avg_pool2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(7)?);
+    let [kernel, stride, padding] = window(ctx, 1)?;
+    let ceil_mode = ctx.bool(4)?;
+    let count_include_pad = ctx.bool(5)?;
+    let divisor = ctx.opt_int(6)?;
+    same_dtype(&[&x, &out], FLOATS)?;
+    let bound = pool::avg_pool2d_output_sizes(&x.sizes, &kernel, &stride, &padding, ceil_mode, divisor)
+        .ok_or_else(|| format!("avg_pool2d of {:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?}, divisor {divisor:?} is invalid", x.sizes))?;
+    let (k, s, p) = (usize_slice(&kernel), usize_slice(&stride), usize_slice(&padding));
+    let div = match divisor {
+        Some(v) => {
+            let v = i64_lit(v);
+            quote!(Some(#v))
+        }
+        None => quote!(None),
+    };
+    let xs = ctx.sizes(&x);
+    let live = quote!(::ptec_runtime::kernels::pool::avg_pool2d_output_sizes(#xs, #k, #s, #p, #ceil_mode, #div));
+    let set = emit_out_sizes(ctx, x.dynamic, &out, &bound, live)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::avg_pool2d(
+        #xi, #xs, #k, #s, #p, #ceil_mode, #count_include_pad, #div, #o
+    )));
+    Ok(quote! { #set #s1 #s2 #call })
+}
+
+/// `_adaptive_avg_pool2d.out(self, output_size, out)`.
+fn adaptive_avg_pool2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(2)?);
+    let size = usize_list(ctx, 1)?;
+    same_dtype(&[&x, &out], FLOATS)?;
+    if size.contains(&0) {
+        return Err(format!("output_size {size:?} must be positive"));
+    }
+    let bound = pool::adaptive_avg_pool2d_output_sizes(&x.sizes, &size)
+        .ok_or_else(|| format!("adaptive_avg_pool2d of {:?} to {size:?} is invalid", x.sizes))?;
+    let sl = usize_slice(&size);
+    let xs = ctx.sizes(&x);
+    let live = quote!(::ptec_runtime::kernels::pool::adaptive_avg_pool2d_output_sizes(#xs, #sl));
+    let set = emit_out_sizes(ctx, x.dynamic, &out, &bound, live)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::adaptive_avg_pool2d(#xi, #xs, #sl, #o)));
+    Ok(quote! { #set #s1 #s2 #call })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_shapes_the_emitters_rely_on() {
+        // 3×3 window, stride 2, padding 1 on 7×7: ⌊(7 + 2 − 2 − 1) / 2⌋ + 1 = 4.
+        let s = pool::max_pool2d_output_sizes(&[1, 3, 7, 7], &[3], &[2], &[1], &[1], false).unwrap();
+        assert_eq!(&s[..], &[1, 3, 4, 4]);
+        // An empty stride means the kernel size: 6 / 2 = 3.
+        let s = pool::avg_pool2d_output_sizes(&[2, 6, 6], &[2, 2], &[], &[0], false, None).unwrap();
+        assert_eq!(&s[..], &[2, 3, 3]);
+        // ceil mode: ⌈(5 − 2) / 2⌉ + 1 = 3 windows.
+        let s = pool::avg_pool2d_output_sizes(&[1, 1, 5, 5], &[2], &[2], &[0], true, None).unwrap();
+        assert_eq!(&s[..], &[1, 1, 3, 3]);
+        let s = pool::adaptive_avg_pool2d_output_sizes(&[1, 8, 5, 7], &[1, 1]).unwrap();
+        assert_eq!(&s[..], &[1, 8, 1, 1]);
+    }
+}
