@@ -24,7 +24,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
 ];
 
 /// Corpus cases of the code-generation issue.
-pub const CORPUS: &[&str] = &["mlp", "cond", "multi_method", "dynamic"];
+pub const CORPUS: &[&str] = &["mlp", "conv_net", "cond", "multi_method", "dynamic"];
 
 fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, out: &Path) {
     let mut b = ptec::Builder::new(file).name("Program").tests(rtol, atol).out_dir(out);

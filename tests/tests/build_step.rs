@@ -18,6 +18,7 @@ generated!(
     fixture_dynamic,
     fixture_stacktrace,
     fixture_external_weights,
+    fixture_conv,
 );
 
 #[cfg(ptec_corpus)]
