@@ -175,17 +175,16 @@ pub fn scalar_in(s: Scalar, d: ScalarType) -> TokenStream {
     let c = compute_type(d);
     match c {
         Float => {
-            let l = proc_macro2::Literal::f32_suffixed(s.as_f64() as f32);
-            let v = s.as_f64();
+            // A double beyond f32's range rounds to an infinity, as in PyTorch.
+            let v = s.as_f64() as f32;
             if v.is_nan() {
                 quote!(f32::NAN)
-            } else if v.is_infinite() {
-                if v > 0.0 {
-                    quote!(f32::INFINITY)
-                } else {
-                    quote!(f32::NEG_INFINITY)
-                }
+            } else if v == f32::INFINITY {
+                quote!(f32::INFINITY)
+            } else if v == f32::NEG_INFINITY {
+                quote!(f32::NEG_INFINITY)
             } else {
+                let l = proc_macro2::Literal::f32_suffixed(v);
                 quote!(#l)
             }
         }
@@ -247,7 +246,12 @@ pub fn emit_map(
         out_sizes_expr = usize_slice(&bshape);
     } else {
         if out.rank() != bshape.len() {
-            return Err(format!("output value {} has rank {}, expected {}", out.value, out.rank(), bshape.len()));
+            return Err(format!(
+                "output value {} has rank {}, expected {}",
+                out.value,
+                out.rank(),
+                bshape.len()
+            ));
         }
         let ins = lit(ctx.instruction);
         let mut shape = quote!(&[]);
@@ -281,7 +285,11 @@ pub fn emit_map(
     }
     let (o, s) = ctx.write(out)?;
     stmts.push(s);
-    let params: Vec<Ident> = ["a", "b", "c"].iter().take(inputs.len()).map(|n| format_ident!("{}", n)).collect();
+    let params: Vec<Ident> = ["a", "b", "c"]
+        .iter()
+        .take(inputs.len())
+        .map(|n| format_ident!("{}", n))
+        .collect();
     let mut prelude = Vec::new();
     for ((p, t), &c) in params.iter().zip(inputs).zip(compute) {
         let cv = convert(quote!(#p), t.dtype, c);
@@ -548,11 +556,15 @@ fn pow_ts(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let k = quote!(::ptec_runtime::kernels::scalar);
     if category(c) == 2 {
         // Exact for the common small integral exponents (x*x for 2).
-        let body = match s.as_f64() {
-            e if e == 2.0 => quote!(a * a),
-            e if e == 1.0 => quote!(a),
-            e if e == 0.5 => quote!(#k::sqrt(a)),
-            _ => quote!(#k::pow_scalar_exponent(a, #sv)),
+        let e = s.as_f64();
+        let body = if e == 2.0 {
+            quote!(a * a)
+        } else if e == 1.0 {
+            quote!(a)
+        } else if e == 0.5 {
+            quote!(#k::sqrt(a))
+        } else {
+            quote!(#k::pow_scalar_exponent(a, #sv))
         };
         emit_map(ctx, &[&a], &out, &[c], c, body, false)
     } else {
@@ -574,7 +586,15 @@ fn minmax(ctx: &mut OpCtx<'_>, f: &str) -> Result<TokenStream, String> {
     let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
     let c = compute_type(result_type(&[&a, &b], &[]));
     let fi = format_ident!("{}", f);
-    emit_map(ctx, &[&a, &b], &out, &[c, c], c, quote!(::ptec_runtime::kernels::scalar::#fi(a, b)), false)
+    emit_map(
+        ctx,
+        &[&a, &b],
+        &out,
+        &[c, c],
+        c,
+        quote!(::ptec_runtime::kernels::scalar::#fi(a, b)),
+        false,
+    )
 }
 
 fn maximum(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
@@ -614,7 +634,11 @@ fn bitwise(ctx: &mut OpCtx<'_>, op: &str, scalar: bool) -> Result<TokenStream, S
     ctx.arity(4)?;
     let a = ctx.tensor(0)?;
     let out = ctx.tensor(2)?;
-    let (b, s) = if scalar { (None, Some(ctx.scalar(1)?)) } else { (Some(ctx.tensor(1)?), None) };
+    let (b, s) = if scalar {
+        (None, Some(ctx.scalar(1)?))
+    } else {
+        (Some(ctx.tensor(1)?), None)
+    };
     let common = match (&b, s) {
         (Some(b), _) => result_type(&[&a, b], &[]),
         (None, Some(s)) => result_type(&[&a], &[s]),
@@ -632,7 +656,15 @@ fn bitwise(ctx: &mut OpCtx<'_>, op: &str, scalar: bool) -> Result<TokenStream, S
         (Some(b), _) => emit_map(ctx, &[&a, &b], &out, &[common, common], common, body, false),
         (None, Some(s)) => {
             let sv = scalar_in(s, common);
-            emit_map(ctx, &[&a], &out, &[common], common, quote!({ let b = #sv; #body }), false)
+            emit_map(
+                ctx,
+                &[&a],
+                &out,
+                &[common],
+                common,
+                quote!({ let b = #sv; #body }),
+                false,
+            )
         }
         _ => unreachable!(),
     }
@@ -678,19 +710,37 @@ fn where_self(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(5)?;
     let (cond, a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(3)?);
     let c = compute_type(result_type(&[&a, &b], &[]));
-    emit_map(ctx, &[&cond, &a, &b], &out, &[Bool, c, c], c, quote!(if a { b } else { c }), false)
+    emit_map(
+        ctx,
+        &[&cond, &a, &b],
+        &out,
+        &[Bool, c, c],
+        c,
+        quote!(if a { b } else { c }),
+        false,
+    )
 }
 
 /// `addcmul.out(self, tensor1, tensor2, value, out)` and `addcdiv`.
 fn addc(ctx: &mut OpCtx<'_>, div: bool) -> Result<TokenStream, String> {
     ctx.arity(6)?;
-    let (a, t1, t2, v, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.scalar(3)?, ctx.tensor(4)?);
+    let (a, t1, t2, v, out) = (
+        ctx.tensor(0)?,
+        ctx.tensor(1)?,
+        ctx.tensor(2)?,
+        ctx.scalar(3)?,
+        ctx.tensor(4)?,
+    );
     let c = compute_type(result_type(&[&a, &t1, &t2], &[]));
     if category(c) < 2 && div {
         return Err("addcdiv needs floating-point tensors".into());
     }
     let vv = scalar_in(v, c);
-    let body = if div { quote!(a + #vv * (b / c)) } else { quote!(a + #vv * b * c) };
+    let body = if div {
+        quote!(a + #vv * (b / c))
+    } else {
+        quote!(a + #vv * b * c)
+    };
     emit_map(ctx, &[&a, &t1, &t2], &out, &[c, c, c], c, body, false)
 }
 
