@@ -178,14 +178,8 @@ pub fn batch_norm_batch_stats<T: Float>(
     save_invstd: &mut [T],
 ) -> KernelResult {
     let &c = input_sizes.get(1).ok_or(KernelError::ShapeMismatch)?;
-    batch_norm_output_sizes(
-        input_sizes,
-        weight.map(<[T]>::len),
-        bias.map(<[T]>::len),
-        c,
-        c,
-    )
-    .ok_or(KernelError::ShapeMismatch)?;
+    batch_norm_output_sizes(input_sizes, weight.map(<[T]>::len), bias.map(<[T]>::len), c, c)
+        .ok_or(KernelError::ShapeMismatch)?;
     let n = input_sizes[0];
     let inner: usize = input_sizes[2..].iter().product();
     let total = n * c * inner;
@@ -650,22 +644,9 @@ mod tests {
         let x = rng.vec(90);
         let w = rng.vec(2);
         let (mut out, mut mean, mut invstd) = (vec![0.0f32; 90], [0.0f32; 2], [0.0f32; 2]);
-        batch_norm_batch_stats(
-            &x,
-            &sizes,
-            Some(&w),
-            None,
-            1e-5,
-            &mut out,
-            &mut mean,
-            &mut invstd,
-        )
-        .unwrap();
+        batch_norm_batch_stats(&x, &sizes, Some(&w), None, 1e-5, &mut out, &mut mean, &mut invstd).unwrap();
         for ch in 0..2 {
-            let xs: Vec<f64> = (0..90)
-                .filter(|i| (i / 15) % 2 == ch)
-                .map(|i| x[i] as f64)
-                .collect();
+            let xs: Vec<f64> = (0..90).filter(|i| (i / 15) % 2 == ch).map(|i| x[i] as f64).collect();
             let (m, v) = ref_stats(&xs);
             let rstd = 1.0 / (v + 1e-5).sqrt();
             assert!((mean[ch] as f64 - m).abs() < 1e-6);

@@ -175,17 +175,16 @@ pub fn scalar_in(s: Scalar, d: ScalarType) -> TokenStream {
     let c = compute_type(d);
     match c {
         Float => {
-            let l = proc_macro2::Literal::f32_suffixed(s.as_f64() as f32);
-            let v = s.as_f64();
+            // A double beyond f32's range rounds to an infinity, as in PyTorch.
+            let v = s.as_f64() as f32;
             if v.is_nan() {
                 quote!(f32::NAN)
-            } else if v.is_infinite() {
-                if v > 0.0 {
-                    quote!(f32::INFINITY)
-                } else {
-                    quote!(f32::NEG_INFINITY)
-                }
+            } else if v == f32::INFINITY {
+                quote!(f32::INFINITY)
+            } else if v == f32::NEG_INFINITY {
+                quote!(f32::NEG_INFINITY)
             } else {
+                let l = proc_macro2::Literal::f32_suffixed(v);
                 quote!(#l)
             }
         }
