@@ -175,8 +175,8 @@ pub fn scalar_in(s: Scalar, d: ScalarType) -> TokenStream {
     let c = compute_type(d);
     match c {
         Float => {
-            let l = proc_macro2::Literal::f32_suffixed(s.as_f64() as f32);
-            let v = s.as_f64();
+            // Checked after the cast: a finite double may overflow f32.
+            let v = s.as_f64() as f32;
             if v.is_nan() {
                 quote!(f32::NAN)
             } else if v.is_infinite() {
@@ -186,6 +186,7 @@ pub fn scalar_in(s: Scalar, d: ScalarType) -> TokenStream {
                     quote!(f32::NEG_INFINITY)
                 }
             } else {
+                let l = proc_macro2::Literal::f32_suffixed(v);
                 quote!(#l)
             }
         }
