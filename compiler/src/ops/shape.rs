@@ -16,6 +16,9 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::_unsafe_view.out", view_copy),
     ("executorch_prim::et_view.default", et_view),
     ("aten::alias_copy.out", alias_copy),
+    ("aten::detach_copy.out", alias_copy),
+    ("aten::lift_fresh_copy.out", alias_copy),
+    ("aten::as_strided_copy.out", as_strided_copy),
     ("aten::unsqueeze_copy.out", unsqueeze_copy),
     ("aten::squeeze_copy.dims_out", squeeze_copy_dims),
     ("aten::squeeze_copy.dim_out", squeeze_copy_dim),
@@ -42,6 +45,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::select_scatter.out", select_scatter),
     ("aten::slice_scatter.out", slice_scatter),
     ("aten::full.out", full),
+    ("aten::empty.out", empty),
     ("aten::full_like.out", full_like),
     ("aten::zeros.out", zeros),
     ("aten::ones.out", ones),
@@ -392,11 +396,74 @@ fn et_view(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     emit_view(ctx, &x, &size, &out)
 }
 
-/// `alias_copy.out(self, out)`.
+/// `alias_copy.out(self, out)`, `detach_copy.out` and `lift_fresh_copy.out`.
 fn alias_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(3)?;
     let (x, out) = (ctx.tensor(0)?, ctx.tensor(1)?);
     emit_reshape(ctx, &x, &out, &identity(x.rank()))
+}
+
+/// The largest element offset `as_strided(size, stride, storage_offset)`
+/// reads, or `None` for an empty view; a message for a negative argument.
+fn strided_extent(size: &[i64], stride: &[i64], offset: i64) -> Result<Option<usize>, String> {
+    if size.len() != stride.len() {
+        return Err(format!(
+            "as_strided with {} sizes and {} strides",
+            size.len(),
+            stride.len()
+        ));
+    }
+    if size.iter().chain(stride).any(|&v| v < 0) || offset < 0 {
+        return Err(format!(
+            "as_strided({size:?}, {stride:?}, {offset}) has a negative argument"
+        ));
+    }
+    if size.contains(&0) {
+        return Ok(None);
+    }
+    Ok(Some(
+        size.iter()
+            .zip(stride)
+            .map(|(&n, &s)| (n as usize - 1) * s as usize)
+            .sum::<usize>()
+            + offset as usize,
+    ))
+}
+
+/// `as_strided_copy.out(self, size, stride, storage_offset?, out)`: the
+/// elements of `self`'s (contiguous) storage at `offset + Σ idx·stride`.
+fn as_strided_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(6)?;
+    let (x, size, stride, offset, out) = (
+        ctx.tensor(0)?,
+        ctx.int_list(1)?,
+        ctx.int_list(2)?,
+        ctx.opt_int(3)?,
+        ctx.tensor(4)?,
+    );
+    require_same(&[&x, &out])?;
+    if x.dynamic || out.dynamic {
+        return Err(no_dynamic(ctx));
+    }
+    let offset = offset.unwrap_or(0);
+    if let Some(last) = strided_extent(&size, &stride, offset)? {
+        if last >= x.numel() {
+            return Err(format!(
+                "as_strided({size:?}, {stride:?}, {offset}) reads past the {} elements of the input",
+                x.numel()
+            ));
+        }
+    }
+    let want: Vec<usize> = size.iter().map(|&n| n as usize).collect();
+    require_sizes(&out, &want)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (k, base, sizes) = (kernels(), lit(offset as usize), usize_slice(&want));
+    let strides = stride.iter().map(|&s| {
+        let l = proc_macro2::Literal::isize_suffixed(s as isize);
+        quote!(#l)
+    });
+    Ok(quote! { #s1 #s2 #k::strided_copy_signed(#xi, #base, #sizes, &[#(#strides),*], #o); })
 }
 
 /// A copy whose output sizes are a dim map of the input's (same elements in
@@ -1242,14 +1309,9 @@ fn pixel_unshuffle(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 // ---------------------------------------------------------------------------
 // Factories.
 
-/// Fills `out` (of sizes `size`, possibly computed at run time) with `value`
-/// (an expression of `out`'s storage type).
-fn emit_fill_sized(
-    ctx: &mut OpCtx<'_>,
-    size: &[IntArg],
-    out: &TArg,
-    value: TokenStream,
-) -> Result<TokenStream, String> {
+/// Statements giving `out` the sizes `size` (items possibly computed at
+/// run time): checked at compile time or set (and checked) at run time.
+fn sized_out(ctx: &mut OpCtx<'_>, size: &[IntArg], out: &TArg) -> Result<TokenStream, String> {
     require_contiguous(&[out])?;
     if size.len() != out.rank() {
         return Err(format!(
@@ -1258,32 +1320,39 @@ fn emit_fill_sized(
             out.rank()
         ));
     }
-    let set = match size.iter().map(IntArg::constant).collect::<Option<Vec<i64>>>() {
-        Some(c) => {
-            let want = c
-                .iter()
-                .map(|&s| usize::try_from(s).map_err(|_| format!("negative size in {c:?}")))
-                .collect::<Result<Vec<_>, _>>()?;
-            require_sizes(out, &want)?;
-            ctx.set_sizes(out, usize_slice(&want))
-        }
-        None => {
-            let (r, err) = (lit(size.len()), shape_mismatch(ctx));
-            let items = size.iter().map(IntArg::expr);
-            let set = set_out_sizes(ctx, out, quote!(&os[..]));
-            quote! {
-                let os: [usize; #r] = {
-                    let want: [i64; #r] = [#(#items),*];
-                    let mut os = [0usize; #r];
-                    for (o, &s) in os.iter_mut().zip(&want) {
-                        *o = usize::try_from(s).map_err(|_| #err)?;
-                    }
-                    os
-                };
-                #set
+    if let Some(c) = size.iter().map(IntArg::constant).collect::<Option<Vec<i64>>>() {
+        let want = c
+            .iter()
+            .map(|&s| usize::try_from(s).map_err(|_| format!("negative size in {c:?}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        require_sizes(out, &want)?;
+        return Ok(ctx.set_sizes(out, usize_slice(&want)));
+    }
+    let (r, err) = (lit(size.len()), shape_mismatch(ctx));
+    let items = size.iter().map(IntArg::expr);
+    let set = set_out_sizes(ctx, out, quote!(&os[..]));
+    Ok(quote! {
+        let os: [usize; #r] = {
+            let want: [i64; #r] = [#(#items),*];
+            let mut os = [0usize; #r];
+            for (o, &s) in os.iter_mut().zip(&want) {
+                *o = usize::try_from(s).map_err(|_| #err)?;
             }
-        }
-    };
+            os
+        };
+        #set
+    })
+}
+
+/// Fills `out` (of sizes `size`) with `value` (an expression of `out`'s
+/// storage type).
+fn emit_fill_sized(
+    ctx: &mut OpCtx<'_>,
+    size: &[IntArg],
+    out: &TArg,
+    value: TokenStream,
+) -> Result<TokenStream, String> {
+    let set = sized_out(ctx, size, out)?;
     let (o, s) = ctx.write(out)?;
     let k = kernels();
     Ok(quote! { #set #s #k::fill(#o, #value); })
@@ -1296,6 +1365,14 @@ fn emit_fill_like(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg, value: TokenStream)
     let (o, s) = ctx.write(out)?;
     let k = kernels();
     Ok(quote! { #set #s #k::fill(#o, #value); })
+}
+
+/// `empty.out(size, *, memory_format, out)`: only the sizes; the contents
+/// are unspecified, as in PyTorch.
+fn empty(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (size, out) = (int_list_arg(ctx, 0)?, ctx.tensor(2)?);
+    sized_out(ctx, &size, &out)
 }
 
 /// `full.out(size, fill_value, out)`.
@@ -1512,6 +1589,15 @@ mod tests {
         assert_eq!(shuffled_sizes(&[1, 8, 3, 5], 2, false), Ok(vec![1, 2, 6, 10]));
         assert_eq!(shuffled_sizes(&[1, 2, 6, 10], 2, true), Ok(vec![1, 8, 3, 5]));
         assert!(shuffled_sizes(&[1, 6, 3, 5], 2, false).is_err());
+    }
+
+    #[test]
+    fn as_strided_extent_is_the_last_element_read() {
+        // sizes [2, 2], strides [4, 1], offset 1: the last element is 1 + 4 + 1 = 6
+        assert_eq!(strided_extent(&[2, 2], &[4, 1], 1), Ok(Some(6)));
+        assert_eq!(strided_extent(&[3, 0], &[1, 5], 0), Ok(None));
+        assert!(strided_extent(&[2], &[-1], 0).is_err());
+        assert!(strided_extent(&[2, 2], &[1], 0).is_err());
     }
 
     #[test]
