@@ -415,6 +415,51 @@ pub fn select_copy<T: Copy>(src: &[T], sizes: &[usize], dim: usize, index: i64, 
     Ok(())
 }
 
+/// `aten::select_scatter(src, dim, index)`: `dst` already holds a copy of
+/// `self` (shape `sizes`); its `select(dim, index)` receives `src` (shape
+/// `sizes` without `dim`). A negative `index` wraps; out of range →
+/// `IndexOutOfRange`.
+pub fn select_scatter<T: Copy>(dst: &mut [T], sizes: &[usize], dim: usize, index: i64, src: &[T]) -> KernelResult {
+    let i = wrap_index(index, sizes[dim])?;
+    let outer: usize = sizes[..dim].iter().product();
+    let inner: usize = sizes[dim + 1..].iter().product();
+    let n = sizes[dim];
+    for o in 0..outer {
+        let d = (o * n + i) * inner;
+        dst[d..d + inner].copy_from_slice(&src[o * inner..(o + 1) * inner]);
+    }
+    Ok(())
+}
+
+/// `aten::slice_scatter(src, dim, start, end, step)`: `dst` already holds
+/// a copy of `self` (shape `sizes`); its `slice(dim, start, end, step)`
+/// receives `src` (the input shape with `dim` of length
+/// [`slice_output_len`]). `Err(ShapeMismatch)` for `step <= 0`.
+pub fn slice_scatter<T: Copy>(
+    dst: &mut [T],
+    sizes: &[usize],
+    dim: usize,
+    start: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+    src: &[T],
+) -> KernelResult {
+    let Some(len) = slice_output_len(sizes[dim], start, end, step) else {
+        return Err(KernelError::ShapeMismatch);
+    };
+    let (s, _) = slice_bounds(sizes[dim], start, end);
+    let r = sizes.len();
+    let mut st = contiguous_istrides(sizes);
+    let base = s as isize * st[dim];
+    st[dim] *= step as isize;
+    let mut ss = [0usize; MAX_RANK];
+    ss[..r].copy_from_slice(sizes);
+    ss[dim] = len;
+    let src_st = contiguous_istrides(&ss[..r]);
+    copy_box_map(src, 0, &src_st[..r], dst, base, &st[..r], &ss[..r], |v| v);
+    Ok(())
+}
+
 /// `aten::flip(dims)`: reverses the listed (non-negative) dims.
 pub fn flip<T: Copy>(src: &[T], sizes: &[usize], dims: &[usize], dst: &mut [T]) {
     let r = sizes.len();
@@ -700,6 +745,34 @@ mod tests {
     }
     fn ravel(idx: &[usize], sizes: &[usize]) -> usize {
         idx.iter().zip(sizes).fold(0, |a, (&i, &s)| a * s + i)
+    }
+
+    #[test]
+    fn select_and_slice_scatter_write_into_a_copy() {
+        // x = [[0,1,2],[3,4,5]]; x[:, 1] = [10, 11]
+        let mut d = iota(6);
+        select_scatter(&mut d, &[2, 3], 1, 1, &[10, 11]).unwrap();
+        assert_eq!(d, [0, 10, 2, 3, 11, 5]);
+        // negative index wraps: x[-1, :] = [7, 8, 9]
+        let mut d = iota(6);
+        select_scatter(&mut d, &[2, 3], 0, -1, &[7, 8, 9]).unwrap();
+        assert_eq!(d, [0, 1, 2, 7, 8, 9]);
+        assert_eq!(
+            select_scatter(&mut d, &[2, 3], 0, 2, &[0, 0, 0]),
+            Err(KernelError::IndexOutOfRange { index: 2, size: 2 })
+        );
+        // x[:, 0::2] = [[20, 21], [22, 23]]
+        let mut d = iota(6);
+        slice_scatter(&mut d, &[2, 3], 1, Some(0), None, 2, &[20, 21, 22, 23]).unwrap();
+        assert_eq!(d, [20, 1, 21, 22, 4, 23]);
+        // x[1:, :] along dim 0 with an end past the size (clamped)
+        let mut d = iota(6);
+        slice_scatter(&mut d, &[2, 3], 0, Some(1), Some(9), 1, &[7, 8, 9]).unwrap();
+        assert_eq!(d, [0, 1, 2, 7, 8, 9]);
+        assert_eq!(
+            slice_scatter(&mut d, &[2, 3], 0, None, None, 0, &[]),
+            Err(KernelError::ShapeMismatch)
+        );
     }
 
     fn rng(seed: &mut u64) -> u64 {
