@@ -12,7 +12,9 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("cond", "fixtures/cond.bpte", None, 1e-4, 1e-5),
     ("multi_method", "fixtures/multi_method.bpte", None, 1e-4, 1e-5),
     ("multi_method_bp04", "fixtures/multi_method_bp04.bp", None, 1e-4, 1e-5),
+    ("kv_cache", "fixtures/kv_cache.bpte", None, 1e-4, 1e-5),
     ("dynamic", "fixtures/dynamic.bpte", None, 1e-4, 1e-5),
+    ("ops_mix", "fixtures/ops_mix.bpte", None, 1e-4, 1e-5),
     ("stacktrace", "fixtures/stacktrace.bpte", None, 1e-4, 1e-5),
     (
         "external_weights",
@@ -24,7 +26,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
 ];
 
 /// Corpus cases of the code-generation issue.
-pub const CORPUS: &[&str] = &["mlp", "conv_net", "cond", "multi_method", "dynamic"];
+pub const CORPUS: &[&str] = &["mlp", "conv_net", "cond", "multi_method", "kv_cache", "dynamic"];
 
 fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, out: &Path) {
     let mut b = ptec::Builder::new(file).name("Program").tests(rtol, atol).out_dir(out);

@@ -10,12 +10,27 @@ use std::path::PathBuf;
 /// Cases that must compile and pass. Grows as operators and delegates land;
 /// a case not listed here that compiles must still pass.
 const REQUIRED: &[&str] = &[
+    "activations",
     "cond",
+    "conv_net",
+    "dtypes",
     "dynamic",
+    "elementwise",
     "external_weights",
+    "half",
+    "kv_cache",
+    "lstm",
     "mlp",
     "multi_method",
+    "quantized",
+    "reductions",
+    "shapes",
+    "signal_net",
     "stacktrace",
+    "transformer",
+    "encoder_256",
+    "mlp_1024",
+    "mobilenet_v2",
 ];
 
 fn corpus() -> Option<PathBuf> {
