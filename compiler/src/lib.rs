@@ -12,6 +12,7 @@ pub mod check;
 pub mod codegen;
 mod compile;
 pub mod container;
+pub mod coverage;
 pub mod error;
 mod frontend;
 pub mod inspect;

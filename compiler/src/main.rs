@@ -69,6 +69,8 @@ enum Command {
         #[arg(short, long)]
         verbose: bool,
     },
+    /// Print the operator coverage table (Markdown).
+    Coverage,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {
@@ -203,6 +205,10 @@ fn main() -> ExitCode {
             atol,
             verbose,
         }) => run_check(files, data, *rtol, *atol, *verbose),
+        Some(Command::Coverage) => {
+            print!("{}", ptec::coverage::coverage_markdown());
+            Ok(true)
+        }
         None => compile(&cli.compile).map(|_| true),
     };
     match result {
