@@ -23,6 +23,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-5,
     ),
+    ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
 ];
 
 /// Corpus cases of the code-generation issue.
@@ -51,15 +52,11 @@ fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, 
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let mut modules = Vec::new();
     for (name, file, data, rtol, atol) in FIXTURES {
-        generate(
-            &format!("fixture_{name}"),
-            Path::new(file),
-            data.map(Path::new),
-            *rtol,
-            *atol,
-            &out,
-        );
+        let module = format!("fixture_{name}");
+        generate(&module, Path::new(file), data.map(Path::new), *rtol, *atol, &out);
+        modules.push(module);
     }
     let corpus = Path::new("../../shared/corpus");
     println!("cargo:rerun-if-changed={}", corpus.display());
@@ -72,7 +69,9 @@ fn main() {
             let rtol = case["rtol"].as_f64().unwrap_or(1e-4);
             let atol = case["atol"].as_f64().unwrap_or(1e-5);
             let file = corpus.join(case["bpte"].as_str().unwrap_or_default());
-            generate(&format!("corpus_{name}"), &file, None, rtol, atol, &out);
+            let module = format!("corpus_{name}");
+            generate(&module, &file, None, rtol, atol, &out);
+            modules.push(module);
         }
         println!("cargo:rustc-cfg=ptec_corpus");
     } else {
@@ -81,4 +80,12 @@ fn main() {
             corpus.display()
         );
     }
+    // One module per generated file, for tests/build_step.rs to include.
+    let mut list = String::new();
+    for m in &modules {
+        list.push_str(&format!(
+            "#[allow(dead_code)]\nmod {m} {{\n    include!(concat!(env!(\"OUT_DIR\"), \"/{m}.rs\"));\n}}\n"
+        ));
+    }
+    std::fs::write(out.join("generated_modules.rs"), list).expect("write OUT_DIR");
 }

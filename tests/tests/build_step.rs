@@ -1,30 +1,7 @@
-//! Programs compiled by `ptec::Builder` in `build.rs`: each module's
+//! Programs compiled by `ptec::Builder` in `build.rs` (the fixtures, and the
+//! corpus cases when `../shared/corpus` is present): each module's
 //! `bundled::tests` runs the bundle's cases against PyTorch's outputs.
-macro_rules! generated {
-    ($($name:ident),* $(,)?) => {$(
-        #[allow(dead_code)]
-        mod $name {
-            include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".rs"));
-        }
-    )*};
-}
-
-generated!(
-    fixture_mlp,
-    fixture_mlp_bp04,
-    fixture_cond,
-    fixture_multi_method,
-    fixture_multi_method_bp04,
-    fixture_kv_cache,
-    fixture_dynamic,
-    fixture_ops_mix,
-    fixture_stacktrace,
-    fixture_external_weights,
-    fixture_conv,
-);
-
-#[cfg(ptec_corpus)]
-generated!(corpus_mlp, corpus_cond, corpus_multi_method, corpus_dynamic);
+include!(concat!(env!("OUT_DIR"), "/generated_modules.rs"));
 
 #[cfg(not(ptec_corpus))]
 #[test]
