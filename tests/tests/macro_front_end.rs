@@ -14,6 +14,8 @@ via_macro! {
     cond => ("fixtures/cond.bpte", name = Program, tests)
     multi_method => ("fixtures/multi_method.bpte", name = Program, tests)
     dynamic => ("fixtures/dynamic.bpte", name = Program, tests)
+    kv_cache => ("fixtures/kv_cache.bpte", name = Program, tests)
+    conv => ("fixtures/conv.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-4)
     stacktrace => ("fixtures/stacktrace.bpte", name = Program, tests)
     external_weights => ("fixtures/external_weights.bpte", name = Program, data = ["fixtures/external_weights.ptd"], tests)
 }
@@ -22,6 +24,8 @@ via_macro! {
 via_macro! {
     corpus_mlp => ("../../shared/corpus/mlp.bpte", name = Program, tests)
     corpus_cond => ("../../shared/corpus/cond.bpte", name = Program, tests)
+    corpus_conv_net => ("../../shared/corpus/conv_net.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-4)
+    corpus_kv_cache => ("../../shared/corpus/kv_cache.bpte", name = Program, tests)
     corpus_multi_method => ("../../shared/corpus/multi_method.bpte", name = Program, tests)
     corpus_dynamic => ("../../shared/corpus/dynamic.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-5)
 }
@@ -122,4 +126,18 @@ fn stepping_matches_execute() {
         got.as_tensor().unwrap().as_slice::<f32>().unwrap(),
         want.iter().flatten().copied().collect::<Vec<_>>().as_slice()
     );
+}
+
+/// Mutable state persists across calls and `reset` restores its initial
+/// value.
+#[test]
+fn reset_restores_mutable_state() {
+    use ptec_runtime::Model;
+    let tol = kv_cache::bundled::TOLERANCE;
+    let mut m = kv_cache::Program::boxed();
+    kv_cache::bundled::run_case(&mut *m, 0, tol).unwrap();
+    // The state advanced, so the first case's expectations no longer hold.
+    assert!(kv_cache::bundled::run_case(&mut *m, 0, tol).is_err());
+    m.reset(0).unwrap();
+    kv_cache::bundled::run_case(&mut *m, 0, tol).unwrap();
 }

@@ -1,0 +1,71 @@
+//! `ptec check` from the command line: a good bundle passes, a bundle whose
+//! expected output was altered fails with a mismatch report, and a malformed
+//! bundle gets a located error.
+use ptec::ir::TestValue;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+fn ptec_check(file: &std::path::Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .arg("check")
+        .arg(file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn altered_expected_output_fails_with_a_mismatch_report() {
+    let bytes = std::fs::read(fixture("mlp.bpte")).unwrap();
+    let (ok, report) = ptec_check(&fixture("mlp.bpte"));
+    assert!(ok, "{report}");
+    assert!(report.lines().any(|l| l == "3 passed, 0 failed"), "{report}");
+
+    // Change element 7 of case 1's expected output by +0.5.
+    let loaded = ptec::load(&bytes, &[]).unwrap();
+    let TestValue::Tensor { data, .. } = &loaded.suites[0].cases[1].expected[0] else {
+        panic!("tensor output")
+    };
+    let at = data.offset + 7 * 4;
+    let want = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut altered = bytes.clone();
+    altered[at..at + 4].copy_from_slice(&(want + 0.5).to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("altered.bpte");
+    std::fs::write(&path, &altered).unwrap();
+
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok, "an altered bundle passed:\n{report}");
+    assert!(report.lines().any(|l| l == "2 passed, 1 failed"), "{report}");
+    let line = report.lines().find(|l| l.starts_with("forward[1]:")).unwrap();
+    assert!(line.contains("output 0: 1 element(s) differ"), "{line}");
+    assert!(
+        line.contains(&format!("[7] expected {}", (want + 0.5) as f64)),
+        "{line}"
+    );
+}
+
+#[test]
+fn malformed_bundle_gets_a_located_error() {
+    let mut bytes = std::fs::read(fixture("mlp.bpte")).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("truncated.bpte");
+    std::fs::write(&path, &bytes).unwrap();
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok);
+    assert!(
+        report.contains("not compiled") && report.contains("byte offset"),
+        "{report}"
+    );
+    assert!(report.lines().any(|l| l == "0 passed, 1 failed"), "{report}");
+}
