@@ -66,6 +66,102 @@ fn tensor_value(
     })
 }
 
+/// A bundled value of either layout, before conversion.
+enum RawValue<'a> {
+    Tensor {
+        code: i8,
+        sizes: Option<flatbuffers::Vector<'a, i32>>,
+        data: Option<flatbuffers::Vector<'a, u8>>,
+        dim_order: Option<flatbuffers::Vector<'a, u8>>,
+    },
+    Int(i64),
+    Bool(bool),
+    Double(f64),
+    /// A union kind this reader does not know (or a missing member).
+    Unknown(u8),
+}
+
+fn bp08_raw(v: bp08::Value<'_>) -> RawValue<'_> {
+    use bp08::ValueUnion as U;
+    let missing = RawValue::Unknown(v.val_type().0);
+    match v.val_type() {
+        U::Tensor => v.val_as_tensor().map_or(missing, |t| RawValue::Tensor {
+            code: t.scalar_type().0,
+            sizes: t.sizes(),
+            data: t.data(),
+            dim_order: t.dim_order(),
+        }),
+        U::Int => v.val_as_int().map_or(missing, |x| RawValue::Int(x.int_val())),
+        U::Bool => v.val_as_bool().map_or(missing, |x| RawValue::Bool(x.bool_val())),
+        U::Double => v.val_as_double().map_or(missing, |x| RawValue::Double(x.double_val())),
+        _ => missing,
+    }
+}
+
+fn bp04_raw(v: bp04::BundledValue<'_>) -> RawValue<'_> {
+    use bp04::BundledValueUnion as U;
+    let missing = RawValue::Unknown(v.val_type().0);
+    match v.val_type() {
+        U::BundledTensor => v.val_as_bundled_tensor().map_or(missing, |t| RawValue::Tensor {
+            code: t.scalar_type().0,
+            sizes: t.sizes(),
+            data: t.data(),
+            dim_order: t.dim_order(),
+        }),
+        U::BundledInt => v.val_as_bundled_int().map_or(missing, |x| RawValue::Int(x.int_val())),
+        U::BundledBool => v
+            .val_as_bundled_bool()
+            .map_or(missing, |x| RawValue::Bool(x.bool_val())),
+        U::BundledDouble => v
+            .val_as_bundled_double()
+            .map_or(missing, |x| RawValue::Double(x.double_val())),
+        _ => missing,
+    }
+}
+
+/// Converts the values of test case `case`, collecting errors.
+fn test_values<'a>(
+    file: &[u8],
+    raw: impl Iterator<Item = RawValue<'a>>,
+    case: usize,
+    at: &Location,
+    errors: &mut Vec<Diagnostic>,
+) -> Vec<TestValue> {
+    raw.filter_map(|v| match v {
+        RawValue::Tensor {
+            code,
+            sizes,
+            data,
+            dim_order,
+        } => tensor_value(file, code, sizes, data, dim_order, at, errors),
+        RawValue::Int(i) => Some(TestValue::Int(i)),
+        RawValue::Bool(b) => Some(TestValue::Bool(b)),
+        RawValue::Double(d) => Some(TestValue::Double(d)),
+        RawValue::Unknown(kind) => {
+            errors.push(Diagnostic::new(
+                ErrorKind::BadTestCase {
+                    detail: format!("test case {case}: value kind {kind} is unknown"),
+                },
+                at.clone(),
+            ));
+            None
+        }
+    })
+    .collect()
+}
+
+/// The bytes of the program embedded in a bundle.
+fn embedded_program<'a>(program: Option<flatbuffers::Vector<'a, u8>>) -> Result<&'a [u8]> {
+    program.map(|p| p.bytes()).ok_or_else(|| {
+        Errors::one(
+            ErrorKind::Missing {
+                what: "bundled program bytes",
+            },
+            Location::default(),
+        )
+    })
+}
+
 /// Reads a BP08 bundle.
 pub fn read_bp08(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
     let root = flatbuffers::root_with_opts::<bp08::BundledProgram>(&verifier_options(), file).map_err(|e| {
@@ -77,17 +173,7 @@ pub fn read_bp08(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
             Location::at_offset(0),
         )
     })?;
-    let program_bytes = root
-        .program()
-        .ok_or_else(|| {
-            Errors::one(
-                ErrorKind::Missing {
-                    what: "bundled program bytes",
-                },
-                Location::default(),
-            )
-        })?
-        .bytes();
+    let program_bytes = embedded_program(root.program())?;
     let program = read_program(file, offset_in(file, program_bytes), program_bytes.len(), external)?;
     let mut errors = Vec::new();
     let mut suites = Vec::new();
@@ -96,42 +182,20 @@ pub fn read_bp08(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
         let at = Location::method(&method);
         let mut cases = Vec::new();
         for (ci, c) in s.test_cases().iter().flat_map(|v| v.iter()).enumerate() {
-            let at = at.clone();
-            let mut conv = |vals: Option<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<bp08::Value<'_>>>>| {
-                let mut out = Vec::new();
-                for v in vals.iter().flat_map(|v| v.iter()) {
-                    use bp08::ValueUnion as U;
-                    let tv = match v.val_type() {
-                        U::Tensor => v.val_as_tensor().and_then(|t| {
-                            tensor_value(
-                                file,
-                                t.scalar_type().0,
-                                t.sizes(),
-                                t.data(),
-                                t.dim_order(),
-                                &at,
-                                &mut errors,
-                            )
-                        }),
-                        U::Int => v.val_as_int().map(|x| TestValue::Int(x.int_val())),
-                        U::Bool => v.val_as_bool().map(|x| TestValue::Bool(x.bool_val())),
-                        U::Double => v.val_as_double().map(|x| TestValue::Double(x.double_val())),
-                        other => {
-                            errors.push(Diagnostic::new(
-                                ErrorKind::BadTestCase {
-                                    detail: format!("test case {ci}: value kind {} is unknown", other.0),
-                                },
-                                at.clone(),
-                            ));
-                            None
-                        }
-                    };
-                    out.extend(tv);
-                }
-                out
-            };
-            let inputs = conv(c.inputs());
-            let expected = conv(c.expected_outputs());
+            let inputs = test_values(
+                file,
+                c.inputs().iter().flat_map(|v| v.iter()).map(bp08_raw),
+                ci,
+                &at,
+                &mut errors,
+            );
+            let expected = test_values(
+                file,
+                c.expected_outputs().iter().flat_map(|v| v.iter()).map(bp08_raw),
+                ci,
+                &at,
+                &mut errors,
+            );
             cases.push(TestCase { inputs, expected });
         }
         suites.push(TestSuite { method, cases });
@@ -154,17 +218,7 @@ pub fn read_bp04(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
             Location::at_offset(0),
         )
     })?;
-    let program_bytes = root
-        .program()
-        .ok_or_else(|| {
-            Errors::one(
-                ErrorKind::Missing {
-                    what: "bundled program bytes",
-                },
-                Location::default(),
-            )
-        })?
-        .bytes();
+    let program_bytes = embedded_program(root.program())?;
     let program = read_program(file, offset_in(file, program_bytes), program_bytes.len(), external)?;
     let mut errors = Vec::new();
     let mut suites = Vec::new();
@@ -184,43 +238,20 @@ pub fn read_bp04(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
         let at = Location::method(&method);
         let mut cases = Vec::new();
         for (ci, set) in plan.test_sets().iter().flat_map(|v| v.iter()).enumerate() {
-            let at = at.clone();
-            let mut conv =
-                |vals: Option<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<bp04::BundledValue<'_>>>>| {
-                    let mut out = Vec::new();
-                    for v in vals.iter().flat_map(|v| v.iter()) {
-                        use bp04::BundledValueUnion as U;
-                        let tv = match v.val_type() {
-                            U::BundledTensor => v.val_as_bundled_tensor().and_then(|t| {
-                                tensor_value(
-                                    file,
-                                    t.scalar_type().0,
-                                    t.sizes(),
-                                    t.data(),
-                                    t.dim_order(),
-                                    &at,
-                                    &mut errors,
-                                )
-                            }),
-                            U::BundledInt => v.val_as_bundled_int().map(|x| TestValue::Int(x.int_val())),
-                            U::BundledBool => v.val_as_bundled_bool().map(|x| TestValue::Bool(x.bool_val())),
-                            U::BundledDouble => v.val_as_bundled_double().map(|x| TestValue::Double(x.double_val())),
-                            other => {
-                                errors.push(Diagnostic::new(
-                                    ErrorKind::BadTestCase {
-                                        detail: format!("test set {ci}: value kind {} is unknown", other.0),
-                                    },
-                                    at.clone(),
-                                ));
-                                None
-                            }
-                        };
-                        out.extend(tv);
-                    }
-                    out
-                };
-            let inputs = conv(set.inputs());
-            let expected = conv(set.expected_outputs());
+            let inputs = test_values(
+                file,
+                set.inputs().iter().flat_map(|v| v.iter()).map(bp04_raw),
+                ci,
+                &at,
+                &mut errors,
+            );
+            let expected = test_values(
+                file,
+                set.expected_outputs().iter().flat_map(|v| v.iter()).map(bp04_raw),
+                ci,
+                &at,
+                &mut errors,
+            );
             cases.push(TestCase { inputs, expected });
         }
         suites.push(TestSuite { method, cases });
