@@ -150,16 +150,21 @@ fn test_values<'a>(
     .collect()
 }
 
-/// The bytes of the program embedded in a bundle.
-fn embedded_program<'a>(program: Option<flatbuffers::Vector<'a, u8>>) -> Result<&'a [u8]> {
-    program.map(|p| p.bytes()).ok_or_else(|| {
+/// Reads the program embedded in a bundle.
+fn read_embedded_program(
+    file: &[u8],
+    program: Option<flatbuffers::Vector<'_, u8>>,
+    external: &[ExternalFile],
+) -> Result<Program> {
+    let bytes = program.map(|p| p.bytes()).ok_or_else(|| {
         Errors::one(
             ErrorKind::Missing {
                 what: "bundled program bytes",
             },
             Location::default(),
         )
-    })
+    })?;
+    read_program(file, offset_in(file, bytes), bytes.len(), external)
 }
 
 /// Reads a BP08 bundle.
@@ -173,8 +178,7 @@ pub fn read_bp08(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
             Location::at_offset(0),
         )
     })?;
-    let program_bytes = embedded_program(root.program())?;
-    let program = read_program(file, offset_in(file, program_bytes), program_bytes.len(), external)?;
+    let program = read_embedded_program(file, root.program(), external)?;
     let mut errors = Vec::new();
     let mut suites = Vec::new();
     for s in root.method_test_suites().iter().flat_map(|v| v.iter()) {
@@ -218,8 +222,7 @@ pub fn read_bp04(file: &[u8], external: &[ExternalFile]) -> Result<Bundle> {
             Location::at_offset(0),
         )
     })?;
-    let program_bytes = embedded_program(root.program())?;
-    let program = read_program(file, offset_in(file, program_bytes), program_bytes.len(), external)?;
+    let program = read_embedded_program(file, root.program(), external)?;
     let mut errors = Vec::new();
     let mut suites = Vec::new();
     for (pi, plan) in root.execution_plan_tests().iter().flat_map(|v| v.iter()).enumerate() {
