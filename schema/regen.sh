@@ -20,7 +20,7 @@ got="$("$FLATC" --version)"
 out="$here/src/generated"
 rm -rf "$out"
 mkdir -p "$out"
-for schema in program bundled_program_bp04 bundled_program_bp08 flat_tensor; do
+for schema in program bundled_program_bp04 bundled_program_bp08 flat_tensor xnnpack; do
   "$FLATC" --rust --gen-all -o "$out/$schema" "$here/fbs/$schema.fbs"
 done
 echo "regenerated $out"

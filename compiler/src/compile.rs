@@ -1,7 +1,8 @@
 //! The one entry point of the three front ends: file bytes in, Rust out.
 use crate::codegen::{generate, to_source, Options};
 use crate::error::{ErrorKind, Errors, Location, Result};
-use crate::load::load;
+use crate::load::{load, Loaded};
+use crate::verify::verify_program;
 use proc_macro2::TokenStream;
 
 /// Reads, verifies and compiles a program (`.pte`, or the program of a
@@ -11,7 +12,8 @@ pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenS
     // A panic here is a bug in ptec; it still must not take down a build
     // script or a proc macro, so it becomes an error that says so.
     std::panic::catch_unwind(|| {
-        let loaded = load(bytes, data)?;
+        let mut loaded = load(bytes, data)?;
+        lower_delegates(&mut loaded, bytes, options.lower_xnnpack)?;
         generate(&loaded, bytes, data, options)
     })
     .unwrap_or_else(|panic| {
@@ -22,6 +24,20 @@ pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenS
             .unwrap_or_default();
         Err(Errors::one(ErrorKind::Internal { detail: msg }, Location::default()))
     })
+}
+
+/// Compiles the delegate calls ptec knows how to compile into kernel
+/// calls: those of the XNNPACK backend when `lower_xnnpack` is set. The
+/// lowered program is verified again, as a loaded one is.
+pub fn lower_delegates(loaded: &mut Loaded, bytes: &[u8], lower_xnnpack: bool) -> Result<()> {
+    let Some(program) = loaded.program.as_mut() else {
+        return Ok(());
+    };
+    if lower_xnnpack {
+        crate::xnnpack::lower_xnnpack_delegates(program, bytes)?;
+        verify_program(program, &loaded.suites)?;
+    }
+    Ok(())
 }
 
 /// [`compile`], formatted as a source file with its `@generated` header.

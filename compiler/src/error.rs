@@ -12,6 +12,9 @@ pub struct Location {
     pub method: Option<String>,
     pub instruction: Option<usize>,
     pub value: Option<usize>,
+    /// A place inside a structure nested in the instruction, such as a node
+    /// or value of a delegate's subgraph (`XNNPACK node 4 (XNNConv2d)`).
+    pub within: Option<String>,
     /// Byte offset in the file, where one is known.
     pub offset: Option<usize>,
 }
@@ -46,6 +49,11 @@ impl Location {
         self
     }
 
+    pub fn within(mut self, place: impl Into<String>) -> Self {
+        self.within = Some(place.into());
+        self
+    }
+
     fn is_empty(&self) -> bool {
         *self == Location::default()
     }
@@ -62,6 +70,9 @@ impl fmt::Display for Location {
         }
         if let Some(v) = self.value {
             parts.push(format!("value {v}"));
+        }
+        if let Some(w) = &self.within {
+            parts.push(w.clone());
         }
         if let Some(o) = self.offset {
             parts.push(format!("byte offset {o}"));
@@ -131,6 +142,9 @@ pub enum ErrorKind {
     DuplicateMethod,
     /// A bundle's test case does not fit its method.
     BadTestCase { detail: String },
+    /// A delegate's processed data is invalid (dangling ids, inconsistent
+    /// shapes, arguments that do not match the call).
+    BadDelegate { backend: &'static str, detail: String },
     /// The program uses an operator ptec cannot compile.
     UnsupportedOperator { name: String },
     /// The program uses a feature ptec cannot compile.
@@ -183,6 +197,7 @@ impl fmt::Display for ErrorKind {
             External { key, detail } => write!(f, "external tensor `{key}`: {detail}"),
             DuplicateMethod => f.write_str("two methods have the same name"),
             BadTestCase { detail } => write!(f, "bad test case: {detail}"),
+            BadDelegate { backend, detail } => write!(f, "invalid {backend} delegate: {detail}"),
             UnsupportedOperator { name } => write!(f, "unsupported operator `{name}`"),
             Unsupported { detail } => write!(f, "unsupported: {detail}"),
             BadArguments { operator, detail } => write!(f, "`{operator}`: {detail}"),

@@ -22,6 +22,7 @@ pub mod ops;
 pub mod ptd;
 pub mod reader;
 pub mod verify;
+pub mod xnnpack;
 
 pub use codegen::Options;
 pub use compile::{compile, compile_to_string, read_file, write_if_changed};

@@ -60,6 +60,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod index;
 pub mod linear;
+pub mod nhwc;
 pub mod norm;
 pub mod num;
 pub mod pool;

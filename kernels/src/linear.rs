@@ -138,10 +138,10 @@ pub fn sgemm(
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(ukr) = Avx2Fma::detect() {
-        blocked::<6, 16, _>(ukr, &p, c, scratch);
+        blocked::<6, 16, _>(ukr, &p, c, scratch, None);
         return;
     }
-    blocked::<4, 8, _>(Portable, &p, c, scratch);
+    blocked::<4, 8, _>(Portable, &p, c, scratch, None);
 }
 
 /// The operands of one product (lengths already checked).
@@ -448,6 +448,7 @@ fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
     p: &Gemm<'_>,
     c: &mut [f32],
     scratch: &mut [f32],
+    epilogue: Option<&Epilogue<'_>>,
 ) {
     let (m, n, k) = (p.m, p.n, p.k);
     let kc_max = k.min(KC);
@@ -470,9 +471,15 @@ fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
                         let ap = &apack[(ir / MR) * kc * MR..][..kc * MR];
                         let mut acc = [[0.0f32; NR]; MR];
                         ukr.run(kc, ap, bp, &mut acc);
+                        let last = pc + kc == k;
                         for (ii, accr) in acc.iter().enumerate().take(mr) {
                             let row = &mut c[(ic + ir + ii) * n + jc + jr..][..nr];
                             store_row(row, &accr[..nr], p.alpha, beta);
+                            // The finished tile is still in L1: bias and
+                            // clamp it now rather than in another pass.
+                            if let (true, Some(e)) = (last, epilogue) {
+                                e.apply(row, jc + jr);
+                            }
                         }
                     }
                 }
@@ -494,6 +501,212 @@ fn store_row(row: &mut [f32], acc: &[f32], alpha: f32, beta: f32) {
     } else {
         for (x, &v) in row.iter_mut().zip(acc) {
             *x = alpha * v + beta * *x;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// f32 products with a fused bias and clamp
+// ---------------------------------------------------------------------------
+
+/// A per-column bias and a clamp applied to the outputs of an `f32` product
+/// as they are stored: the fused `output_min`/`output_max` of XNNPACK's
+/// fully-connected and convolution nodes, without another pass over the
+/// output.
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue<'a> {
+    /// Added to column `j` of every row (at least `n` elements).
+    pub bias: Option<&'a [f32]>,
+    /// Lower bound of the outputs (`-inf`: none).
+    pub min: f32,
+    /// Upper bound of the outputs (`+inf`: none).
+    pub max: f32,
+}
+
+impl<'a> Epilogue<'a> {
+    /// Bias `bias` and clamp to `[min, max]`.
+    pub fn new(bias: Option<&'a [f32]>, min: f32, max: f32) -> Self {
+        Epilogue { bias, min, max }
+    }
+
+    fn clamps(&self) -> bool {
+        self.min > f32::NEG_INFINITY || self.max < f32::INFINITY
+    }
+
+    /// Applies the epilogue to `row`, whose first element is column `col0`.
+    #[inline(always)]
+    pub fn apply(&self, row: &mut [f32], col0: usize) {
+        if let Some(b) = self.bias {
+            for (x, &bv) in row.iter_mut().zip(&b[col0..]) {
+                *x += bv;
+            }
+        }
+        if self.clamps() {
+            let (lo, hi) = (self.min, self.max);
+            for x in row {
+                *x = x.max(lo).min(hi);
+            }
+        }
+    }
+}
+
+/// Up to this many rows, a product with a transposed `B` streams `B` once
+/// and dots each of its rows with every row of `A` (a weight-bound
+/// fully-connected layer with a small batch), rather than packing `B`.
+const SMALL_M: usize = 8;
+
+/// `C[m×n] = clamp(A · op(B) + bias)`: `a` is `m × k` row-major, `b` is
+/// `k × n` row-major or (`b_trans`) `n × k` row-major, and the epilogue's
+/// bias has `n` elements. `c`'s previous contents are ignored. `scratch`:
+/// [`gemm_scratch_len`]`(m, n, k)` floats for full speed; any length is
+/// accepted.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_fused(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    b_trans: bool,
+    epilogue: &Epilogue<'_>,
+    c: &mut [f32],
+    scratch: &mut [f32],
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let p = Gemm {
+        m,
+        n,
+        k,
+        alpha: 1.0,
+        a: &a[..m * k],
+        a_trans: false,
+        b: &b[..k * n],
+        b_trans,
+        beta: 0.0,
+    };
+    let c = &mut c[..m * n];
+    if let Some(bias) = epilogue.bias {
+        assert!(bias.len() >= n, "bias of {} for {n} columns", bias.len());
+    }
+    let unpacked = use_direct(m, n, k) || scratch.len() < gemm_scratch_len(m, n, k);
+    if (b_trans && m <= SMALL_M) || unpacked {
+        #[cfg(target_arch = "x86_64")]
+        if Avx2Fma::detect().is_some() {
+            // SAFETY: `detect` returned `Some`: the CPU has AVX2 and FMA.
+            unsafe { unpacked_avx2(&p, c) };
+        } else {
+            unpacked_product(&p, c);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unpacked_product(&p, c);
+        for row in c.chunks_exact_mut(n) {
+            epilogue.apply(row, 0);
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(ukr) = Avx2Fma::detect() {
+        blocked::<6, 16, _>(ukr, &p, c, scratch, Some(epilogue));
+        return;
+    }
+    blocked::<4, 8, _>(Portable, &p, c, scratch, Some(epilogue));
+}
+
+/// The product without packing (`alpha` 1, `beta` 0). With `B` transposed,
+/// each row of `B` is read once and dotted with every row of `A`, so a
+/// large weight matrix streams through the cache a single time.
+#[inline(always)]
+fn unpacked_product(p: &Gemm<'_>, c: &mut [f32]) {
+    if !p.b_trans || p.a_trans {
+        direct(p, c);
+        return;
+    }
+    let (m, n, k) = (p.m, p.n, p.k);
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    for (j, brow) in p.b.chunks_exact(k).take(n).enumerate() {
+        for i in 0..m {
+            c[i * n + j] = dot(&p.a[i * k..(i + 1) * k], brow);
+        }
+    }
+}
+
+/// [`unpacked_product`] compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn unpacked_avx2(p: &Gemm<'_>, c: &mut [f32]) {
+    unpacked_product(p, c)
+}
+
+/// XNNPACK's fully-connected node: `out[m×n] = clamp(x[m×k] · Wᵀ + bias)`
+/// with the weight `n × k` row-major, or `k × n` when `weight_transposed`
+/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `scratch`:
+/// [`gemm_scratch_len`]`(m, n, k)` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn fully_connected(
+    x: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+    weight_transposed: bool,
+    min: f32,
+    max: f32,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let e = Epilogue::new(bias, min, max);
+    sgemm_fused(m, n, k, x, weight, !weight_transposed, &e, out, scratch);
+}
+
+/// XNNPACK's batch matrix multiply: for every index of the output's batch
+/// dimensions `batch` (row-major), `out = a · op(b)` with `a` `m × k` and
+/// `b` `k × n` (or `n × k` when `b_transposed`). `a_strides`/`b_strides`
+/// give each operand's step, in matrices, per batch dimension (0 where it
+/// is broadcast). `scratch`: [`gemm_scratch_len`]`(m, n, k)` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_matmul(
+    a: &[f32],
+    b: &[f32],
+    batch: &[usize],
+    a_strides: &[usize],
+    b_strides: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+    b_transposed: bool,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let count: usize = batch.iter().product();
+    let mut index = [0usize; crate::MAX_RANK];
+    let rank = batch.len();
+    let e = Epilogue::new(None, f32::NEG_INFINITY, f32::INFINITY);
+    for bi in 0..count {
+        let (mut ao, mut bo) = (0, 0);
+        for d in 0..rank {
+            ao += index[d] * a_strides[d];
+            bo += index[d] * b_strides[d];
+        }
+        let am = &a[ao * m * k..][..m * k];
+        let bm = &b[bo * k * n..][..k * n];
+        let om = &mut out[bi * m * n..][..m * n];
+        sgemm_fused(m, n, k, am, bm, b_transposed, &e, om, scratch);
+        // Next batch index, last dimension fastest.
+        for d in (0..rank).rev() {
+            index[d] += 1;
+            if index[d] < batch[d] {
+                break;
+            }
+            index[d] = 0;
         }
     }
 }
@@ -946,7 +1159,7 @@ mod tests {
                                 b_trans: bt,
                                 beta,
                             };
-                            blocked::<4, 8, _>(Portable, &p, &mut c, &mut scratch);
+                            blocked::<4, 8, _>(Portable, &p, &mut c, &mut scratch, None);
                             check(&c, &want, k);
                             let mut c = c0.clone();
                             direct(&p, &mut c);
@@ -958,6 +1171,75 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_bias_and_clamp_on_every_path() {
+        let mut rng = Lcg(5);
+        // Small m with transposed B (streamed), tiny (direct), large (blocked,
+        // with a depth above KC so the epilogue waits for the last block).
+        for &(m, n, k) in &[(1, 37, 300), (8, 64, 1024), (3, 3, 3), (40, 33, 70), (30, 20, 600)] {
+            for bt in [false, true] {
+                let a = rng.vec(m * k);
+                let b = rng.vec(k * n);
+                let bias = rng.vec(n);
+                let mut want = reference(m, n, k, 1.0, &a, false, &b, bt, 0.0, &[]);
+                for (i, v) in want.iter_mut().enumerate() {
+                    *v = (*v + bias[i % n] as f64).clamp(-0.5, 0.75);
+                }
+                let mut c = vec![f32::NAN; m * n];
+                let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
+                sgemm_fused(
+                    m,
+                    n,
+                    k,
+                    &a,
+                    &b,
+                    bt,
+                    &Epilogue::new(Some(&bias), -0.5, 0.75),
+                    &mut c,
+                    &mut scratch,
+                );
+                check(&c, &want, k);
+            }
+        }
+        // fully_connected with a [k, n] weight (XNN_FLAG_TRANSPOSE_WEIGHTS).
+        let (m, k, n) = (4, 9, 5);
+        let x = rng.vec(m * k);
+        let w = rng.vec(k * n);
+        let mut out = vec![0.0f32; m * n];
+        fully_connected(
+            &x,
+            &w,
+            None,
+            m,
+            k,
+            n,
+            true,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            &mut out,
+            &mut [],
+        );
+        check(&out, &reference(m, n, k, 1.0, &x, false, &w, false, 0.0, &[]), k);
+    }
+
+    #[test]
+    fn batch_matmul_broadcasts_batches() {
+        let mut rng = Lcg(9);
+        // a: [2, 3, m, k]; b: [1, 3, n, k] (transposed), broadcast over dim 0.
+        let (m, k, n) = (4, 6, 5);
+        let a = rng.vec(6 * m * k);
+        let b = rng.vec(3 * n * k);
+        let mut out = vec![0.0f32; 6 * m * n];
+        batch_matmul(&a, &b, &[2, 3], &[3, 1], &[0, 1], m, k, n, true, &mut out, &mut []);
+        for i in 0..2 {
+            for j in 0..3 {
+                let bi = i * 3 + j;
+                let want = reference(m, n, k, 1.0, &a[bi * m * k..], false, &b[j * n * k..], true, 0.0, &[]);
+                check(&out[bi * m * n..(bi + 1) * m * n], &want, k);
             }
         }
     }

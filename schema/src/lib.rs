@@ -10,6 +10,7 @@
 //! | [`bp04`] | `fbs/bundled_program_bp04.fbs` | `BP04` |
 //! | [`bp08`] | `fbs/bundled_program_bp08.fbs` | `BP08` |
 //! | [`flat_tensor`] | `fbs/flat_tensor.fbs` | `FT01` |
+//! | [`xnnpack`] | `fbs/xnnpack.fbs` | `XN01` (or `XN00`) |
 #![no_std]
 #![allow(
     clippy::all,
@@ -33,6 +34,9 @@ mod flat_tensor_generated;
 #[rustfmt::skip]
 #[path = "generated/program/program_generated.rs"]
 mod program_generated;
+#[rustfmt::skip]
+#[path = "generated/xnnpack/xnnpack_generated.rs"]
+mod xnnpack_generated;
 
 pub use flatbuffers;
 
@@ -58,4 +62,10 @@ pub mod flat_tensor {
     /// The scalar-type enum as this schema's module declares it.
     pub use crate::flat_tensor_generated::executorch_flatbuffer::ScalarType;
     pub use crate::flat_tensor_generated::flat_tensor_flatbuffer::*;
+}
+
+/// The subgraph inside an XNNPACK delegate's processed blob (after its
+/// `XH00` header).
+pub mod xnnpack {
+    pub use crate::xnnpack_generated::xnnpack_flatbuffer::*;
 }

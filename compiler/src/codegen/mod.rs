@@ -33,6 +33,9 @@ pub struct Options {
     /// For a bundle: also generate the `bundled` module of test cases, with
     /// these `(rtol, atol)` for its `#[test]`s.
     pub tests: Option<(f64, f64)>,
+    /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
+    /// (see [`crate::xnnpack`]); when off they are left as delegate calls.
+    pub lower_xnnpack: bool,
 }
 
 impl Options {
@@ -48,6 +51,7 @@ impl Options {
             data_paths: Vec::new(),
             source_name,
             tests: None,
+            lower_xnnpack: true,
         }
     }
 }

@@ -176,17 +176,7 @@ pub fn scalar_in(s: Scalar, d: ScalarType) -> TokenStream {
     match c {
         Float => {
             // A double beyond f32's range rounds to an infinity, as in PyTorch.
-            let v = s.as_f64() as f32;
-            if v.is_nan() {
-                quote!(f32::NAN)
-            } else if v == f32::INFINITY {
-                quote!(f32::INFINITY)
-            } else if v == f32::NEG_INFINITY {
-                quote!(f32::NEG_INFINITY)
-            } else {
-                let l = proc_macro2::Literal::f32_suffixed(v);
-                quote!(#l)
-            }
+            f32_lit(s.as_f64() as f32)
         }
         Double => f64_lit(s.as_f64()),
         Bool => {

@@ -27,6 +27,7 @@ mod reduce;
 mod shape;
 mod softmax;
 mod upsample;
+mod xnnpack;
 
 /// Emits the body of one instruction.
 pub type Emitter = fn(&mut OpCtx<'_>) -> Result<TokenStream, String>;
@@ -56,9 +57,13 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
     .copied()
 }
 
-/// The emitter of an operator.
+/// The emitter of an operator: one of the [`registry`], or one of ptec's
+/// own operators that lowered XNNPACK subgraphs call (`ptec_xnn::*`).
 pub fn lookup(full_name: &str) -> Option<Emitter> {
-    registry().find(|(n, _)| *n == full_name).map(|(_, e)| e)
+    registry()
+        .chain(xnnpack::OPS.iter().copied())
+        .find(|(n, _)| *n == full_name)
+        .map(|(_, e)| e)
 }
 
 /// A scalar argument (PyTorch `Scalar`).
@@ -149,6 +154,20 @@ pub fn f64_lit(x: f64) -> TokenStream {
         quote!(f64::NEG_INFINITY)
     } else {
         let l = proc_macro2::Literal::f64_suffixed(x);
+        quote!(#l)
+    }
+}
+
+/// An `f32` literal that round-trips (NaN and infinities spelled out).
+pub fn f32_lit(x: f32) -> TokenStream {
+    if x.is_nan() {
+        quote!(f32::NAN)
+    } else if x == f32::INFINITY {
+        quote!(f32::INFINITY)
+    } else if x == f32::NEG_INFINITY {
+        quote!(f32::NEG_INFINITY)
+    } else {
+        let l = proc_macro2::Literal::f32_suffixed(x);
         quote!(#l)
     }
 }

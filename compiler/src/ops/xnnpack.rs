@@ -1,0 +1,337 @@
+//! ptec's own operators for lowered XNNPACK subgraphs (`ptec_xnn::*`):
+//! what XNNPACK nodes compute that no aten operator computes the same way
+//! — convolution and pooling over NHWC images, outputs clamped to a fused
+//! `[output_min, output_max]`, fully connected with either weight layout,
+//! batch matrix products with broadcast batches. The XNNPACK lowering
+//! (`crate::xnnpack`) is what calls them; they are not in the portable
+//! operator [`registry`](super::registry), only found by
+//! [`lookup`](super::lookup).
+//!
+//! Arguments follow the aten convention (inputs, then parameters as
+//! constant values, the out tensor last, which is not repeated as a
+//! return). Every tensor is a static, contiguous `f32` tensor.
+use super::conv::usize_list;
+use super::*;
+use ptec_runtime::kernels::linear::gemm_scratch_len;
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+
+pub const OPS: &[(&str, Emitter)] = &[
+    ("ptec_xnn::fully_connected.out", fully_connected),
+    ("ptec_xnn::conv2d_nhwc.out", conv2d_nhwc),
+    ("ptec_xnn::depthwise_conv2d_nhwc.out", depthwise_conv2d_nhwc),
+    ("ptec_xnn::max_pool2d_nhwc.out", max_pool2d_nhwc),
+    ("ptec_xnn::avg_pool2d_nhwc.out", avg_pool2d_nhwc),
+    ("ptec_xnn::global_avg_pool2d_nhwc.out", global_avg_pool2d_nhwc),
+    ("ptec_xnn::batch_matmul.out", batch_matmul),
+];
+
+/// Requires static, contiguous `f32` tensors.
+fn f32_static(ts: &[&TArg]) -> Result<(), String> {
+    require_contiguous(ts)?;
+    for t in ts {
+        require_dtype(t, &[ScalarType::Float])?;
+        if t.dynamic {
+            return Err(format!("value {} has a dynamic shape", t.value));
+        }
+    }
+    Ok(())
+}
+
+/// The output clamp from arguments `i` and `i + 1`, as literals.
+fn bounds(ctx: &OpCtx<'_>, i: usize) -> Result<(TokenStream, TokenStream), String> {
+    let (min, max) = (ctx.double(i)? as f32, ctx.double(i + 1)? as f32);
+    // Rejects NaN bounds too.
+    if min.partial_cmp(&max).is_none_or(|o| o.is_gt()) {
+        return Err(format!("output range [{min}, {max}] is empty"));
+    }
+    Ok((f32_lit(min), f32_lit(max)))
+}
+
+/// A constant list of exactly `N` non-negative integers.
+fn array<const N: usize>(ctx: &OpCtx<'_>, i: usize) -> Result<[usize; N], String> {
+    let v = usize_list(ctx, i)?;
+    v.as_slice()
+        .try_into()
+        .map_err(|_| format!("argument {i} has {} items, expected {N}", v.len()))
+}
+
+/// A view of an optional tensor: `Some(name)` / `None`, and its statement.
+fn read_opt(ctx: &mut OpCtx<'_>, t: &Option<TArg>) -> Result<(TokenStream, TokenStream), String> {
+    super::conv::read_opt(ctx, t)
+}
+
+/// A scratch slice of `len` floats (`&mut []` when none is needed).
+fn scratch(ctx: &mut OpCtx<'_>, len: usize) -> (TokenStream, TokenStream) {
+    if len == 0 {
+        return (quote!(&mut []), quote!());
+    }
+    let (name, stmt) = ctx.scratch_f32(lit(len), len);
+    (quote!(#name), stmt)
+}
+
+fn window_tokens(w: &Window2d) -> TokenStream {
+    let fields = [
+        w.batch,
+        w.in_h,
+        w.in_w,
+        w.out_h,
+        w.out_w,
+        w.kernel_h,
+        w.kernel_w,
+        w.stride_h,
+        w.stride_w,
+        w.dilation_h,
+        w.dilation_w,
+        w.pad_top,
+        w.pad_left,
+    ]
+    .map(lit);
+    let [batch, in_h, in_w, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w, pad_top, pad_left] =
+        fields;
+    quote! {
+        ::ptec_runtime::kernels::nhwc::Window2d {
+            batch: #batch, in_h: #in_h, in_w: #in_w, out_h: #out_h, out_w: #out_w,
+            kernel_h: #kernel_h, kernel_w: #kernel_w, stride_h: #stride_h, stride_w: #stride_w,
+            dilation_h: #dilation_h, dilation_w: #dilation_w, pad_top: #pad_top, pad_left: #pad_left,
+        }
+    }
+}
+
+fn conv_tokens(g: &Conv2dNhwc) -> TokenStream {
+    let window = window_tokens(&g.window);
+    let (in_c, out_c, groups) = (lit(g.in_c), lit(g.out_c), lit(g.groups));
+    quote! {
+        ::ptec_runtime::kernels::nhwc::Conv2dNhwc { window: #window, in_c: #in_c, out_c: #out_c, groups: #groups }
+    }
+}
+
+/// `fully_connected.out(input, weight, bias?, weight_transposed, output_min,
+/// output_max, out)`: `out[.., n] = clamp(input[.., k] · Wᵀ + bias)` with
+/// `W` `[n, k]`, or `[k, n]` when `weight_transposed`.
+fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(7)?;
+    let (x, w, bias, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.opt_tensor(2)?, ctx.tensor(6)?);
+    let transposed = ctx.bool(3)?;
+    let (min, max) = bounds(ctx, 4)?;
+    let mut all = vec![&x, &w, &out];
+    all.extend(bias.as_ref());
+    f32_static(&all)?;
+    let k = *x.sizes.last().ok_or("the input is 0-d")?;
+    let (n, wk) = match (w.sizes.as_slice(), transposed) {
+        (&[n, wk], false) | (&[wk, n], true) => (n, wk),
+        _ => return Err(format!("weight {:?} is not a matrix", w.sizes)),
+    };
+    if wk != k || bias.as_ref().is_some_and(|b| b.numel() != n) {
+        return Err(format!(
+            "input {:?} and weight {:?} (or the bias) do not fit",
+            x.sizes, w.sizes
+        ));
+    }
+    let m = x.numel() / k.max(1);
+    if out.sizes.last() != Some(&n) || out.numel() != m * n {
+        return Err(format!("output {:?} is not {m} rows of {n}", out.sizes));
+    }
+    let (xi, s1) = ctx.read(&x)?;
+    let (wi, s2) = ctx.read(&w)?;
+    let (bi, s3) = read_opt(ctx, &bias)?;
+    let (o, s4) = ctx.write(&out)?;
+    let (sc, s5) = scratch(ctx, gemm_scratch_len(m, n, k));
+    let (ml, kl, nl) = (lit(m), lit(k), lit(n));
+    Ok(quote! {
+        #s1 #s2 #s3 #s4 #s5
+        ::ptec_runtime::kernels::linear::fully_connected(#xi, #wi, #bi, #ml, #kl, #nl, #transposed, #min, #max, #o, #sc);
+    })
+}
+
+/// The convolution's operands, checked: input, filter, bias, output.
+fn conv_operands(ctx: &OpCtx<'_>, out_arg: usize) -> Result<(TArg, TArg, Option<TArg>, TArg), String> {
+    let (x, w, bias, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.opt_tensor(2)?, ctx.tensor(out_arg)?);
+    let mut all = vec![&x, &w, &out];
+    all.extend(bias.as_ref());
+    f32_static(&all)?;
+    Ok((x, w, bias, out))
+}
+
+/// Emits a checked convolution: the geometry, its output sizes and bias.
+fn emit_conv(
+    ctx: &mut OpCtx<'_>,
+    g: Conv2dNhwc,
+    operands: (TArg, TArg, Option<TArg>, TArg),
+    bounds: (TokenStream, TokenStream),
+    depthwise: bool,
+) -> Result<TokenStream, String> {
+    let (x, w, bias, out) = operands;
+    if bias.as_ref().is_some_and(|b| b.numel() != g.out_c) {
+        return Err(format!("the bias does not have {} elements", g.out_c));
+    }
+    require_sizes(&out, &g.output_sizes())?;
+    let (min, max) = bounds;
+    let geometry = conv_tokens(&g);
+    let (xi, s1) = ctx.read(&x)?;
+    let (wi, s2) = ctx.read(&w)?;
+    let (bi, s3) = read_opt(ctx, &bias)?;
+    let (o, s4) = ctx.write(&out)?;
+    let call = if depthwise {
+        quote!(::ptec_runtime::kernels::nhwc::depthwise_conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #o);)
+    } else {
+        let (sc, s5) = scratch(ctx, g.scratch_len());
+        quote! { #s5 ::ptec_runtime::kernels::nhwc::conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #o, #sc); }
+    };
+    Ok(quote! {
+        let geometry = #geometry;
+        #s1 #s2 #s3 #s4
+        #call
+    })
+}
+
+/// `conv2d_nhwc.out(input, filter, bias?, padding, stride, dilation, groups,
+/// output_min, output_max, out)`: input `[N, H, W, C]`, filter
+/// `[O, kH, kW, C / groups]`, padding `[top, right, bottom, left]`.
+fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(10)?;
+    let operands = conv_operands(ctx, 9)?;
+    let (padding, stride, dilation) = (array::<4>(ctx, 3)?, array::<2>(ctx, 4)?, array::<2>(ctx, 5)?);
+    let groups = super::conv::usize_arg(ctx, 6)?;
+    let b = bounds(ctx, 7)?;
+    let (x, w) = (&operands.0, &operands.1);
+    let g = Conv2dNhwc::regular(&x.sizes, &w.sizes, stride, padding, dilation, groups).ok_or_else(|| {
+        format!(
+            "convolution of {:?} with filter {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid",
+            x.sizes, w.sizes
+        )
+    })?;
+    emit_conv(ctx, g, operands, b, false)
+}
+
+/// `depthwise_conv2d_nhwc.out(input, filter, bias?, padding, stride,
+/// dilation, output_min, output_max, out)`: input `[N, H, W, C]`, filter
+/// `[1, kH, kW, C · multiplier]`.
+fn depthwise_conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let operands = conv_operands(ctx, 8)?;
+    let (padding, stride, dilation) = (array::<4>(ctx, 3)?, array::<2>(ctx, 4)?, array::<2>(ctx, 5)?);
+    let b = bounds(ctx, 6)?;
+    let (x, w) = (&operands.0, &operands.1);
+    let g = Conv2dNhwc::depthwise(&x.sizes, &w.sizes, stride, padding, dilation).ok_or_else(|| {
+        format!(
+            "depthwise convolution of {:?} with filter {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}) is invalid",
+            x.sizes, w.sizes
+        )
+    })?;
+    emit_conv(ctx, g, operands, b, true)
+}
+
+/// Emits a pooling kernel call (`max_pool2d_nhwc` or `avg_pool2d_nhwc`).
+fn emit_pool(ctx: &mut OpCtx<'_>, kernel_fn: &str, dilation: Option<[usize; 2]>) -> Result<TokenStream, String> {
+    let out_arg = ctx.args.len() - 1;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(out_arg)?);
+    f32_static(&[&x, &out])?;
+    let (kernel, stride, padding) = (array::<2>(ctx, 1)?, array::<2>(ctx, 2)?, array::<4>(ctx, 3)?);
+    let (min, max) = bounds(ctx, out_arg - 2)?;
+    let [n, h, w, c] = x.sizes[..] else {
+        return Err(format!("input {:?} is not [N, H, W, C]", x.sizes));
+    };
+    let win = Window2d::new(n, h, w, kernel, stride, padding, dilation.unwrap_or([1, 1])).ok_or_else(|| {
+        format!(
+            "pooling of {:?} with window {kernel:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}) is invalid",
+            x.sizes
+        )
+    })?;
+    require_sizes(&out, &[n, win.out_h, win.out_w, c])?;
+    let window = window_tokens(&win);
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let f = format_ident!("{}", kernel_fn);
+    let cl = lit(c);
+    Ok(quote! {
+        #s1 #s2
+        ::ptec_runtime::kernels::nhwc::#f(&#window, #cl, #xi, #min, #max, #o);
+    })
+}
+
+/// `max_pool2d_nhwc.out(input, kernel, stride, padding, dilation,
+/// output_min, output_max, out)`.
+fn max_pool2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(8)?;
+    let dilation = array::<2>(ctx, 4)?;
+    emit_pool(ctx, "max_pool2d_nhwc", Some(dilation))
+}
+
+/// `avg_pool2d_nhwc.out(input, kernel, stride, padding, output_min,
+/// output_max, out)`: padding is not counted in the averages.
+fn avg_pool2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(7)?;
+    emit_pool(ctx, "avg_pool2d_nhwc", None)
+}
+
+/// `global_avg_pool2d_nhwc.out(input, output_min, output_max, out)`: the
+/// mean of each image's pixels per channel; `out` holds `N · C` elements
+/// (`[N, 1, 1, C]` or `[N, C]`).
+fn global_avg_pool2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(3)?);
+    f32_static(&[&x, &out])?;
+    let (min, max) = bounds(ctx, 1)?;
+    let [n, h, w, c] = x.sizes[..] else {
+        return Err(format!("input {:?} is not [N, H, W, C]", x.sizes));
+    };
+    if out.numel() != n * c || out.sizes.last() != Some(&c) {
+        return Err(format!("output {:?} does not hold {n} × {c} means", out.sizes));
+    }
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (nl, pl, cl) = (lit(n), lit(h * w), lit(c));
+    Ok(quote! {
+        #s1 #s2
+        ::ptec_runtime::kernels::nhwc::global_avg_pool_nhwc(#nl, #pl, #cl, #xi, #min, #max, #o);
+    })
+}
+
+/// `batch_matmul.out(a, b, transpose_b, out)`: `out[.., m, n] = a[.., m, k]
+/// · b[.., k, n]` (`b[.., n, k]` transposed), batch dims broadcast.
+fn batch_matmul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(3)?);
+    let transposed = ctx.bool(2)?;
+    f32_static(&[&a, &b, &out])?;
+    let want = crate::xnnpack::batch_matmul_sizes(&a.sizes, &b.sizes, transposed)
+        .ok_or_else(|| format!("batch matrix multiply of {:?} and {:?}", a.sizes, b.sizes))?;
+    require_sizes(&out, &want)?;
+    let rank = want.len();
+    if rank - 2 > ptec_runtime::kernels::MAX_RANK {
+        return Err(format!(
+            "{} batch dims; at most {} are supported",
+            rank - 2,
+            ptec_runtime::kernels::MAX_RANK
+        ));
+    }
+    let batch = &want[..rank - 2];
+    let (m, n) = (want[rank - 2], want[rank - 1]);
+    let k = a.sizes[a.rank() - 1];
+    let strides = |t: &TArg| -> Vec<usize> {
+        // Step of each output batch dim in the operand's matrices; 0 where
+        // the operand broadcasts (size 1 or absent).
+        let own = &t.sizes[..t.rank() - 2];
+        let mut steps = vec![0; batch.len()];
+        let mut step = 1;
+        for (d, &size) in own.iter().enumerate().rev() {
+            let od = d + batch.len() - own.len();
+            if size != 1 {
+                steps[od] = step;
+            }
+            step *= size;
+        }
+        steps
+    };
+    let (sa, sb) = (usize_slice(&strides(&a)), usize_slice(&strides(&b)));
+    let bs = usize_slice(batch);
+    let (ai, s1) = ctx.read(&a)?;
+    let (bi, s2) = ctx.read(&b)?;
+    let (o, s3) = ctx.write(&out)?;
+    let (sc, s4) = scratch(ctx, gemm_scratch_len(m, n, k));
+    let (ml, kl, nl) = (lit(m), lit(k), lit(n));
+    Ok(quote! {
+        #s1 #s2 #s3 #s4
+        ::ptec_runtime::kernels::linear::batch_matmul(#ai, #bi, #bs, #sa, #sb, #ml, #kl, #nl, #transposed, #o, #sc);
+    })
+}

@@ -1,0 +1,954 @@
+//! Lowering XNNPACK delegate calls to kernel calls (an IR-to-IR pass).
+//!
+//! Each subgraph value becomes a method value: the call's arguments for
+//! external values, constants pointing at the program's bytes, and new
+//! tensors for intermediates. Each node becomes one kernel call (two when
+//! a fused clamp has no kernel to fuse into) whose arguments are
+//! synthesized values. Intermediates are laid out by this pass in one
+//! extra planned buffer per method, reusing bytes between values whose
+//! lifetimes within a call do not overlap (calls never overlap, so all of a
+//! method's calls share the buffer).
+//!
+//! Shapes are checked here, against the node's parameters, so that a
+//! malformed subgraph is reported at its node; the emitters check their
+//! arguments again when the code is generated.
+use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueKind, XNode};
+use super::BACKEND_ID;
+use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
+use crate::ir::*;
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+
+/// Alignment of intermediates in the planned buffer (a cache line; SIMD
+/// loads never straddle one at a tensor's start).
+const ALIGN: u64 = 64;
+
+/// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
+/// kernel calls. `file` is the file the program was read from (its blobs
+/// and constants are byte ranges of it). Calls to other backends are left
+/// alone.
+pub fn lower_xnnpack_delegates(program: &mut Program, file: &[u8]) -> Result<()> {
+    let Program {
+        methods,
+        named_data,
+        external_files,
+        ..
+    } = program;
+    let named = NamedSources {
+        named_data,
+        external_files,
+    };
+    let mut errors = Vec::new();
+    for m in methods.iter_mut() {
+        let uses_xnnpack = m.instructions.iter().any(|i| is_xnnpack_call(m, i));
+        if uses_xnnpack {
+            errors.extend(lower_method(m, file, &named));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Errors(errors))
+    }
+}
+
+fn is_xnnpack_call(m: &Method, ins: &Instruction) -> bool {
+    matches!(ins, Instruction::Delegate { delegate, .. }
+        if m.delegates.get(*delegate).is_some_and(|d| d.id == BACKEND_ID))
+}
+
+/// Lowers the XNNPACK calls of one method; returns the problems found.
+fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Diagnostic> {
+    let old = std::mem::take(&mut m.instructions);
+    let old_traces = m.stacktraces.take();
+    let mut errors = Vec::new();
+    let mut instructions = Vec::with_capacity(old.len());
+    let mut traces = old_traces.as_ref().map(|_| Vec::new());
+    // Where each old instruction starts in the new list (and the end).
+    let mut start = Vec::with_capacity(old.len() + 1);
+    let mut buffer = ScratchBuffer::default();
+    for (n, ins) in old.iter().enumerate() {
+        start.push(instructions.len());
+        let lowered = match ins {
+            Instruction::Delegate { delegate, args } if is_xnnpack_call(m, ins) => {
+                let at = Location::method(&m.name).instruction(n);
+                let blob = m.delegates[*delegate].processed;
+                match read_graph(file, blob, named, args.len(), &at)
+                    .and_then(|g| CallLowering::new(m, &g, args, at).run(&mut buffer))
+                {
+                    Ok(list) => list,
+                    Err(e) => {
+                        errors.extend(e.0);
+                        Vec::new()
+                    }
+                }
+            }
+            other => vec![other.clone()],
+        };
+        if let (Some(t), Some(old_t)) = (traces.as_mut(), old_traces.as_ref()) {
+            let frames = old_t.get(n).cloned().unwrap_or_default();
+            t.extend(std::iter::repeat_n(frames, lowered.len()));
+        }
+        instructions.extend(lowered);
+    }
+    let end = instructions.len();
+    start.push(end);
+    for ins in &mut instructions {
+        if let Instruction::JumpFalse { destination, .. } = ins {
+            *destination = start.get(*destination).copied().unwrap_or(end);
+        }
+    }
+    m.instructions = instructions;
+    m.stacktraces = traces;
+    buffer.install(m);
+    errors
+}
+
+/// The planned buffer that holds a method's intermediates.
+#[derive(Default)]
+struct ScratchBuffer {
+    /// Its memory id, once a call needs it.
+    id: Option<usize>,
+    size: u64,
+}
+
+impl ScratchBuffer {
+    /// The memory id, appending the buffer to the method's plan on first
+    /// use (after the reserved entry 0).
+    fn id(&mut self, m: &mut Method) -> usize {
+        *self.id.get_or_insert_with(|| {
+            if m.buffer_sizes.is_empty() {
+                m.buffer_sizes.push(0);
+            }
+            m.buffer_sizes.push(0);
+            m.buffer_sizes.len() - 1
+        })
+    }
+
+    fn install(&self, m: &mut Method) {
+        if let Some(id) = self.id {
+            m.buffer_sizes[id] = self.size;
+        }
+    }
+}
+
+/// The lowering of one call.
+struct CallLowering<'a> {
+    m: &'a mut Method,
+    g: &'a Graph,
+    args: &'a [usize],
+    at: Location,
+    /// Method value of each subgraph value, once created.
+    slots: Vec<Option<usize>>,
+    /// Intermediates created for this call, to be laid out.
+    temps: Vec<usize>,
+    out: Vec<Instruction>,
+}
+
+type Step = Result<()>;
+
+impl<'a> CallLowering<'a> {
+    fn new(m: &'a mut Method, g: &'a Graph, args: &'a [usize], at: Location) -> Self {
+        CallLowering {
+            slots: vec![None; g.values.len()],
+            m,
+            g,
+            args,
+            at,
+            temps: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    fn run(mut self, buffer: &mut ScratchBuffer) -> Result<Vec<Instruction>> {
+        for (i, v) in self.g.values.iter().enumerate() {
+            if let ValueKind::Input { .. } | ValueKind::Output { .. } = v.kind {
+                self.bind_argument(i)?;
+            }
+        }
+        for (i, node) in self.g.nodes.iter().enumerate() {
+            self.node(i, node)?;
+        }
+        self.plan(buffer);
+        Ok(self.out)
+    }
+
+    // -----------------------------------------------------------------
+    // Values
+
+    /// An invalid-subgraph error at `within` (a value or node) and byte
+    /// `offset` of the call's blob.
+    fn error(&self, within: String, offset: usize, detail: String) -> Errors {
+        Errors::one(
+            ErrorKind::BadDelegate {
+                backend: BACKEND_ID,
+                detail,
+            },
+            self.at.clone().within(within).offset(offset),
+        )
+    }
+
+    fn value_error(&self, x: usize, detail: String) -> Errors {
+        let v = &self.g.values[x];
+        self.error(format!("XNNPACK value id {}", v.id), v.offset, detail)
+    }
+
+    /// Binds an external value to its argument of the call, through a
+    /// contiguous alias when the argument's dim order is not the default
+    /// (XNNPACK sees the tensor's bytes in memory order).
+    fn bind_argument(&mut self, x: usize) -> Step {
+        let v = &self.g.values[x];
+        let (ValueKind::Input { arg } | ValueKind::Output { arg }) = v.kind else {
+            return Ok(());
+        };
+        let writes = matches!(v.kind, ValueKind::Output { .. });
+        let vi = self.args[arg];
+        let t = match self.m.values.get(vi) {
+            Some(Value::Tensor(t)) => t.clone(),
+            Some(other) => {
+                return Err(self.value_error(
+                    x,
+                    format!(
+                        "delegate argument {arg} (value {vi}) is a {}, not a tensor",
+                        other.kind()
+                    ),
+                ))
+            }
+            None => return Err(self.value_error(x, format!("delegate argument {arg} names value {vi}, out of range"))),
+        };
+        if t.dtype != ScalarType::Float {
+            return Err(self.value_error(
+                x,
+                format!(
+                    "delegate argument {arg} (value {vi}) has dtype {}, the subgraph fp32",
+                    t.dtype
+                ),
+            ));
+        }
+        if t.dynamism != Dynamism::Static {
+            return Err(Errors::one(
+                ErrorKind::Unsupported {
+                    detail: format!("XNNPACK delegate argument {arg} (value {vi}) with a dynamic shape"),
+                },
+                self.at.clone().value(vi),
+            ));
+        }
+        let memory_order: Vec<usize> = t
+            .dim_order
+            .iter()
+            .map(|&d| t.sizes.get(d as usize).copied().unwrap_or(0))
+            .collect();
+        if memory_order != v.dims {
+            return Err(self.value_error(
+                x,
+                format!(
+                    "delegate argument {arg} (value {vi}) has sizes {:?} in dim order {:?}, the subgraph's value dims {:?}",
+                    t.sizes, t.dim_order, v.dims
+                ),
+            ));
+        }
+        if writes && matches!(t.placement, Placement::Constant { .. } | Placement::External { .. }) {
+            return Err(self.value_error(x, format!("the call writes argument {arg} (value {vi}), a constant")));
+        }
+        let slot = if t.is_contiguous() {
+            vi
+        } else {
+            let placement = match &t.placement {
+                Placement::Mutable { buffer, offset, .. } => Placement::Planned {
+                    buffer: *buffer,
+                    offset: *offset,
+                },
+                Placement::Unplanned => {
+                    return Err(Errors::one(
+                        ErrorKind::Unsupported {
+                            detail: format!(
+                            "XNNPACK delegate argument {arg} (value {vi}) with dim order {:?} and no planned memory",
+                            t.dim_order
+                        ),
+                        },
+                        self.at.clone().value(vi),
+                    ))
+                }
+                p => p.clone(),
+            };
+            self.push_tensor(v.dims.clone(), placement)
+        };
+        self.slots[x] = Some(slot);
+        Ok(())
+    }
+
+    fn push_tensor(&mut self, sizes: Vec<usize>, placement: Placement) -> usize {
+        let rank = sizes.len();
+        self.m.values.push(Value::Tensor(Tensor {
+            dtype: ScalarType::Float,
+            sizes,
+            dim_order: (0..rank as u8).collect(),
+            dynamism: Dynamism::Static,
+            placement,
+        }));
+        self.m.values.len() - 1
+    }
+
+    /// A new intermediate tensor of this call.
+    fn temp(&mut self, sizes: Vec<usize>) -> usize {
+        let v = self.push_tensor(sizes, Placement::Unplanned);
+        self.temps.push(v);
+        v
+    }
+
+    /// The method value of subgraph value `x`, created on first use.
+    fn slot(&mut self, x: usize) -> usize {
+        if let Some(s) = self.slots[x] {
+            return s;
+        }
+        let v = &self.g.values[x];
+        let s = match &v.kind {
+            ValueKind::Constant(data) => self.push_tensor(v.dims.clone(), Placement::Constant { data: *data }),
+            // Arguments are bound before any node is lowered.
+            _ => self.temp(v.dims.clone()),
+        };
+        self.slots[x] = Some(s);
+        s
+    }
+
+    fn push(&mut self, v: Value) -> usize {
+        self.m.values.push(v);
+        self.m.values.len() - 1
+    }
+
+    fn int(&mut self, x: usize) -> usize {
+        self.push(Value::Int(x as i64))
+    }
+
+    fn int_list(&mut self, xs: &[usize]) -> usize {
+        let items = xs.iter().map(|&x| self.int(x)).collect();
+        self.push(Value::IntList(items))
+    }
+
+    fn double(&mut self, x: f32) -> usize {
+        self.push(Value::Double(x as f64))
+    }
+
+    fn null(&mut self) -> usize {
+        self.push(Value::Null)
+    }
+
+    /// Appends a call of `name.overload` with `args`.
+    fn kernel(&mut self, full_name: &str, args: Vec<usize>) {
+        let (name, overload) = full_name.split_once('.').unwrap_or((full_name, ""));
+        let op = Operator {
+            name: name.to_string(),
+            overload: overload.to_string(),
+        };
+        let index = match self.m.operators.iter().position(|o| *o == op) {
+            Some(i) => i,
+            None => {
+                self.m.operators.push(op);
+                self.m.operators.len() - 1
+            }
+        };
+        self.out.push(Instruction::Kernel { op: index, args });
+    }
+
+    /// An aten out-variant call: the out tensor is passed and returned.
+    fn aten(&mut self, full_name: &str, mut args: Vec<usize>, out: usize) {
+        args.extend([out, out]);
+        self.kernel(full_name, args);
+    }
+
+    // -----------------------------------------------------------------
+    // Nodes
+
+    fn node_error(&self, i: usize, node: &XNode, detail: String) -> Errors {
+        self.error(format!("XNNPACK node {i} ({})", node.kind), node.offset, detail)
+    }
+
+    fn dims(&self, x: usize) -> &'a [usize] {
+        &self.g.values[x].dims
+    }
+
+    /// Fails unless value `out` has dims `want`.
+    fn expect_dims(&self, i: usize, node: &XNode, out: usize, want: &[usize]) -> Step {
+        if self.dims(out) == want {
+            Ok(())
+        } else {
+            Err(self.node_error(
+                i,
+                node,
+                format!(
+                    "output value id {} has dims {:?}, the node computes {want:?}",
+                    self.g.values[out].id,
+                    self.dims(out)
+                ),
+            ))
+        }
+    }
+
+    /// Where a node whose kernel cannot clamp writes: `out` itself, or a
+    /// temporary that [`Self::finish_clamp`] clamps into `out`.
+    fn clamp_target(&mut self, node: &XNode, out: usize) -> (usize, usize) {
+        let o = self.slot(out);
+        if has_clamp(node) {
+            (self.temp(self.dims(out).to_vec()), o)
+        } else {
+            (o, o)
+        }
+    }
+
+    fn finish_clamp(&mut self, node: &XNode, written: usize, out: usize) {
+        if written != out {
+            let lo = self.bound(node.min);
+            let hi = self.bound(node.max);
+            self.aten("aten::clamp.out", vec![written, lo, hi], out);
+        }
+    }
+
+    /// A clamp bound: the value, or None for an infinite one.
+    fn bound(&mut self, b: f32) -> usize {
+        if b.is_infinite() {
+            self.null()
+        } else {
+            self.double(b)
+        }
+    }
+
+    fn node(&mut self, i: usize, node: &XNode) -> Step {
+        match &node.op {
+            Op::Binary { op, a, b, out } => {
+                let want = broadcast(self.dims(*a), self.dims(*b)).ok_or_else(|| {
+                    self.node_error(
+                        i,
+                        node,
+                        format!("dims {:?} and {:?} do not broadcast", self.dims(*a), self.dims(*b)),
+                    )
+                })?;
+                self.expect_dims(i, node, *out, &want)?;
+                let (sa, sb) = (self.slot(*a), self.slot(*b));
+                let (dst, o) = self.clamp_target(node, *out);
+                match op {
+                    BinaryOp::Add | BinaryOp::Subtract => {
+                        let alpha = self.push(Value::Int(1));
+                        let name = if *op == BinaryOp::Add {
+                            "aten::add.out"
+                        } else {
+                            "aten::sub.out"
+                        };
+                        self.aten(name, vec![sa, sb, alpha], dst);
+                    }
+                    BinaryOp::Multiply => self.aten("aten::mul.out", vec![sa, sb], dst),
+                    BinaryOp::Divide => self.aten("aten::div.out", vec![sa, sb], dst),
+                    BinaryOp::Minimum => self.aten("aten::minimum.out", vec![sa, sb], dst),
+                    BinaryOp::Maximum => self.aten("aten::maximum.out", vec![sa, sb], dst),
+                }
+                self.finish_clamp(node, dst, o);
+                Ok(())
+            }
+            Op::Unary { op, input, out } => {
+                let want = self.dims(*input).to_vec();
+                self.expect_dims(i, node, *out, &want)?;
+                self.unary(i, node, *op, *input, *out)
+            }
+            Op::FullyConnected {
+                input,
+                filter,
+                bias,
+                out,
+                weight_transposed,
+            } => {
+                let (x, w) = (self.dims(*input), self.dims(*filter));
+                let k = x.last().copied().unwrap_or(0);
+                let n = match (w, weight_transposed) {
+                    (&[n, wk], false) | (&[wk, n], true) if wk == k => n,
+                    _ => {
+                        return Err(self.node_error(
+                            i,
+                            node,
+                            format!("input dims {x:?} and filter dims {w:?} do not fit"),
+                        ))
+                    }
+                };
+                if x.is_empty() || bias.is_some_and(|b| self.g.values[b].numel() != n) {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("input dims {x:?} or the bias do not fit {n} outputs"),
+                    ));
+                }
+                let mut want = x.to_vec();
+                *want.last_mut().expect("rank >= 1") = n;
+                // XNNPACK keeps the leading dims; only their product matters.
+                let (o, got) = (self.dims(*out), want.iter().product::<usize>());
+                if o.last() != Some(&n) || o.iter().product::<usize>() != got {
+                    self.expect_dims(i, node, *out, &want)?;
+                }
+                let args = vec![
+                    self.slot(*input),
+                    self.slot(*filter),
+                    self.opt_slot(*bias),
+                    self.push(Value::Bool(*weight_transposed)),
+                    self.double(node.min),
+                    self.double(node.max),
+                    self.slot(*out),
+                ];
+                self.kernel("ptec_xnn::fully_connected.out", args);
+                Ok(())
+            }
+            Op::Conv2d {
+                depthwise,
+                input,
+                filter,
+                bias,
+                out,
+                padding,
+                kernel,
+                stride,
+                dilation,
+                groups,
+                group_input_channels,
+                group_output_channels,
+            } => {
+                let (x, w) = (self.dims(*input), self.dims(*filter));
+                let geometry = if *depthwise {
+                    Conv2dNhwc::depthwise(x, w, *stride, *padding, *dilation).filter(|g| {
+                        g.groups == *groups
+                            && *group_input_channels > 0
+                            && g.out_c == groups * (group_output_channels / group_input_channels)
+                    })
+                } else {
+                    Conv2dNhwc::regular(x, w, *stride, *padding, *dilation, *groups).filter(|g| {
+                        g.out_c == groups * group_output_channels && g.in_c == groups * group_input_channels
+                    })
+                };
+                let g = geometry
+                    .filter(|g| [g.window.kernel_h, g.window.kernel_w] == *kernel)
+                    .ok_or_else(|| {
+                        self.node_error(
+                            i,
+                            node,
+                            format!(
+                                "input dims {x:?}, filter dims {w:?}, kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups of {group_input_channels} → {group_output_channels} channels do not fit"
+                            ),
+                        )
+                    })?;
+                if bias.is_some_and(|b| self.g.values[b].numel() != g.out_c) {
+                    return Err(self.node_error(i, node, format!("the bias does not have {} elements", g.out_c)));
+                }
+                self.expect_dims(i, node, *out, &g.output_sizes())?;
+                let mut args = vec![
+                    self.slot(*input),
+                    self.slot(*filter),
+                    self.opt_slot(*bias),
+                    self.int_list(padding),
+                    self.int_list(stride),
+                    self.int_list(dilation),
+                ];
+                if !depthwise {
+                    args.push(self.int(*groups));
+                }
+                args.extend([self.double(node.min), self.double(node.max), self.slot(*out)]);
+                let name = if *depthwise {
+                    "ptec_xnn::depthwise_conv2d_nhwc.out"
+                } else {
+                    "ptec_xnn::conv2d_nhwc.out"
+                };
+                self.kernel(name, args);
+                Ok(())
+            }
+            Op::Pool2d {
+                max,
+                input,
+                out,
+                padding,
+                kernel,
+                stride,
+                dilation,
+            } => {
+                let x = self.dims(*input);
+                let window = match *x {
+                    [n, h, w, _] => Window2d::new(n, h, w, *kernel, *stride, *padding, *dilation),
+                    _ => None,
+                };
+                let win = window.ok_or_else(|| {
+                    self.node_error(
+                        i,
+                        node,
+                        format!(
+                            "input dims {x:?}, window {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} do not fit"
+                        ),
+                    )
+                })?;
+                self.expect_dims(i, node, *out, &[win.batch, win.out_h, win.out_w, x[3]])?;
+                let mut args = vec![
+                    self.slot(*input),
+                    self.int_list(kernel),
+                    self.int_list(stride),
+                    self.int_list(padding),
+                ];
+                if *max {
+                    args.push(self.int_list(dilation));
+                }
+                args.extend([self.double(node.min), self.double(node.max), self.slot(*out)]);
+                let name = if *max {
+                    "ptec_xnn::max_pool2d_nhwc.out"
+                } else {
+                    "ptec_xnn::avg_pool2d_nhwc.out"
+                };
+                self.kernel(name, args);
+                Ok(())
+            }
+            Op::GlobalAvgPool { input, out } => {
+                let x = self.dims(*input);
+                let [n, _, _, c] = *x else {
+                    return Err(self.node_error(i, node, format!("input dims {x:?} are not [N, H, W, C]")));
+                };
+                let o = self.dims(*out);
+                if o.iter().product::<usize>() != n * c || o.last() != Some(&c) {
+                    self.expect_dims(i, node, *out, &[n, 1, 1, c])?;
+                }
+                let args = vec![
+                    self.slot(*input),
+                    self.double(node.min),
+                    self.double(node.max),
+                    self.slot(*out),
+                ];
+                self.kernel("ptec_xnn::global_avg_pool2d_nhwc.out", args);
+                Ok(())
+            }
+            Op::Transpose { perm, input, out } => {
+                let x = self.dims(*input);
+                let mut seen = vec![false; x.len()];
+                let is_perm = perm.len() == x.len()
+                    && perm
+                        .iter()
+                        .all(|&p| p < x.len() && !std::mem::replace(&mut seen[p], true));
+                if !is_perm {
+                    return Err(self.node_error(i, node, format!("{perm:?} is not a permutation of {} dims", x.len())));
+                }
+                let want: Vec<usize> = perm.iter().map(|&p| x[p]).collect();
+                self.expect_dims(i, node, *out, &want)?;
+                let (si, p) = (self.slot(*input), self.int_list(perm));
+                let o = self.slot(*out);
+                self.aten("aten::permute_copy.out", vec![si, p], o);
+                Ok(())
+            }
+            Op::Reshape { new_shape, input, out } => {
+                let (x, o) = (self.dims(*input), self.dims(*out));
+                let fits = new_shape.len() == o.len() && new_shape.iter().zip(o).all(|(&s, &d)| s == 0 || s == d);
+                if !fits || x.iter().product::<usize>() != o.iter().product::<usize>() {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("reshape of {x:?} to {new_shape:?} does not give the output's dims {o:?}"),
+                    ));
+                }
+                let (si, shape) = (self.slot(*input), self.int_list(o));
+                let so = self.slot(*out);
+                self.aten("aten::view_copy.out", vec![si, shape], so);
+                Ok(())
+            }
+            Op::Slice {
+                offsets,
+                sizes,
+                input,
+                out,
+            } => {
+                let (x, o) = (self.dims(*input), self.dims(*out));
+                let fits = offsets.len() == x.len()
+                    && sizes.len() == x.len()
+                    && o.len() == x.len()
+                    && (0..x.len()).all(|d| {
+                        (sizes[d] == 0 || sizes[d] == o[d]) && offsets[d].checked_add(o[d]).is_some_and(|e| e <= x[d])
+                    });
+                if !fits {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("slice at {offsets:?} of sizes {sizes:?} does not fit input {x:?} and output {o:?}"),
+                    ));
+                }
+                let strides = contiguous_strides(x);
+                let start: usize = offsets.iter().zip(&strides).map(|(a, b)| a * b).sum();
+                let args = vec![
+                    self.slot(*input),
+                    self.int_list(o),
+                    self.int_list(&strides),
+                    self.int(start),
+                ];
+                let so = self.slot(*out);
+                self.aten("aten::as_strided_copy.out", args, so);
+                Ok(())
+            }
+            Op::Pad {
+                pre,
+                post,
+                value,
+                input,
+                out,
+            } => {
+                let x = self.dims(*input);
+                if pre.len() != x.len() || post.len() != x.len() {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("paddings for {} dims, input has {}", pre.len(), x.len()),
+                    ));
+                }
+                let want: Option<Vec<usize>> = (0..x.len())
+                    .map(|d| x[d].checked_add(pre[d])?.checked_add(post[d]))
+                    .collect();
+                let want = want.ok_or_else(|| self.node_error(i, node, "padded sizes overflow".into()))?;
+                self.expect_dims(i, node, *out, &want)?;
+                // aten's pad list runs from the last dim to the first.
+                let pads: Vec<usize> = (0..x.len()).rev().flat_map(|d| [pre[d], post[d]]).collect();
+                let args = vec![self.slot(*input), self.int_list(&pads), self.double(*value)];
+                let so = self.slot(*out);
+                self.aten("aten::constant_pad_nd.out", args, so);
+                Ok(())
+            }
+            Op::Concat { axis, inputs, out } => {
+                let first = self.dims(inputs[0]);
+                let mut want = first.to_vec();
+                let mut fits = *axis < first.len();
+                if fits {
+                    want[*axis] = 0;
+                    for &t in inputs {
+                        let d = self.dims(t);
+                        fits &= d.len() == first.len() && (0..d.len()).all(|j| j == *axis || d[j] == first[j]);
+                        if fits {
+                            want[*axis] += d[*axis];
+                        }
+                    }
+                }
+                if !fits {
+                    let all: Vec<&[usize]> = inputs.iter().map(|&t| self.dims(t)).collect();
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("inputs {all:?} do not concatenate along dim {axis}"),
+                    ));
+                }
+                self.expect_dims(i, node, *out, &want)?;
+                let items = inputs.iter().map(|&t| self.slot(t)).collect();
+                let list = self.push(Value::TensorList(items));
+                let ax = self.int(*axis);
+                let so = self.slot(*out);
+                self.aten("aten::cat.out", vec![list, ax], so);
+                Ok(())
+            }
+            Op::BatchMatMul { a, b, out, transpose_b } => {
+                let (da, db) = (self.dims(*a), self.dims(*b));
+                let want = batch_matmul_sizes(da, db, *transpose_b).ok_or_else(|| {
+                    self.node_error(
+                        i,
+                        node,
+                        format!("batch matrix multiply of {da:?} and {db:?} does not fit"),
+                    )
+                })?;
+                self.expect_dims(i, node, *out, &want)?;
+                let args = vec![
+                    self.slot(*a),
+                    self.slot(*b),
+                    self.push(Value::Bool(*transpose_b)),
+                    self.slot(*out),
+                ];
+                self.kernel("ptec_xnn::batch_matmul.out", args);
+                Ok(())
+            }
+        }
+    }
+
+    fn opt_slot(&mut self, x: Option<usize>) -> usize {
+        match x {
+            Some(x) => self.slot(x),
+            None => self.null(),
+        }
+    }
+
+    fn unary(&mut self, i: usize, node: &XNode, op: UnaryOp, input: usize, out: usize) -> Step {
+        let si = self.slot(input);
+        let so = self.slot(out);
+        let simple = |op| match op {
+            UnaryOp::Sigmoid => Some("aten::sigmoid.out"),
+            UnaryOp::Floor => Some("aten::floor.out"),
+            UnaryOp::Ceiling => Some("aten::ceil.out"),
+            UnaryOp::SquareRoot => Some("aten::sqrt.out"),
+            UnaryOp::ReciprocalSquareRoot => Some("aten::rsqrt.out"),
+            UnaryOp::Hardswish => Some("aten::hardswish.out"),
+            UnaryOp::Negate => Some("aten::neg.out"),
+            UnaryOp::Abs => Some("aten::abs.out"),
+            UnaryOp::Log => Some("aten::log.out"),
+            UnaryOp::Exp => Some("aten::exp.out"),
+            UnaryOp::Tanh => Some("aten::tanh.out"),
+            UnaryOp::Sin => Some("aten::sin.out"),
+            UnaryOp::Cos => Some("aten::cos.out"),
+            _ => None,
+        };
+        if let Some(name) = simple(op) {
+            self.aten(name, vec![si], so);
+            return Ok(());
+        }
+        match op {
+            UnaryOp::Clamp if has_clamp(node) => {
+                let (lo, hi) = (self.bound(node.min), self.bound(node.max));
+                self.aten("aten::clamp.out", vec![si, lo, hi], so);
+            }
+            UnaryOp::Clamp | UnaryOp::Copy => {
+                let fmt = self.null();
+                self.aten("aten::clone.out", vec![si, fmt], so);
+            }
+            UnaryOp::Softmax => {
+                if self.dims(input).is_empty() {
+                    return Err(self.node_error(i, node, "softmax of a 0-d tensor".into()));
+                }
+                let dim = self.push(Value::Int(-1));
+                let half = self.push(Value::Bool(false));
+                self.aten("aten::_softmax.out", vec![si, dim, half], so);
+            }
+            UnaryOp::Square => self.aten("aten::mul.out", vec![si, si], so),
+            UnaryOp::Gelu => {
+                let exact = self.push(Value::String("none".into()));
+                self.aten("aten::gelu.out", vec![si, exact], so);
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                let s = self.double(negative_slope);
+                self.aten("aten::leaky_relu.out", vec![si, s], so);
+            }
+            UnaryOp::Elu { alpha } => {
+                let (a, one, one2) = (self.double(alpha), self.double(1.0), self.double(1.0));
+                self.aten("aten::elu.out", vec![si, a, one, one2], so);
+            }
+            _ => unreachable!("simple unary operations are handled above"),
+        }
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------
+    // Memory
+
+    /// Lays out this call's intermediates in the method's scratch buffer:
+    /// a value lives from the first instruction that names it to the last,
+    /// and values whose lives overlap get disjoint bytes (largest first,
+    /// each at the lowest offset that fits).
+    fn plan(&mut self, buffer: &mut ScratchBuffer) {
+        if self.temps.is_empty() {
+            return;
+        }
+        let id = buffer.id(self.m);
+        // Temporaries are created in increasing value order: sorted.
+        let mut life: Vec<Option<(usize, usize)>> = vec![None; self.temps.len()];
+        for (n, ins) in self.out.iter().enumerate() {
+            let Instruction::Kernel { args, .. } = ins else {
+                continue;
+            };
+            let mut touch = |v: usize| {
+                if let Ok(k) = self.temps.binary_search(&v) {
+                    let l = &mut life[k];
+                    *l = Some(l.map_or((n, n), |(a, _)| (a, n)));
+                }
+            };
+            for &a in args {
+                touch(a);
+                if let Some(Value::TensorList(items)) = self.m.values.get(a) {
+                    for &t in items.clone().iter() {
+                        touch(t);
+                    }
+                }
+            }
+        }
+        let size_of = |m: &Method, v: usize| m.values[v].as_tensor().map_or(0, |t| t.nbytes() as u64);
+        let mut order: Vec<usize> = (0..self.temps.len()).collect();
+        order.sort_by_key(|&k| std::cmp::Reverse(size_of(self.m, self.temps[k])));
+        // (start, end, bytes range) of values placed so far.
+        let mut placed: Vec<((usize, usize), (u64, u64))> = Vec::new();
+        for k in order {
+            let v = self.temps[k];
+            let Some((a, b)) = life[k] else { continue };
+            let size = size_of(self.m, v).div_ceil(ALIGN) * ALIGN;
+            let mut busy: Vec<(u64, u64)> = placed
+                .iter()
+                .filter(|((s, e), _)| *s <= b && a <= *e)
+                .map(|&(_, r)| r)
+                .collect();
+            busy.sort_unstable();
+            let mut offset = 0u64;
+            for (lo, hi) in busy {
+                if offset + size <= lo {
+                    break;
+                }
+                offset = offset.max(hi);
+            }
+            placed.push(((a, b), (offset, offset + size)));
+            buffer.size = buffer.size.max(offset + size);
+            if let Some(Value::Tensor(t)) = self.m.values.get_mut(v) {
+                t.placement = Placement::Planned { buffer: id, offset };
+            }
+        }
+    }
+}
+
+fn has_clamp(node: &XNode) -> bool {
+    node.min > f32::NEG_INFINITY || node.max < f32::INFINITY
+}
+
+/// NumPy broadcasting of two shapes (aligned at the last dim).
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let at = |s: &[usize], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
+    (0..rank)
+        .map(|d| match (at(a, d), at(b, d)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Row-major strides (in elements) of a shape.
+fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1];
+    }
+    s
+}
+
+/// Output dims of a batch matrix multiply: `[batch.., m, n]`.
+pub(crate) fn batch_matmul_sizes(a: &[usize], b: &[usize], transpose_b: bool) -> Option<Vec<usize>> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+    let (kb, n) = if transpose_b {
+        (b[b.len() - 1], b[b.len() - 2])
+    } else {
+        (b[b.len() - 2], b[b.len() - 1])
+    };
+    if k != kb {
+        return None;
+    }
+    let mut out = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])?;
+    out.extend([m, n]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes() {
+        assert_eq!(broadcast(&[2, 1, 4], &[3, 1]), Some(vec![2, 3, 4]));
+        assert_eq!(broadcast(&[2, 3], &[4, 3]), None);
+        assert_eq!(broadcast(&[], &[5]), Some(vec![5]));
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(
+            batch_matmul_sizes(&[4, 128, 64], &[4, 64, 128], false),
+            Some(vec![4, 128, 128])
+        );
+        assert_eq!(
+            batch_matmul_sizes(&[2, 1, 5, 3], &[4, 7, 3], true),
+            Some(vec![2, 4, 5, 7])
+        );
+        assert_eq!(batch_matmul_sizes(&[5, 3], &[4, 3], false), None);
+    }
+}

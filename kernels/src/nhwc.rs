@@ -1,0 +1,748 @@
+//! Convolution and pooling over NHWC images: the layout of XNNPACK
+//! subgraphs, which ptec compiles from ExecuTorch's XNNPACK delegate.
+//!
+//! An image is `[N, H, W, C]`, row-major, `f32`. A regular convolution's
+//! filter is `[O, kH, kW, C / groups]`; a depthwise convolution's is
+//! `[1, kH, kW, C · multiplier]`, where output channel `c · multiplier + m`
+//! reads input channel `c`. Padding is given as `[top, right, bottom, left]`,
+//! strides and dilations as `[height, width]`. Every kernel adds its bias
+//! and clamps its outputs to `[min, max]` (XNNPACK's fused `output_min` and
+//! `output_max`; infinities mean no clamp) as it writes them.
+//!
+//! Geometry is checked once, by [`Window2d::new`] and the [`Conv2dNhwc`]
+//! constructors, which the compiler calls at compile time; the kernels
+//! trust a checked geometry and index within the lengths it implies.
+use crate::linear::{gemm_scratch_len, sgemm_fused, Epilogue};
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+extern crate std;
+
+/// The windows of a 2-d convolution or pooling over `[N, H, W, ·]` images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window2d {
+    pub batch: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+    pub kernel_h: usize,
+    pub kernel_w: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub dilation_h: usize,
+    pub dilation_w: usize,
+    pub pad_top: usize,
+    pub pad_left: usize,
+}
+
+/// Output length of one spatial dimension, or `None` when the (dilated)
+/// window does not fit in the padded input or a parameter is zero.
+fn out_len(input: usize, pad_a: usize, pad_b: usize, kernel: usize, stride: usize, dilation: usize) -> Option<usize> {
+    if kernel == 0 || stride == 0 || dilation == 0 {
+        return None;
+    }
+    let span = dilation.checked_mul(kernel - 1)?.checked_add(1)?;
+    let padded = input.checked_add(pad_a)?.checked_add(pad_b)?;
+    padded.checked_sub(span).map(|d| d / stride + 1)
+}
+
+/// `a · b · c · d`, or `None` on overflow.
+fn product(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Window2d {
+    /// The windows over `batch` images of `in_h × in_w` pixels, or `None`
+    /// when they do not fit.
+    pub fn new(
+        batch: usize,
+        in_h: usize,
+        in_w: usize,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 4],
+        dilation: [usize; 2],
+    ) -> Option<Self> {
+        let [top, right, bottom, left] = padding;
+        let out_h = out_len(in_h, top, bottom, kernel[0], stride[0], dilation[0])?;
+        let out_w = out_len(in_w, left, right, kernel[1], stride[1], dilation[1])?;
+        // Every element count the kernels form must fit in a usize (times
+        // 4 bytes and a little scratch): check the largest ones here.
+        let limit = isize::MAX as usize / 64;
+        for n in [product(&[batch, in_h, in_w])?, product(&[batch, out_h, out_w])?] {
+            if n > limit {
+                return None;
+            }
+        }
+        Some(Window2d {
+            batch,
+            in_h,
+            in_w,
+            out_h,
+            out_w,
+            kernel_h: kernel[0],
+            kernel_w: kernel[1],
+            stride_h: stride[0],
+            stride_w: stride[1],
+            dilation_h: dilation[0],
+            dilation_w: dilation[1],
+            pad_top: top,
+            pad_left: left,
+        })
+    }
+
+    /// Output pixels over all images.
+    pub fn out_pixels(&self) -> usize {
+        self.batch * self.out_h * self.out_w
+    }
+
+    /// Input row of kernel row `ki` for output row `oh`, if inside the image.
+    #[inline(always)]
+    fn in_row(&self, oh: usize, ki: usize) -> Option<usize> {
+        (oh * self.stride_h + ki * self.dilation_h)
+            .checked_sub(self.pad_top)
+            .filter(|&r| r < self.in_h)
+    }
+
+    /// Input column of kernel column `kj` for output column `ow`, if inside.
+    #[inline(always)]
+    fn in_col(&self, ow: usize, kj: usize) -> Option<usize> {
+        (ow * self.stride_w + kj * self.dilation_w)
+            .checked_sub(self.pad_left)
+            .filter(|&c| c < self.in_w)
+    }
+}
+
+/// A checked 2-d convolution over NHWC images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dNhwc {
+    pub window: Window2d,
+    pub in_c: usize,
+    pub out_c: usize,
+    /// Channel groups; equal to `in_c` for a depthwise convolution.
+    pub groups: usize,
+}
+
+impl Conv2dNhwc {
+    /// A regular (possibly grouped) convolution of an `input` of sizes
+    /// `[N, H, W, C]` with a `filter` of `[O, kH, kW, C / groups]`.
+    pub fn regular(
+        input: &[usize],
+        filter: &[usize],
+        stride: [usize; 2],
+        padding: [usize; 4],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Option<Self> {
+        let (&[n, h, w, c], &[o, kh, kw, cg]) = (input, filter) else {
+            return None;
+        };
+        if groups == 0 || cg.checked_mul(groups)? != c || o % groups != 0 {
+            return None;
+        }
+        let window = Window2d::new(n, h, w, [kh, kw], stride, padding, dilation)?;
+        Self::checked(window, c, o, groups, filter)
+    }
+
+    /// A depthwise convolution of an `input` of `[N, H, W, C]` with a
+    /// `filter` of `[1, kH, kW, C · multiplier]`.
+    pub fn depthwise(
+        input: &[usize],
+        filter: &[usize],
+        stride: [usize; 2],
+        padding: [usize; 4],
+        dilation: [usize; 2],
+    ) -> Option<Self> {
+        let (&[n, h, w, c], &[1, kh, kw, o]) = (input, filter) else {
+            return None;
+        };
+        if c == 0 || o % c != 0 {
+            return None;
+        }
+        let window = Window2d::new(n, h, w, [kh, kw], stride, padding, dilation)?;
+        Self::checked(window, c, o, c, filter)
+    }
+
+    fn checked(window: Window2d, in_c: usize, out_c: usize, groups: usize, filter: &[usize]) -> Option<Self> {
+        let limit = isize::MAX as usize / 64;
+        let counts = [
+            product(&[window.batch, window.in_h, window.in_w, in_c])?,
+            product(&[window.out_pixels(), out_c])?,
+            product(filter)?,
+            product(&[window.kernel_h, window.kernel_w, in_c])?,
+        ];
+        if counts.iter().any(|&n| n > limit) {
+            return None;
+        }
+        Some(Conv2dNhwc {
+            window,
+            in_c,
+            out_c,
+            groups,
+        })
+    }
+
+    /// `[N, OH, OW, O]`.
+    pub fn output_sizes(&self) -> [usize; 4] {
+        let w = &self.window;
+        [w.batch, w.out_h, w.out_w, self.out_c]
+    }
+
+    /// Whether this is a 1×1, stride-1, unpadded, ungrouped convolution: a
+    /// plain matrix product over the pixels.
+    fn is_pointwise(&self) -> bool {
+        let w = &self.window;
+        self.groups == 1
+            && w.kernel_h == 1
+            && w.kernel_w == 1
+            && w.stride_h == 1
+            && w.stride_w == 1
+            && w.out_h == w.in_h
+            && w.out_w == w.in_w
+    }
+
+    /// Depth of one group's product: `kH · kW · C / groups`.
+    fn depth(&self) -> usize {
+        self.window.kernel_h * self.window.kernel_w * (self.in_c / self.groups)
+    }
+
+    /// Output pixels gathered (im2col) per product: enough rows for the
+    /// GEMM to run at speed, few enough that the gathered tile stays near
+    /// 128 KiB.
+    fn tile_rows(&self) -> usize {
+        (32 * 1024 / self.depth().max(1))
+            .clamp(72, 1024)
+            .min(self.window.out_pixels())
+            .max(1)
+    }
+
+    /// Scratch, in `f32` elements, that [`conv2d_nhwc`] needs.
+    pub fn scratch_len(&self) -> usize {
+        if self.is_pointwise() {
+            return gemm_scratch_len(self.window.out_pixels(), self.out_c, self.in_c);
+        }
+        let tile = self.tile_rows();
+        let og = self.out_c / self.groups;
+        let staging = if self.groups > 1 { tile * og } else { 0 };
+        tile * self.depth() + staging + gemm_scratch_len(tile, og, self.depth())
+    }
+}
+
+/// Regular convolution (see [`Conv2dNhwc::regular`]): `out[N, OH, OW, O] =
+/// clamp(conv(x, w) + bias)`. `scratch`: [`Conv2dNhwc::scratch_len`]
+/// floats.
+///
+/// A 1×1 convolution is one matrix product over the pixels (NHWC is
+/// already its row-major `[pixels, C]` operand); any other gathers tiles of
+/// output pixels' windows (im2col, in the filter's `kH, kW, C` order) and
+/// multiplies each by the filter, group by group.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_nhwc(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let win = &g.window;
+    let pixels = win.out_pixels();
+    let (o, groups) = (g.out_c, g.groups);
+    let out = &mut out[..pixels * o];
+    if g.is_pointwise() {
+        let e = Epilogue::new(bias, min, max);
+        sgemm_fused(pixels, o, g.in_c, x, w, true, &e, out, scratch);
+        return;
+    }
+    let (cg, og, depth) = (g.in_c / groups, o / groups, g.depth());
+    let tile = g.tile_rows();
+    let (cols, rest) = scratch.split_at_mut(tile * depth);
+    let (staging, gemm_scratch) = rest.split_at_mut(if groups > 1 { tile * og } else { 0 });
+    for p0 in (0..pixels).step_by(tile) {
+        let t = tile.min(pixels - p0);
+        for gi in 0..groups {
+            let cols = &mut cols[..t * depth];
+            im2col(g, x, p0, t, gi * cg, cg, cols);
+            let wg = &w[gi * og * depth..][..og * depth];
+            let e = Epilogue::new(bias.map(|b| &b[gi * og..][..og]), min, max);
+            if groups == 1 {
+                sgemm_fused(
+                    t,
+                    o,
+                    depth,
+                    cols,
+                    wg,
+                    true,
+                    &e,
+                    &mut out[p0 * o..][..t * o],
+                    gemm_scratch,
+                );
+            } else {
+                let staging = &mut staging[..t * og];
+                sgemm_fused(t, og, depth, cols, wg, true, &e, staging, gemm_scratch);
+                for (r, row) in staging.chunks_exact(og).enumerate() {
+                    out[(p0 + r) * o + gi * og..][..og].copy_from_slice(row);
+                }
+            }
+        }
+    }
+}
+
+/// Gathers the windows of output pixels `p0 .. p0 + t` (channels
+/// `c0 .. c0 + cg`) into `cols`, one row of `kH · kW · cg` per pixel;
+/// taps outside the image are zero.
+fn im2col(g: &Conv2dNhwc, x: &[f32], p0: usize, t: usize, c0: usize, cg: usize, cols: &mut [f32]) {
+    let win = &g.window;
+    let c = g.in_c;
+    let depth = win.kernel_h * win.kernel_w * cg;
+    for (r, row) in cols.chunks_exact_mut(depth).take(t).enumerate() {
+        let p = p0 + r;
+        let ow = p % win.out_w;
+        let oh = (p / win.out_w) % win.out_h;
+        let n = p / (win.out_w * win.out_h);
+        let mut taps = row.chunks_exact_mut(cg);
+        for ki in 0..win.kernel_h {
+            let ih = win.in_row(oh, ki);
+            for kj in 0..win.kernel_w {
+                let Some(dst) = taps.next() else { return };
+                match (ih, win.in_col(ow, kj)) {
+                    (Some(ih), Some(iw)) => {
+                        let src = ((n * win.in_h + ih) * win.in_w + iw) * c + c0;
+                        dst.copy_from_slice(&x[src..src + cg]);
+                    }
+                    _ => dst.fill(0.0),
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise convolution (see [`Conv2dNhwc::depthwise`]): `out[N, OH, OW,
+/// C · multiplier] = clamp(conv(x, w) + bias)`.
+///
+/// With a multiplier of 1 (the usual case) each output pixel accumulates
+/// its taps in registers, a block of channels at a time: vectors run
+/// across channels, which NHWC keeps contiguous.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise_conv2d_nhwc(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    out: &mut [f32],
+) {
+    let win = &g.window;
+    let (c, o) = (g.in_c, g.out_c);
+    let x = &x[..win.batch * win.in_h * win.in_w * c];
+    let w = &w[..win.kernel_h * win.kernel_w * o];
+    let out = &mut out[..win.out_pixels() * o];
+    if let Some(b) = bias {
+        assert!(b.len() >= o, "bias of {} for {o} channels", b.len());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if c == o && crate::linear::has_avx2_fma() && win.kernel_h * win.kernel_w <= MAX_TAPS {
+        // SAFETY: AVX2 and FMA were detected on this CPU.
+        unsafe { depthwise_avx2(win, c, x, w, bias, min, max, out) };
+        return;
+    }
+    depthwise_portable(win, c, o, x, w, bias, min, max, out);
+}
+
+/// Calls `f(n, oh, ow, pixel)` for every output pixel of `out` (`c`
+/// channels each): image `n`, row `oh`, column `ow`.
+#[inline(always)]
+fn for_each_output(win: &Window2d, out: &mut [f32], c: usize, mut f: impl FnMut(usize, usize, usize, &mut [f32])) {
+    for (p, o) in out[..win.out_pixels() * c].chunks_exact_mut(c.max(1)).enumerate() {
+        let ow = p % win.out_w;
+        let oh = (p / win.out_w) % win.out_h;
+        f(p / (win.out_w * win.out_h), oh, ow, o);
+    }
+}
+
+/// Sets `o` to the bias, or zero.
+#[inline(always)]
+fn init_bias(o: &mut [f32], bias: Option<&[f32]>) {
+    match bias {
+        Some(b) => o.copy_from_slice(&b[..o.len()]),
+        None => o.fill(0.0),
+    }
+}
+
+/// Largest window the register-accumulating depthwise kernel takes.
+const MAX_TAPS: usize = 64;
+
+/// The taps of output pixel `(oh, ow)` that fall inside the image, as
+/// `(input pixel index within its image, tap index)`, passed to `f`.
+#[inline(always)]
+fn for_each_tap(win: &Window2d, oh: usize, ow: usize, mut f: impl FnMut(usize, usize)) {
+    for ki in 0..win.kernel_h {
+        let Some(ih) = win.in_row(oh, ki) else { continue };
+        for kj in 0..win.kernel_w {
+            let Some(iw) = win.in_col(ow, kj) else { continue };
+            f(ih * win.in_w + iw, ki * win.kernel_w + kj);
+        }
+    }
+}
+
+/// Depthwise, portable, any multiplier: each pixel's channels accumulate
+/// in the output row (which stays in L1), tap by tap; output channel `oc`
+/// reads input channel `oc / multiplier`.
+#[allow(clippy::too_many_arguments)]
+fn depthwise_portable(
+    win: &Window2d,
+    c: usize,
+    o: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    out: &mut [f32],
+) {
+    let image = win.in_h * win.in_w;
+    let mult = o / c;
+    for_each_output(win, out, o, |n, oh, ow, dst| {
+        init_bias(dst, bias);
+        for_each_tap(win, oh, ow, |pix, tap| {
+            let xs = &x[(n * image + pix) * c..][..c];
+            let ws = &w[tap * o..][..o];
+            if mult == 1 {
+                for ((acc, &xv), &wv) in dst.iter_mut().zip(xs).zip(ws) {
+                    *acc += xv * wv;
+                }
+            } else {
+                for (oc, (acc, &wv)) in dst.iter_mut().zip(ws).enumerate() {
+                    *acc += xs[oc / mult] * wv;
+                }
+            }
+        });
+        clamp(dst, min, max);
+    });
+}
+
+/// Depthwise with multiplier 1, AVX2 + FMA: 32 channels (four vectors) of
+/// a pixel accumulate in registers over all its taps before one store.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_avx2(
+    win: &Window2d,
+    c: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    out: &mut [f32],
+) {
+    use core::arch::x86_64::*;
+    let image = win.in_h * win.in_w;
+    // Taps of the current pixel: (input offset, weight offset).
+    let mut taps = [(0usize, 0usize); MAX_TAPS];
+    let lo = _mm256_set1_ps(min);
+    let hi = _mm256_set1_ps(max);
+    for_each_output(win, out, c, |n, oh, ow, o| {
+        let mut count = 0usize;
+        for_each_tap(win, oh, ow, |pix, tap| {
+            // At most kH · kW <= MAX_TAPS taps (the caller checked).
+            taps[count] = ((n * image + pix) * c, tap * c);
+            count += 1;
+        });
+        let taps = &taps[..count];
+        let mut c0 = 0;
+        // SAFETY (all loads and stores below): every tap's input offset
+        // plus `c` is at most `x.len()` and weight offset plus `c` at most
+        // `w.len()` (checked slices above bound the geometry), and
+        // `c0 + width <= c` for each block, so the pointers stay in bounds.
+        while c0 + 32 <= c {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            if let Some(b) = bias {
+                let b = &b[c0..c0 + 32];
+                for (v, a) in acc.iter_mut().enumerate() {
+                    *a = unsafe { _mm256_loadu_ps(b.as_ptr().add(v * 8)) };
+                }
+            }
+            for &(xo, wo) in taps {
+                let xs = &x[xo + c0..xo + c0 + 32];
+                let ws = &w[wo + c0..wo + c0 + 32];
+                for (v, a) in acc.iter_mut().enumerate() {
+                    unsafe {
+                        let xv = _mm256_loadu_ps(xs.as_ptr().add(v * 8));
+                        let wv = _mm256_loadu_ps(ws.as_ptr().add(v * 8));
+                        *a = _mm256_fmadd_ps(xv, wv, *a);
+                    }
+                }
+            }
+            let dst = &mut o[c0..c0 + 32];
+            for (v, a) in acc.iter().enumerate() {
+                unsafe {
+                    let r = _mm256_min_ps(_mm256_max_ps(*a, lo), hi);
+                    _mm256_storeu_ps(dst.as_mut_ptr().add(v * 8), r);
+                }
+            }
+            c0 += 32;
+        }
+        while c0 + 8 <= c {
+            let mut acc = match bias {
+                Some(b) => unsafe { _mm256_loadu_ps(b[c0..c0 + 8].as_ptr()) },
+                None => _mm256_setzero_ps(),
+            };
+            for &(xo, wo) in taps {
+                unsafe {
+                    let xv = _mm256_loadu_ps(x[xo + c0..xo + c0 + 8].as_ptr());
+                    let wv = _mm256_loadu_ps(w[wo + c0..wo + c0 + 8].as_ptr());
+                    acc = _mm256_fmadd_ps(xv, wv, acc);
+                }
+            }
+            unsafe {
+                let r = _mm256_min_ps(_mm256_max_ps(acc, lo), hi);
+                _mm256_storeu_ps(o[c0..c0 + 8].as_mut_ptr(), r);
+            }
+            c0 += 8;
+        }
+        for ch in c0..c {
+            let mut acc = bias.map_or(0.0, |b| b[ch]);
+            for &(xo, wo) in taps {
+                acc += x[xo + ch] * w[wo + ch];
+            }
+            o[ch] = acc.max(min).min(max);
+        }
+    });
+}
+
+/// Clamps every element to `[min, max]`.
+#[inline(always)]
+fn clamp(v: &mut [f32], min: f32, max: f32) {
+    if min > f32::NEG_INFINITY || max < f32::INFINITY {
+        for x in v {
+            *x = x.max(min).min(max);
+        }
+    }
+}
+
+/// Max pooling: each output channel is the largest input in its window
+/// (padding never wins), then clamped. `x` is `[N, H, W, C]`, `out`
+/// `[N, OH, OW, C]`.
+pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
+    let image = win.in_h * win.in_w;
+    let x = &x[..win.batch * image * c];
+    for_each_output(win, out, c, |n, oh, ow, o| {
+        o.fill(f32::NEG_INFINITY);
+        for_each_tap(win, oh, ow, |pix, _| {
+            for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
+                *acc = acc.max(v);
+            }
+        });
+        clamp(o, min, max);
+    });
+}
+
+/// Average pooling: each output channel is the mean of the inputs of its
+/// window that lie inside the image (padding is not counted, as in
+/// XNNPACK), then clamped.
+pub fn avg_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
+    let image = win.in_h * win.in_w;
+    let x = &x[..win.batch * image * c];
+    for_each_output(win, out, c, |n, oh, ow, o| {
+        o.fill(0.0);
+        let mut count = 0usize;
+        for_each_tap(win, oh, ow, |pix, _| {
+            count += 1;
+            for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
+                *acc += v;
+            }
+        });
+        let scale = if count == 0 { 0.0 } else { 1.0 / count as f32 };
+        for v in o.iter_mut() {
+            *v *= scale;
+        }
+        clamp(o, min, max);
+    });
+}
+
+/// Global average pooling: `out[n, c]` (any output shape with `N · C`
+/// elements) is the mean over the `pixels` pixels of image `n`, clamped.
+pub fn global_avg_pool_nhwc(batch: usize, pixels: usize, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
+    let x = &x[..batch * pixels * c];
+    let scale = if pixels == 0 { 0.0 } else { 1.0 / pixels as f32 };
+    for (n, o) in out[..batch * c].chunks_exact_mut(c.max(1)).enumerate().take(batch) {
+        o.fill(0.0);
+        for px in x[n * pixels * c..][..pixels * c].chunks_exact(c.max(1)) {
+            for (acc, &v) in o.iter_mut().zip(px) {
+                *acc += v;
+            }
+        }
+        for v in o.iter_mut() {
+            *v *= scale;
+        }
+        clamp(o, min, max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    type Dims4 = [usize; 4];
+    type Pair = [usize; 2];
+
+    fn rng(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Direct NHWC convolution in f64 (grouped or depthwise by `groups`).
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        g: &Conv2dNhwc,
+        x: &[f32],
+        w: &[f32],
+        depthwise: bool,
+        bias: Option<&[f32]>,
+        min: f32,
+        max: f32,
+    ) -> Vec<f32> {
+        let win = &g.window;
+        let (c, o) = (g.in_c, g.out_c);
+        let mut out = vec![0.0f32; win.out_pixels() * o];
+        for n in 0..win.batch {
+            for oh in 0..win.out_h {
+                for ow in 0..win.out_w {
+                    for oc in 0..o {
+                        let mut s = bias.map_or(0.0, |b| b[oc] as f64);
+                        for ki in 0..win.kernel_h {
+                            for kj in 0..win.kernel_w {
+                                let ih = (oh * win.stride_h + ki * win.dilation_h) as isize - win.pad_top as isize;
+                                let iw = (ow * win.stride_w + kj * win.dilation_w) as isize - win.pad_left as isize;
+                                if ih < 0 || iw < 0 || ih >= win.in_h as isize || iw >= win.in_w as isize {
+                                    continue;
+                                }
+                                let base = ((n * win.in_h + ih as usize) * win.in_w + iw as usize) * c;
+                                if depthwise {
+                                    let ci = oc / (o / c);
+                                    s += x[base + ci] as f64 * w[(ki * win.kernel_w + kj) * o + oc] as f64;
+                                } else {
+                                    let (cg, og) = (c / g.groups, o / g.groups);
+                                    let gi = oc / og;
+                                    for ci in 0..cg {
+                                        let wv = w[((oc * win.kernel_h + ki) * win.kernel_w + kj) * cg + ci];
+                                        s += x[base + gi * cg + ci] as f64 * wv as f64;
+                                    }
+                                }
+                            }
+                        }
+                        out[((n * win.out_h + oh) * win.out_w + ow) * o + oc] = (s as f32).max(min).min(max);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "at {i}: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn regular_convolutions_match_the_reference() {
+        // (input, filter, stride, padding, dilation, groups)
+        let cases: &[(Dims4, Dims4, Pair, Dims4, Pair, usize)] = &[
+            ([1, 9, 9, 3], [8, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
+            ([2, 5, 6, 16], [24, 1, 1, 16], [1, 1], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 7, 7, 8], [6, 3, 2, 4], [1, 2], [0, 1, 2, 1], [2, 1], 2),
+            ([1, 4, 4, 5], [7, 1, 1, 5], [2, 2], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 30, 30, 4], [9, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        ];
+        for (i, &(input, filter, stride, padding, dilation, groups)) in cases.iter().enumerate() {
+            let g = Conv2dNhwc::regular(&input, &filter, stride, padding, dilation, groups).unwrap();
+            let x = rng(i as u64, input.iter().product());
+            let w = rng(100 + i as u64, filter.iter().product());
+            let b = rng(200 + i as u64, filter[0]);
+            for (bias, min, max) in [(None, f32::NEG_INFINITY, f32::INFINITY), (Some(&b[..]), 0.0, 0.5)] {
+                let want = reference(&g, &x, &w, false, bias, min, max);
+                let mut out = vec![f32::NAN; want.len()];
+                let mut scratch = vec![0.0f32; g.scratch_len()];
+                conv2d_nhwc(&g, &x, &w, bias, min, max, &mut out, &mut scratch);
+                close(&out, &want);
+            }
+        }
+    }
+
+    #[test]
+    fn depthwise_convolutions_match_the_reference() {
+        let cases: &[(Dims4, Dims4, Pair, Dims4, Pair)] = &[
+            ([1, 8, 8, 48], [1, 3, 3, 48], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([2, 9, 7, 13], [1, 3, 3, 13], [2, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 6, 6, 3], [1, 3, 3, 6], [1, 1], [0, 0, 0, 0], [1, 1]),
+            ([1, 12, 12, 8], [1, 9, 9, 8], [1, 1], [4, 4, 4, 4], [1, 1]),
+            ([1, 10, 10, 16], [1, 3, 3, 16], [1, 1], [2, 2, 2, 2], [2, 2]),
+        ];
+        for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
+            let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();
+            let x = rng(i as u64, input.iter().product());
+            let w = rng(100 + i as u64, filter.iter().product());
+            let b = rng(200 + i as u64, filter[3]);
+            for (bias, min, max) in [(None, f32::NEG_INFINITY, f32::INFINITY), (Some(&b[..]), -0.2, 6.0)] {
+                let want = reference(&g, &x, &w, true, bias, min, max);
+                let mut out = vec![f32::NAN; want.len()];
+                depthwise_conv2d_nhwc(&g, &x, &w, bias, min, max, &mut out);
+                close(&out, &want);
+                let mut out = vec![f32::NAN; want.len()];
+                depthwise_portable(&g.window, g.in_c, g.out_c, &x, &w, bias, min, max, &mut out);
+                close(&out, &want);
+            }
+        }
+    }
+
+    #[test]
+    fn pooling_by_hand() {
+        // One 3×3 image, 1 channel: 1..9; 2×2 windows, stride 1, padding 1
+        // on the bottom/right only.
+        let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+        let win = Window2d::new(1, 3, 3, [2, 2], [1, 1], [0, 1, 1, 0], [1, 1]).unwrap();
+        assert_eq!((win.out_h, win.out_w), (3, 3));
+        let mut out = vec![0.0; 9];
+        max_pool2d_nhwc(&win, 1, &x, f32::NEG_INFINITY, f32::INFINITY, &mut out);
+        assert_eq!(out, [5.0, 6.0, 6.0, 8.0, 9.0, 9.0, 8.0, 9.0, 9.0]);
+        avg_pool2d_nhwc(&win, 1, &x, f32::NEG_INFINITY, 7.0, &mut out);
+        // Bottom-right windows average only their in-image pixels.
+        assert_eq!(out, [3.0, 4.0, 4.5, 6.0, 7.0, 7.0, 7.0, 7.0, 9.0f32.min(7.0)]);
+        let mut g = [0.0f32; 2];
+        // Two channels over 3 pixels.
+        global_avg_pool_nhwc(1, 3, 2, &[1.0, 10.0, 2.0, 20.0, 3.0, 30.0], 0.0, 15.0, &mut g);
+        assert_eq!(g, [2.0, 15.0]);
+    }
+
+    #[test]
+    fn bad_geometry_is_rejected() {
+        // Kernel larger than the padded input.
+        assert!(Conv2dNhwc::regular(&[1, 2, 2, 1], &[1, 3, 3, 1], [1, 1], [0; 4], [1, 1], 1).is_none());
+        // Channels not divisible by groups, zero stride, zero groups.
+        assert!(Conv2dNhwc::regular(&[1, 4, 4, 3], &[2, 1, 1, 1], [1, 1], [0; 4], [1, 1], 2).is_none());
+        assert!(Conv2dNhwc::regular(&[1, 4, 4, 1], &[1, 1, 1, 1], [0, 1], [0; 4], [1, 1], 1).is_none());
+        assert!(Conv2dNhwc::regular(&[1, 4, 4, 1], &[1, 1, 1, 1], [1, 1], [0; 4], [1, 1], 0).is_none());
+        // Overflowing sizes.
+        assert!(Conv2dNhwc::regular(&[usize::MAX, 4, 4, 1], &[1, 1, 1, 1], [1, 1], [0; 4], [1, 1], 1).is_none());
+        assert!(Window2d::new(1, usize::MAX, 1, [1, 1], [1, 1], [1, 0, 0, 0], [1, 1]).is_none());
+        // Depthwise output channels must be a multiple of the input's.
+        assert!(Conv2dNhwc::depthwise(&[1, 4, 4, 3], &[1, 3, 3, 4], [1, 1], [1; 4], [1, 1]).is_none());
+    }
+}
