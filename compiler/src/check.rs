@@ -6,7 +6,7 @@
 //! `target/ptec-check`, or `PTEC_CHECK_TARGET_DIR`), so only the generated
 //! code is compiled again.
 use crate::codegen::{default_struct_name, Options};
-use crate::compile::{compile_to_string, read_file};
+use crate::compile::{compile_to_string, compile_with_cases_to_string, read_file, ForeignCases};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -18,6 +18,9 @@ pub struct CheckInput {
     pub data: Vec<PathBuf>,
     pub rtol: f64,
     pub atol: f64,
+    /// A bundle whose test cases check `path` instead of its own (`path`
+    /// may then be a plain `.pte`): the same model exported another way.
+    pub cases: Option<PathBuf>,
 }
 
 /// What happened to one bundle.
@@ -84,7 +87,18 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
             options.data_paths = input.data.iter().map(|d| absolute(d).display().to_string()).collect();
             options.tests = Some((input.rtol, input.atol));
             options.struct_name = Some("Program".into());
-            compile_to_string(&bytes, &refs, &options)
+            match &input.cases {
+                None => compile_to_string(&bytes, &refs, &options),
+                Some(cases) => {
+                    let cases = absolute(cases);
+                    let cases_bytes = read_file(&cases)?;
+                    let foreign = ForeignCases {
+                        bytes: &cases_bytes,
+                        path: &cases.display().to_string(),
+                    };
+                    compile_with_cases_to_string(&bytes, &refs, foreign, &options)
+                }
+            }
         })();
         match generated {
             Ok(code) => {

@@ -1,6 +1,7 @@
 //! The one entry point of the three front ends: file bytes in, Rust out.
 use crate::codegen::{generate, to_source, Options};
 use crate::error::{ErrorKind, Errors, Location, Result};
+use crate::ir::{DataSource, TestValue};
 use crate::load::{load, Loaded};
 use crate::verify::verify_program;
 use proc_macro2::TokenStream;
@@ -16,14 +17,17 @@ pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenS
         lower_delegates(&mut loaded, bytes, options.lower_xnnpack)?;
         generate(&loaded, bytes, data, options)
     })
-    .unwrap_or_else(|panic| {
-        let msg = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        Err(Errors::one(ErrorKind::Internal { detail: msg }, Location::default()))
-    })
+    .unwrap_or_else(|panic| Err(internal_error(panic)))
+}
+
+/// The error that a panic in the compiler becomes.
+fn internal_error(panic: Box<dyn std::any::Any + Send>) -> Errors {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    Errors::one(ErrorKind::Internal { detail: msg }, Location::default())
 }
 
 /// Compiles the delegate calls ptec knows how to compile into kernel
@@ -44,6 +48,63 @@ pub fn lower_delegates(loaded: &mut Loaded, bytes: &[u8], lower_xnnpack: bool) -
 pub fn compile_to_string(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<String> {
     let tokens = compile(bytes, data, options)?;
     to_source(tokens, options, bytes)
+}
+
+/// Test cases taken from a bundle other than the compiled file: its bytes
+/// and the path the generated code embeds it from.
+#[derive(Clone, Copy, Debug)]
+pub struct ForeignCases<'a> {
+    pub bytes: &'a [u8],
+    pub path: &'a str,
+}
+
+/// [`compile_to_string`] with the test cases of another bundle: for a
+/// program that computes what the bundle's program computes (the same
+/// model exported for another backend, say), so that the bundle's inputs
+/// and expected outputs check it. The cases must fit the program's
+/// methods; the bundle is embedded as one more data file.
+pub fn compile_with_cases_to_string(
+    bytes: &[u8],
+    data: &[&[u8]],
+    cases: ForeignCases<'_>,
+    options: &Options,
+) -> Result<String> {
+    std::panic::catch_unwind(|| {
+        let mut loaded = load(bytes, data)?;
+        let bundle = load(cases.bytes, data)?;
+        if bundle.suites.iter().all(|s| s.cases.is_empty()) {
+            return Err(Errors::one(
+                ErrorKind::BadTestCase {
+                    detail: format!("{} holds no test cases", cases.path),
+                },
+                Location::default(),
+            ));
+        }
+        // The cases' data lives in the bundle, embedded after the .ptd files.
+        let source = DataSource::External(data.len());
+        let mut suites = bundle.suites;
+        for value in suites
+            .iter_mut()
+            .flat_map(|s| &mut s.cases)
+            .flat_map(|c| c.inputs.iter_mut().chain(&mut c.expected))
+        {
+            if let TestValue::Tensor { data, .. } = value {
+                data.source = source;
+            }
+        }
+        loaded.suites = suites;
+        if let Some(p) = &loaded.program {
+            verify_program(p, &loaded.suites)?;
+        }
+        lower_delegates(&mut loaded, bytes, options.lower_xnnpack)?;
+        let mut all_data = data.to_vec();
+        all_data.push(cases.bytes);
+        let mut options = options.clone();
+        options.data_paths.push(cases.path.to_string());
+        let tokens = generate(&loaded, bytes, &all_data, &options)?;
+        to_source(tokens, &options, bytes)
+    })
+    .unwrap_or_else(|panic| Err(internal_error(panic)))
 }
 
 /// Reads a file for a front end, with an error that names it.

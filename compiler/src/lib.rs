@@ -25,7 +25,10 @@ pub mod verify;
 pub mod xnnpack;
 
 pub use codegen::Options;
-pub use compile::{compile, compile_to_string, read_file, write_if_changed};
+pub use compile::{
+    compile, compile_to_string, compile_with_cases_to_string, lower_delegates, read_file, write_if_changed,
+    ForeignCases,
+};
 pub use error::{Diagnostic, ErrorKind, Errors, Location};
 pub use frontend::{compile_path, expand_macro, Builder};
 pub use load::{load, Loaded};

@@ -65,6 +65,11 @@ enum Command {
         rtol: f64,
         #[arg(long, default_value_t = 1e-5)]
         atol: f64,
+        /// Check the files against this bundle's test cases instead of
+        /// their own (a .pte has none): e.g. a program exported for XNNPACK
+        /// against the bundle of the same model exported portably.
+        #[arg(long)]
+        cases: Option<PathBuf>,
         /// Show cargo's output while building.
         #[arg(short, long)]
         verbose: bool,
@@ -155,7 +160,13 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn run_check(files: &[PathBuf], data: &[PathBuf], rtol: f64, atol: f64, verbose: bool) -> Result<bool, String> {
+fn run_check(
+    files: &[PathBuf],
+    data: &[PathBuf],
+    (rtol, atol): (f64, f64),
+    cases: Option<&PathBuf>,
+    verbose: bool,
+) -> Result<bool, String> {
     let inputs: Vec<CheckInput> = files
         .iter()
         .map(|f| CheckInput {
@@ -163,6 +174,7 @@ fn run_check(files: &[PathBuf], data: &[PathBuf], rtol: f64, atol: f64, verbose:
             data: data.to_vec(),
             rtol,
             atol,
+            cases: cases.cloned(),
         })
         .collect();
     let results = check(&inputs, verbose, |msg| eprintln!("ptec check: {msg}"))?;
@@ -203,8 +215,9 @@ fn main() -> ExitCode {
             data,
             rtol,
             atol,
+            cases,
             verbose,
-        }) => run_check(files, data, *rtol, *atol, *verbose),
+        }) => run_check(files, data, (*rtol, *atol), cases.as_ref(), *verbose),
         Some(Command::Coverage) => {
             print!("{}", ptec::coverage::coverage_markdown());
             Ok(true)

@@ -1,6 +1,7 @@
 //! The conformance suite: every bundle of `../shared/corpus` (and its
 //! `bench/`), compiled by ptec, built and run against PyTorch's outputs with
-//! the manifest's tolerances. Prints a table case → pass / fail /
+//! the manifest's tolerances. The bench's `_xnnpack` programs, which ship
+//! without a bundle, run the test cases of the same model's portable bundle. Prints a table case → pass / fail /
 //! unsupported and the `N passed, M failed` line.
 //!
 //! `cargo test -p ptec --test conformance -- --nocapture` shows the table.
@@ -31,6 +32,11 @@ const REQUIRED: &[&str] = &[
     "encoder_256",
     "mlp_1024",
     "mobilenet_v2",
+    "xnnpack_mlp",
+    "xnnpack_partial",
+    "encoder_256_xnnpack",
+    "mlp_1024_xnnpack",
+    "mobilenet_v2_xnnpack",
 ];
 
 fn corpus() -> Option<PathBuf> {
@@ -52,9 +58,20 @@ fn corpus_bundles_reproduce_pytorch() {
         let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
         for (name, case) in m["cases"].as_object().unwrap() {
             let Some(bpte) = case["bpte"].as_str() else { continue };
-            let path = dir.join(bpte);
+            let mut path = dir.join(bpte);
+            let mut cases = None;
             if !path.exists() {
-                continue; // the _xnnpack bench programs ship as .pte only
+                // The _xnnpack bench programs ship as .pte only: they are
+                // checked against the bundle of the same model exported
+                // portably (`ptec check X_xnnpack.pte --cases X.bpte`).
+                let base = name
+                    .strip_suffix("_xnnpack")
+                    .and_then(|b| m["cases"][b]["bpte"].as_str());
+                let (Some(base), Some(pte)) = (base, case["pte"].as_str()) else {
+                    panic!("{name}: {bpte} is missing and there is no bundle of the same model");
+                };
+                path = dir.join(pte);
+                cases = Some(dir.join(base));
             }
             let data = case["data_files"]
                 .as_array()
@@ -64,7 +81,13 @@ fn corpus_bundles_reproduce_pytorch() {
                 .collect();
             let (rtol, atol) = (case["rtol"].as_f64().unwrap(), case["atol"].as_f64().unwrap());
             names.push(name.clone());
-            inputs.push(CheckInput { path, data, rtol, atol });
+            inputs.push(CheckInput {
+                path,
+                data,
+                rtol,
+                atol,
+                cases,
+            });
         }
     }
     for extra in ["mlp_bp04.bp", "multi_method_bp04.bp"] {
@@ -74,6 +97,7 @@ fn corpus_bundles_reproduce_pytorch() {
             data: vec![],
             rtol: 1e-4,
             atol: 1e-5,
+            cases: None,
         });
     }
     let results = check(&inputs, false, |m| eprintln!("conformance: {m}")).unwrap();

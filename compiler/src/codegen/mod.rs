@@ -135,6 +135,25 @@ fn used_sources(p: &Program) -> BTreeSet<(u8, usize)> {
     used
 }
 
+/// Which embedded sources the test cases' tensors come from: the bundle
+/// itself, or (for cases taken from another bundle) a data file.
+fn test_sources(suites: &[TestSuite]) -> BTreeSet<(u8, usize)> {
+    let mut used = BTreeSet::new();
+    let values = suites
+        .iter()
+        .flat_map(|s| &s.cases)
+        .flat_map(|c| c.inputs.iter().chain(&c.expected));
+    for v in values {
+        if let TestValue::Tensor { data, .. } = v {
+            used.insert(match data.source {
+                DataSource::Program => (0, 0),
+                DataSource::External(i) => (1, i),
+            });
+        }
+    }
+    used
+}
+
 /// Checks what generated code will rely on about embedded data: every
 /// constant lies in its file and is aligned for its element type (the file
 /// is embedded 64-byte aligned), and bool constants hold only 0 and 1.
@@ -232,7 +251,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     };
     let mut sources = used_sources(program);
     if !tests_module.is_empty() {
-        sources.insert((0, 0));
+        sources.extend(test_sources(&loaded.suites));
     }
     let mut statics = Vec::new();
     for (kind, i) in sources {
