@@ -63,6 +63,7 @@ pub mod linear;
 pub mod nhwc;
 pub mod norm;
 pub mod num;
+pub mod packed;
 pub mod pool;
 pub mod quant;
 pub mod reduce;
@@ -70,3 +71,18 @@ pub mod scalar;
 pub mod shape;
 pub mod softmax;
 pub mod upsample;
+
+#[cfg(test)]
+extern crate std;
+
+/// Reproducible pseudo-random values in `[-1, 1)` for the kernels' tests.
+#[cfg(test)]
+pub(crate) fn test_values(seed: u64, n: usize) -> std::vec::Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

@@ -15,6 +15,7 @@
 
 use crate::conv::Sizes;
 use crate::num::{AccFloat, Element, Float};
+use crate::packed::{gemm_packed, is_packed, pack, packed_len};
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 
@@ -138,10 +139,10 @@ pub fn sgemm(
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(ukr) = Avx2Fma::detect() {
-        blocked::<6, 16, _>(ukr, &p, c, scratch, None);
+        blocked::<6, 16, _>(ukr, &p, c, scratch);
         return;
     }
-    blocked::<4, 8, _>(Portable, &p, c, scratch, None);
+    blocked::<4, 8, _>(Portable, &p, c, scratch);
 }
 
 /// The operands of one product (lengths already checked).
@@ -448,7 +449,6 @@ fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
     p: &Gemm<'_>,
     c: &mut [f32],
     scratch: &mut [f32],
-    epilogue: Option<&Epilogue<'_>>,
 ) {
     let (m, n, k) = (p.m, p.n, p.k);
     let kc_max = k.min(KC);
@@ -471,15 +471,9 @@ fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
                         let ap = &apack[(ir / MR) * kc * MR..][..kc * MR];
                         let mut acc = [[0.0f32; NR]; MR];
                         ukr.run(kc, ap, bp, &mut acc);
-                        let last = pc + kc == k;
                         for (ii, accr) in acc.iter().enumerate().take(mr) {
                             let row = &mut c[(ic + ir + ii) * n + jc + jr..][..nr];
                             store_row(row, &accr[..nr], p.alpha, beta);
-                            // The finished tile is still in L1: bias and
-                            // clamp it now rather than in another pass.
-                            if let (true, Some(e)) = (last, epilogue) {
-                                e.apply(row, jc + jr);
-                            }
                         }
                     }
                 }
@@ -550,16 +544,18 @@ impl<'a> Epilogue<'a> {
     }
 }
 
-/// Up to this many rows, a product with a transposed `B` streams `B` once
-/// and dots each of its rows with every row of `A` (a weight-bound
-/// fully-connected layer with a small batch), rather than packing `B`.
-const SMALL_M: usize = 8;
+/// Scratch, in `f32` elements, that [`sgemm_fused`] needs to run at full
+/// speed for a `k × n` right operand: room to pack it.
+pub fn fused_scratch_len(n: usize, k: usize) -> usize {
+    packed_len(k, n)
+}
 
 /// `C[m×n] = clamp(A · op(B) + bias)`: `a` is `m × k` row-major, `b` is
 /// `k × n` row-major or (`b_trans`) `n × k` row-major, and the epilogue's
-/// bias has `n` elements. `c`'s previous contents are ignored. `scratch`:
-/// [`gemm_scratch_len`]`(m, n, k)` floats for full speed; any length is
-/// accepted.
+/// bias has `n` elements. `c`'s previous contents are ignored. `B` is
+/// packed into `scratch` ([`fused_scratch_len`] floats) and multiplied by
+/// [`gemm_packed`]; a shorter scratch takes an unpacked path (correct,
+/// slower).
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm_fused(
     m: usize,
@@ -575,6 +571,11 @@ pub fn sgemm_fused(
     if m == 0 || n == 0 {
         return;
     }
+    if scratch.len() >= packed_len(k, n) {
+        pack(b, k, n, b_trans, scratch);
+        gemm_packed(m, n, k, a, k, scratch, epilogue, c, n);
+        return;
+    }
     let p = Gemm {
         m,
         n,
@@ -587,31 +588,27 @@ pub fn sgemm_fused(
         beta: 0.0,
     };
     let c = &mut c[..m * n];
-    if let Some(bias) = epilogue.bias {
-        assert!(bias.len() >= n, "bias of {} for {n} columns", bias.len());
-    }
-    let unpacked = use_direct(m, n, k) || scratch.len() < gemm_scratch_len(m, n, k);
-    if (b_trans && m <= SMALL_M) || unpacked {
-        #[cfg(target_arch = "x86_64")]
-        if Avx2Fma::detect().is_some() {
-            // SAFETY: `detect` returned `Some`: the CPU has AVX2 and FMA.
-            unsafe { unpacked_avx2(&p, c) };
-        } else {
-            unpacked_product(&p, c);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        unpacked_product(&p, c);
-        for row in c.chunks_exact_mut(n) {
-            epilogue.apply(row, 0);
-        }
-        return;
-    }
     #[cfg(target_arch = "x86_64")]
-    if let Some(ukr) = Avx2Fma::detect() {
-        blocked::<6, 16, _>(ukr, &p, c, scratch, Some(epilogue));
-        return;
+    if Avx2Fma::detect().is_some() {
+        // SAFETY: `detect` returned `Some`: the CPU has AVX2 and FMA.
+        unsafe { unpacked_avx2(&p, c) };
+    } else {
+        unpacked_product(&p, c);
     }
-    blocked::<4, 8, _>(Portable, &p, c, scratch, Some(epilogue));
+    #[cfg(not(target_arch = "x86_64"))]
+    unpacked_product(&p, c);
+    for row in c.chunks_exact_mut(n) {
+        epilogue.apply(row, 0);
+    }
+}
+
+/// `packed`, holding `b` packed (see [`crate::packed`]): packed now unless
+/// an earlier call already did. `packed` must belong to `b` alone.
+pub fn ensure_packed<'p>(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &'p mut [f32]) -> &'p [f32] {
+    if !is_packed(packed, k, n) {
+        pack(b, k, n, b_trans, packed);
+    }
+    packed
 }
 
 /// The product without packing (`alpha` 1, `beta` 0). With `B` transposed,
@@ -647,8 +644,10 @@ unsafe fn unpacked_avx2(p: &Gemm<'_>, c: &mut [f32]) {
 
 /// XNNPACK's fully-connected node: `out[m×n] = clamp(x[m×k] · Wᵀ + bias)`
 /// with the weight `n × k` row-major, or `k × n` when `weight_transposed`
-/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `scratch`:
-/// [`gemm_scratch_len`]`(m, n, k)` floats.
+/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `packed` ([`packed_len`]`(k,
+/// n)` floats), when given, keeps the packed weight between calls (it must
+/// serve this weight alone); otherwise it is packed into `scratch`
+/// ([`fused_scratch_len`]`(n, k)` floats) on every call.
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected(
     x: &[f32],
@@ -660,18 +659,25 @@ pub fn fully_connected(
     weight_transposed: bool,
     min: f32,
     max: f32,
+    packed: Option<&mut [f32]>,
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
     let e = Epilogue::new(bias, min, max);
-    sgemm_fused(m, n, k, x, weight, !weight_transposed, &e, out, scratch);
+    match packed {
+        Some(p) => {
+            let p = ensure_packed(weight, k, n, !weight_transposed, p);
+            gemm_packed(m, n, k, x, k, p, &e, out, n);
+        }
+        None => sgemm_fused(m, n, k, x, weight, !weight_transposed, &e, out, scratch),
+    }
 }
 
 /// XNNPACK's batch matrix multiply: for every index of the output's batch
 /// dimensions `batch` (row-major), `out = a · op(b)` with `a` `m × k` and
 /// `b` `k × n` (or `n × k` when `b_transposed`). `a_strides`/`b_strides`
 /// give each operand's step, in matrices, per batch dimension (0 where it
-/// is broadcast). `scratch`: [`gemm_scratch_len`]`(m, n, k)` floats.
+/// is broadcast). `scratch`: [`fused_scratch_len`]`(n, k)` floats.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_matmul(
     a: &[f32],
@@ -1159,7 +1165,7 @@ mod tests {
                                 b_trans: bt,
                                 beta,
                             };
-                            blocked::<4, 8, _>(Portable, &p, &mut c, &mut scratch, None);
+                            blocked::<4, 8, _>(Portable, &p, &mut c, &mut scratch);
                             check(&c, &want, k);
                             let mut c = c0.clone();
                             direct(&p, &mut c);
@@ -1189,20 +1195,14 @@ mod tests {
                 for (i, v) in want.iter_mut().enumerate() {
                     *v = (*v + bias[i % n] as f64).clamp(-0.5, 0.75);
                 }
-                let mut c = vec![f32::NAN; m * n];
-                let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-                sgemm_fused(
-                    m,
-                    n,
-                    k,
-                    &a,
-                    &b,
-                    bt,
-                    &Epilogue::new(Some(&bias), -0.5, 0.75),
-                    &mut c,
-                    &mut scratch,
-                );
-                check(&c, &want, k);
+                // Packed, and unpacked (no scratch).
+                let e = Epilogue::new(Some(&bias), -0.5, 0.75);
+                for len in [fused_scratch_len(n, k), 0] {
+                    let mut c = vec![f32::NAN; m * n];
+                    let mut scratch = vec![0.0f32; len];
+                    sgemm_fused(m, n, k, &a, &b, bt, &e, &mut c, &mut scratch);
+                    check(&c, &want, k);
+                }
             }
         }
         // fully_connected with a [k, n] weight (XNN_FLAG_TRANSPOSE_WEIGHTS).
@@ -1210,6 +1210,8 @@ mod tests {
         let x = rng.vec(m * k);
         let w = rng.vec(k * n);
         let mut out = vec![0.0f32; m * n];
+        let mut packed = vec![0.0f32; packed_len(k, n)];
+        let (lo, hi) = (f32::NEG_INFINITY, f32::INFINITY);
         fully_connected(
             &x,
             &w,
@@ -1218,8 +1220,9 @@ mod tests {
             k,
             n,
             true,
-            f32::NEG_INFINITY,
-            f32::INFINITY,
+            lo,
+            hi,
+            Some(&mut packed),
             &mut out,
             &mut [],
         );
@@ -1234,7 +1237,8 @@ mod tests {
         let a = rng.vec(6 * m * k);
         let b = rng.vec(3 * n * k);
         let mut out = vec![0.0f32; 6 * m * n];
-        batch_matmul(&a, &b, &[2, 3], &[3, 1], &[0, 1], m, k, n, true, &mut out, &mut []);
+        let mut scratch = vec![0.0f32; fused_scratch_len(n, k)];
+        batch_matmul(&a, &b, &[2, 3], &[3, 1], &[0, 1], m, k, n, true, &mut out, &mut scratch);
         for i in 0..2 {
             for j in 0..3 {
                 let bi = i * 3 + j;

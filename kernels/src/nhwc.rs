@@ -12,7 +12,8 @@
 //! Geometry is checked once, by [`Window2d::new`] and the [`Conv2dNhwc`]
 //! constructors, which the compiler calls at compile time; the kernels
 //! trust a checked geometry and index within the lengths it implies.
-use crate::linear::{gemm_scratch_len, sgemm_fused, Epilogue};
+use crate::linear::{ensure_packed, Epilogue};
+use crate::packed::{gemm_packed, pack, packed_len};
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
@@ -216,26 +217,42 @@ impl Conv2dNhwc {
             .max(1)
     }
 
-    /// Scratch, in `f32` elements, that [`conv2d_nhwc`] needs.
-    pub fn scratch_len(&self) -> usize {
-        if self.is_pointwise() {
-            return gemm_scratch_len(self.window.out_pixels(), self.out_c, self.in_c);
-        }
-        let tile = self.tile_rows();
+    /// Length, in `f32`, of the packed filter (see [`crate::packed`]) that
+    /// [`conv2d_nhwc`] can keep between calls of an ungrouped convolution.
+    pub fn packed_filter_len(&self) -> usize {
+        packed_len(self.depth(), self.out_c)
+    }
+
+    /// Scratch, in `f32` elements, that [`conv2d_nhwc`] needs; `kept_filter`:
+    /// whether a kept packed filter is passed (grouped convolutions pack
+    /// each group's filter into scratch regardless).
+    pub fn scratch_len(&self, kept_filter: bool) -> usize {
         let og = self.out_c / self.groups;
-        let staging = if self.groups > 1 { tile * og } else { 0 };
-        tile * self.depth() + staging + gemm_scratch_len(tile, og, self.depth())
+        let pack = if kept_filter && self.groups == 1 {
+            0
+        } else {
+            packed_len(self.depth(), og)
+        };
+        let gather = if self.is_pointwise() {
+            0
+        } else {
+            self.tile_rows() * self.depth()
+        };
+        gather + pack
     }
 }
 
 /// Regular convolution (see [`Conv2dNhwc::regular`]): `out[N, OH, OW, O] =
-/// clamp(conv(x, w) + bias)`. `scratch`: [`Conv2dNhwc::scratch_len`]
-/// floats.
+/// clamp(conv(x, w) + bias)`. `packed` ([`Conv2dNhwc::packed_filter_len`]
+/// floats), when given for an ungrouped convolution, keeps the packed
+/// filter between calls (it must serve this filter alone). `scratch`:
+/// [`Conv2dNhwc::scratch_len`] floats.
 ///
 /// A 1×1 convolution is one matrix product over the pixels (NHWC is
 /// already its row-major `[pixels, C]` operand); any other gathers tiles of
 /// output pixels' windows (im2col, in the filter's `kH, kW, C` order) and
-/// multiplies each by the filter, group by group.
+/// multiplies each by the filter, group by group, writing each group's
+/// columns of the output in place.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_nhwc(
     g: &Conv2dNhwc,
@@ -244,48 +261,37 @@ pub fn conv2d_nhwc(
     bias: Option<&[f32]>,
     min: f32,
     max: f32,
+    mut packed: Option<&mut [f32]>,
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
     let win = &g.window;
     let pixels = win.out_pixels();
     let (o, groups) = (g.out_c, g.groups);
-    let out = &mut out[..pixels * o];
-    if g.is_pointwise() {
-        let e = Epilogue::new(bias, min, max);
-        sgemm_fused(pixels, o, g.in_c, x, w, true, &e, out, scratch);
-        return;
-    }
     let (cg, og, depth) = (g.in_c / groups, o / groups, g.depth());
+    let out = &mut out[..pixels * o];
     let tile = g.tile_rows();
-    let (cols, rest) = scratch.split_at_mut(tile * depth);
-    let (staging, gemm_scratch) = rest.split_at_mut(if groups > 1 { tile * og } else { 0 });
-    for p0 in (0..pixels).step_by(tile) {
-        let t = tile.min(pixels - p0);
-        for gi in 0..groups {
+    let gather_len = if g.is_pointwise() { 0 } else { tile * depth };
+    let (cols, spare) = scratch.split_at_mut(gather_len);
+    for gi in 0..groups {
+        let wg = &w[gi * og * depth..][..og * depth];
+        let filter: &[f32] = match packed {
+            Some(ref mut p) if groups == 1 => ensure_packed(wg, depth, og, true, p),
+            _ => {
+                pack(wg, depth, og, true, spare);
+                spare
+            }
+        };
+        let e = Epilogue::new(bias.map(|b| &b[gi * og..][..og]), min, max);
+        if g.is_pointwise() {
+            gemm_packed(pixels, o, g.in_c, x, g.in_c, filter, &e, out, o);
+            continue;
+        }
+        for p0 in (0..pixels).step_by(tile) {
+            let t = tile.min(pixels - p0);
             let cols = &mut cols[..t * depth];
             im2col(g, x, p0, t, gi * cg, cg, cols);
-            let wg = &w[gi * og * depth..][..og * depth];
-            let e = Epilogue::new(bias.map(|b| &b[gi * og..][..og]), min, max);
-            if groups == 1 {
-                sgemm_fused(
-                    t,
-                    o,
-                    depth,
-                    cols,
-                    wg,
-                    true,
-                    &e,
-                    &mut out[p0 * o..][..t * o],
-                    gemm_scratch,
-                );
-            } else {
-                let staging = &mut staging[..t * og];
-                sgemm_fused(t, og, depth, cols, wg, true, &e, staging, gemm_scratch);
-                for (r, row) in staging.chunks_exact(og).enumerate() {
-                    out[(p0 + r) * o + gi * og..][..og].copy_from_slice(row);
-                }
-            }
+            gemm_packed(t, og, depth, cols, depth, filter, &e, &mut out[p0 * o + gi * og..], o);
         }
     }
 }
@@ -596,15 +602,7 @@ mod tests {
     type Dims4 = [usize; 4];
     type Pair = [usize; 2];
 
-    fn rng(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::test_values as rng;
 
     /// Direct NHWC convolution in f64 (grouped or depthwise by `groups`).
     #[allow(clippy::too_many_arguments)]
@@ -678,10 +676,18 @@ mod tests {
             let b = rng(200 + i as u64, filter[0]);
             for (bias, min, max) in [(None, f32::NEG_INFINITY, f32::INFINITY), (Some(&b[..]), 0.0, 0.5)] {
                 let want = reference(&g, &x, &w, false, bias, min, max);
+                // Filter packed into scratch, and kept packed between calls.
                 let mut out = vec![f32::NAN; want.len()];
-                let mut scratch = vec![0.0f32; g.scratch_len()];
-                conv2d_nhwc(&g, &x, &w, bias, min, max, &mut out, &mut scratch);
+                let mut scratch = vec![0.0f32; g.scratch_len(false)];
+                conv2d_nhwc(&g, &x, &w, bias, min, max, None, &mut out, &mut scratch);
                 close(&out, &want);
+                let mut kept = vec![0.0f32; g.packed_filter_len()];
+                let mut scratch = vec![0.0f32; g.scratch_len(true)];
+                for _ in 0..2 {
+                    let mut out = vec![f32::NAN; want.len()];
+                    conv2d_nhwc(&g, &x, &w, bias, min, max, Some(&mut kept), &mut out, &mut scratch);
+                    close(&out, &want);
+                }
             }
         }
     }

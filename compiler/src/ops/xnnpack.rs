@@ -12,8 +12,9 @@
 //! return). Every tensor is a static, contiguous `f32` tensor.
 use super::conv::usize_list;
 use super::*;
-use ptec_runtime::kernels::linear::gemm_scratch_len;
+use ptec_runtime::kernels::linear::fused_scratch_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::packed::packed_len;
 
 pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),
@@ -106,15 +107,24 @@ fn conv_tokens(g: &Conv2dNhwc) -> TokenStream {
 }
 
 /// `fully_connected.out(input, weight, bias?, weight_transposed, output_min,
-/// output_max, out)`: `out[.., n] = clamp(input[.., k] · Wᵀ + bias)` with
-/// `W` `[n, k]`, or `[k, n]` when `weight_transposed`.
+/// output_max, packed?, out)`: `out[.., n] = clamp(input[.., k] · Wᵀ +
+/// bias)` with `W` `[n, k]`, or `[k, n]` when `weight_transposed`.
+/// `packed`, when given, keeps the packed weight between runs (it must
+/// belong to this call alone).
 fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(7)?;
-    let (x, w, bias, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.opt_tensor(2)?, ctx.tensor(6)?);
+    ctx.arity(8)?;
+    let (x, w, bias, packed, out) = (
+        ctx.tensor(0)?,
+        ctx.tensor(1)?,
+        ctx.opt_tensor(2)?,
+        ctx.opt_tensor(6)?,
+        ctx.tensor(7)?,
+    );
     let transposed = ctx.bool(3)?;
     let (min, max) = bounds(ctx, 4)?;
     let mut all = vec![&x, &w, &out];
     all.extend(bias.as_ref());
+    all.extend(packed.as_ref());
     f32_static(&all)?;
     let k = *x.sizes.last().ok_or("the input is 0-d")?;
     let (n, wk) = match (w.sizes.as_slice(), transposed) {
@@ -131,15 +141,41 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     if out.sizes.last() != Some(&n) || out.numel() != m * n {
         return Err(format!("output {:?} is not {m} rows of {n}", out.sizes));
     }
+    check_packed(&packed, packed_len(k, n))?;
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
     let (bi, s3) = read_opt(ctx, &bias)?;
-    let (o, s4) = ctx.write(&out)?;
-    let (sc, s5) = scratch(ctx, gemm_scratch_len(m, n, k));
+    let (pi, s4) = write_opt(ctx, &packed)?;
+    let (o, s5) = ctx.write(&out)?;
+    let (sc, s6) = scratch(ctx, if packed.is_some() { 0 } else { fused_scratch_len(n, k) });
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
     Ok(quote! {
-        #s1 #s2 #s3 #s4 #s5
-        ::ptec_runtime::kernels::linear::fully_connected(#xi, #wi, #bi, #ml, #kl, #nl, #transposed, #min, #max, #o, #sc);
+        #s1 #s2 #s3 #s4 #s5 #s6
+        ::ptec_runtime::kernels::linear::fully_connected(#xi, #wi, #bi, #ml, #kl, #nl, #transposed, #min, #max, #pi, #o, #sc);
+    })
+}
+
+/// Requires a kept packed operand to hold at least `len` floats.
+fn check_packed(packed: &Option<TArg>, len: usize) -> Result<(), String> {
+    match packed {
+        Some(p) if p.numel() < len => Err(format!(
+            "the packed operand (value {}) has {} elements, the packing needs {len}",
+            p.value,
+            p.numel()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A mutable view of an optional tensor: `Some(name)` / `None`, and its
+/// statement.
+fn write_opt(ctx: &mut OpCtx<'_>, t: &Option<TArg>) -> Result<(TokenStream, TokenStream), String> {
+    Ok(match t {
+        Some(t) => {
+            let (name, stmt) = ctx.write(t)?;
+            (quote!(Some(#name)), stmt)
+        }
+        None => (quote!(None), quote!()),
     })
 }
 
@@ -153,12 +189,13 @@ fn conv_operands(ctx: &OpCtx<'_>, out_arg: usize) -> Result<(TArg, TArg, Option<
 }
 
 /// Emits a checked convolution: the geometry, its output sizes and bias.
+/// `packed`: the kept packed filter of a regular convolution, if any.
 fn emit_conv(
     ctx: &mut OpCtx<'_>,
     g: Conv2dNhwc,
     operands: (TArg, TArg, Option<TArg>, TArg),
     bounds: (TokenStream, TokenStream),
-    depthwise: bool,
+    packed: Option<Option<TArg>>,
 ) -> Result<TokenStream, String> {
     let (x, w, bias, out) = operands;
     if bias.as_ref().is_some_and(|b| b.numel() != g.out_c) {
@@ -170,29 +207,44 @@ fn emit_conv(
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
     let (bi, s3) = read_opt(ctx, &bias)?;
-    let (o, s4) = ctx.write(&out)?;
-    let call = if depthwise {
-        quote!(::ptec_runtime::kernels::nhwc::depthwise_conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #o);)
-    } else {
-        let (sc, s5) = scratch(ctx, g.scratch_len());
-        quote! { #s5 ::ptec_runtime::kernels::nhwc::conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #o, #sc); }
+    let call = match packed {
+        None => {
+            let (o, s4) = ctx.write(&out)?;
+            quote! { #s4 ::ptec_runtime::kernels::nhwc::depthwise_conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #o); }
+        }
+        Some(packed) => {
+            if let Some(p) = &packed {
+                f32_static(&[p])?;
+                if g.groups != 1 {
+                    return Err("a kept packed filter needs an ungrouped convolution".into());
+                }
+            }
+            check_packed(&packed, g.packed_filter_len())?;
+            let (pi, s4) = write_opt(ctx, &packed)?;
+            let (o, s5) = ctx.write(&out)?;
+            let (sc, s6) = scratch(ctx, g.scratch_len(packed.is_some()));
+            quote! { #s4 #s5 #s6 ::ptec_runtime::kernels::nhwc::conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #pi, #o, #sc); }
+        }
     };
     Ok(quote! {
         let geometry = #geometry;
-        #s1 #s2 #s3 #s4
+        #s1 #s2 #s3
         #call
     })
 }
 
 /// `conv2d_nhwc.out(input, filter, bias?, padding, stride, dilation, groups,
-/// output_min, output_max, out)`: input `[N, H, W, C]`, filter
+/// output_min, output_max, packed?, out)`: input `[N, H, W, C]`, filter
 /// `[O, kH, kW, C / groups]`, padding `[top, right, bottom, left]`.
+/// `packed`, when given (ungrouped only), keeps the packed filter between
+/// runs (it must belong to this call alone).
 fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(10)?;
-    let operands = conv_operands(ctx, 9)?;
+    ctx.arity(11)?;
+    let operands = conv_operands(ctx, 10)?;
     let (padding, stride, dilation) = (array::<4>(ctx, 3)?, array::<2>(ctx, 4)?, array::<2>(ctx, 5)?);
     let groups = super::conv::usize_arg(ctx, 6)?;
     let b = bounds(ctx, 7)?;
+    let packed = ctx.opt_tensor(9)?;
     let (x, w) = (&operands.0, &operands.1);
     let g = Conv2dNhwc::regular(&x.sizes, &w.sizes, stride, padding, dilation, groups).ok_or_else(|| {
         format!(
@@ -200,7 +252,7 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
             x.sizes, w.sizes
         )
     })?;
-    emit_conv(ctx, g, operands, b, false)
+    emit_conv(ctx, g, operands, b, Some(packed))
 }
 
 /// `depthwise_conv2d_nhwc.out(input, filter, bias?, padding, stride,
@@ -218,7 +270,7 @@ fn depthwise_conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
             x.sizes, w.sizes
         )
     })?;
-    emit_conv(ctx, g, operands, b, true)
+    emit_conv(ctx, g, operands, b, None)
 }
 
 /// Emits a pooling kernel call (`max_pool2d_nhwc` or `avg_pool2d_nhwc`).
@@ -328,7 +380,7 @@ fn batch_matmul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (ai, s1) = ctx.read(&a)?;
     let (bi, s2) = ctx.read(&b)?;
     let (o, s3) = ctx.write(&out)?;
-    let (sc, s4) = scratch(ctx, gemm_scratch_len(m, n, k));
+    let (sc, s4) = scratch(ctx, fused_scratch_len(n, k));
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
     Ok(quote! {
         #s1 #s2 #s3 #s4

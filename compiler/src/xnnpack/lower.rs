@@ -7,7 +7,9 @@
 //! synthesized values. Intermediates are laid out by this pass in one
 //! extra planned buffer per method, reusing bytes between values whose
 //! lifetimes within a call do not overlap (calls never overlap, so all of a
-//! method's calls share the buffer).
+//! method's calls share the buffer). Constant weights that kernels
+//! rearrange (pack) get a second buffer, where the packing made on the
+//! first run stays for the next ones.
 //!
 //! Shapes are checked here, against the node's parameters, so that a
 //! malformed subgraph is reported at its node; the emitters check their
@@ -17,6 +19,7 @@ use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::packed::packed_len;
 
 /// Alignment of intermediates in the planned buffer (a cache line; SIMD
 /// loads never straddle one at a tensor's start).
@@ -65,7 +68,7 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     let mut traces = old_traces.as_ref().map(|_| Vec::new());
     // Where each old instruction starts in the new list (and the end).
     let mut start = Vec::with_capacity(old.len() + 1);
-    let mut buffer = ScratchBuffer::default();
+    let mut buffers = Buffers::default();
     for (n, ins) in old.iter().enumerate() {
         start.push(instructions.len());
         let lowered = match ins {
@@ -73,7 +76,7 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
                 let at = Location::method(&m.name).instruction(n);
                 let blob = m.delegates[*delegate].processed;
                 match read_graph(file, blob, named, args.len(), &at)
-                    .and_then(|g| CallLowering::new(m, &g, args, at).run(&mut buffer))
+                    .and_then(|g| CallLowering::new(m, &g, args, at, &mut buffers).run())
                 {
                     Ok(list) => list,
                     Err(e) => {
@@ -99,19 +102,20 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     }
     m.instructions = instructions;
     m.stacktraces = traces;
-    buffer.install(m);
+    buffers.scratch.install(m);
+    buffers.kept.install(m);
     errors
 }
 
-/// The planned buffer that holds a method's intermediates.
+/// A planned buffer the pass adds to a method.
 #[derive(Default)]
-struct ScratchBuffer {
+struct AddedBuffer {
     /// Its memory id, once a call needs it.
     id: Option<usize>,
     size: u64,
 }
 
-impl ScratchBuffer {
+impl AddedBuffer {
     /// The memory id, appending the buffer to the method's plan on first
     /// use (after the reserved entry 0).
     fn id(&mut self, m: &mut Method) -> usize {
@@ -131,6 +135,15 @@ impl ScratchBuffer {
     }
 }
 
+/// The buffers the pass adds to a method: one for the intermediates of its
+/// calls (reused from call to call), one for packed weights (kept from run
+/// to run, so each has bytes of its own).
+#[derive(Default)]
+struct Buffers {
+    scratch: AddedBuffer,
+    kept: AddedBuffer,
+}
+
 /// The lowering of one call.
 struct CallLowering<'a> {
     m: &'a mut Method,
@@ -142,12 +155,13 @@ struct CallLowering<'a> {
     /// Intermediates created for this call, to be laid out.
     temps: Vec<usize>,
     out: Vec<Instruction>,
+    buffers: &'a mut Buffers,
 }
 
 type Step = Result<()>;
 
 impl<'a> CallLowering<'a> {
-    fn new(m: &'a mut Method, g: &'a Graph, args: &'a [usize], at: Location) -> Self {
+    fn new(m: &'a mut Method, g: &'a Graph, args: &'a [usize], at: Location, buffers: &'a mut Buffers) -> Self {
         CallLowering {
             slots: vec![None; g.values.len()],
             m,
@@ -156,10 +170,11 @@ impl<'a> CallLowering<'a> {
             at,
             temps: Vec::new(),
             out: Vec::new(),
+            buffers,
         }
     }
 
-    fn run(mut self, buffer: &mut ScratchBuffer) -> Result<Vec<Instruction>> {
+    fn run(mut self) -> Result<Vec<Instruction>> {
         for (i, v) in self.g.values.iter().enumerate() {
             if let ValueKind::Input { .. } | ValueKind::Output { .. } = v.kind {
                 self.bind_argument(i)?;
@@ -168,7 +183,7 @@ impl<'a> CallLowering<'a> {
         for (i, node) in self.g.nodes.iter().enumerate() {
             self.node(i, node)?;
         }
-        self.plan(buffer);
+        self.plan();
         Ok(self.out)
     }
 
@@ -308,6 +323,19 @@ impl<'a> CallLowering<'a> {
         };
         self.slots[x] = Some(s);
         s
+    }
+
+    /// Where a kernel keeps subgraph value `x` packed (`len` floats) from
+    /// run to run: a tensor of its own in the kept buffer when `x` is a
+    /// constant, else None (the kernel packs it on every call).
+    fn kept_packing(&mut self, x: usize, len: usize) -> usize {
+        if !matches!(self.g.values[x].kind, ValueKind::Constant(_)) {
+            return self.null();
+        }
+        let id = self.buffers.kept.id(self.m);
+        let offset = self.buffers.kept.size;
+        self.buffers.kept.size = offset + (len as u64 * 4).div_ceil(ALIGN) * ALIGN;
+        self.push_tensor(vec![len], Placement::Planned { buffer: id, offset })
     }
 
     fn push(&mut self, v: Value) -> usize {
@@ -487,6 +515,7 @@ impl<'a> CallLowering<'a> {
                     self.push(Value::Bool(*weight_transposed)),
                     self.double(node.min),
                     self.double(node.max),
+                    self.kept_packing(*filter, packed_len(k, n)),
                     self.slot(*out),
                 ];
                 self.kernel("ptec_xnn::fully_connected.out", args);
@@ -544,7 +573,16 @@ impl<'a> CallLowering<'a> {
                 if !depthwise {
                     args.push(self.int(*groups));
                 }
-                args.extend([self.double(node.min), self.double(node.max), self.slot(*out)]);
+                args.extend([self.double(node.min), self.double(node.max)]);
+                if !depthwise {
+                    let kept = if *groups == 1 {
+                        self.kept_packing(*filter, g.packed_filter_len())
+                    } else {
+                        self.null()
+                    };
+                    args.push(kept);
+                }
+                args.push(self.slot(*out));
                 let name = if *depthwise {
                     "ptec_xnn::depthwise_conv2d_nhwc.out"
                 } else {
@@ -828,10 +866,11 @@ impl<'a> CallLowering<'a> {
     /// a value lives from the first instruction that names it to the last,
     /// and values whose lives overlap get disjoint bytes (largest first,
     /// each at the lowest offset that fits).
-    fn plan(&mut self, buffer: &mut ScratchBuffer) {
+    fn plan(&mut self) {
         if self.temps.is_empty() {
             return;
         }
+        let buffer = &mut self.buffers.scratch;
         let id = buffer.id(self.m);
         // Temporaries are created in increasing value order: sorted.
         let mut life: Vec<Option<(usize, usize)>> = vec![None; self.temps.len()];
