@@ -302,23 +302,38 @@ pub fn conv2d_nhwc(
 fn im2col(g: &Conv2dNhwc, x: &[f32], p0: usize, t: usize, c0: usize, cg: usize, cols: &mut [f32]) {
     let win = &g.window;
     let c = g.in_c;
-    let depth = win.kernel_h * win.kernel_w * cg;
+    let kw = win.kernel_w;
+    let depth = win.kernel_h * kw * cg;
+    // With all channels and no dilation, a window row whose taps all lie
+    // in the image is one contiguous run of the input (the first layer of
+    // an image network gathers 3-channel pixels: copy rows, not pixels).
+    let whole_rows = cg == c && win.dilation_w == 1;
     for (r, row) in cols.chunks_exact_mut(depth).take(t).enumerate() {
         let p = p0 + r;
         let ow = p % win.out_w;
         let oh = (p / win.out_w) % win.out_h;
         let n = p / (win.out_w * win.out_h);
-        let mut taps = row.chunks_exact_mut(cg);
-        for ki in 0..win.kernel_h {
-            let ih = win.in_row(oh, ki);
-            for kj in 0..win.kernel_w {
-                let Some(dst) = taps.next() else { return };
-                match (ih, win.in_col(ow, kj)) {
-                    (Some(ih), Some(iw)) => {
-                        let src = ((n * win.in_h + ih) * win.in_w + iw) * c + c0;
-                        dst.copy_from_slice(&x[src..src + cg]);
+        let row_inside = win.in_col(ow, 0).is_some() && win.in_col(ow, kw - 1).is_some();
+        for (ki, dst_row) in row.chunks_exact_mut(kw * cg).enumerate() {
+            let Some(ih) = win.in_row(oh, ki) else {
+                dst_row.fill(0.0);
+                continue;
+            };
+            let line = (n * win.in_h + ih) * win.in_w;
+            if whole_rows && row_inside {
+                let src = (line + win.in_col(ow, 0).unwrap_or(0)) * c;
+                dst_row.copy_from_slice(&x[src..src + kw * c]);
+                continue;
+            }
+            for (kj, dst) in dst_row.chunks_exact_mut(cg).enumerate() {
+                match win.in_col(ow, kj) {
+                    Some(iw) => {
+                        let src = (line + iw) * c + c0;
+                        for (d, &v) in dst.iter_mut().zip(&x[src..src + cg]) {
+                            *d = v;
+                        }
                     }
-                    _ => dst.fill(0.0),
+                    None => dst.fill(0.0),
                 }
             }
         }
@@ -349,13 +364,44 @@ pub fn depthwise_conv2d_nhwc(
     if let Some(b) = bias {
         assert!(b.len() >= o, "bias of {} for {o} channels", b.len());
     }
+    let d = Depthwise {
+        win,
+        c,
+        o,
+        x,
+        w,
+        bias,
+        min,
+        max,
+    };
+    #[cfg(all(target_arch = "x86_64", ptec_avx512))]
+    if c == o && crate::packed::has_avx512f() {
+        // SAFETY: AVX-512F was detected on this CPU; the slices above have
+        // the lengths the geometry implies.
+        unsafe { depthwise_avx512(&d, out) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if c == o && crate::linear::has_avx2_fma() && win.kernel_h * win.kernel_w <= MAX_TAPS {
         // SAFETY: AVX2 and FMA were detected on this CPU.
-        unsafe { depthwise_avx2(win, c, x, w, bias, min, max, out) };
+        unsafe { depthwise_avx2(&d, out) };
         return;
     }
-    depthwise_portable(win, c, o, x, w, bias, min, max, out);
+    depthwise_portable(&d, out);
+}
+
+/// The inputs of a depthwise convolution, checked against its geometry by
+/// [`depthwise_conv2d_nhwc`]: `x` holds `N·H·W·C` floats, `w` `kH·kW·O`,
+/// `bias` (if any) `O`, for `C` input and `O` output channels.
+struct Depthwise<'a> {
+    win: &'a Window2d,
+    c: usize,
+    o: usize,
+    x: &'a [f32],
+    w: &'a [f32],
+    bias: Option<&'a [f32]>,
+    min: f32,
+    max: f32,
 }
 
 /// Calls `f(n, oh, ow, pixel)` for every output pixel of `out` (`c`
@@ -397,18 +443,9 @@ fn for_each_tap(win: &Window2d, oh: usize, ow: usize, mut f: impl FnMut(usize, u
 /// Depthwise, portable, any multiplier: each pixel's channels accumulate
 /// in the output row (which stays in L1), tap by tap; output channel `oc`
 /// reads input channel `oc / multiplier`.
-#[allow(clippy::too_many_arguments)]
-fn depthwise_portable(
-    win: &Window2d,
-    c: usize,
-    o: usize,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    min: f32,
-    max: f32,
-    out: &mut [f32],
-) {
+fn depthwise_portable(d: &Depthwise<'_>, out: &mut [f32]) {
+    let (win, c, o, x, w, bias) = (d.win, d.c, d.o, d.x, d.w, d.bias);
+    let (min, max) = (d.min, d.max);
     let image = win.in_h * win.in_w;
     let mult = o / c;
     for_each_output(win, out, o, |n, oh, ow, dst| {
@@ -437,18 +474,10 @@ fn depthwise_portable(
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn depthwise_avx2(
-    win: &Window2d,
-    c: usize,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    min: f32,
-    max: f32,
-    out: &mut [f32],
-) {
+unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
     use core::arch::x86_64::*;
+    let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
+    let (min, max) = (d.min, d.max);
     let image = win.in_h * win.in_w;
     // Taps of the current pixel: (input offset, weight offset).
     let mut taps = [(0usize, 0usize); MAX_TAPS];
@@ -521,6 +550,178 @@ unsafe fn depthwise_avx2(
             o[ch] = acc.max(min).min(max);
         }
     });
+}
+
+/// Depthwise with multiplier 1, AVX-512, output row by output row. Runs of
+/// pixels whose windows lie inside the image horizontally go 8 (or 4) at
+/// a time per 16-channel block, so that many independent FMA chains share
+/// each weight load; other pixels go one at a time, four channel blocks
+/// at once. Channel tails use masked loads and stores.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `d` must have the lengths its geometry
+/// implies (see [`Depthwise`]) with `O = C`, and `out` hold `N·OH·OW·C`
+/// floats.
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::incompatible_msrv)] // built by rustc >= 1.89 only (build.rs)
+unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
+    use core::arch::x86_64::*;
+    let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
+    let (min, max) = (d.min, d.max);
+    let (kw, sw, dw) = (win.kernel_w, win.stride_w, win.dilation_w);
+    // Output columns whose whole window row is inside the image.
+    let interior = |ow: usize| ow * sw >= win.pad_left && ow * sw - win.pad_left + (kw - 1) * dw < win.in_w;
+    let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out.as_mut_ptr());
+    let lo = _mm512_set1_ps(min);
+    let hi = _mm512_set1_ps(max);
+    let mask_at = |c0: usize| -> __mmask16 {
+        let left = c - c0;
+        if left >= 16 {
+            0xffff
+        } else {
+            (1u16 << left) - 1
+        }
+    };
+    // SAFETY (every load and store below): rows and columns come from the
+    // checked window (`in_row`/`in_col`, or interior columns), so each
+    // pixel offset is below N·H·W (N·OH·OW for outputs); channel offsets
+    // `c0 + lane` are below C by the masks; taps are below kH·kW.
+    let bias_at = |c0: usize, m: __mmask16| match bias {
+        Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)) },
+        None => _mm512_setzero_ps(),
+    };
+    for n in 0..win.batch {
+        for oh in 0..win.out_h {
+            // Kernel rows inside the image: a contiguous range (empty
+            // when none is).
+            let rows = (0..win.kernel_h)
+                .filter(|&ki| win.in_row(oh, ki).is_some())
+                .fold((usize::MAX, 0), |(first, _), ki| (first.min(ki), ki + 1));
+            let out_row = ((n * win.out_h + oh) * win.out_w) * c;
+            let mut ow = 0;
+            while ow < win.out_w {
+                let run = (ow..win.out_w.min(ow + 8)).take_while(|&q| interior(q)).count();
+                if run >= 4 {
+                    let row = DwRow {
+                        win,
+                        c,
+                        x: xp,
+                        w: wp,
+                        out: op.wrapping_add(out_row),
+                        n,
+                        oh,
+                        rows,
+                        bias,
+                        lo,
+                        hi,
+                    };
+                    // SAFETY: the pixels ow .. ow + run are interior.
+                    ow += unsafe {
+                        if run == 8 {
+                            dw_interior_avx512::<8>(&row, ow)
+                        } else {
+                            dw_interior_avx512::<4>(&row, ow)
+                        }
+                    };
+                    continue;
+                }
+                // One pixel: up to four channel blocks as independent chains.
+                for c0 in (0..c).step_by(64) {
+                    let blocks = (c - c0).div_ceil(16).min(4);
+                    let masks: [__mmask16; 4] =
+                        core::array::from_fn(|v| if v < blocks { mask_at(c0 + v * 16) } else { 0 });
+                    let mut acc: [__m512; 4] = core::array::from_fn(|v| {
+                        if v < blocks {
+                            bias_at(c0 + v * 16, masks[v])
+                        } else {
+                            _mm512_setzero_ps()
+                        }
+                    });
+                    for_each_tap(win, oh, ow, |pix, tap| {
+                        let xo = (n * win.in_h * win.in_w + pix) * c + c0;
+                        let wo = tap * c + c0;
+                        for (v, a) in acc.iter_mut().enumerate().take(blocks) {
+                            unsafe {
+                                let xv = _mm512_maskz_loadu_ps(masks[v], xp.add(xo + v * 16));
+                                let wv = _mm512_maskz_loadu_ps(masks[v], wp.add(wo + v * 16));
+                                *a = _mm512_fmadd_ps(xv, wv, *a);
+                            }
+                        }
+                    });
+                    for (v, a) in acc.iter().enumerate().take(blocks) {
+                        let r = _mm512_min_ps(_mm512_max_ps(*a, lo), hi);
+                        unsafe { _mm512_mask_storeu_ps(op.add(out_row + ow * c + c0 + v * 16), masks[v], r) };
+                    }
+                }
+                ow += 1;
+            }
+        }
+    }
+}
+
+/// One output row of an AVX-512 depthwise convolution.
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+struct DwRow<'a> {
+    win: &'a Window2d,
+    c: usize,
+    x: *const f32,
+    w: *const f32,
+    /// The row's first output pixel.
+    out: *mut f32,
+    n: usize,
+    oh: usize,
+    /// Kernel rows inside the image.
+    rows: (usize, usize),
+    bias: Option<&'a [f32]>,
+    lo: core::arch::x86_64::__m512,
+    hi: core::arch::x86_64::__m512,
+}
+
+/// `PX` interior output pixels from column `ow`, all channels, 16 at a
+/// time: `PX` independent FMA chains share each weight load. Returns `PX`.
+///
+/// # Safety
+/// As [`depthwise_avx512`]; the `PX` pixels' windows lie inside the image
+/// horizontally.
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::incompatible_msrv)] // built by rustc >= 1.89 only (build.rs)
+unsafe fn dw_interior_avx512<const PX: usize>(r: &DwRow<'_>, ow: usize) -> usize {
+    use core::arch::x86_64::*;
+    let win = r.win;
+    let (c, kw) = (r.c, win.kernel_w);
+    for c0 in (0..c).step_by(16) {
+        let left = c - c0;
+        let m: __mmask16 = if left >= 16 { 0xffff } else { (1u16 << left) - 1 };
+        // SAFETY: as in `depthwise_avx512`: offsets come from the checked
+        // window and the masks keep lanes below C.
+        unsafe {
+            let b = match r.bias {
+                Some(b) => _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)),
+                None => _mm512_setzero_ps(),
+            };
+            let mut acc = [b; PX];
+            for ki in r.rows.0..r.rows.1 {
+                let ih = r.oh * win.stride_h + ki * win.dilation_h - win.pad_top;
+                let xrow = r.x.add(((r.n * win.in_h + ih) * win.in_w) * c + c0);
+                for kj in 0..kw {
+                    let wv = _mm512_maskz_loadu_ps(m, r.w.add((ki * kw + kj) * c + c0));
+                    let iw0 = ow * win.stride_w + kj * win.dilation_w - win.pad_left;
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        let xv = _mm512_maskz_loadu_ps(m, xrow.add((iw0 + p * win.stride_w) * c));
+                        *a = _mm512_fmadd_ps(xv, wv, *a);
+                    }
+                }
+            }
+            for (p, a) in acc.iter().enumerate() {
+                let v = _mm512_min_ps(_mm512_max_ps(*a, r.lo), r.hi);
+                _mm512_mask_storeu_ps(r.out.add((ow + p) * c + c0), m, v);
+            }
+        }
+    }
+    PX
 }
 
 /// Clamps every element to `[min, max]`.
@@ -700,6 +901,10 @@ mod tests {
             ([1, 6, 6, 3], [1, 3, 3, 6], [1, 1], [0, 0, 0, 0], [1, 1]),
             ([1, 12, 12, 8], [1, 9, 9, 8], [1, 1], [4, 4, 4, 4], [1, 1]),
             ([1, 10, 10, 16], [1, 3, 3, 16], [1, 1], [2, 2, 2, 2], [2, 2]),
+            // Long rows: runs of 8 interior pixels, strided too.
+            ([1, 5, 21, 40], [1, 3, 3, 40], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([2, 7, 37, 19], [1, 3, 3, 19], [2, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 6, 30, 70], [1, 5, 5, 70], [1, 1], [0, 2, 0, 2], [1, 1]),
         ];
         for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();
@@ -712,8 +917,25 @@ mod tests {
                 depthwise_conv2d_nhwc(&g, &x, &w, bias, min, max, &mut out);
                 close(&out, &want);
                 let mut out = vec![f32::NAN; want.len()];
-                depthwise_portable(&g.window, g.in_c, g.out_c, &x, &w, bias, min, max, &mut out);
+                let d = Depthwise {
+                    win: &g.window,
+                    c: g.in_c,
+                    o: g.out_c,
+                    x: &x,
+                    w: &w,
+                    bias,
+                    min,
+                    max,
+                };
+                depthwise_portable(&d, &mut out);
                 close(&out, &want);
+                #[cfg(target_arch = "x86_64")]
+                if g.in_c == g.out_c && crate::linear::has_avx2_fma() && filter[1] * filter[2] <= MAX_TAPS {
+                    let mut out = vec![f32::NAN; want.len()];
+                    // SAFETY: AVX2 and FMA are present; the lengths fit the geometry.
+                    unsafe { depthwise_avx2(&d, &mut out) };
+                    close(&out, &want);
+                }
             }
         }
     }

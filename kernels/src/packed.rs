@@ -366,6 +366,12 @@ impl Avx512 {
     }
 }
 
+/// Whether the AVX-512 kernels may run on this CPU.
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+pub(crate) fn has_avx512f() -> bool {
+    Avx512::detect().is_some()
+}
+
 #[cfg(all(target_arch = "x86_64", ptec_avx512))]
 impl Tile for Avx512 {
     const MR: usize = 8;

@@ -156,6 +156,10 @@ pub fn strided_copy_map<A: Copy, O>(
 /// `aten::permute_copy(dims)`: `dst` has sizes `sizes[dims[k]]`; `dims` is
 /// a permutation of `0..sizes.len()` (non-negative).
 pub fn permute_copy<T: Copy>(src: &[T], sizes: &[usize], dims: &[usize], dst: &mut [T]) {
+    if let Some((batch, rows, cols)) = batched_transpose(sizes, dims) {
+        transpose_blocks(src, batch, rows, cols, dst);
+        return;
+    }
     let r = sizes.len();
     let ins = contiguous_istrides(sizes);
     let mut os = [0usize; MAX_RANK];
@@ -166,6 +170,51 @@ pub fn permute_copy<T: Copy>(src: &[T], sizes: &[usize], dims: &[usize], dst: &m
     }
     let ds = contiguous_istrides(&os[..r]);
     copy_box_map(src, 0, &st[..r], dst, 0, &ds[..r], &os[..r], |v| v);
+}
+
+/// When `dims` keeps some leading dims and swaps the two groups of the
+/// rest (NCHW → NHWC is `[0, 2, 3, 1]`), the permutation is a batch of
+/// `rows × cols` matrix transposes: `(batch, rows, cols)`.
+fn batched_transpose(sizes: &[usize], dims: &[usize]) -> Option<(usize, usize, usize)> {
+    let r = sizes.len();
+    let lead = dims.iter().enumerate().take_while(|&(k, &d)| k == d).count();
+    if lead + 2 > r {
+        return None;
+    }
+    // dims[lead..] must be [split, .., r - 1, lead, .., split - 1].
+    let split = dims[lead];
+    let rotated = (lead..r).all(|k| {
+        let want = if k < lead + (r - split) {
+            split + (k - lead)
+        } else {
+            lead + (k - lead - (r - split))
+        };
+        dims[k] == want
+    });
+    if !rotated || split <= lead {
+        return None;
+    }
+    let prod = |d: &[usize]| d.iter().product::<usize>();
+    Some((prod(&sizes[..lead]), prod(&sizes[lead..split]), prod(&sizes[split..])))
+}
+
+/// `batch` transposes of `rows × cols` matrices, `cols` 16 at a time so
+/// that each group's writes stay within a few cache lines.
+fn transpose_blocks<T: Copy>(src: &[T], batch: usize, rows: usize, cols: usize, dst: &mut [T]) {
+    const BLOCK: usize = 16;
+    let size = rows * cols;
+    for b in 0..batch {
+        let (s, d) = (&src[b * size..][..size], &mut dst[b * size..][..size]);
+        for c0 in (0..cols).step_by(BLOCK) {
+            let w = BLOCK.min(cols - c0);
+            for r in 0..rows {
+                let from = &s[r * cols + c0..][..w];
+                for (i, &v) in from.iter().enumerate() {
+                    d[(c0 + i) * rows + r] = v;
+                }
+            }
+        }
+    }
 }
 
 /// `aten::transpose_copy.int(dim0, dim1)` (and `t_copy`): swaps two dims.
@@ -778,6 +827,33 @@ mod tests {
     fn rng(seed: &mut u64) -> u64 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *seed >> 33
+    }
+
+    #[test]
+    fn batched_transposes_match_the_general_permute() {
+        for (sizes, perm) in [
+            (vec![2, 3, 5, 7], vec![0, 2, 3, 1]),
+            (vec![2, 3, 5, 7], vec![0, 3, 1, 2]),
+            (vec![20, 37], vec![1, 0]),
+            (vec![3, 40, 2], vec![1, 2, 0]),
+        ] {
+            assert!(batched_transpose(&sizes, &perm).is_some());
+            let x = iota(numel(&sizes));
+            let os: Vec<usize> = perm.iter().map(|&p| sizes[p]).collect();
+            let mut out = vec![-1; x.len()];
+            permute_copy(&x, &sizes, &perm, &mut out);
+            for (lin, &v) in out.iter().enumerate() {
+                let oi = unravel(lin, &os);
+                let mut ii = vec![0; sizes.len()];
+                for k in 0..sizes.len() {
+                    ii[perm[k]] = oi[k];
+                }
+                assert_eq!(v, x[ravel(&ii, &sizes)], "{sizes:?} {perm:?} at {lin}");
+            }
+        }
+        // Not a group swap.
+        assert!(batched_transpose(&[2, 3, 4], &[2, 1, 0]).is_none());
+        assert!(batched_transpose(&[2, 3, 4], &[0, 1, 2]).is_none());
     }
 
     #[test]
