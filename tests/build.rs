@@ -24,10 +24,20 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-5,
     ),
     ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_conv", "fixtures/xnnpack_conv.bpte", None, 1e-4, 1e-5),
 ];
 
-/// Corpus cases of the code-generation issue.
-pub const CORPUS: &[&str] = &["mlp", "conv_net", "cond", "multi_method", "kv_cache", "dynamic"];
+/// Corpus cases of the code-generation issue, and the XNNPACK-delegated ones.
+pub const CORPUS: &[&str] = &[
+    "mlp",
+    "conv_net",
+    "cond",
+    "multi_method",
+    "kv_cache",
+    "dynamic",
+    "xnnpack_mlp",
+    "xnnpack_partial",
+];
 
 fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, out: &Path) {
     let mut b = ptec::Builder::new(file).name("Program").tests(rtol, atol).out_dir(out);

@@ -102,3 +102,53 @@ fn non_executorch_files_are_named() {
     let e = ptec::load(&random, &[]).unwrap_err().to_string();
     assert!(e.contains("not an ExecuTorch"), "{e}");
 }
+
+/// The XNNPACK subgraph of `xnnpack_conv.pte`: every byte of its blob
+/// corrupted, and the blob cut at every length, either lowers and compiles
+/// or gives an error located at the delegate call — never a panic.
+#[test]
+fn xnnpack_blob_corruptions_are_handled() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/xnnpack_conv.pte");
+    let bytes = std::fs::read(&path).unwrap();
+    let loaded = ptec::load(&bytes, &[]).unwrap();
+    let method = &loaded.program.as_ref().unwrap().methods[0];
+    assert_eq!(method.delegates[0].id, "XnnpackBackend");
+    let blob = method.delegates[0].processed;
+    let mut n = 0;
+    for pos in blob.offset..blob.offset + blob.len {
+        for flip in [0xffu8, 0x01, 0x80] {
+            let mut b = bytes.clone();
+            b[pos] ^= flip;
+            exercise(&b, &format!("xnnpack_conv.pte with blob byte {pos} ^ {flip:#x}"));
+            n += 1;
+        }
+    }
+    let (mut lowered, mut refused) = (0, 0);
+    for cut in 0..blob.len {
+        let mut l = loaded.clone();
+        l.program.as_mut().unwrap().methods[0].delegates[0].processed.len = cut;
+        let r = catch_unwind(AssertUnwindSafe(|| match ptec::lower_delegates(&mut l, &bytes, true) {
+            Ok(()) => {
+                let options = ptec::Options::new("/nonexistent/program.pte");
+                if let Err(e) = ptec::codegen::generate(&l, &bytes, &[], &options) {
+                    assert!(!matches!(e.first().kind, ptec::ErrorKind::Internal { .. }), "{e}");
+                }
+                lowered += 1;
+            }
+            Err(e) => {
+                let d = e.first();
+                assert_eq!(
+                    (d.at.method.as_deref(), d.at.instruction),
+                    (Some("forward"), Some(0)),
+                    "{d}"
+                );
+                refused += 1;
+            }
+        }));
+        assert!(r.is_ok(), "panicked on the blob cut to {cut} bytes");
+        n += 1;
+    }
+    // A cut blob loses its constants' offsets or its flatbuffer's end.
+    assert!(refused > blob.len / 2, "{refused} of {} cuts refused", blob.len);
+    eprintln!("{n} blob corruptions handled ({lowered} cuts still lowered)");
+}

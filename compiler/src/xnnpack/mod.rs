@@ -20,3 +20,6 @@ pub use lower::lower_xnnpack_delegates;
 
 /// The backend id ExecuTorch gives its XNNPACK delegate.
 pub const BACKEND_ID: &str = "XnnpackBackend";
+
+#[cfg(test)]
+mod tests;
