@@ -481,7 +481,7 @@ impl GraphReader<'_> {
         }
         let mut nodes = Vec::new();
         for (i, n) in g.xnodes().iter().flatten().enumerate() {
-            nodes.push(self.node(n, i, &index, &values)?);
+            nodes.push(self.node(n, i, &index)?);
         }
         let graph = Graph { values, nodes };
         check_dataflow(&graph, self.at)?;
@@ -675,7 +675,7 @@ impl GraphReader<'_> {
         )))
     }
 
-    fn node(&self, n: fb::Node<'_>, i: usize, index: &HashMap<u32, usize>, values: &[XValue]) -> Result<XNode> {
+    fn node(&self, n: fb::Node<'_>, i: usize, index: &HashMap<u32, usize>) -> Result<XNode> {
         let t = n.node_type();
         let kind = t.variant_name().unwrap_or("unknown");
         let offset = self.fb_base + n._tab.loc();
@@ -934,7 +934,6 @@ impl GraphReader<'_> {
         if min.partial_cmp(&max).is_none_or(|o| o.is_gt()) {
             return Err(err(invalid(format!("output range [{min}, {max}] is empty"))));
         }
-        let _ = values;
         Ok(XNode {
             kind,
             op,
