@@ -25,6 +25,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ),
     ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
     ("xnnpack_conv", "fixtures/xnnpack_conv.bpte", None, 1e-4, 1e-5),
+    ("xnnpack_ops", "fixtures/xnnpack_ops.bpte", None, 1e-4, 1e-5),
 ];
 
 /// Corpus cases of the code-generation issue, and the XNNPACK-delegated ones.

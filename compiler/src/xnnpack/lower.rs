@@ -207,9 +207,10 @@ impl<'a> CallLowering<'a> {
         self.error(format!("XNNPACK value id {}", v.id), v.offset, detail)
     }
 
-    /// Binds an external value to its argument of the call, through a
-    /// contiguous alias when the argument's dim order is not the default
-    /// (XNNPACK sees the tensor's bytes in memory order).
+    /// Binds an external value to its argument of the call, through an
+    /// alias with the value's dims when the argument's differ: a dim order
+    /// that is not the default (XNNPACK sees the tensor's bytes in memory
+    /// order) or a 0-d tensor.
     fn bind_argument(&mut self, x: usize) -> Step {
         let v = &self.g.values[x];
         let (ValueKind::Input { arg } | ValueKind::Output { arg }) = v.kind else {
@@ -252,7 +253,9 @@ impl<'a> CallLowering<'a> {
             .iter()
             .map(|&d| t.sizes.get(d as usize).copied().unwrap_or(0))
             .collect();
-        if memory_order != v.dims {
+        // A 0-d tensor is a 1-element value of any rank to XNNPACK.
+        let scalar = t.sizes.is_empty() && v.dims.iter().all(|&d| d == 1);
+        if memory_order != v.dims && !scalar {
             return Err(self.value_error(
                 x,
                 format!(
@@ -264,7 +267,7 @@ impl<'a> CallLowering<'a> {
         if writes && matches!(t.placement, Placement::Constant { .. } | Placement::External { .. }) {
             return Err(self.value_error(x, format!("the call writes argument {arg} (value {vi}), a constant")));
         }
-        let slot = if t.is_contiguous() {
+        let slot = if t.is_contiguous() && t.sizes == v.dims {
             vi
         } else {
             let placement = match &t.placement {
