@@ -308,35 +308,67 @@ fn im2col(g: &Conv2dNhwc, x: &[f32], p0: usize, t: usize, c0: usize, cg: usize, 
     // in the image is one contiguous run of the input (the first layer of
     // an image network gathers 3-channel pixels: copy rows, not pixels).
     let whole_rows = cg == c && win.dilation_w == 1;
-    for (r, row) in cols.chunks_exact_mut(depth).take(t).enumerate() {
-        let p = p0 + r;
-        let ow = p % win.out_w;
-        let oh = (p / win.out_w) % win.out_h;
-        let n = p / (win.out_w * win.out_h);
-        let row_inside = win.in_col(ow, 0).is_some() && win.in_col(ow, kw - 1).is_some();
+    // The pixel's position, stepped rather than divided out per pixel.
+    let mut ow = p0 % win.out_w;
+    let mut oh = (p0 / win.out_w) % win.out_h;
+    let mut n = p0 / (win.out_w * win.out_h);
+    for row in cols.chunks_exact_mut(depth).take(t) {
+        let first_col = win.in_col(ow, 0);
+        let inside = first_col.is_some() && win.in_col(ow, kw - 1).is_some();
         for (ki, dst_row) in row.chunks_exact_mut(kw * cg).enumerate() {
             let Some(ih) = win.in_row(oh, ki) else {
                 dst_row.fill(0.0);
                 continue;
             };
             let line = (n * win.in_h + ih) * win.in_w;
-            if whole_rows && row_inside {
-                let src = (line + win.in_col(ow, 0).unwrap_or(0)) * c;
-                dst_row.copy_from_slice(&x[src..src + kw * c]);
-                continue;
-            }
-            for (kj, dst) in dst_row.chunks_exact_mut(cg).enumerate() {
-                match win.in_col(ow, kj) {
-                    Some(iw) => {
-                        let src = (line + iw) * c + c0;
-                        for (d, &v) in dst.iter_mut().zip(&x[src..src + cg]) {
-                            *d = v;
+            match first_col {
+                Some(iw) if whole_rows && inside => {
+                    let src = (line + iw) * c;
+                    copy_run(dst_row, &x[src..src + kw * c]);
+                }
+                _ => {
+                    for (kj, dst) in dst_row.chunks_exact_mut(cg).enumerate() {
+                        match win.in_col(ow, kj) {
+                            Some(iw) => {
+                                let src = (line + iw) * c + c0;
+                                copy_run(dst, &x[src..src + cg]);
+                            }
+                            None => dst.fill(0.0),
                         }
                     }
-                    None => dst.fill(0.0),
                 }
             }
         }
+        ow += 1;
+        if ow == win.out_w {
+            ow = 0;
+            oh += 1;
+            if oh == win.out_h {
+                oh = 0;
+                n += 1;
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short runs im2col copies: lengths of
+/// the first layers (3 channels, 3 or 9 floats) get copies of a known
+/// size, not a call to `memcpy` each.
+#[inline(always)]
+fn copy_run(dst: &mut [f32], src: &[f32]) {
+    fn fixed<const N: usize>(dst: &mut [f32], src: &[f32]) {
+        let s: &[f32; N] = src.try_into().expect("same length");
+        let d: &mut [f32; N] = dst.try_into().expect("same length");
+        *d = *s;
+    }
+    match dst.len() {
+        3 => fixed::<3>(dst, src),
+        4 => fixed::<4>(dst, src),
+        8 => fixed::<8>(dst, src),
+        9 => fixed::<9>(dst, src),
+        12 => fixed::<12>(dst, src),
+        16 => fixed::<16>(dst, src),
+        _ => dst.copy_from_slice(src),
     }
 }
 

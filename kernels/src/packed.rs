@@ -130,7 +130,7 @@ pub fn gemm_packed(
     {
         #[cfg(ptec_avx512)]
         if let Some(t) = Avx512::detect() {
-            return p.run(t, c, ldc);
+            return p.run(t.for_rows(m), c, ldc);
         }
         if crate::linear::has_avx2_fma() {
             return p.run(Avx2(()), c, ldc);
@@ -191,9 +191,10 @@ impl Job<'_> {
     }
 }
 
-/// A register-blocked tile of `MR` rows by up to [`NR`] columns.
+/// A register-blocked tile of [`Tile::mr`] rows by up to [`NR`] columns.
 trait Tile: Copy {
-    const MR: usize;
+    /// Rows per tile.
+    fn mr(self) -> usize;
     fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize);
 }
 
@@ -206,8 +207,8 @@ impl Product<'_> {
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
                 let last = pc + kc == k;
-                for ir in (0..m).step_by(T::MR) {
-                    let mr = T::MR.min(m - ir);
+                for ir in (0..m).step_by(tile.mr()) {
+                    let mr = tile.mr().min(m - ir);
                     let a = &self.a[ir * self.lda + pc..];
                     for jr in (jc..jc + nc).step_by(NR) {
                         let nr = NR.min(n - jr);
@@ -235,7 +236,9 @@ impl Product<'_> {
 struct Portable;
 
 impl Tile for Portable {
-    const MR: usize = 4;
+    fn mr(self) -> usize {
+        4
+    }
 
     fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
         let mut acc = [[0.0f32; NR]; 4];
@@ -264,7 +267,9 @@ struct Avx2(());
 
 #[cfg(target_arch = "x86_64")]
 impl Tile for Avx2 {
-    const MR: usize = 6;
+    fn mr(self) -> usize {
+        6
+    }
 
     fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
         job.check(c, ldc, 6);
@@ -344,12 +349,16 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, c: &mut [f32], ldc: usize) {
     }
 }
 
-/// The AVX-512 8×32 tile (8×16 for a strip's last 16 or fewer columns).
-/// A value exists only when the CPU has AVX-512F. Built only by compilers
-/// with stable AVX-512 intrinsics (`ptec_avx512`, set by `build.rs`).
+/// The AVX-512 8×32 tile (8×16 for a strip's last 16 or fewer columns),
+/// or 7×32 when 7-row tiles fit the product's rows better (the 49 pixels
+/// of a 7×7 image). A value exists only when the CPU has AVX-512F. Built
+/// only by compilers with stable AVX-512 intrinsics (`ptec_avx512`, set by
+/// `build.rs`).
 #[cfg(all(target_arch = "x86_64", ptec_avx512))]
 #[derive(Clone, Copy)]
-struct Avx512(());
+struct Avx512 {
+    seven: bool,
+}
 
 #[cfg(all(target_arch = "x86_64", ptec_avx512))]
 impl Avx512 {
@@ -357,11 +366,11 @@ impl Avx512 {
     fn detect() -> Option<Self> {
         #[cfg(feature = "std")]
         {
-            std::is_x86_feature_detected!("avx512f").then_some(Avx512(()))
+            std::is_x86_feature_detected!("avx512f").then_some(Avx512 { seven: false })
         }
         #[cfg(not(feature = "std"))]
         {
-            cfg!(target_feature = "avx512f").then_some(Avx512(()))
+            cfg!(target_feature = "avx512f").then_some(Avx512 { seven: false })
         }
     }
 }
@@ -373,34 +382,51 @@ pub(crate) fn has_avx512f() -> bool {
 }
 
 #[cfg(all(target_arch = "x86_64", ptec_avx512))]
+impl Avx512 {
+    /// The tile height for `m` rows: 7 when it wastes fewer rows than 8.
+    fn for_rows(self, m: usize) -> Self {
+        let waste = |mr: usize| m.div_ceil(mr) * mr - m;
+        Avx512 {
+            seven: waste(7) < waste(8),
+        }
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
 impl Tile for Avx512 {
-    const MR: usize = 8;
+    fn mr(self) -> usize {
+        if self.seven {
+            7
+        } else {
+            8
+        }
+    }
 
     fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
-        job.check(c, ldc, 8);
+        job.check(c, ldc, self.mr());
         // SAFETY: `Avx512` exists only when AVX-512F was detected; `check`
-        // bounds every access of the tile.
+        // bounds every access of the tile (`mr` rows at most).
         unsafe {
-            if job.nr > 16 {
-                tile_avx512::<2>(job, c, ldc)
-            } else {
-                tile_avx512::<1>(job, c, ldc)
+            match (self.seven, job.nr > 16) {
+                (false, true) => tile_avx512::<8, 2>(job, c, ldc),
+                (false, false) => tile_avx512::<8, 1>(job, c, ldc),
+                (true, true) => tile_avx512::<7, 2>(job, c, ldc),
+                (true, false) => tile_avx512::<7, 1>(job, c, ldc),
             }
         }
     }
 }
 
-/// `NV` vectors of 16 columns by 8 rows.
+/// `NV` vectors of 16 columns by `MR` rows.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, and `job` must pass [`Job::check`] for
-/// `c` and `ldc` with 8 rows (and `nr <= 16·NV`).
+/// `c` and `ldc` with `MR` rows (and `nr <= 16·NV`).
 #[cfg(all(target_arch = "x86_64", ptec_avx512))]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89 (build.rs)
-unsafe fn tile_avx512<const NV: usize>(job: &Job<'_>, c: &mut [f32], ldc: usize) {
+unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [f32], ldc: usize) {
     use core::arch::x86_64::*;
-    const MR: usize = 8;
     let a = job.a.as_ptr();
     // Rows past `mr` re-read row 0; their results are not stored.
     let rows: [*const f32; MR] = core::array::from_fn(|i| if i < job.mr { a.wrapping_add(i * job.lda) } else { a });
@@ -521,6 +547,15 @@ mod tests {
                     let mut c = vec![f32::NAN; m * ldc];
                     p.run(Avx2(()), &mut c, ldc);
                     check(&c);
+                }
+                #[cfg(all(target_arch = "x86_64", ptec_avx512))]
+                if let Some(t) = Avx512::detect() {
+                    for seven in [false, true] {
+                        let mut c = vec![f32::NAN; m * ldc];
+                        p.run(Avx512 { seven }, &mut c, ldc);
+                        check(&c);
+                    }
+                    assert!(t.for_rows(49).seven && !t.for_rows(64).seven && !t.for_rows(12544).seven);
                 }
             }
         }
