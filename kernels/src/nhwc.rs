@@ -602,8 +602,11 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
     let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
     let (min, max) = (d.min, d.max);
     let (kw, sw, dw) = (win.kernel_w, win.stride_w, win.dilation_w);
-    // Output columns whose whole window row is inside the image.
+    // Output columns whose whole window row is inside the image: the
+    // range first_inner .. end_inner (empty when there are none).
     let interior = |ow: usize| ow * sw >= win.pad_left && ow * sw - win.pad_left + (kw - 1) * dw < win.in_w;
+    let first_inner = (0..win.out_w).find(|&q| interior(q)).unwrap_or(win.out_w);
+    let end_inner = (first_inner..win.out_w).find(|&q| !interior(q)).unwrap_or(win.out_w);
     let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out.as_mut_ptr());
     let lo = _mm512_set1_ps(min);
     let hi = _mm512_set1_ps(max);
@@ -631,32 +634,29 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
                 .filter(|&ki| win.in_row(oh, ki).is_some())
                 .fold((usize::MAX, 0), |(first, _), ki| (first.min(ki), ki + 1));
             let out_row = ((n * win.out_h + oh) * win.out_w) * c;
+            let row = DwRow {
+                win,
+                c,
+                x: xp,
+                w: wp,
+                out: op.wrapping_add(out_row),
+                n,
+                oh,
+                rows,
+                bias,
+                lo,
+                hi,
+            };
             let mut ow = 0;
             while ow < win.out_w {
-                let run = (ow..win.out_w.min(ow + 8)).take_while(|&q| interior(q)).count();
-                if run >= 4 {
-                    let row = DwRow {
-                        win,
-                        c,
-                        x: xp,
-                        w: wp,
-                        out: op.wrapping_add(out_row),
-                        n,
-                        oh,
-                        rows,
-                        bias,
-                        lo,
-                        hi,
-                    };
-                    // SAFETY: the pixels ow .. ow + run are interior.
-                    ow += unsafe {
-                        if run == 8 {
-                            dw_interior_avx512::<8>(&row, ow)
-                        } else {
-                            dw_interior_avx512::<4>(&row, ow)
-                        }
-                    };
-                    continue;
+                if ow == first_inner {
+                    // SAFETY: the pixels first_inner .. end_inner are
+                    // interior.
+                    ow = unsafe { dw_interior_avx512::<8>(&row, ow, end_inner) };
+                    ow = unsafe { dw_interior_avx512::<4>(&row, ow, end_inner) };
+                    if ow > first_inner {
+                        continue;
+                    }
                 }
                 // One pixel: up to four channel blocks as independent chains.
                 for c0 in (0..c).step_by(64) {
@@ -710,50 +710,110 @@ struct DwRow<'a> {
     hi: core::arch::x86_64::__m512,
 }
 
-/// `PX` interior output pixels from column `ow`, all channels, 16 at a
-/// time: `PX` independent FMA chains share each weight load. Returns `PX`.
+/// The interior output pixels from column `ow` to `end`, `PX` at a time
+/// (while `PX` remain), all channels 16 at a time: `PX` independent FMA
+/// chains share each weight load. Returns the first column left.
 ///
 /// # Safety
-/// As [`depthwise_avx512`]; the `PX` pixels' windows lie inside the image
-/// horizontally.
+/// As [`depthwise_avx512`]; the windows of the pixels `ow .. end` lie
+/// inside the image horizontally.
 #[cfg(all(target_arch = "x86_64", ptec_avx512))]
 #[target_feature(enable = "avx512f")]
 #[inline]
 #[allow(clippy::incompatible_msrv)] // built by rustc >= 1.89 only (build.rs)
-unsafe fn dw_interior_avx512<const PX: usize>(r: &DwRow<'_>, ow: usize) -> usize {
-    use core::arch::x86_64::*;
-    let win = r.win;
-    let (c, kw) = (r.c, win.kernel_w);
-    for c0 in (0..c).step_by(16) {
-        let left = c - c0;
-        let m: __mmask16 = if left >= 16 { 0xffff } else { (1u16 << left) - 1 };
-        // SAFETY: as in `depthwise_avx512`: offsets come from the checked
-        // window and the masks keep lanes below C.
+unsafe fn dw_interior_avx512<const PX: usize>(r: &DwRow<'_>, mut ow: usize, end: usize) -> usize {
+    while ow + PX <= end {
+        // SAFETY: by the caller.
+        unsafe { dw_pixels_avx512::<PX>(r, ow) };
+        ow += PX;
+    }
+    ow
+}
+
+/// `PX` interior pixels from column `ow`.
+///
+/// # Safety
+/// As [`dw_interior_avx512`].
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::incompatible_msrv)] // built by rustc >= 1.89 only (build.rs)
+unsafe fn dw_pixels_avx512<const PX: usize>(r: &DwRow<'_>, ow: usize) {
+    for c0 in (0..r.c).step_by(16) {
+        let left = r.c - c0;
+        // SAFETY: by the caller; the mask keeps the lanes below C.
         unsafe {
-            let b = match r.bias {
-                Some(b) => _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)),
-                None => _mm512_setzero_ps(),
-            };
-            let mut acc = [b; PX];
-            for ki in r.rows.0..r.rows.1 {
-                let ih = r.oh * win.stride_h + ki * win.dilation_h - win.pad_top;
-                let xrow = r.x.add(((r.n * win.in_h + ih) * win.in_w) * c + c0);
-                for kj in 0..kw {
-                    let wv = _mm512_maskz_loadu_ps(m, r.w.add((ki * kw + kj) * c + c0));
-                    let iw0 = ow * win.stride_w + kj * win.dilation_w - win.pad_left;
-                    for (p, a) in acc.iter_mut().enumerate() {
-                        let xv = _mm512_maskz_loadu_ps(m, xrow.add((iw0 + p * win.stride_w) * c));
-                        *a = _mm512_fmadd_ps(xv, wv, *a);
-                    }
-                }
-            }
-            for (p, a) in acc.iter().enumerate() {
-                let v = _mm512_min_ps(_mm512_max_ps(*a, r.lo), r.hi);
-                _mm512_mask_storeu_ps(r.out.add((ow + p) * c + c0), m, v);
+            if left >= 16 {
+                dw_block_avx512::<PX, true>(r, ow, c0, 0xffff)
+            } else {
+                dw_block_avx512::<PX, false>(r, ow, c0, (1u16 << left) - 1)
             }
         }
     }
-    PX
+}
+
+/// Channels `c0 ..` (the lanes of `m`) of `PX` interior pixels from column
+/// `ow`. `FULL` (all 16 lanes) takes plain loads and stores, which fold
+/// into the FMAs; masked ones do not, and cost more on some CPUs.
+///
+/// # Safety
+/// As [`dw_interior_avx512`]; the lanes of `m` lie below C.
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::incompatible_msrv)] // built by rustc >= 1.89 only (build.rs)
+unsafe fn dw_block_avx512<const PX: usize, const FULL: bool>(
+    r: &DwRow<'_>,
+    ow: usize,
+    c0: usize,
+    m: core::arch::x86_64::__mmask16,
+) {
+    use core::arch::x86_64::*;
+    let win = r.win;
+    let (c, kw) = (r.c, win.kernel_w);
+    // Offsets of the pixels from the first, and of a kernel row's taps:
+    // loop invariants, so every load is base + one register.
+    let pixel: [usize; PX] = core::array::from_fn(|p| p * win.stride_w * c);
+    let tap_step = win.dilation_w * c;
+    // SAFETY: as in `depthwise_avx512`: offsets come from the checked
+    // window and the lanes stay below C.
+    unsafe {
+        let load = |p: *const f32| {
+            if FULL {
+                _mm512_loadu_ps(p)
+            } else {
+                _mm512_maskz_loadu_ps(m, p)
+            }
+        };
+        let b = match r.bias {
+            Some(b) => load(b.as_ptr().add(c0)),
+            None => _mm512_setzero_ps(),
+        };
+        let mut acc = [b; PX];
+        for ki in r.rows.0..r.rows.1 {
+            let ih = r.oh * win.stride_h + ki * win.dilation_h - win.pad_top;
+            let mut xk =
+                r.x.add(((r.n * win.in_h + ih) * win.in_w + ow * win.stride_w - win.pad_left) * c + c0);
+            let mut wk = r.w.add(ki * kw * c + c0);
+            for _ in 0..kw {
+                let wv = load(wk);
+                for (a, &off) in acc.iter_mut().zip(&pixel) {
+                    *a = _mm512_fmadd_ps(load(xk.add(off)), wv, *a);
+                }
+                xk = xk.wrapping_add(tap_step);
+                wk = wk.wrapping_add(c);
+            }
+        }
+        for (p, a) in acc.iter().enumerate() {
+            let v = _mm512_min_ps(_mm512_max_ps(*a, r.lo), r.hi);
+            let dst = r.out.add((ow + p) * c + c0);
+            if FULL {
+                _mm512_storeu_ps(dst, v)
+            } else {
+                _mm512_mask_storeu_ps(dst, m, v)
+            }
+        }
+    }
 }
 
 /// Clamps every element to `[min, max]`.

@@ -375,6 +375,48 @@ impl Avx512 {
     }
 }
 
+/// Loads the 16 floats at `p`, or only the lanes of `m` (zero in the
+/// others). A full mask takes a plain load: masked memory operations are
+/// slow on some CPUs, and most vectors of a kernel are full.
+///
+/// # Safety
+/// The CPU must support AVX-512F and the lanes of `m` at `p` be readable.
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89 (build.rs)
+pub(crate) unsafe fn load16(m: core::arch::x86_64::__mmask16, p: *const f32) -> core::arch::x86_64::__m512 {
+    use core::arch::x86_64::*;
+    // SAFETY: by the caller.
+    unsafe {
+        if m == 0xffff {
+            _mm512_loadu_ps(p)
+        } else {
+            _mm512_maskz_loadu_ps(m, p)
+        }
+    }
+}
+
+/// Stores the lanes of `m` of `v` at `p` (see [`load16`]).
+///
+/// # Safety
+/// The CPU must support AVX-512F and the lanes of `m` at `p` be writable.
+#[cfg(all(target_arch = "x86_64", ptec_avx512))]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::incompatible_msrv)] // only built by rustc >= 1.89 (build.rs)
+pub(crate) unsafe fn store16(m: core::arch::x86_64::__mmask16, p: *mut f32, v: core::arch::x86_64::__m512) {
+    use core::arch::x86_64::*;
+    // SAFETY: by the caller.
+    unsafe {
+        if m == 0xffff {
+            _mm512_storeu_ps(p, v)
+        } else {
+            _mm512_mask_storeu_ps(p, m, v)
+        }
+    }
+}
+
 /// Whether the AVX-512 kernels may run on this CPU.
 #[cfg(all(target_arch = "x86_64", ptec_avx512))]
 pub(crate) fn has_avx512f() -> bool {
@@ -461,15 +503,15 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [
             unsafe {
                 let mut r = s;
                 if job.accumulate {
-                    r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, dst));
+                    r = _mm512_add_ps(r, load16(mask, dst));
                 }
                 if let Some(bias) = job.bias {
-                    r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, bias[v * 16..v * 16 + cols].as_ptr()));
+                    r = _mm512_add_ps(r, load16(mask, bias[v * 16..v * 16 + cols].as_ptr()));
                 }
                 if job.clamp.is_some() {
                     r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
                 }
-                _mm512_mask_storeu_ps(dst, mask, r);
+                store16(mask, dst, r);
             }
         }
     }
