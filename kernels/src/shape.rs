@@ -199,12 +199,23 @@ fn batched_transpose(sizes: &[usize], dims: &[usize]) -> Option<(usize, usize, u
 }
 
 /// `batch` transposes of `rows × cols` matrices, `cols` 16 at a time so
-/// that each group's writes stay within a few cache lines.
+/// that each group's writes stay within a few cache lines (a few rows are
+/// simply interleaved).
 fn transpose_blocks<T: Copy>(src: &[T], batch: usize, rows: usize, cols: usize, dst: &mut [T]) {
     const BLOCK: usize = 16;
     let size = rows * cols;
     for b in 0..batch {
         let (s, d) = (&src[b * size..][..size], &mut dst[b * size..][..size]);
+        if rows <= 4 {
+            // A few long rows (the channels of an NCHW image): read them
+            // side by side, write the output in order.
+            for (col, out) in d.chunks_exact_mut(rows.max(1)).enumerate() {
+                for (r, o) in out.iter_mut().enumerate() {
+                    *o = s[r * cols + col];
+                }
+            }
+            continue;
+        }
         for c0 in (0..cols).step_by(BLOCK) {
             let w = BLOCK.min(cols - c0);
             for r in 0..rows {
