@@ -7,6 +7,7 @@
 //! - [`load`] reads any ExecuTorch file (`.pte`, `.bp`, `.bpte`, `.ptd`) into
 //!   the [`ir`] and verifies it ([`verify`]);
 //! - [`inspect`] describes it for a person or as JSON.
+pub mod bench;
 pub mod bundle;
 pub mod check;
 pub mod codegen;
@@ -21,6 +22,7 @@ pub mod load;
 pub mod ops;
 pub mod ptd;
 pub mod reader;
+mod runner_crate;
 pub mod verify;
 
 pub use codegen::Options;

@@ -71,6 +71,72 @@ enum Command {
     },
     /// Print the operator coverage table (Markdown).
     Coverage,
+    /// Build a program in release mode and time it; prints one JSON line
+    /// with the keys of ExecuTorch's et_runner plus gen_ms, build_s and
+    /// binary_bytes.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// The program (.pte) or bundle (.bpte, .bp) to time.
+    file: PathBuf,
+    #[arg(long, default_value = "forward")]
+    method: String,
+    /// Timed executions.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Untimed executions before them.
+    #[arg(long, default_value_t = 3)]
+    warmup: u32,
+    /// Recorded in the report only: generated code runs single-threaded
+    /// (more threads are not implemented).
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// Raw little-endian bytes for input K (K=FILE); other inputs get
+    /// et_runner's fill: sin(0.1 i) for floats, i % 7 for integers.
+    #[arg(long = "input", value_name = "K=FILE", value_parser = parse_input)]
+    inputs: Vec<(usize, PathBuf)>,
+    /// Write each tensor output's bytes to DIR/output<i>.bin, as et_runner.
+    #[arg(long, value_name = "DIR")]
+    dump_outputs: Option<PathBuf>,
+    /// External tensor data (.ptd) the program refers to.
+    #[arg(long = "data")]
+    data: Vec<PathBuf>,
+    /// Build for the target's baseline CPU instead of `-C target-cpu=native`.
+    #[arg(long)]
+    portable: bool,
+    /// Show cargo's output while building.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+fn parse_input(s: &str) -> Result<(usize, PathBuf), String> {
+    let (k, file) = s.split_once('=').ok_or("expected K=FILE")?;
+    let k = k.parse().map_err(|_| format!("`{k}` is not an input index"))?;
+    Ok((k, PathBuf::from(file)))
+}
+
+fn run_bench(a: &BenchArgs) -> Result<(), String> {
+    if a.threads > 1 {
+        eprintln!(
+            "ptec bench: note: generated code runs on one thread; --threads {} is only recorded",
+            a.threads
+        );
+    }
+    let mut req = ptec::bench::BenchRequest::new(&a.file);
+    req.data = a.data.clone();
+    req.method = a.method.clone();
+    req.iters = a.iters as usize;
+    req.warmup = a.warmup as usize;
+    req.threads = a.threads as usize;
+    req.inputs = a.inputs.clone();
+    req.dump_outputs = a.dump_outputs.clone();
+    req.native = !a.portable;
+    req.verbose = a.verbose;
+    let report = ptec::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
+    println!("{}", report.to_json());
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {
@@ -205,6 +271,7 @@ fn main() -> ExitCode {
             atol,
             verbose,
         }) => run_check(files, data, *rtol, *atol, *verbose),
+        Some(Command::Bench(args)) => run_bench(args).map(|_| true),
         Some(Command::Coverage) => {
             print!("{}", ptec::coverage::coverage_markdown());
             Ok(true)

@@ -6,7 +6,8 @@
 //! [`Value`]), the error type, the [`Model`] trait through which a generated
 //! program can be driven without knowing its types (the counterpart of
 //! ExecuTorch's `Method`), data loading for weights kept outside the binary,
-//! delegate backends and the bundled-program test harness.
+//! delegate backends, the bundled-program test harness and (with `std`) the
+//! timing harness of `ptec bench`.
 //!
 //! `no_std` first: the `std` feature (default) adds file loading and
 //! run-time CPU feature detection in the kernels; `alloc` adds
@@ -23,6 +24,8 @@ pub use half::{bf16, f16};
 pub use ptec_kernels as kernels;
 
 mod backend;
+#[cfg(feature = "std")]
+pub mod bench;
 mod error;
 pub mod harness;
 mod loader;
