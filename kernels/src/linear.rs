@@ -144,6 +144,15 @@ pub fn sgemm(
     blocked::<4, 8, _>(Portable, &p, c, scratch);
 }
 
+/// The micro-kernel [`sgemm`] uses on this CPU, for reports.
+pub fn sgemm_kernel_name() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if Avx2Fma::detect().is_some() {
+        return "avx2+fma 6x16";
+    }
+    "portable 4x8"
+}
+
 /// The operands of one product (lengths already checked).
 struct Gemm<'a> {
     m: usize,
