@@ -313,7 +313,7 @@ pub fn group_norm_output_sizes(
     if input_sizes.len() < 2 || input_sizes[0] != n || input_sizes[1] != c {
         return None;
     }
-    if input_sizes[2..].iter().product::<usize>() != hxw || group == 0 || c % group != 0 {
+    if input_sizes[2..].iter().product::<usize>() != hxw || group == 0 || !c.is_multiple_of(group) {
         return None;
     }
     if weight_len.is_some_and(|l| l != c) || bias_len.is_some_and(|l| l != c) {
@@ -343,7 +343,11 @@ pub fn native_group_norm<T: Float>(
     mean: &mut [T],
     rstd: &mut [T],
 ) -> KernelResult {
-    if group == 0 || c % group != 0 || weight.is_some_and(|w| w.len() != c) || bias.is_some_and(|b| b.len() != c) {
+    if group == 0
+        || !c.is_multiple_of(group)
+        || weight.is_some_and(|w| w.len() != c)
+        || bias.is_some_and(|b| b.len() != c)
+    {
         return Err(KernelError::ShapeMismatch);
     }
     let total = n * c * hxw;
