@@ -23,6 +23,7 @@ pub use half::{bf16, f16};
 pub use ptec_kernels as kernels;
 
 mod backend;
+mod data;
 mod error;
 pub mod harness;
 mod loader;
@@ -30,7 +31,12 @@ pub mod mem;
 mod meta;
 mod value;
 
-pub use backend::{Backend, BackendArgs, BackendRegistry, CompileSpec, DelegateHandle};
+pub use backend::{
+    Backend, BackendMessage, BackendRegistry, CompileSpec, DelegateArg, DelegateHandle, DelegateSlot, TensorMut,
+};
+#[cfg(feature = "alloc")]
+pub use data::OwnedBytes;
+pub use data::{content_hash, Blob, FileCheck, BLOB_ALIGN};
 pub use error::Error;
 #[cfg(feature = "std")]
 pub use loader::FileLoader;
