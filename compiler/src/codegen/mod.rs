@@ -203,6 +203,19 @@ impl Ctx<'_> {
     }
 }
 
+/// The distinct ids of the backends a program's generated code must be
+/// given (its delegates ptec does not compile itself).
+pub fn backend_ids(p: &Program) -> Vec<String> {
+    let mut ids: Vec<String> = p
+        .methods
+        .iter()
+        .flat_map(|m| m.delegates.iter().map(|d| d.id.clone()))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 /// Which embedded sources generated code refers to.
 fn used_sources(p: &Program) -> BTreeSet<(u8, usize)> {
     let mut used = BTreeSet::new();
