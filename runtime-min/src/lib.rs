@@ -93,6 +93,26 @@ pub trait Model {
     /// Output `index` of `method`, as left by the last execution.
     fn output(&self, method: usize, index: usize) -> Result<Value<'_>, Error>;
 
+    /// Copies tensor output `index` of `method` into memory the caller
+    /// owns (the counterpart of ExecuTorch's `set_output_data_ptr`: ptec
+    /// plans every output itself, so callers who want an output in their
+    /// own buffer take it from there). `dst` must be exactly the output's
+    /// live size in bytes.
+    fn output_into(&self, method: usize, index: usize, dst: &mut [u8]) -> Result<(), Error> {
+        match self.output(method, index)? {
+            Value::Tensor(t) if t.data.len() == dst.len() => {
+                dst.copy_from_slice(t.data);
+                Ok(())
+            }
+            Value::Tensor(t) => Err(Error::WrongDataLength {
+                index,
+                expected: t.data.len(),
+                got: dst.len(),
+            }),
+            _ => Err(Error::NotATensor { index }),
+        }
+    }
+
     /// Restores the method's mutable state (buffers with an initial value)
     /// and its instruction counter.
     fn reset(&mut self, method: usize) -> Result<(), Error>;

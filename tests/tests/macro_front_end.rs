@@ -86,6 +86,20 @@ fn typed_and_dynamic_interfaces_agree() {
     let out = m.output(0, 0).unwrap();
     let got = out.as_tensor().unwrap().as_slice::<f32>().unwrap();
     assert_eq!(got, typed.iter().flatten().copied().collect::<Vec<_>>().as_slice());
+    // The output copied into the caller's own memory.
+    let mut mine = [0u8; 4 * 10 * 4];
+    m.output_into(0, 0, &mut mine).unwrap();
+    let expected: Vec<u8> = typed.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(&mine[..], &expected[..]);
+    let mut short = [0u8; 12];
+    assert_eq!(
+        m.output_into(0, 0, &mut short),
+        Err(ptec_runtime::Error::WrongDataLength {
+            index: 0,
+            expected: 160,
+            got: 12
+        })
+    );
 }
 
 /// Wrong inputs are errors, not panics.
