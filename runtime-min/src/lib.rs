@@ -23,6 +23,8 @@ pub use half::{bf16, f16};
 pub use ptec_kernels as kernels;
 
 mod backend;
+#[cfg(feature = "alloc")]
+mod boxed;
 mod data;
 mod error;
 pub mod harness;
@@ -34,6 +36,8 @@ mod value;
 pub use backend::{
     Backend, BackendMessage, BackendRegistry, CompileSpec, DelegateArg, DelegateHandle, DelegateSlot, TensorMut,
 };
+#[cfg(feature = "alloc")]
+pub use boxed::{new_boxed_with, Boxed};
 #[cfg(feature = "alloc")]
 pub use data::OwnedBytes;
 pub use data::{content_hash, Blob, FileCheck, BLOB_ALIGN};
@@ -132,32 +136,13 @@ pub unsafe trait InitInPlace: Sized {
 }
 
 /// Allocates a generated program on the heap and initialises it there, so
-/// large planned buffers never pass through the stack. This is the only
-/// allocation a program makes; inference allocates nothing.
+/// large planned buffers never pass through the stack (nor get written
+/// before use). This is the only allocation a program makes; inference
+/// allocates nothing.
 #[cfg(feature = "alloc")]
-pub fn new_boxed<M: InitInPlace>() -> alloc::boxed::Box<M> {
-    use alloc::alloc::{alloc_zeroed, handle_alloc_error, Layout};
-    let layout = Layout::new::<M>();
-    if layout.size() == 0 {
-        // SAFETY: a zero-sized type needs no memory; a dangling aligned
-        // pointer is a valid box for it, and init_in_place writes nothing.
-        unsafe {
-            let p = core::ptr::NonNull::<M>::dangling().as_ptr();
-            M::init_in_place(p);
-            return alloc::boxed::Box::from_raw(p);
-        }
-    }
-    // SAFETY: the layout is non-zero-sized; the memory is zeroed as
-    // init_in_place requires and fully initialised by it before the Box
-    // takes ownership.
-    unsafe {
-        let p = alloc_zeroed(layout) as *mut M;
-        if p.is_null() {
-            handle_alloc_error(layout);
-        }
-        M::init_in_place(p);
-        alloc::boxed::Box::from_raw(p)
-    }
+pub fn new_boxed<M: InitInPlace>() -> Boxed<M> {
+    // SAFETY: init_in_place fully initialises a zero-filled slot.
+    unsafe { new_boxed_with(|p| M::init_in_place(p)) }
 }
 
 /// Expands its input only when this crate has the `alloc` feature, so
@@ -176,7 +161,3 @@ macro_rules! __if_alloc {
 macro_rules! __if_alloc {
     ($($t:tt)*) => {};
 }
-
-#[cfg(feature = "alloc")]
-#[doc(hidden)]
-pub use alloc::boxed::Box as __Box;

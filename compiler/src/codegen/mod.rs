@@ -593,7 +593,7 @@ fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStre
             impl #st {
                 /// A new instance, built directly on the heap (no large stack
                 /// frame however big the planned memory is).
-                pub fn boxed() -> ::ptec_runtime::__Box<Self> {
+                pub fn boxed() -> ::ptec_runtime::Boxed<Self> {
                     ::ptec_runtime::new_boxed::<Self>()
                 }
             }
@@ -659,18 +659,17 @@ fn construction_with_resources(
             #allow
             impl<'r> #st<'r> {
                 #[doc = #boxed_doc]
-                pub fn boxed(#params) -> ::core::result::Result<::ptec_runtime::__Box<Self>, ::ptec_runtime::Error> {
+                pub fn boxed(#params) -> ::core::result::Result<::ptec_runtime::Boxed<Self>, ::ptec_runtime::Error> {
                     let rs = #r::new(#args)?;
-                    let mut b = ::ptec_runtime::__Box::<Self>::new_zeroed();
-                    let p = b.as_mut_ptr();
                     // SAFETY: the method states are valid all-zero (see
                     // `zeroed`); `rs` is written before anything reads it,
-                    // and every field is initialised before assume_init.
-                    unsafe {
-                        ::core::ptr::addr_of_mut!((*p).rs).write(rs);
-                        #((*::core::ptr::addr_of_mut!((*p).#field_names)).init(&(*p).rs);)*
-                        Ok(b.assume_init())
-                    }
+                    // so every field is initialised when this returns.
+                    Ok(unsafe {
+                        ::ptec_runtime::new_boxed_with::<Self>(|p| {
+                            ::core::ptr::addr_of_mut!((*p).rs).write(rs);
+                            #((*::core::ptr::addr_of_mut!((*p).#field_names)).init(&(*p).rs);)*
+                        })
+                    })
                 }
             }
         }
