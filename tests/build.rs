@@ -31,6 +31,10 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
 /// from the file, constant outputs read from it.
 const EXTERNAL: &[&str] = &["external_weights", "kv_cache", "multi_method", "mlp"];
 
+/// XNNPACK-delegated corpus programs, compiled with their delegates left to
+/// a user backend (tests/recording_backend.rs).
+const DELEGATED: &[&str] = &["xnnpack_mlp", "xnnpack_partial"];
+
 /// Corpus cases of the code-generation issue.
 pub const CORPUS: &[&str] = &["mlp", "conv_net", "cond", "multi_method", "kv_cache", "dynamic"];
 
@@ -86,6 +90,15 @@ fn main() {
             let module = format!("corpus_{name}");
             generate(&module, &file, None, rtol, atol, false, &out);
             modules.push(module);
+        }
+        for name in DELEGATED {
+            let file = corpus.join(format!("{name}.bpte"));
+            let b = ptec::Builder::new(&file)
+                .name("Program")
+                .tests(1e-4, 1e-4)
+                .out_dir(&out);
+            b.generate(&format!("delegated_{name}.rs"))
+                .unwrap_or_else(|e| panic!("ptec could not compile {name} with user backends: {e}"));
         }
         println!("cargo:rustc-cfg=ptec_corpus");
     } else {

@@ -105,45 +105,52 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64,
     if ctx.n_delegates > 0 {
         tests.clear();
     }
-    let count = lit(n);
-    let (rt, at) = (f64_lit(rtol), f64_lit(atol));
-    let allow = super::allow_lints();
-    quote! {
-        /// The bundled test cases of the program, runnable through the
-        /// dynamic interface.
-        #allow
-        pub mod bundled {
-            use super::*;
-
-            #(#files)*
-
-            /// Tolerance of the generated tests.
-            pub const TOLERANCE: ::ptec_runtime::harness::Tolerance = ::ptec_runtime::harness::Tolerance { rtol: #rt, atol: #at };
-
-            /// `(method, index within the method's suite)` of each case.
-            pub const CASES: [(&str, usize); #count] = [#(#cases),*];
-
-            /// Runs case `case` (an index into [`CASES`]) on `model`.
-            pub fn run_case(
-                model: &mut dyn ::ptec_runtime::Model,
-                case: usize,
-                tol: ::ptec_runtime::harness::Tolerance,
-            ) -> ::core::result::Result<(), ::ptec_runtime::harness::CaseFailure> {
-                match case {
-                    #(#arms)*
-                    _ => Err(::ptec_runtime::harness::CaseFailure::Error(::ptec_runtime::Error::IndexOutOfRange {
-                        what: "test case",
-                        index: case,
-                        len: #count,
-                    })),
-                }
-            }
-
+    let test_mod = if tests.is_empty() {
+        quote!()
+    } else {
+        quote! {
             #[cfg(test)]
             mod tests {
                 use super::*;
                 #(#tests)*
             }
         }
-    }
+    };
+    let count = lit(n);
+    let (rt, at) = (f64_lit(rtol), f64_lit(atol));
+    let allow = super::allow_lints();
+    quote! {
+            /// The bundled test cases of the program, runnable through the
+            /// dynamic interface.
+            #allow
+            pub mod bundled {
+                use super::*;
+
+                #(#files)*
+
+                /// Tolerance of the generated tests.
+                pub const TOLERANCE: ::ptec_runtime::harness::Tolerance = ::ptec_runtime::harness::Tolerance { rtol: #rt, atol: #at };
+
+                /// `(method, index within the method's suite)` of each case.
+                pub const CASES: [(&str, usize); #count] = [#(#cases),*];
+
+                /// Runs case `case` (an index into [`CASES`]) on `model`.
+                pub fn run_case(
+                    model: &mut dyn ::ptec_runtime::Model,
+                    case: usize,
+                    tol: ::ptec_runtime::harness::Tolerance,
+                ) -> ::core::result::Result<(), ::ptec_runtime::harness::CaseFailure> {
+                    match case {
+                        #(#arms)*
+                        _ => Err(::ptec_runtime::harness::CaseFailure::Error(::ptec_runtime::Error::IndexOutOfRange {
+                            what: "test case",
+                            index: case,
+                            len: #count,
+                        })),
+                    }
+                }
+
+    #test_mod
+            }
+        }
 }
