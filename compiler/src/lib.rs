@@ -28,7 +28,7 @@ pub mod verify;
 pub use codegen::Options;
 pub use compile::{compile, compile_to_string, read_file, write_if_changed};
 pub use error::{Diagnostic, ErrorKind, Errors, Location};
-pub use frontend::{compile_path, expand_macro, Builder};
+pub use frontend::{compile_path, expand_macro, Builder, Settings};
 pub use load::{load, Loaded};
 
 /// The version of ptec, written into generated code.

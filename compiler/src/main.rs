@@ -18,6 +18,12 @@ struct Cli {
     compile: CompileArgs,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Weights {
+    Embedded,
+    External,
+}
+
 #[derive(Args)]
 struct CompileArgs {
     /// The program (.pte) or bundle (.bpte, .bp) to compile.
@@ -28,9 +34,15 @@ struct CompileArgs {
     /// Name of the generated program struct (default: the file stem in CamelCase).
     #[arg(long)]
     name: Option<String>,
-    /// External tensor data (.ptd) the program refers to; embedded too.
+    /// External tensor data (.ptd) the program refers to; embedded too
+    /// unless the weights are external.
     #[arg(long = "data")]
     data: Vec<PathBuf>,
+    /// `embedded`: the weights are compiled into the binary. `external`: the
+    /// program is given the .pte (and .ptd files) at construction and reads
+    /// them in place (memory-mapped with `ptec_runtime::Blob::open`).
+    #[arg(long, value_enum, default_value = "embedded")]
+    weights: Weights,
     /// For a bundle: also generate its test cases (a `bundled` module with one #[test] per case).
     #[arg(long)]
     tests: bool,
@@ -212,6 +224,7 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
     options.data_paths = a.data.iter().map(|d| include_path(d, &a.output)).collect();
     options.struct_name = a.name.clone();
     options.tests = a.tests.then_some((a.rtol, a.atol));
+    options.external_weights = a.weights == Weights::External;
     let code = ptec::compile_to_string(&bytes, &refs, &options).map_err(|e| format!("{}: {e}", file.display()))?;
     if a.output == "-" {
         print!("{code}");

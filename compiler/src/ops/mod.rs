@@ -175,8 +175,9 @@ pub struct OpCtx<'a> {
     pub instruction: usize,
     pub name: String,
     pub args: &'a [usize],
-    /// Identifier of the embedded data of each source.
-    pub data_ident: &'a dyn Fn(DataSource) -> Ident,
+    /// The bytes of each source file, as an expression (see
+    /// `codegen::Ctx::data_expr`).
+    pub data_expr: &'a dyn Fn(DataSource) -> TokenStream,
     /// Values whose scalar is computed at run time (a state field).
     pub runtime_scalars: &'a [bool],
     views: Vec<(usize, bool)>,
@@ -194,7 +195,7 @@ impl<'a> OpCtx<'a> {
         instruction: usize,
         name: String,
         args: &'a [usize],
-        data_ident: &'a dyn Fn(DataSource) -> Ident,
+        data_expr: &'a dyn Fn(DataSource) -> TokenStream,
         runtime_scalars: &'a [bool],
     ) -> Self {
         OpCtx {
@@ -203,7 +204,7 @@ impl<'a> OpCtx<'a> {
             instruction,
             name,
             args,
-            data_ident,
+            data_expr,
             runtime_scalars,
             views: Vec::new(),
             counter: 0,
@@ -485,12 +486,12 @@ impl<'a> OpCtx<'a> {
                 }
             }
             (Home::Data { source, offset }, false) => {
-                let data = (self.data_ident)(source);
+                let data = (self.data_expr)(source);
                 let off = lit(offset);
                 if is_bool {
-                    quote! { let #name: &[bool] = ::ptec_runtime::mem::constant_bool(&#data.0, #off, #len)?; }
+                    quote! { let #name: &[bool] = ::ptec_runtime::mem::constant_bool(&#data, #off, #len)?; }
                 } else {
-                    quote! { let #name: &[#ty] = ::ptec_runtime::mem::constant(&#data.0, #off, #len)?; }
+                    quote! { let #name: &[#ty] = ::ptec_runtime::mem::constant(&#data, #off, #len)?; }
                 }
             }
             (Home::Data { .. }, true) => {
@@ -576,9 +577,9 @@ impl<'a> OpCtx<'a> {
         Ok(())
     }
 
-    /// The identifier of embedded data of a source.
-    pub fn data(&self, source: DataSource) -> Ident {
-        (self.data_ident)(source)
+    /// The bytes of a source file, as an expression.
+    pub fn data(&self, source: DataSource) -> TokenStream {
+        (self.data_expr)(source)
     }
 }
 
