@@ -7,7 +7,7 @@
 //! code is compiled again.
 use crate::codegen::{default_struct_name, Options};
 use crate::compile::{compile_to_string, read_file};
-use crate::runner_crate::{absolute, target_dir, RunnerCrate};
+use crate::runner_crate::{absolute, refuse_user_backends, target_dir, RunnerCrate};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -57,17 +57,12 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
                 .map(|d| read_file(&absolute(d)))
                 .collect::<crate::error::Result<Vec<_>>>()?;
             let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
-            let loaded = crate::load::load(&bytes, &refs)?;
-            if let Some(id) = loaded.program.iter().flat_map(crate::codegen::backend_ids).next() {
-                return Err(crate::error::Errors::one(
-                    crate::error::ErrorKind::Unsupported {
-                        detail: format!(
-                            "the program calls backend `{id}` through a DelegateCall; ptec check has no user backends to give it (run its bundled cases from your own code with the backend)"
-                        ),
-                    },
-                    crate::error::Location::default(),
-                ));
-            }
+            refuse_user_backends(
+                &bytes,
+                &refs,
+                "check",
+                "run its bundled cases from your own code with the backend",
+            )?;
             let mut options = Options::new(path.display().to_string());
             options.data_paths = input.data.iter().map(|d| absolute(d).display().to_string()).collect();
             options.tests = Some((input.rtol, input.atol));

@@ -4,6 +4,7 @@
 //! The crate itself lives in a temporary directory, but its target
 //! directory persists between runs, so the runtime and kernels are built
 //! once and later runs compile only the generated code.
+use crate::error::{ErrorKind, Errors, Location, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -30,6 +31,24 @@ pub fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// Fails for a program whose delegates need backends from the user: the
+/// runner crate has none to give (`tool` names the command, `instead` says
+/// what to do).
+pub fn refuse_user_backends(bytes: &[u8], data: &[&[u8]], tool: &str, instead: &str) -> Result<()> {
+    let loaded = crate::load::load(bytes, data)?;
+    match loaded.program.iter().flat_map(crate::codegen::backend_ids).next() {
+        Some(id) => Err(Errors::one(
+            ErrorKind::Unsupported {
+                detail: format!(
+                    "the program calls backend `{id}` through a DelegateCall; ptec {tool} has no user backends to give it ({instead})"
+                ),
+            },
+            Location::default(),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The temporary crate: a package `name` whose `src/main.rs` and modules
 /// the caller writes.
 pub struct RunnerCrate {
@@ -40,7 +59,7 @@ pub struct RunnerCrate {
 impl RunnerCrate {
     /// Creates the crate with the given `[profile.release]` settings (TOML
     /// lines).
-    pub fn new(name: &'static str, release_profile: &str) -> Result<Self, String> {
+    pub fn new(name: &'static str, release_profile: &str) -> std::result::Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("{name}-"))
             .tempdir()
@@ -62,7 +81,7 @@ impl RunnerCrate {
     }
 
     /// Writes `src/<file>`.
-    pub fn write(&self, file: &str, contents: &str) -> Result<(), String> {
+    pub fn write(&self, file: &str, contents: &str) -> std::result::Result<(), String> {
         let path = self.dir.path().join("src").join(file);
         std::fs::write(&path, contents).map_err(|e| format!("{}: {e}", path.display()))
     }
@@ -70,7 +89,7 @@ impl RunnerCrate {
     /// Builds the executable in release mode into `target` and returns its
     /// path. `rustflags`, when given, replace the environment's flags (they
     /// are part of what `target` caches, so keep one target per set).
-    pub fn build(&self, target: &Path, rustflags: Option<&str>, verbose: bool) -> Result<PathBuf, String> {
+    pub fn build(&self, target: &Path, rustflags: Option<&str>, verbose: bool) -> std::result::Result<PathBuf, String> {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(&cargo);
         cmd.args(["build", "--release", "--offline", "--quiet"])

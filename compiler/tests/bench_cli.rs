@@ -132,6 +132,10 @@ fn bad_arguments_are_errors_not_crashes() {
     assert!(stderr.contains("no method nope"), "{stderr}");
     let (ok, _, _) = ptec(&["bench", mlp, "--iters", "0"]);
     assert!(!ok);
+    let delegating = fixture("tiny_delegate.pte");
+    let (ok, _, stderr) = ptec(&["bench", path_str(&delegating)]);
+    assert!(!ok);
+    assert!(stderr.contains("has no user backends"), "{stderr}");
     let (ok, _, stderr) = ptec(&["bench", "/nonexistent/model.pte"]);
     assert!(!ok);
     assert!(

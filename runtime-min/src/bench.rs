@@ -6,7 +6,6 @@
 //! input fill, each iteration timed on its own, and the same `output<i>.bin`
 //! dumps.
 use crate::{Error, Model, ScalarType, TensorRef, Value};
-use std::boxed::Box;
 use std::format;
 use std::string::String;
 use std::time::Instant;
@@ -195,9 +194,13 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
 }
 
 /// The whole benchmark executable: parses the arguments, constructs the
-/// program with `make` (timed as the load), runs it and prints
+/// program with `make` (a box of it, timed as the load), runs it and prints
 /// [`Timing::to_json`].
-pub fn main(make: impl FnOnce() -> Box<dyn Model>) -> std::process::ExitCode {
+pub fn main<P>(make: impl FnOnce() -> P) -> std::process::ExitCode
+where
+    P: core::ops::DerefMut,
+    P::Target: Model + Sized,
+{
     let result = BenchOptions::parse(std::env::args().skip(1)).and_then(|o| {
         let t0 = Instant::now();
         let mut model = make();
