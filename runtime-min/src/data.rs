@@ -74,7 +74,7 @@ impl<'a> Blob<'a> {
                 size: b.len(),
             });
         }
-        if (b.as_ptr() as usize) % BLOB_ALIGN != 0 && !b.is_empty() {
+        if !(b.as_ptr() as usize).is_multiple_of(BLOB_ALIGN) && !b.is_empty() {
             return Err(Error::Misaligned);
         }
         if content_hash(b) != expected.hash {
