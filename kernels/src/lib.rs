@@ -61,6 +61,7 @@ pub const MAX_RANK: usize = 16;
 #[allow(clippy::manual_is_multiple_of)]
 pub mod conv;
 pub mod elementwise;
+pub mod gemm;
 pub mod index;
 pub mod linear;
 pub mod norm;
@@ -71,4 +72,6 @@ pub mod reduce;
 pub mod scalar;
 pub mod shape;
 pub mod softmax;
+#[cfg(test)]
+mod testing;
 pub mod upsample;

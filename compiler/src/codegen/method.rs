@@ -1,6 +1,7 @@
 //! Code for one method: its state (arena, live sizes, run-time scalars,
 //! instruction counter), one function per instruction, `execute`/`step`,
 //! the dynamic interface (`set_input`/`output`) and the typed function.
+use super::fold::Folds;
 use super::layout::{layout_method, Home, MethodLayout};
 use super::resources::delegate_body;
 use super::Ctx;
@@ -163,6 +164,9 @@ fn typed_array(t: &Tensor) -> Option<TokenStream> {
 
 pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<MethodCode, Vec<Diagnostic>> {
     let layout = layout_method(m)?;
+    let folds = Folds::of(m, &layout, |rows, n, k| {
+        ptec_runtime::kernels::gemm::gemm_scratch_len(rows, n, k) > 0
+    });
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);
     let mut errors = Vec::new();
@@ -199,6 +203,28 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         }
     }
 
+    if folds.packed_len > 0 {
+        let n = lit(folds.packed_len);
+        fields.push(quote!(packed: ::ptec_runtime::mem::Packed<#n>));
+        for w in folds.packed() {
+            let Home::Data { source, offset } = layout.homes[w.value] else {
+                continue;
+            };
+            let data = ctx.data_expr(source);
+            let (off, elements) = (lit(offset), lit(w.k * w.n));
+            let (at, end) = (lit(w.offset), lit(w.offset + w.len));
+            let (k, n, trans) = (lit(w.k), lit(w.n), w.trans);
+            // Packed once (`pack_b` leaves a packed copy alone on reset).
+            // The view cannot fail (the compiler checked the constant lies
+            // in its file); if it did, the product would use `b` unpacked.
+            init.push(quote! {
+                if let Ok(b) = ::ptec_runtime::mem::constant::<f32>(&#data, #off, #elements) {
+                    ::ptec_runtime::kernels::gemm::pack_b(#k, #n, b, #trans, &mut self.packed.0[#at..#end]);
+                }
+            });
+        }
+    }
+
     // One function per instruction.
     let (rs_mut, rs_ref) = (ctx.rs_param(true), ctx.rs_param(false));
     let (rs_arg, rs_arg_after) = (ctx.rs_arg(false), ctx.rs_arg(true));
@@ -221,7 +247,11 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 ));
             }
         }
+        if let Some(by) = folds.elided(n) {
+            doc.push(format!(" Done by instruction {by}, into which ptec folded it."));
+        }
         let body: Result<TokenStream, Diagnostic> = match ins {
+            Instruction::Kernel { .. } if folds.elided(n).is_some() => Ok(quote!()),
             Instruction::Kernel { op, args } => {
                 let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
                 match ops::lookup(&name) {
@@ -230,7 +260,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                         at.clone(),
                     )),
                     Some(emit) => {
-                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_expr, &rt);
+                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_expr, &rt, &folds);
                         let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
                         scratch = scratch.max(oc.scratch_bytes);
                         r.map_err(|detail| {

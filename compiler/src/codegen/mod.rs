@@ -4,6 +4,7 @@
 //! The module holds the embedded file data, one struct for the program with
 //! a state per method, the typed function of each method and an
 //! implementation of `ptec_runtime::Model` (the dynamic interface).
+pub mod fold;
 pub mod layout;
 mod method;
 mod resources;

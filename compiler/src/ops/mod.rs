@@ -7,6 +7,7 @@
 //! views of tensor data. It returns the statements of the instruction's
 //! body, or a message saying what is wrong with the arguments; the caller
 //! turns that into an error located at the method and instruction.
+use crate::codegen::fold::Folds;
 use crate::codegen::layout::{overlaps, Home, MethodLayout};
 use crate::ir::*;
 use proc_macro2::{Ident, Span, TokenStream};
@@ -180,6 +181,8 @@ pub struct OpCtx<'a> {
     pub data_expr: &'a dyn Fn(DataSource) -> TokenStream,
     /// Values whose scalar is computed at run time (a state field).
     pub runtime_scalars: &'a [bool],
+    /// What the method's compile-time folds changed.
+    pub folds: &'a Folds,
     views: Vec<(usize, bool)>,
     counter: usize,
     /// Arena offset of the method's scratch space (after every tensor).
@@ -189,6 +192,7 @@ pub struct OpCtx<'a> {
 }
 
 impl<'a> OpCtx<'a> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         method: &'a Method,
         layout: &'a MethodLayout,
@@ -197,6 +201,7 @@ impl<'a> OpCtx<'a> {
         args: &'a [usize],
         data_expr: &'a dyn Fn(DataSource) -> TokenStream,
         runtime_scalars: &'a [bool],
+        folds: &'a Folds,
     ) -> Self {
         OpCtx {
             method,
@@ -206,6 +211,7 @@ impl<'a> OpCtx<'a> {
             args,
             data_expr,
             runtime_scalars,
+            folds,
             views: Vec::new(),
             counter: 0,
             scratch_offset: layout.arena_size,
@@ -412,7 +418,9 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    fn tensor_by_value(&self, vi: usize) -> Result<TArg, String> {
+    /// The tensor of value `vi` (not necessarily an argument: a fold may
+    /// name another value to read or write instead).
+    pub fn tensor_by_value(&self, vi: usize) -> Result<TArg, String> {
         match self.method.values.get(vi) {
             Some(Value::Tensor(t)) => {
                 if rust_type(t.dtype).is_none() {
