@@ -32,6 +32,8 @@ pub struct BenchRequest {
     /// Build for the CPU at hand (`-C target-cpu=native`) rather than the
     /// baseline of the target.
     pub native: bool,
+    /// Also time each instruction and print the costliest to stderr.
+    pub profile: bool,
     /// Show cargo's output.
     pub verbose: bool,
 }
@@ -50,6 +52,7 @@ impl BenchRequest {
             inputs: Vec::new(),
             dump_outputs: None,
             native: true,
+            profile: false,
             verbose: false,
         }
     }
@@ -160,6 +163,9 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     for (k, file) in &req.inputs {
         cmd.arg("--input").arg(format!("{k}={}", absolute(file).display()));
     }
+    if req.profile {
+        cmd.arg("--profile");
+    }
     if let Some(dir) = &req.dump_outputs {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         cmd.arg("--dump-outputs").arg(absolute(dir));
@@ -171,6 +177,9 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ));
+    }
+    if req.profile {
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let t: ExecutableTiming = serde_json::from_str(stdout.trim())

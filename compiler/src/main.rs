@@ -118,6 +118,11 @@ struct BenchArgs {
     /// Build for the target's baseline CPU instead of `-C target-cpu=native`.
     #[arg(long)]
     portable: bool,
+    /// Also time each instruction (stepping through the method) and print
+    /// the costliest to stderr; instruction numbers are those of the
+    /// generated code (`ptec FILE` shows it).
+    #[arg(long)]
+    profile: bool,
     /// Show cargo's output while building.
     #[arg(short, long)]
     verbose: bool,
@@ -145,6 +150,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     req.inputs = a.inputs.clone();
     req.dump_outputs = a.dump_outputs.clone();
     req.native = !a.portable;
+    req.profile = a.profile;
     req.verbose = a.verbose;
     let report = ptec::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
     println!("{}", report.to_json());

@@ -17,8 +17,7 @@
 //! `A`. An [`Epilogue`] adds a per-column bias and clamps the results as
 //! each finished tile is stored (a fused bias and ReLU).
 
-#[cfg(all(feature = "std", target_arch = "x86_64"))]
-extern crate std;
+use crate::cpu::Isa;
 
 /// Rows of `B` (depth) packed per block.
 const KC: usize = 256;
@@ -55,41 +54,7 @@ pub fn gemm_scratch_len(m: usize, n: usize, k: usize) -> usize {
     kc * (round_up(n.min(NC), N_ALIGN) + round_up(m.min(MC), M_ALIGN))
 }
 
-/// The micro-kernels, by instruction set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Isa {
-    Portable,
-    #[cfg(target_arch = "x86_64")]
-    Avx2Fma,
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
-
 impl Isa {
-    /// The best micro-kernel this CPU runs.
-    #[inline(always)]
-    fn detect() -> Isa {
-        #[cfg(all(feature = "std", target_arch = "x86_64"))]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512;
-            }
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                return Isa::Avx2Fma;
-            }
-        }
-        #[cfg(all(not(feature = "std"), target_arch = "x86_64"))]
-        {
-            if cfg!(target_feature = "avx512f") {
-                return Isa::Avx512;
-            }
-            if cfg!(all(target_feature = "avx2", target_feature = "fma")) {
-                return Isa::Avx2Fma;
-            }
-        }
-        Isa::Portable
-    }
-
     /// Width of the micro-kernel's strips of `B`.
     fn nr(self) -> usize {
         match self {
@@ -608,19 +573,22 @@ fn pack_b_block(
         let dst = &mut out[s * kc * nr..(s + 1) * kc * nr];
         let cols = nr.min(nc - j0);
         if b_trans {
-            // Transposing through small tiles keeps both sides in cache.
+            // 8 × 8 tiles: contiguous reads along rows of the stored
+            // transpose, contiguous writes along the strip (every `nr` is a
+            // multiple of 8).
             const T: usize = 8;
-            for q0 in (0..kc).step_by(T) {
-                let qn = T.min(kc - q0);
-                for jj in 0..nr {
-                    if jj < cols {
-                        let src = &b[(jc + j0 + jj) * k + pc + q0..][..qn];
-                        for (t, &v) in src.iter().enumerate() {
-                            dst[(q0 + t) * nr + jj] = v;
-                        }
-                    } else {
-                        for t in 0..qn {
-                            dst[(q0 + t) * nr + jj] = 0.0;
+            for jj0 in (0..nr).step_by(T) {
+                let rows = cols.saturating_sub(jj0).min(T);
+                for q0 in (0..kc).step_by(T) {
+                    let qn = T.min(kc - q0);
+                    let mut tile = [[0.0f32; T]; T];
+                    for (r, tr) in tile.iter_mut().enumerate().take(rows) {
+                        tr[..qn].copy_from_slice(&b[(jc + j0 + jj0 + r) * k + pc + q0..][..qn]);
+                    }
+                    for t in 0..qn {
+                        let d: &mut [f32; T] = (&mut dst[(q0 + t) * nr + jj0..][..T]).try_into().expect("8 floats");
+                        for (r, x) in d.iter_mut().enumerate() {
+                            *x = tile[r][t];
                         }
                     }
                 }
@@ -666,14 +634,16 @@ pub fn pack_b(k: usize, n: usize, b: &[f32], b_trans: bool, out: &mut [f32]) {
     }
     let nr = isa.nr();
     let (header, strips) = out.split_at_mut(PACKED_HEADER);
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
-            let at = packed_block_offset(k, nr, jc, nc, pc);
-            pack_b_block(b, b_trans, k, n, nr, (jc, nc), (pc, kc), &mut strips[at..]);
+    crate::cpu::with_best_isa(|| {
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let at = packed_block_offset(k, nr, jc, nc, pc);
+                pack_b_block(b, b_trans, k, n, nr, (jc, nc), (pc, kc), &mut strips[at..]);
+            }
         }
-    }
+    });
     header.fill(0.0);
     header[0] = f32::from_bits(isa.tag());
     header[1] = f32::from_bits(k as u32);

@@ -60,6 +60,7 @@ pub const MAX_RANK: usize = 16;
 // `x % n != 0` tests to `is_multiple_of` (stable since the 1.89 MSRV).
 #[allow(clippy::manual_is_multiple_of)]
 pub mod conv;
+mod cpu;
 pub mod elementwise;
 pub mod gemm;
 pub mod index;

@@ -21,6 +21,9 @@ pub struct BenchOptions {
     pub input_files: Vec<(usize, String)>,
     /// Where to write `output<i>.bin` for each tensor output.
     pub dump_outputs: Option<String>,
+    /// Also time each instruction (stepping through the method) and print
+    /// the costliest to stderr.
+    pub profile: bool,
 }
 
 impl Default for BenchOptions {
@@ -31,13 +34,14 @@ impl Default for BenchOptions {
             warmup: 3,
             input_files: Vec::new(),
             dump_outputs: None,
+            profile: false,
         }
     }
 }
 
 impl BenchOptions {
     /// Parses `[--method NAME] [--iters N] [--warmup N] [--input K=FILE]...
-    /// [--dump-outputs DIR]`.
+    /// [--dump-outputs DIR] [--profile]`.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut o = BenchOptions::default();
         let mut args = args.into_iter();
@@ -49,6 +53,7 @@ impl BenchOptions {
                 "--iters" => o.iters = number(value()?)?,
                 "--warmup" => o.warmup = number(value()?)?,
                 "--dump-outputs" => o.dump_outputs = Some(value()?),
+                "--profile" => o.profile = true,
                 "--input" => {
                     let kv = value()?;
                     let (k, file) = kv
@@ -178,6 +183,10 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
         }
     }
     latencies_us.sort_by(f64::total_cmp);
+    if o.profile {
+        let per_step = profile(model, index, o.iters)?;
+        std::eprint!("{}", profile_report(&per_step, 60));
+    }
     if let Some(dir) = &o.dump_outputs {
         for i in 0..meta.num_outputs() {
             if let Value::Tensor(t) = model.output(index, i).map_err(|e| error("output", e))? {
@@ -191,6 +200,47 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
         planned_bytes: meta.planned_buffers.iter().sum(),
         latencies_us,
     })
+}
+
+/// Mean time of the `k`-th step of an execution of `method` (the `k`-th
+/// instruction, in a method without jumps), in microseconds, over `iters`
+/// executions driven one instruction at a time.
+pub fn profile(model: &mut dyn Model, method: usize, iters: usize) -> Result<Vec<f64>, String> {
+    let mut total: Vec<f64> = Vec::new();
+    for _ in 0..iters {
+        let mut k = 0;
+        loop {
+            let t0 = Instant::now();
+            let step = model.step(method).map_err(|e| error("step", e))?;
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            if total.len() <= k {
+                total.push(0.0);
+            }
+            total[k] += us;
+            k += 1;
+            if step == crate::Step::Done {
+                break;
+            }
+        }
+    }
+    Ok(total.into_iter().map(|t| t / iters.max(1) as f64).collect())
+}
+
+/// The `top` costliest steps of a [`profile`], one line each, with their
+/// share of the whole.
+pub fn profile_report(per_step: &[f64], top: usize) -> String {
+    let whole: f64 = per_step.iter().sum();
+    let mut order: Vec<usize> = (0..per_step.len()).collect();
+    order.sort_by(|&a, &b| per_step[b].total_cmp(&per_step[a]));
+    let mut out = format!("profile: {whole:.1} us per execution, costliest instructions:\n");
+    for &k in order.iter().take(top) {
+        let share = if whole > 0.0 { 100.0 * per_step[k] / whole } else { 0.0 };
+        out.push_str(&format!(
+            "  instruction {k:>4}: {:>10.1} us {share:>5.1}%\n",
+            per_step[k]
+        ));
+    }
+    out
 }
 
 /// The whole benchmark executable: parses the arguments, constructs the
@@ -261,6 +311,8 @@ mod tests {
         assert_eq!(o.method, "m");
         assert_eq!(o.input_files, vec![(1, "x.bin".to_string())]);
         assert_eq!(o.dump_outputs.as_deref(), Some("d"));
+        assert!(!o.profile);
+        assert!(BenchOptions::parse(["--profile".to_string()]).unwrap().profile);
         for bad in [
             &["--iters"][..],
             &["--iters", "x"],
@@ -273,6 +325,16 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn profile_report_ranks_steps() {
+        let report = profile_report(&[1.0, 6.0, 3.0], 2);
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].contains("10.0 us per execution"));
+        assert!(lines[1].contains("instruction    1") && lines[1].contains("60.0%"));
+        assert!(lines[2].contains("instruction    2") && lines[2].contains("30.0%"));
     }
 
     #[test]
