@@ -40,19 +40,26 @@ impl Isa {
     }
 }
 
-/// Runs `f` compiled for the best instruction set of this CPU: `f` must be
-/// `#[inline(always)]` so each wrapper below gets its own copy of it, which
-/// the compiler vectorizes for that set.
+/// Work to be compiled once per instruction set: `run` must be
+/// `#[inline(always)]`, so that each wrapper below gets its own copy of it,
+/// which the compiler vectorizes for that set. (A closure would not do: the
+/// compiler may keep one copy of it, compiled for none.)
+pub(crate) trait Vectorized {
+    type Output;
+    fn run(self) -> Self::Output;
+}
+
+/// Runs `work` compiled for the best instruction set of this CPU.
 #[inline(always)]
-pub(crate) fn with_best_isa<R>(f: impl FnOnce() -> R) -> R {
+pub(crate) fn with_best_isa<W: Vectorized>(work: W) -> W::Output {
     match Isa::detect() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detect() found AVX-512F.
-        Isa::Avx512 => unsafe { on_avx512(f) },
+        Isa::Avx512 => unsafe { on_avx512(work) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detect() found AVX2 and FMA.
-        Isa::Avx2Fma => unsafe { on_avx2(f) },
-        Isa::Portable => f(),
+        Isa::Avx2Fma => unsafe { on_avx2(work) },
+        Isa::Portable => work.run(),
     }
 }
 
@@ -60,14 +67,14 @@ pub(crate) fn with_best_isa<R>(f: impl FnOnce() -> R) -> R {
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn on_avx512<R>(f: impl FnOnce() -> R) -> R {
-    f()
+unsafe fn on_avx512<W: Vectorized>(work: W) -> W::Output {
+    work.run()
 }
 
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn on_avx2<R>(f: impl FnOnce() -> R) -> R {
-    f()
+unsafe fn on_avx2<W: Vectorized>(work: W) -> W::Output {
+    work.run()
 }

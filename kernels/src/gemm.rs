@@ -634,21 +634,54 @@ pub fn pack_b(k: usize, n: usize, b: &[f32], b_trans: bool, out: &mut [f32]) {
     }
     let nr = isa.nr();
     let (header, strips) = out.split_at_mut(PACKED_HEADER);
-    crate::cpu::with_best_isa(|| {
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                let at = packed_block_offset(k, nr, jc, nc, pc);
-                pack_b_block(b, b_trans, k, n, nr, (jc, nc), (pc, kc), &mut strips[at..]);
-            }
-        }
+    crate::cpu::with_best_isa(PackAllOfB {
+        b,
+        b_trans,
+        k,
+        n,
+        nr,
+        strips,
     });
     header.fill(0.0);
     header[0] = f32::from_bits(isa.tag());
     header[1] = f32::from_bits(k as u32);
     header[2] = f32::from_bits(n as u32);
     header[3] = f32::from_bits(b_trans as u32);
+}
+
+/// All of `B` packed into strips `nr` wide, block after block.
+struct PackAllOfB<'a> {
+    b: &'a [f32],
+    b_trans: bool,
+    k: usize,
+    n: usize,
+    nr: usize,
+    strips: &'a mut [f32],
+}
+
+impl crate::cpu::Vectorized for PackAllOfB<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (k, n, nr) = (self.k, self.n, self.nr);
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let at = packed_block_offset(k, nr, jc, nc, pc);
+                pack_b_block(
+                    self.b,
+                    self.b_trans,
+                    k,
+                    n,
+                    nr,
+                    (jc, nc),
+                    (pc, kc),
+                    &mut self.strips[at..],
+                );
+            }
+        }
+    }
 }
 
 /// The strips of a packed `B` when its header matches this product and

@@ -89,11 +89,7 @@ fn run<T: Float, U: Float<Acc = T::Acc>, const LOG: bool>(
     let exact_out = TypeId::of::<U>() == TypeId::of::<U::Acc>();
     if inner == 1 {
         if let (false, Some(x), Some(out)) = (LOG, as_f32(&x[..total]), as_f32_mut(&mut out[..total])) {
-            crate::cpu::with_best_isa(|| {
-                for (xr, or) in x.chunks_exact(len).zip(out.chunks_exact_mut(len)) {
-                    softmax_row_f32(xr, or);
-                }
-            });
+            crate::cpu::with_best_isa(SoftmaxRows { x, out, len });
             return Ok(());
         }
         for (xr, or) in x[..total].chunks_exact(len).zip(out[..total].chunks_exact_mut(len)) {
@@ -268,6 +264,23 @@ fn softmax_row_f32(x: &[f32], out: &mut [f32]) {
     let sum = sums.iter().sum::<f32>() + tail;
     for o in out.iter_mut() {
         *o /= sum;
+    }
+}
+
+/// Softmax of the contiguous `f32` rows of length `len` of `x`.
+struct SoftmaxRows<'a> {
+    x: &'a [f32],
+    out: &'a mut [f32],
+    len: usize,
+}
+
+impl crate::cpu::Vectorized for SoftmaxRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for (xr, or) in self.x.chunks_exact(self.len).zip(self.out.chunks_exact_mut(self.len)) {
+            softmax_row_f32(xr, or);
+        }
     }
 }
 
