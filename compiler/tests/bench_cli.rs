@@ -1,6 +1,7 @@
 //! `ptec bench` from the command line: one JSON line with et_runner's keys
-//! and ptec's, a planned size equal to the program's plan, and outputs that,
-//! given a bundled case's input, are that case's expected output.
+//! and ptec's, a planned size equal to the program's plan, outputs that,
+//! given a bundled case's input, are that case's expected output, and a
+//! per-instruction profile.
 use ptec::ir::TestValue;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -97,8 +98,16 @@ fn given_a_cases_input_dumps_its_expected_output() {
         &format!("0={}", path_str(&input)),
         "--dump-outputs",
         path_str(&dump),
+        "--profile",
     ]);
     assert!(ok, "{stderr}");
+    // The profile ranks instructions; mlp.bpte has 6, three folded away.
+    assert!(stderr.contains("us per execution, costliest instructions:"), "{stderr}");
+    let ranked = stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with("instruction "))
+        .count();
+    assert_eq!(ranked, 6, "{stderr}");
     let floats = |b: &[u8]| -> Vec<f32> {
         b.chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
