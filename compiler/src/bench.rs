@@ -8,6 +8,7 @@
 use crate::codegen::Options;
 use crate::compile::{compile_to_string, read_file};
 use crate::runner_crate::{absolute, refuse_user_backends, target_dir, RunnerCrate};
+use ptec_runtime::bench::BenchOptions;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::Command;
@@ -20,39 +21,28 @@ pub struct BenchRequest {
     pub path: PathBuf,
     /// `.ptd` files its program refers to.
     pub data: Vec<PathBuf>,
-    pub method: String,
-    pub iters: usize,
-    pub warmup: usize,
+    /// What the executable runs (method, iterations, inputs, dumps,
+    /// profile), with `et_runner`'s defaults.
+    pub run: BenchOptions,
     /// Recorded in the report only: generated code runs on one thread.
     pub threads: usize,
-    /// Raw little-endian bytes for input `k`.
-    pub inputs: Vec<(usize, PathBuf)>,
-    /// Where to write `output<i>.bin` for each tensor output.
-    pub dump_outputs: Option<PathBuf>,
     /// Build for the CPU at hand (`-C target-cpu=native`) rather than the
     /// baseline of the target.
     pub native: bool,
-    /// Also time each instruction and print the costliest to stderr.
-    pub profile: bool,
     /// Show cargo's output.
     pub verbose: bool,
 }
 
 impl BenchRequest {
     /// A request with `et_runner`'s defaults (20 iterations after 3 warm-up
-    /// runs of `forward`, one thread, native code).
+    /// runs of `forward`, one thread), for native code.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         BenchRequest {
             path: path.into(),
             data: Vec::new(),
-            method: "forward".into(),
-            iters: 20,
-            warmup: 3,
+            run: BenchOptions::default(),
             threads: 1,
-            inputs: Vec::new(),
-            dump_outputs: None,
             native: true,
-            profile: false,
             verbose: false,
         }
     }
@@ -156,20 +146,16 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
         .len();
 
     progress("running");
+    let mut run = req.run.clone();
+    for (_, file) in &mut run.input_files {
+        *file = absolute(std::path::Path::new(file)).display().to_string();
+    }
+    if let Some(dir) = &run.dump_outputs {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+        run.dump_outputs = Some(absolute(std::path::Path::new(dir)).display().to_string());
+    }
     let mut cmd = Command::new(&exe);
-    cmd.args(["--method", &req.method])
-        .args(["--iters", &req.iters.to_string()])
-        .args(["--warmup", &req.warmup.to_string()]);
-    for (k, file) in &req.inputs {
-        cmd.arg("--input").arg(format!("{k}={}", absolute(file).display()));
-    }
-    if req.profile {
-        cmd.arg("--profile");
-    }
-    if let Some(dir) = &req.dump_outputs {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        cmd.arg("--dump-outputs").arg(absolute(dir));
-    }
+    cmd.args(run.to_args());
     let out = cmd.output().map_err(|e| format!("running {}: {e}", exe.display()))?;
     if !out.status.success() {
         return Err(format!(
@@ -178,7 +164,7 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    if req.profile {
+    if req.run.profile {
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -186,7 +172,7 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
         .map_err(|e| format!("unexpected output of the benchmark ({e}): {stdout}"))?;
     Ok(BenchReport {
         model: shown,
-        method: req.method.clone(),
+        method: req.run.method.clone(),
         threads: req.threads,
         load_us: t.load_us,
         planned_bytes: t.planned_bytes,

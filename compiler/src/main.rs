@@ -143,14 +143,14 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     }
     let mut req = ptec::bench::BenchRequest::new(&a.file);
     req.data = a.data.clone();
-    req.method = a.method.clone();
-    req.iters = a.iters as usize;
-    req.warmup = a.warmup as usize;
+    req.run.method = a.method.clone();
+    req.run.iters = a.iters as usize;
+    req.run.warmup = a.warmup as usize;
+    req.run.input_files = a.inputs.iter().map(|(k, f)| (*k, f.display().to_string())).collect();
+    req.run.dump_outputs = a.dump_outputs.as_ref().map(|d| d.display().to_string());
+    req.run.profile = a.profile;
     req.threads = a.threads as usize;
-    req.inputs = a.inputs.clone();
-    req.dump_outputs = a.dump_outputs.clone();
     req.native = !a.portable;
-    req.profile = a.profile;
     req.verbose = a.verbose;
     let report = ptec::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
     println!("{}", report.to_json());

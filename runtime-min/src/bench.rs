@@ -7,7 +7,7 @@
 //! dumps.
 use crate::{Error, Model, ScalarType, TensorRef, Value};
 use std::format;
-use std::string::String;
+use std::string::{String, ToString};
 use std::time::Instant;
 use std::vec::Vec;
 
@@ -69,6 +69,28 @@ impl BenchOptions {
             return Err("--iters must be at least 1".into());
         }
         Ok(o)
+    }
+
+    /// The arguments [`BenchOptions::parse`] reads back as these options.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = std::vec![
+            "--method".into(),
+            self.method.clone(),
+            "--iters".into(),
+            self.iters.to_string(),
+            "--warmup".into(),
+            self.warmup.to_string(),
+        ];
+        for (k, file) in &self.input_files {
+            args.extend(["--input".into(), format!("{k}={file}")]);
+        }
+        if let Some(dir) = &self.dump_outputs {
+            args.extend(["--dump-outputs".into(), dir.clone()]);
+        }
+        if self.profile {
+            args.push("--profile".into());
+        }
+        args
     }
 }
 
@@ -272,7 +294,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::string::ToString;
     use std::vec;
 
     #[test]
@@ -313,6 +334,8 @@ mod tests {
         assert_eq!(o.dump_outputs.as_deref(), Some("d"));
         assert!(!o.profile);
         assert!(BenchOptions::parse(["--profile".to_string()]).unwrap().profile);
+        let all = BenchOptions { profile: true, ..o };
+        assert_eq!(BenchOptions::parse(all.to_args()).unwrap(), all);
         for bad in [
             &["--iters"][..],
             &["--iters", "x"],

@@ -154,8 +154,10 @@ fn constant_transpose(m: &Method, layout: &MethodLayout, args: &[usize]) -> Opti
 }
 
 impl Folds {
-    /// Decides the folds of `m`.
-    pub fn of(m: &Method, layout: &MethodLayout, elements_packed_for: impl Fn(usize, usize, usize) -> bool) -> Folds {
+    /// Decides the folds of `m`. `worth_packing(rows, n, k)` says whether a
+    /// product of `rows × k` by a constant `k × n` gains from packing the
+    /// constant once (the product runs blocked).
+    pub fn of(m: &Method, layout: &MethodLayout, worth_packing: impl Fn(usize, usize, usize) -> bool) -> Folds {
         let uses = Uses::of(m);
         let mut f = Folds::default();
         let has_jumps = m
@@ -224,7 +226,7 @@ impl Folds {
                 (w.sizes[0], w.sizes[1])
             };
             let rows = x.sizes.iter().product::<usize>() / k.max(1);
-            if !elements_packed_for(rows, n, k) || f.packed_for(value, trans).is_some() {
+            if !worth_packing(rows, n, k) || f.packed_for(value, trans).is_some() {
                 continue;
             }
             let len = ptec_runtime::kernels::gemm::packed_b_len(k, n);
