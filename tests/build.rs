@@ -28,7 +28,17 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("xnnpack_ops", "fixtures/xnnpack_ops.bpte", None, 1e-4, 1e-5),
 ];
 
-/// Corpus cases of the code-generation issue, and the XNNPACK-delegated ones.
+/// Fixtures compiled again in external-weights mode (the files are given at
+/// construction): data from the .pte and a .ptd, mutable state initialised
+/// from the file, constant outputs read from it.
+const EXTERNAL: &[&str] = &["external_weights", "kv_cache", "multi_method", "mlp"];
+
+/// XNNPACK-delegated corpus programs, compiled with their delegates left to
+/// a user backend (tests/recording_backend.rs) rather than compiled.
+const DELEGATED: &[&str] = &["xnnpack_mlp", "xnnpack_partial"];
+
+/// Corpus cases of the code-generation issue, and the XNNPACK-delegated ones
+/// (their delegate calls compiled).
 pub const CORPUS: &[&str] = &[
     "mlp",
     "conv_net",
@@ -40,8 +50,12 @@ pub const CORPUS: &[&str] = &[
     "xnnpack_partial",
 ];
 
-fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, out: &Path) {
-    let mut b = ptec::Builder::new(file).name("Program").tests(rtol, atol).out_dir(out);
+fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, external: bool, out: &Path) {
+    let mut b = ptec::Builder::new(file)
+        .name("Program")
+        .tests(rtol, atol)
+        .external_weights(external)
+        .out_dir(out);
     if let Some(d) = data {
         b = b.data(d);
     }
@@ -66,8 +80,13 @@ fn main() {
     let mut modules = Vec::new();
     for (name, file, data, rtol, atol) in FIXTURES {
         let module = format!("fixture_{name}");
-        generate(&module, Path::new(file), data.map(Path::new), *rtol, *atol, &out);
+        generate(&module, Path::new(file), data.map(Path::new), *rtol, *atol, false, &out);
         modules.push(module);
+        if EXTERNAL.contains(name) {
+            let module = format!("external_{name}");
+            generate(&module, Path::new(file), data.map(Path::new), *rtol, *atol, true, &out);
+            modules.push(module);
+        }
     }
     let corpus = Path::new("../../shared/corpus");
     println!("cargo:rerun-if-changed={}", corpus.display());
@@ -81,8 +100,18 @@ fn main() {
             let atol = case["atol"].as_f64().unwrap_or(1e-5);
             let file = corpus.join(case["bpte"].as_str().unwrap_or_default());
             let module = format!("corpus_{name}");
-            generate(&module, &file, None, rtol, atol, &out);
+            generate(&module, &file, None, rtol, atol, false, &out);
             modules.push(module);
+        }
+        for name in DELEGATED {
+            let file = corpus.join(format!("{name}.bpte"));
+            let b = ptec::Builder::new(&file)
+                .name("Program")
+                .tests(1e-4, 1e-4)
+                .lower_xnnpack(false)
+                .out_dir(&out);
+            b.generate(&format!("delegated_{name}.rs"))
+                .unwrap_or_else(|e| panic!("ptec could not compile {name} with user backends: {e}"));
         }
         println!("cargo:rustc-cfg=ptec_corpus");
     } else {

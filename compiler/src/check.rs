@@ -7,8 +7,9 @@
 //! code is compiled again.
 use crate::codegen::{default_struct_name, Options};
 use crate::compile::{compile_to_string, compile_with_cases_to_string, read_file, ForeignCases};
+use crate::runner_crate::{absolute, refuse_user_backends, target_dir, RunnerCrate};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// One bundle to check.
 #[derive(Clone, Debug)]
@@ -42,34 +43,10 @@ pub struct CheckResult {
     pub status: CheckStatus,
 }
 
-/// Where the runtime crate is: next to this compiler in the repository.
-fn runtime_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../runtime-min")
-}
-
-fn default_target_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("PTEC_CHECK_TARGET_DIR") {
-        return PathBuf::from(d);
-    }
-    let base = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    base.join("ptec-check")
-}
-
-fn absolute(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
 /// Builds and runs the checks. `progress` receives one line per step;
 /// cargo's own progress goes to this process's stderr when `verbose`.
 pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str)) -> Result<Vec<CheckResult>, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("ptec-check-")
-        .tempdir()
-        .map_err(|e| format!("temporary crate: {e}"))?;
-    let src = dir.path().join("src");
-    std::fs::create_dir_all(&src).map_err(|e| e.to_string())?;
+    let krate = RunnerCrate::new("ptec-check-run", "opt-level = 2\ncodegen-units = 16\ndebug = false")?;
     let mut results: Vec<CheckResult> = Vec::new();
     let mut modules = Vec::new();
     for (i, input) in inputs.iter().enumerate() {
@@ -83,6 +60,12 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
                 .map(|d| read_file(&absolute(d)))
                 .collect::<crate::error::Result<Vec<_>>>()?;
             let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
+            refuse_user_backends(
+                &bytes,
+                &refs,
+                "check",
+                "run its bundled cases from your own code with the backend",
+            )?;
             let mut options = Options::new(path.display().to_string());
             options.data_paths = input.data.iter().map(|d| absolute(d).display().to_string()).collect();
             options.tests = Some((input.rtol, input.atol));
@@ -103,7 +86,7 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
         match generated {
             Ok(code) => {
                 let module = format!("m{i}");
-                std::fs::write(src.join(format!("{module}.rs")), code).map_err(|e| e.to_string())?;
+                krate.write(&format!("{module}.rs"), &code)?;
                 modules.push((module, i));
                 results.push(CheckResult {
                     input: input.clone(),
@@ -138,34 +121,10 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
         ));
     }
     main.push_str("}\n");
-    std::fs::write(src.join("main.rs"), main).map_err(|e| e.to_string())?;
-    let runtime = absolute(&runtime_dir());
-    let manifest = format!(
-        "[package]\nname = \"ptec-check-run\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {{ path = {:?} }}\n\n[profile.release]\nopt-level = 2\ncodegen-units = 16\ndebug = false\n\n[workspace]\n",
-        runtime.display().to_string()
-    );
-    std::fs::write(dir.path().join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
-    let lock = runtime.join("../Cargo.lock");
-    if lock.exists() {
-        let _ = std::fs::copy(&lock, dir.path().join("Cargo.lock"));
-    }
-    let target = default_target_dir();
+    krate.write("main.rs", &main)?;
+    let target = target_dir("PTEC_CHECK_TARGET_DIR", "ptec-check");
     progress(&format!("building {} module(s) in {}", modules.len(), target.display()));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(["build", "--release", "--offline", "--quiet"])
-        .arg("--manifest-path")
-        .arg(dir.path().join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .stdout(Stdio::null())
-        .stderr(if verbose { Stdio::inherit() } else { Stdio::piped() })
-        .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !status.status.success() {
-        let err = String::from_utf8_lossy(&status.stderr);
-        return Err(format!("building the generated code failed:\n{err}"));
-    }
-    let exe = target.join("release/ptec-check-run");
+    let exe = krate.build(&target, None, verbose)?;
     progress("running");
     let mut cmd = Command::new(&exe);
     for (_, i) in &modules {

@@ -7,13 +7,26 @@ use crate::error::Errors;
 use proc_macro2::{Span, TokenStream};
 use std::path::{Path, PathBuf};
 
+/// What a front end asks for besides the files.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Name of the program struct.
+    pub name: Option<String>,
+    /// Generate the bundle's test cases with these `(rtol, atol)`.
+    pub tests: Option<(f64, f64)>,
+    /// Read the weights at run time instead of embedding them.
+    pub external_weights: bool,
+    /// Leave calls of the XNNPACK delegate to a user backend instead of
+    /// compiling them (see [`Options::lower_xnnpack`]).
+    pub keep_xnnpack_delegates: bool,
+}
+
 /// Compiles `file` (with `.ptd` files `data`) for embedding from anywhere:
 /// paths in the generated `include_bytes!` are absolute.
 pub fn compile_path(
     file: &Path,
     data: &[PathBuf],
-    name: Option<&str>,
-    tests: Option<(f64, f64)>,
+    settings: &Settings,
 ) -> Result<(TokenStream, String, Options), Errors> {
     let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let bytes = read_file(file)?;
@@ -21,14 +34,17 @@ pub fn compile_path(
     let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
     let mut options = Options::new(abs(file).display().to_string());
     options.data_paths = data.iter().map(|d| abs(d).display().to_string()).collect();
-    options.struct_name = name.map(str::to_string);
-    options.tests = tests;
+    options.struct_name = settings.name.clone();
+    options.tests = settings.tests;
+    options.external_weights = settings.external_weights;
+    options.lower_xnnpack = !settings.keep_xnnpack_delegates;
     let tokens = compile(&bytes, &refs, &options)?;
     let source = compile_to_string(&bytes, &refs, &options)?;
     Ok((tokens, source, options))
 }
 
-/// Arguments of `include_pte!("model.pte", name = Model, data = ["w.ptd"], tests, rtol = 1e-4, atol = 1e-5)`.
+/// Arguments of `include_pte!("model.pte", name = Model, data = ["w.ptd"],
+/// weights = external, tests, rtol = 1e-4, atol = 1e-5)`.
 struct MacroArgs {
     path: syn::LitStr,
     name: Option<String>,
@@ -36,6 +52,7 @@ struct MacroArgs {
     tests: bool,
     rtol: f64,
     atol: f64,
+    external_weights: bool,
 }
 
 impl syn::parse::Parse for MacroArgs {
@@ -48,6 +65,7 @@ impl syn::parse::Parse for MacroArgs {
             tests: false,
             rtol: 1e-4,
             atol: 1e-5,
+            external_weights: false,
         };
         while input.parse::<syn::Token![,]>().is_ok() {
             if input.is_empty() {
@@ -68,6 +86,20 @@ impl syn::parse::Parse for MacroArgs {
                     let list = content.parse_terminated(|p| p.parse::<syn::LitStr>(), syn::Token![,])?;
                     args.data = list.into_iter().collect();
                 }
+                "weights" => {
+                    input.parse::<syn::Token![=]>()?;
+                    let mode: syn::Ident = input.parse()?;
+                    args.external_weights = match mode.to_string().as_str() {
+                        "embedded" => false,
+                        "external" => true,
+                        other => {
+                            return Err(syn::Error::new(
+                                mode.span(),
+                                format!("unknown weights mode `{other}`: expected `embedded` or `external`"),
+                            ))
+                        }
+                    };
+                }
                 "rtol" | "atol" => {
                     input.parse::<syn::Token![=]>()?;
                     let v: syn::LitFloat = input.parse()?;
@@ -81,7 +113,7 @@ impl syn::parse::Parse for MacroArgs {
                 other => {
                     return Err(syn::Error::new(
                         key.span(),
-                        format!("unknown argument `{other}`: expected `name = Ident`, `data = [\"file.ptd\"]`, `tests`, `rtol = f`, `atol = f`"),
+                        format!("unknown argument `{other}`: expected `name = Ident`, `data = [\"file.ptd\"]`, `weights = embedded|external`, `tests`, `rtol = f`, `atol = f`"),
                     ))
                 }
             }
@@ -111,12 +143,13 @@ pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
         )
         .to_compile_error();
     }
-    match compile_path(
-        &file,
-        &data,
-        args.name.as_deref(),
-        args.tests.then_some((args.rtol, args.atol)),
-    ) {
+    let settings = Settings {
+        name: args.name.clone(),
+        tests: args.tests.then_some((args.rtol, args.atol)),
+        external_weights: args.external_weights,
+        keep_xnnpack_delegates: false,
+    };
+    match compile_path(&file, &data, &settings) {
         Ok((tokens, _, _)) => tokens,
         Err(e) => syn::Error::new(span, format!("ptec: {}: {e}", args.path.value())).to_compile_error(),
     }
@@ -134,8 +167,7 @@ pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
 pub struct Builder {
     file: PathBuf,
     data: Vec<PathBuf>,
-    name: Option<String>,
-    tests: Option<(f64, f64)>,
+    settings: Settings,
     out_dir: Option<PathBuf>,
 }
 
@@ -146,8 +178,7 @@ impl Builder {
         Builder {
             file: file.into(),
             data: Vec::new(),
-            name: None,
-            tests: None,
+            settings: Settings::default(),
             out_dir: None,
         }
     }
@@ -160,13 +191,29 @@ impl Builder {
 
     /// The name of the generated struct.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+        self.settings.name = Some(name.into());
         self
     }
 
     /// Also generate the bundle's test cases with these tolerances.
     pub fn tests(mut self, rtol: f64, atol: f64) -> Self {
-        self.tests = Some((rtol, atol));
+        self.settings.tests = Some((rtol, atol));
+        self
+    }
+
+    /// External-weights mode: the generated program embeds no weights and
+    /// is given the files at construction (see `FILES` in the generated
+    /// code).
+    pub fn external_weights(mut self, external: bool) -> Self {
+        self.settings.external_weights = external;
+        self
+    }
+
+    /// Whether calls of ExecuTorch's XNNPACK delegate are compiled into the
+    /// program (the default) or left to a user backend registered at run
+    /// time.
+    pub fn lower_xnnpack(mut self, lower: bool) -> Self {
+        self.settings.keep_xnnpack_delegates = !lower;
         self
     }
 
@@ -189,7 +236,7 @@ impl Builder {
         for d in &self.data {
             println!("cargo:rerun-if-changed={}", d.display());
         }
-        let (_, source, _) = compile_path(&self.file, &self.data, self.name.as_deref(), self.tests)
+        let (_, source, _) = compile_path(&self.file, &self.data, &self.settings)
             .map_err(|e| format!("{}: {e}", self.file.display()))?;
         let path = dir.join(file_name);
         write_if_changed(&path, &source).map_err(|e| format!("{}: {e}", path.display()))?;

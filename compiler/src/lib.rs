@@ -7,6 +7,7 @@
 //! - [`load`] reads any ExecuTorch file (`.pte`, `.bp`, `.bpte`, `.ptd`) into
 //!   the [`ir`] and verifies it ([`verify`]);
 //! - [`inspect`] describes it for a person or as JSON.
+pub mod bench;
 pub mod bundle;
 pub mod check;
 pub mod codegen;
@@ -21,6 +22,7 @@ pub mod load;
 pub mod ops;
 pub mod ptd;
 pub mod reader;
+mod runner_crate;
 pub mod verify;
 pub mod xnnpack;
 
@@ -30,7 +32,7 @@ pub use compile::{
     ForeignCases,
 };
 pub use error::{Diagnostic, ErrorKind, Errors, Location};
-pub use frontend::{compile_path, expand_macro, Builder};
+pub use frontend::{compile_path, expand_macro, Builder, Settings};
 pub use load::{load, Loaded};
 
 /// The version of ptec, written into generated code.

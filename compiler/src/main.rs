@@ -18,6 +18,12 @@ struct Cli {
     compile: CompileArgs,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Weights {
+    Embedded,
+    External,
+}
+
 #[derive(Args)]
 struct CompileArgs {
     /// The program (.pte) or bundle (.bpte, .bp) to compile.
@@ -28,9 +34,15 @@ struct CompileArgs {
     /// Name of the generated program struct (default: the file stem in CamelCase).
     #[arg(long)]
     name: Option<String>,
-    /// External tensor data (.ptd) the program refers to; embedded too.
+    /// External tensor data (.ptd) the program refers to; embedded too
+    /// unless the weights are external.
     #[arg(long = "data")]
     data: Vec<PathBuf>,
+    /// `embedded`: the weights are compiled into the binary. `external`: the
+    /// program is given the .pte (and .ptd files) at construction and reads
+    /// them in place (memory-mapped with `ptec_runtime::Blob::open`).
+    #[arg(long, value_enum, default_value = "embedded")]
+    weights: Weights,
     /// For a bundle: also generate its test cases (a `bundled` module with one #[test] per case).
     #[arg(long)]
     tests: bool,
@@ -76,6 +88,78 @@ enum Command {
     },
     /// Print the operator coverage table (Markdown).
     Coverage,
+    /// Build a program in release mode and time it; prints one JSON line
+    /// with the keys of ExecuTorch's et_runner plus gen_ms, build_s and
+    /// binary_bytes.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// The program (.pte) or bundle (.bpte, .bp) to time.
+    file: PathBuf,
+    #[arg(long, default_value = "forward")]
+    method: String,
+    /// Timed executions.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Untimed executions before them.
+    #[arg(long, default_value_t = 3)]
+    warmup: u32,
+    /// Recorded in the report only: generated code runs single-threaded
+    /// (more threads are not implemented).
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// Raw little-endian bytes for input K (K=FILE); other inputs get
+    /// et_runner's fill: sin(0.1 i) for floats, i % 7 for integers.
+    #[arg(long = "input", value_name = "K=FILE", value_parser = parse_input)]
+    inputs: Vec<(usize, PathBuf)>,
+    /// Write each tensor output's bytes to DIR/output<i>.bin, as et_runner.
+    #[arg(long, value_name = "DIR")]
+    dump_outputs: Option<PathBuf>,
+    /// External tensor data (.ptd) the program refers to.
+    #[arg(long = "data")]
+    data: Vec<PathBuf>,
+    /// Build for the target's baseline CPU instead of `-C target-cpu=native`.
+    #[arg(long)]
+    portable: bool,
+    /// Also time each instruction (stepping through the method) and print
+    /// the costliest to stderr; instruction numbers are those of the
+    /// generated code (`ptec FILE` shows it).
+    #[arg(long)]
+    profile: bool,
+    /// Show cargo's output while building.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+fn parse_input(s: &str) -> Result<(usize, PathBuf), String> {
+    let (k, file) = s.split_once('=').ok_or("expected K=FILE")?;
+    let k = k.parse().map_err(|_| format!("`{k}` is not an input index"))?;
+    Ok((k, PathBuf::from(file)))
+}
+
+fn run_bench(a: &BenchArgs) -> Result<(), String> {
+    if a.threads > 1 {
+        eprintln!(
+            "ptec bench: note: generated code runs on one thread; --threads {} is only recorded",
+            a.threads
+        );
+    }
+    let mut req = ptec::bench::BenchRequest::new(&a.file);
+    req.data = a.data.clone();
+    req.run.method = a.method.clone();
+    req.run.iters = a.iters as usize;
+    req.run.warmup = a.warmup as usize;
+    req.run.input_files = a.inputs.iter().map(|(k, f)| (*k, f.display().to_string())).collect();
+    req.run.dump_outputs = a.dump_outputs.as_ref().map(|d| d.display().to_string());
+    req.run.profile = a.profile;
+    req.threads = a.threads as usize;
+    req.native = !a.portable;
+    req.verbose = a.verbose;
+    let report = ptec::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
+    println!("{}", report.to_json());
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {
@@ -151,6 +235,7 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
     options.data_paths = a.data.iter().map(|d| include_path(d, &a.output)).collect();
     options.struct_name = a.name.clone();
     options.tests = a.tests.then_some((a.rtol, a.atol));
+    options.external_weights = a.weights == Weights::External;
     let code = ptec::compile_to_string(&bytes, &refs, &options).map_err(|e| format!("{}: {e}", file.display()))?;
     if a.output == "-" {
         print!("{code}");
@@ -218,6 +303,7 @@ fn main() -> ExitCode {
             cases,
             verbose,
         }) => run_check(files, data, (*rtol, *atol), cases.as_ref(), *verbose),
+        Some(Command::Bench(args)) => run_bench(args).map(|_| true),
         Some(Command::Coverage) => {
             print!("{}", ptec::coverage::coverage_markdown());
             Ok(true)

@@ -312,7 +312,7 @@ impl Verifier {
             );
         }
         let align = t.dtype.element_size();
-        if offset % align as u64 != 0 {
+        if !offset.is_multiple_of(align as u64) {
             self.err(ErrorKind::Misaligned { offset, align }, at.clone());
         }
     }

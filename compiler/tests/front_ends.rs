@@ -26,7 +26,7 @@ fn cli(args: &[&str]) -> String {
 fn cli_builder_and_macro_agree() {
     for name in ["mlp.pte", "cond.bpte", "multi_method.pte", "dynamic.bpte"] {
         let path = fixture(name);
-        let (tokens, library, _) = ptec::compile_path(&path, &[], None, None).unwrap();
+        let (tokens, library, _) = ptec::compile_path(&path, &[], &ptec::Settings::default()).unwrap();
         let from_cli = cli(&[path.to_str().unwrap(), "-o", "-"]);
         assert_eq!(from_cli, library, "{name}: CLI differs from the library");
         let dir = tempfile::tempdir().unwrap();

@@ -32,3 +32,12 @@ fn dynamic() {
 fn multi_method() {
     insta::assert_snapshot!(generate("multi_method.pte"));
 }
+
+#[test]
+fn mlp_external_weights() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp.pte");
+    let bytes = std::fs::read(&path).unwrap();
+    let mut options = ptec::Options::new("mlp.pte");
+    options.external_weights = true;
+    insta::assert_snapshot!(ptec::compile_to_string(&bytes, &[], &options).unwrap());
+}

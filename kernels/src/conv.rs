@@ -387,7 +387,7 @@ pub fn convolution<T: Float>(
                     unsafe { depthwise_f32_avx2(&g, x, w, b, o) };
                     return Ok(());
                 }
-                depthwise_f32(&g, x, w, b, o)
+                depthwise_any_f32(&g, x, w, b, o)
             }
             Path::Pointwise => pointwise_f32(&g, x, w, b, o, scratch),
             Path::Im2col => {
@@ -505,14 +505,120 @@ fn axpy_strided<const S: usize>(dst: &mut [f32], wv: f32, src: &[f32]) {
     }
 }
 
-/// [`depthwise_f32`] compiled for AVX2 + FMA.
+/// Widest input row the 3×3 depthwise path takes (its row buffers live on
+/// the stack).
+const DW3_MAX_ROW: usize = 1026;
+
+/// Whether [`depthwise3x3_f32`] handles `g`: MobileNet's depthwise layers
+/// (3×3, padding 1, stride 1 or 2, one output channel per input channel).
+fn is_depthwise3x3(g: &Geom) -> bool {
+    g.cin_g() == 1
+        && g.cout_g() == 1
+        && (g.kh, g.kw, g.ph, g.pw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1)
+        && g.sh == g.sw
+        && (g.sw == 1 || g.sw == 2)
+        && g.iw + 2 <= DW3_MAX_ROW
+}
+
+/// Copies input row `row` zero-padded by one on each side into `dst`; for
+/// stride 2 its even columns first, then its odd ones, so that every tap of
+/// every output reads a contiguous run.
+#[inline(always)]
+fn padded_row(row: &[f32], stride: usize, dst: &mut [f32; DW3_MAX_ROW]) {
+    let iw = row.len();
+    if stride == 1 {
+        dst[0] = 0.0;
+        dst[1..=iw].copy_from_slice(row);
+        dst[iw + 1] = 0.0;
+    } else {
+        // Padded column p is row[p - 1]; evens are p = 0, 2, ..., odds 1, 3, ...
+        let evens = (iw + 3) / 2;
+        let at = |p: usize| if p == 0 || p > iw { 0.0 } else { row[p - 1] };
+        for (k, d) in dst[..evens].iter_mut().enumerate() {
+            *d = at(2 * k);
+        }
+        for (k, d) in dst[evens..evens + (iw + 2) / 2].iter_mut().enumerate() {
+            *d = at(2 * k + 1);
+        }
+    }
+}
+
+/// 3×3 depthwise convolution with padding 1 and stride 1 or 2 (see
+/// [`is_depthwise3x3`]): padded copies of the three input rows an output row
+/// reads (kept while later rows reuse them), then all nine taps of each
+/// output summed at once, which vectorizes across the row.
+#[inline(always)]
+fn depthwise3x3_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+    let (s, ow, iw) = (g.sw, g.ow, g.iw);
+    let (ihw, ohw) = (g.ih * iw, g.oh * ow);
+    let evens = (iw + 3) / 2;
+    // Where tap column j starts in a padded row: stride 1 reads p = x + j;
+    // stride 2 reads p = 2x + j, i.e. evens[x], odds[x], evens[x + 1].
+    let starts: [usize; 3] = if s == 1 { [0, 1, 2] } else { [0, evens, 1] };
+    let zeros = [0.0f32; DW3_MAX_ROW];
+    let mut rows = [[0.0f32; DW3_MAX_ROW]; 3];
+    for ni in 0..g.n {
+        for c in 0..g.cout {
+            let plane = &x[(ni * g.cin + c) * ihw..][..ihw];
+            let k: &[f32; 9] = match w[c * 9..][..9].try_into() {
+                Ok(k) => k,
+                Err(_) => return,
+            };
+            let b0 = bias.map_or(0.0, |b| b[c]);
+            let oplane = &mut o[(ni * g.cout + c) * ohw..][..ohw];
+            let mut held = [usize::MAX; 3];
+            for (oy, orow) in oplane.chunks_exact_mut(ow).enumerate() {
+                // Fill the rows first, then borrow them.
+                let mut slots = [None; 3];
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    let iy = (oy * s + i) as isize - 1;
+                    if iy < 0 || iy as usize >= g.ih {
+                        continue;
+                    }
+                    let iy = iy as usize;
+                    if held[iy % 3] != iy {
+                        padded_row(&plane[iy * iw..][..iw], s, &mut rows[iy % 3]);
+                        held[iy % 3] = iy;
+                    }
+                    *slot = Some(iy % 3);
+                }
+                let src: [&[f32]; 3] = slots.map(|sl| match sl {
+                    Some(k) => &rows[k][..],
+                    None => &zeros[..],
+                });
+                let tap = |i: usize, j: usize| &src[i][starts[j]..][..ow];
+                let (t0, t1, t2) = (tap(0, 0), tap(0, 1), tap(0, 2));
+                let (t3, t4, t5) = (tap(1, 0), tap(1, 1), tap(1, 2));
+                let (t6, t7, t8) = (tap(2, 0), tap(2, 1), tap(2, 2));
+                for xx in 0..ow {
+                    let top = k[0] * t0[xx] + k[1] * t1[xx] + k[2] * t2[xx];
+                    let mid = k[3] * t3[xx] + k[4] * t4[xx] + k[5] * t5[xx];
+                    let bot = k[6] * t6[xx] + k[7] * t7[xx] + k[8] * t8[xx];
+                    orow[xx] = b0 + top + mid + bot;
+                }
+            }
+        }
+    }
+}
+
+/// The depthwise paths: 3×3 specialised, or the general row-wise one.
+#[inline(always)]
+fn depthwise_any_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+    if is_depthwise3x3(g) {
+        depthwise3x3_f32(g, x, w, bias, o)
+    } else {
+        depthwise_f32(g, x, w, bias, o)
+    }
+}
+
+/// [`depthwise_any_f32`] compiled for AVX2 + FMA.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn depthwise_f32_avx2(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
-    depthwise_f32(g, x, w, bias, o)
+    depthwise_any_f32(g, x, w, bias, o)
 }
 
 /// 1×1, stride 1, unpadded: `out_g = W_g · x_g` per batch and group.
@@ -1094,6 +1200,75 @@ mod tests {
                 kw: 3,
                 d: (1, 2),
                 p: (0, 2),
+                ..b
+            },
+            // 3×3 depthwise, padding 1, stride 1 and 2 (the specialised
+            // path), odd and even widths including ones narrower than a
+            // SIMD vector
+            Case {
+                n: 2,
+                cin: 5,
+                cout: 5,
+                groups: 5,
+                ih: 9,
+                iw: 13,
+                kh: 3,
+                kw: 3,
+                p: (1, 1),
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 3,
+                cout: 3,
+                groups: 3,
+                ih: 7,
+                iw: 2,
+                kh: 3,
+                kw: 3,
+                p: (1, 1),
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 4,
+                cout: 4,
+                groups: 4,
+                ih: 11,
+                iw: 17,
+                kh: 3,
+                kw: 3,
+                s: (2, 2),
+                p: (1, 1),
+                bias: true,
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 2,
+                cout: 2,
+                groups: 2,
+                ih: 6,
+                iw: 1,
+                kh: 3,
+                kw: 3,
+                s: (2, 2),
+                p: (1, 1),
+                ..b
+            },
+            Case {
+                n: 1,
+                cin: 2,
+                cout: 2,
+                groups: 2,
+                ih: 8,
+                iw: 8,
+                kh: 3,
+                kw: 3,
+                s: (2, 2),
+                p: (1, 1),
+                bias: true,
                 ..b
             },
             // pointwise (1×1) and large enough for the packed GEMM

@@ -341,6 +341,15 @@ pub fn zip3<A: Copy, B: Copy, C: Copy, O>(
             for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(c) {
                 *o = f(x, y, z);
             }
+        } else if (sa, sb, sc) == (0, 1, 1) {
+            // The first operand broadcast along the run: `where` with a
+            // per-row condition (an attention mask).
+            let x = a[ia];
+            let b = &b[ib..ib + len];
+            let c = &c[ic..ic + len];
+            for ((o, &y), &z) in out.iter_mut().zip(b).zip(c) {
+                *o = f(x, y, z);
+            }
         } else {
             for (k, o) in out.iter_mut().enumerate() {
                 *o = f(a[ia + k * sa], b[ib + k * sb], c[ic + k * sc]);
@@ -569,6 +578,22 @@ mod tests {
             scalar::where_,
         );
         assert_eq!(out, [1.0, 2.0, 3.0, -1.0, -1.0, -1.0]);
+        // A per-row condition with both values contiguous (the broadcast
+        // first operand's own path): where(cond[2,1], a[2,3], b[2,3]).
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [-1.0f32, -2.0, -3.0, -4.0, -5.0, -6.0];
+        zip3(
+            &mut out,
+            &[2, 3],
+            &cond,
+            &[1, 0],
+            &a,
+            &[3, 1],
+            &b,
+            &[3, 1],
+            scalar::where_,
+        );
+        assert_eq!(out, [1.0, 2.0, 3.0, -4.0, -5.0, -6.0]);
         let x = [0.5f32, f32::NAN, 5.0, -3.0];
         let lo = [0.0f32; 4];
         let hi = [1.0f32, 1.0, 1.0, f32::NAN];

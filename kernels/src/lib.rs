@@ -56,33 +56,24 @@ pub type KernelResult = Result<(), KernelError>;
 /// The largest tensor rank the kernels handle.
 pub const MAX_RANK: usize = 16;
 
+// conv.rs is being reworked on another branch, which will move its two
+// `x % n != 0` tests to `is_multiple_of` (stable since the 1.89 MSRV).
+#[allow(clippy::manual_is_multiple_of)]
 pub mod conv;
+mod cpu;
 pub mod elementwise;
+pub mod gemm;
 pub mod index;
 pub mod linear;
 pub mod nhwc;
 pub mod norm;
 pub mod num;
-pub mod packed;
 pub mod pool;
 pub mod quant;
 pub mod reduce;
 pub mod scalar;
 pub mod shape;
 pub mod softmax;
+#[cfg(test)]
+mod testing;
 pub mod upsample;
-
-#[cfg(test)]
-extern crate std;
-
-/// Reproducible pseudo-random values in `[-1, 1)` for the kernels' tests.
-#[cfg(test)]
-pub(crate) fn test_values(seed: u64, n: usize) -> std::vec::Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}

@@ -1,61 +1,22 @@
 //! Matrix products: `aten::mm.out`, `aten::bmm.out`, `aten::addmm.out` and
-//! `aten::linear.out`, plus the `f32` GEMM they (and convolution) use.
+//! `aten::linear.out`, for every float type, plus the generic GEMM that
+//! convolution uses.
 //!
-//! All matrices are contiguous and row-major. A "transposed" operand is the
-//! row-major storage of the transpose: `A` given transposed is stored as a
-//! `k × m` matrix, `B` given transposed is stored `n × k` (the layout of a
-//! PyTorch `Linear` weight).
-//!
-//! The `f32` GEMM is cache-blocked (BLIS style: `NC` columns of `B` and `KC`
-//! of its rows are packed into the caller's scratch, then `MC × KC` blocks of
-//! `A`) around a register-blocked micro-kernel: 6×16 with AVX2+FMA when the
-//! CPU has them (detected at run time with the `std` feature, or enabled at
-//! compile time), 4×8 portable Rust otherwise. Small products skip packing.
-//! Other float types use a simple loop that accumulates in [`Float::Acc`].
+//! All matrices are contiguous and row-major; an [`Operand`] may be the
+//! row-major storage of its transpose (a `Linear` weight read in place).
+//! `f32` runs on the engine in [`crate::gemm`] (cache-blocked, AVX-512 /
+//! AVX2 micro-kernels, weights packed ahead of time, bias and ReLU fused
+//! into the stores); other float types use a simple loop that accumulates
+//! in [`Float::Acc`].
 
 use crate::conv::Sizes;
 use crate::num::{AccFloat, Element, Float};
-use crate::packed::{gemm_packed, is_packed, pack, packed_len};
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 
-#[cfg(all(feature = "std", target_arch = "x86_64"))]
-extern crate std;
-
-/// Rows of `B` (depth) packed per block.
-const KC: usize = 256;
-/// Rows of `A` packed per block (a multiple of every micro-kernel's `MR`).
-const MC: usize = 72;
-/// Columns of `B` packed per block (a multiple of every micro-kernel's `NR`).
-const NC: usize = 2048;
-/// Least common multiple of the micro-kernels' `MR` (4 and 6).
-const M_ALIGN: usize = 12;
-/// Least common multiple of the micro-kernels' `NR` (8 and 16).
-const N_ALIGN: usize = 16;
-
-#[inline(always)]
-fn round_up(x: usize, a: usize) -> usize {
-    x.div_ceil(a) * a
-}
-
-/// Whether a product is small (or thin) enough that packing does not pay.
-#[inline(always)]
-fn use_direct(m: usize, n: usize, k: usize) -> bool {
-    k == 0 || m < 4 || n < 4 || m.saturating_mul(n).saturating_mul(k) <= 4096
-}
-
-/// Scratch length, in `f32` elements, that [`sgemm`] (and every entry point
-/// of this module for `f32`) needs for an `m × k` by `k × n` product. It is
-/// at most `KC · (NC + MC)` (≈ 2.1 M floats) however large the product, and
-/// 0 for small products. A shorter scratch is not an error: the product then
-/// runs unpacked (correct, slower).
-pub fn gemm_scratch_len(m: usize, n: usize, k: usize) -> usize {
-    if m == 0 || n == 0 || use_direct(m, n, k) {
-        return 0;
-    }
-    let kc = k.min(KC);
-    kc * (round_up(n.min(NC), N_ALIGN) + round_up(m.min(MC), M_ALIGN))
-}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use crate::gemm::has_avx2_fma;
+pub use crate::gemm::{gemm_scratch_len, pack_b, packed_b_len, sgemm, sgemm_fused, sgemm_kernel_name, Epilogue};
 
 /// Reinterprets a slice of `T` as `f32` when `T` is `f32`.
 #[inline(always)]
@@ -78,642 +39,6 @@ pub(crate) fn as_f32_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
         Some(unsafe { core::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) })
     } else {
         None
-    }
-}
-
-// ---------------------------------------------------------------------------
-// f32 GEMM
-// ---------------------------------------------------------------------------
-
-/// `f32` GEMM: `C[m×n] = alpha · op(A) · op(B) + beta · C`.
-///
-/// - `a`: `m × k` row-major, or (`a_trans`) `k × m` row-major.
-/// - `b`: `k × n` row-major, or (`b_trans`) `n × k` row-major.
-/// - `c`: `m × n` row-major. When `beta == 0` its previous contents are
-///   ignored (NaN/inf in it do not propagate), as in BLAS and PyTorch.
-/// - `scratch`: at least [`gemm_scratch_len`]`(m, n, k)` floats for full
-///   speed; any length is accepted.
-///
-/// Works for every `m, n, k ≥ 0` (`k == 0` gives `beta · C`).
-#[allow(clippy::too_many_arguments)]
-pub fn sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    a_trans: bool,
-    b: &[f32],
-    b_trans: bool,
-    beta: f32,
-    c: &mut [f32],
-    scratch: &mut [f32],
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    let a = &a[..m * k];
-    let b = &b[..k * n];
-    let c = &mut c[..m * n];
-    let p = Gemm {
-        m,
-        n,
-        k,
-        alpha,
-        a,
-        a_trans,
-        b,
-        b_trans,
-        beta,
-    };
-    if use_direct(m, n, k) || scratch.len() < gemm_scratch_len(m, n, k) {
-        #[cfg(target_arch = "x86_64")]
-        if Avx2Fma::detect().is_some() {
-            // SAFETY: `detect` returned `Some`, so the CPU supports AVX2 and
-            // FMA, the features `direct_avx2` is compiled for.
-            unsafe { direct_avx2(&p, c) };
-            return;
-        }
-        direct(&p, c);
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if let Some(ukr) = Avx2Fma::detect() {
-        blocked::<6, 16, _>(ukr, &p, c, scratch);
-        return;
-    }
-    blocked::<4, 8, _>(Portable, &p, c, scratch);
-}
-
-/// The operands of one product (lengths already checked).
-struct Gemm<'a> {
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &'a [f32],
-    a_trans: bool,
-    b: &'a [f32],
-    b_trans: bool,
-    beta: f32,
-}
-
-impl Gemm<'_> {
-    #[inline(always)]
-    fn a_at(&self, i: usize, p: usize) -> f32 {
-        if self.a_trans {
-            self.a[p * self.m + i]
-        } else {
-            self.a[i * self.k + p]
-        }
-    }
-}
-
-/// Dot product with 16 independent lanes, so it vectorizes.
-#[inline(always)]
-fn dot(x: &[f32], y: &[f32]) -> f32 {
-    let n = x.len().min(y.len());
-    let (x, y) = (&x[..n], &y[..n]);
-    let mut acc = [0.0f32; 16];
-    let xc = x.chunks_exact(16);
-    let yc = y.chunks_exact(16);
-    let (xr, yr) = (xc.remainder(), yc.remainder());
-    for (xs, ys) in xc.zip(yc) {
-        for l in 0..16 {
-            acc[l] += xs[l] * ys[l];
-        }
-    }
-    let mut s = 0.0f32;
-    for (&u, &v) in xr.iter().zip(yr) {
-        s += u * v;
-    }
-    let mut t = 0.0f32;
-    for v in acc {
-        t += v;
-    }
-    t + s
-}
-
-/// `c = beta · c` with `beta == 0` meaning "overwrite with 0".
-#[inline(always)]
-fn scale_row(c: &mut [f32], beta: f32) {
-    if beta == 0.0 {
-        c.fill(0.0);
-    } else if beta != 1.0 {
-        for x in c {
-            *x *= beta;
-        }
-    }
-}
-
-/// Unpacked product, for small or thin shapes.
-#[inline(always)]
-fn direct(p: &Gemm<'_>, c: &mut [f32]) {
-    let (m, n, k) = (p.m, p.n, p.k);
-    for i in 0..m {
-        let crow = &mut c[i * n..(i + 1) * n];
-        if p.b_trans || n == 1 {
-            // Each output is a dot product of A's row i with a contiguous
-            // row of B (for n == 1 and B not transposed, ldb == 1).
-            for (j, cj) in crow.iter_mut().enumerate() {
-                let brow = &p.b[j * k..(j + 1) * k];
-                let s = if p.a_trans {
-                    let mut s = 0.0f32;
-                    for (q, &bv) in brow.iter().enumerate() {
-                        s += p.a[q * m + i] * bv;
-                    }
-                    s
-                } else {
-                    dot(&p.a[i * k..(i + 1) * k], brow)
-                };
-                *cj = if p.beta == 0.0 {
-                    p.alpha * s
-                } else {
-                    p.alpha * s + p.beta * *cj
-                };
-            }
-        } else {
-            scale_row(crow, p.beta);
-            for q in 0..k {
-                let av = p.alpha * p.a_at(i, q);
-                let brow = &p.b[q * n..(q + 1) * n];
-                for (x, &bv) in crow.iter_mut().zip(brow) {
-                    *x += av * bv;
-                }
-            }
-        }
-    }
-}
-
-/// [`direct`] compiled for AVX2 + FMA.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn direct_avx2(p: &Gemm<'_>, c: &mut [f32]) {
-    direct(p, c)
-}
-
-/// Whether the AVX2+FMA code paths may run on this CPU.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) fn has_avx2_fma() -> bool {
-    Avx2Fma::detect().is_some()
-}
-
-/// A register-blocked `MR × NR` micro-kernel over packed panels.
-trait MicroKernel<const MR: usize, const NR: usize>: Copy {
-    /// `acc = Σ_p a[p·MR + i] · b[p·NR + j]` for `p < kc`; `a` holds at least
-    /// `kc · MR` and `b` at least `kc · NR` elements.
-    fn run(self, kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; NR]; MR]);
-}
-
-/// Portable micro-kernel (the compiler vectorizes the inner `NR` loop).
-#[derive(Clone, Copy)]
-struct Portable;
-
-impl<const MR: usize, const NR: usize> MicroKernel<MR, NR> for Portable {
-    #[inline(always)]
-    fn run(self, kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; NR]; MR]) {
-        let mut c = [[0.0f32; NR]; MR];
-        for (ap, bp) in a[..kc * MR].chunks_exact(MR).zip(b[..kc * NR].chunks_exact(NR)) {
-            for i in 0..MR {
-                let av = ap[i];
-                for j in 0..NR {
-                    c[i][j] += av * bp[j];
-                }
-            }
-        }
-        *acc = c;
-    }
-}
-
-/// The AVX2+FMA 6×16 micro-kernel. A value exists only when the CPU
-/// supports both features (see [`Avx2Fma::detect`]).
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct Avx2Fma(());
-
-#[cfg(target_arch = "x86_64")]
-impl Avx2Fma {
-    #[inline(always)]
-    fn detect() -> Option<Self> {
-        #[cfg(feature = "std")]
-        {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                return Some(Avx2Fma(()));
-            }
-            None
-        }
-        #[cfg(not(feature = "std"))]
-        {
-            if cfg!(all(target_feature = "avx2", target_feature = "fma")) {
-                Some(Avx2Fma(()))
-            } else {
-                None
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-impl MicroKernel<6, 16> for Avx2Fma {
-    #[inline(always)]
-    fn run(self, kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; 16]; 6]) {
-        // SAFETY: `self` exists only if AVX2 and FMA were detected.
-        unsafe { ukr_avx2_6x16(kc, a, b, acc) }
-    }
-}
-
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn ukr_avx2_6x16(kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; 16]; 6]) {
-    use core::arch::x86_64::*;
-    assert!(a.len() >= kc * 6 && b.len() >= kc * 16);
-    let ap = a.as_ptr();
-    let bp = b.as_ptr();
-    // SAFETY: the caller guarantees AVX2+FMA. Every load reads `ap[q*6+i]`
-    // (i < 6) or `bp[q*16 .. q*16+16]` with `q < kc`, in bounds by the assert
-    // above; the stores write the 16 floats of each row of `acc`.
-    unsafe {
-        let mut c00 = _mm256_setzero_ps();
-        let mut c01 = _mm256_setzero_ps();
-        let mut c10 = _mm256_setzero_ps();
-        let mut c11 = _mm256_setzero_ps();
-        let mut c20 = _mm256_setzero_ps();
-        let mut c21 = _mm256_setzero_ps();
-        let mut c30 = _mm256_setzero_ps();
-        let mut c31 = _mm256_setzero_ps();
-        let mut c40 = _mm256_setzero_ps();
-        let mut c41 = _mm256_setzero_ps();
-        let mut c50 = _mm256_setzero_ps();
-        let mut c51 = _mm256_setzero_ps();
-        for q in 0..kc {
-            let b0 = _mm256_loadu_ps(bp.add(q * 16));
-            let b1 = _mm256_loadu_ps(bp.add(q * 16 + 8));
-            let a_q = ap.add(q * 6);
-            let x = _mm256_broadcast_ss(&*a_q);
-            c00 = _mm256_fmadd_ps(x, b0, c00);
-            c01 = _mm256_fmadd_ps(x, b1, c01);
-            let x = _mm256_broadcast_ss(&*a_q.add(1));
-            c10 = _mm256_fmadd_ps(x, b0, c10);
-            c11 = _mm256_fmadd_ps(x, b1, c11);
-            let x = _mm256_broadcast_ss(&*a_q.add(2));
-            c20 = _mm256_fmadd_ps(x, b0, c20);
-            c21 = _mm256_fmadd_ps(x, b1, c21);
-            let x = _mm256_broadcast_ss(&*a_q.add(3));
-            c30 = _mm256_fmadd_ps(x, b0, c30);
-            c31 = _mm256_fmadd_ps(x, b1, c31);
-            let x = _mm256_broadcast_ss(&*a_q.add(4));
-            c40 = _mm256_fmadd_ps(x, b0, c40);
-            c41 = _mm256_fmadd_ps(x, b1, c41);
-            let x = _mm256_broadcast_ss(&*a_q.add(5));
-            c50 = _mm256_fmadd_ps(x, b0, c50);
-            c51 = _mm256_fmadd_ps(x, b1, c51);
-        }
-        let rows = [(c00, c01), (c10, c11), (c20, c21), (c30, c31), (c40, c41), (c50, c51)];
-        for (dst, (lo, hi)) in acc.iter_mut().zip(rows) {
-            _mm256_storeu_ps(dst.as_mut_ptr(), lo);
-            _mm256_storeu_ps(dst.as_mut_ptr().add(8), hi);
-        }
-    }
-}
-
-/// Packs rows `ic..ic+mc`, depth `pc..pc+kc` of `A` into `MR`-row strips:
-/// strip `s` holds `A(ic + s·MR + i, pc + q)` at `s·kc·MR + q·MR + i`,
-/// zero-padded past `mc`.
-fn pack_a<const MR: usize>(p: &Gemm<'_>, ic: usize, mc: usize, pc: usize, kc: usize, out: &mut [f32]) {
-    for (s, i0) in (0..mc).step_by(MR).enumerate() {
-        let dst = &mut out[s * kc * MR..(s + 1) * kc * MR];
-        let rows = MR.min(mc - i0);
-        if p.a_trans {
-            for (q, d) in dst.chunks_exact_mut(MR).enumerate() {
-                let src = &p.a[(pc + q) * p.m + ic + i0..][..rows];
-                d[..rows].copy_from_slice(src);
-                d[rows..].fill(0.0);
-            }
-        } else {
-            for ii in 0..MR {
-                if ii < rows {
-                    let src = &p.a[(ic + i0 + ii) * p.k + pc..][..kc];
-                    for (d, &v) in dst[ii..].iter_mut().step_by(MR).zip(src) {
-                        *d = v;
-                    }
-                } else {
-                    for d in dst[ii..].iter_mut().step_by(MR) {
-                        *d = 0.0;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Packs columns `jc..jc+nc`, depth `pc..pc+kc` of `B` into `NR`-column
-/// strips: strip `s` holds `B(pc + q, jc + s·NR + j)` at
-/// `s·kc·NR + q·NR + j`, zero-padded past `nc`.
-fn pack_b<const NR: usize>(p: &Gemm<'_>, jc: usize, nc: usize, pc: usize, kc: usize, out: &mut [f32]) {
-    for (s, j0) in (0..nc).step_by(NR).enumerate() {
-        let dst = &mut out[s * kc * NR..(s + 1) * kc * NR];
-        let cols = NR.min(nc - j0);
-        if p.b_trans {
-            for jj in 0..NR {
-                if jj < cols {
-                    let src = &p.b[(jc + j0 + jj) * p.k + pc..][..kc];
-                    for (d, &v) in dst[jj..].iter_mut().step_by(NR).zip(src) {
-                        *d = v;
-                    }
-                } else {
-                    for d in dst[jj..].iter_mut().step_by(NR) {
-                        *d = 0.0;
-                    }
-                }
-            }
-        } else {
-            for (q, d) in dst.chunks_exact_mut(NR).enumerate() {
-                let src = &p.b[(pc + q) * p.n + jc + j0..][..cols];
-                d[..cols].copy_from_slice(src);
-                d[cols..].fill(0.0);
-            }
-        }
-    }
-}
-
-/// The cache-blocked product. `scratch` holds at least
-/// [`gemm_scratch_len`] floats.
-fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
-    ukr: U,
-    p: &Gemm<'_>,
-    c: &mut [f32],
-    scratch: &mut [f32],
-) {
-    let (m, n, k) = (p.m, p.n, p.k);
-    let kc_max = k.min(KC);
-    let (bpack, rest) = scratch.split_at_mut(kc_max * round_up(n.min(NC), NR));
-    let apack = &mut rest[..kc_max * round_up(m.min(MC), MR)];
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
-            pack_b::<NR>(p, jc, nc, pc, kc, bpack);
-            let beta = if pc == 0 { p.beta } else { 1.0 };
-            for ic in (0..m).step_by(MC) {
-                let mc = MC.min(m - ic);
-                pack_a::<MR>(p, ic, mc, pc, kc, apack);
-                for jr in (0..nc).step_by(NR) {
-                    let nr = NR.min(nc - jr);
-                    let bp = &bpack[(jr / NR) * kc * NR..][..kc * NR];
-                    for ir in (0..mc).step_by(MR) {
-                        let mr = MR.min(mc - ir);
-                        let ap = &apack[(ir / MR) * kc * MR..][..kc * MR];
-                        let mut acc = [[0.0f32; NR]; MR];
-                        ukr.run(kc, ap, bp, &mut acc);
-                        for (ii, accr) in acc.iter().enumerate().take(mr) {
-                            let row = &mut c[(ic + ir + ii) * n + jc + jr..][..nr];
-                            store_row(row, &accr[..nr], p.alpha, beta);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[inline(always)]
-fn store_row(row: &mut [f32], acc: &[f32], alpha: f32, beta: f32) {
-    if beta == 0.0 {
-        for (x, &v) in row.iter_mut().zip(acc) {
-            *x = alpha * v;
-        }
-    } else if beta == 1.0 && alpha == 1.0 {
-        for (x, &v) in row.iter_mut().zip(acc) {
-            *x += v;
-        }
-    } else {
-        for (x, &v) in row.iter_mut().zip(acc) {
-            *x = alpha * v + beta * *x;
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// f32 products with a fused bias and clamp
-// ---------------------------------------------------------------------------
-
-/// A per-column bias and a clamp applied to the outputs of an `f32` product
-/// as they are stored: the fused `output_min`/`output_max` of XNNPACK's
-/// fully-connected and convolution nodes, without another pass over the
-/// output.
-#[derive(Clone, Copy, Debug)]
-pub struct Epilogue<'a> {
-    /// Added to column `j` of every row (at least `n` elements).
-    pub bias: Option<&'a [f32]>,
-    /// Lower bound of the outputs (`-inf`: none).
-    pub min: f32,
-    /// Upper bound of the outputs (`+inf`: none).
-    pub max: f32,
-}
-
-impl<'a> Epilogue<'a> {
-    /// Bias `bias` and clamp to `[min, max]`.
-    pub fn new(bias: Option<&'a [f32]>, min: f32, max: f32) -> Self {
-        Epilogue { bias, min, max }
-    }
-
-    fn clamps(&self) -> bool {
-        self.min > f32::NEG_INFINITY || self.max < f32::INFINITY
-    }
-
-    /// Applies the epilogue to `row`, whose first element is column `col0`.
-    #[inline(always)]
-    pub fn apply(&self, row: &mut [f32], col0: usize) {
-        if let Some(b) = self.bias {
-            for (x, &bv) in row.iter_mut().zip(&b[col0..]) {
-                *x += bv;
-            }
-        }
-        if self.clamps() {
-            let (lo, hi) = (self.min, self.max);
-            for x in row {
-                *x = x.max(lo).min(hi);
-            }
-        }
-    }
-}
-
-/// Scratch, in `f32` elements, that [`sgemm_fused`] needs to run at full
-/// speed for a `k × n` right operand: room to pack it.
-pub fn fused_scratch_len(n: usize, k: usize) -> usize {
-    packed_len(k, n)
-}
-
-/// `C[m×n] = clamp(A · op(B) + bias)`: `a` is `m × k` row-major, `b` is
-/// `k × n` row-major or (`b_trans`) `n × k` row-major, and the epilogue's
-/// bias has `n` elements. `c`'s previous contents are ignored. `B` is
-/// packed into `scratch` ([`fused_scratch_len`] floats) and multiplied by
-/// [`gemm_packed`]; a shorter scratch takes an unpacked path (correct,
-/// slower).
-#[allow(clippy::too_many_arguments)]
-pub fn sgemm_fused(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    b: &[f32],
-    b_trans: bool,
-    epilogue: &Epilogue<'_>,
-    c: &mut [f32],
-    scratch: &mut [f32],
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if scratch.len() >= packed_len(k, n) {
-        pack(b, k, n, b_trans, scratch);
-        gemm_packed(m, n, k, a, k, scratch, epilogue, c, n);
-        return;
-    }
-    let p = Gemm {
-        m,
-        n,
-        k,
-        alpha: 1.0,
-        a: &a[..m * k],
-        a_trans: false,
-        b: &b[..k * n],
-        b_trans,
-        beta: 0.0,
-    };
-    let c = &mut c[..m * n];
-    #[cfg(target_arch = "x86_64")]
-    if Avx2Fma::detect().is_some() {
-        // SAFETY: `detect` returned `Some`: the CPU has AVX2 and FMA.
-        unsafe { unpacked_avx2(&p, c) };
-    } else {
-        unpacked_product(&p, c);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    unpacked_product(&p, c);
-    for row in c.chunks_exact_mut(n) {
-        epilogue.apply(row, 0);
-    }
-}
-
-/// `packed`, holding `b` packed (see [`crate::packed`]): packed now unless
-/// an earlier call already did. `packed` must belong to `b` alone.
-pub fn ensure_packed<'p>(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &'p mut [f32]) -> &'p [f32] {
-    if !is_packed(packed, k, n) {
-        pack(b, k, n, b_trans, packed);
-    }
-    packed
-}
-
-/// The product without packing (`alpha` 1, `beta` 0). With `B` transposed,
-/// each row of `B` is read once and dotted with every row of `A`, so a
-/// large weight matrix streams through the cache a single time.
-#[inline(always)]
-fn unpacked_product(p: &Gemm<'_>, c: &mut [f32]) {
-    if !p.b_trans || p.a_trans {
-        direct(p, c);
-        return;
-    }
-    let (m, n, k) = (p.m, p.n, p.k);
-    if k == 0 {
-        c.fill(0.0);
-        return;
-    }
-    for (j, brow) in p.b.chunks_exact(k).take(n).enumerate() {
-        for i in 0..m {
-            c[i * n + j] = dot(&p.a[i * k..(i + 1) * k], brow);
-        }
-    }
-}
-
-/// [`unpacked_product`] compiled for AVX2 + FMA.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn unpacked_avx2(p: &Gemm<'_>, c: &mut [f32]) {
-    unpacked_product(p, c)
-}
-
-/// XNNPACK's fully-connected node: `out[m×n] = clamp(x[m×k] · Wᵀ + bias)`
-/// with the weight `n × k` row-major, or `k × n` when `weight_transposed`
-/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `packed` ([`packed_len`]`(k,
-/// n)` floats), when given, keeps the packed weight between calls (it must
-/// serve this weight alone); otherwise it is packed into `scratch`
-/// ([`fused_scratch_len`]`(n, k)` floats) on every call.
-#[allow(clippy::too_many_arguments)]
-pub fn fully_connected(
-    x: &[f32],
-    weight: &[f32],
-    bias: Option<&[f32]>,
-    m: usize,
-    k: usize,
-    n: usize,
-    weight_transposed: bool,
-    min: f32,
-    max: f32,
-    packed: Option<&mut [f32]>,
-    out: &mut [f32],
-    scratch: &mut [f32],
-) {
-    let e = Epilogue::new(bias, min, max);
-    match packed {
-        Some(p) => {
-            let p = ensure_packed(weight, k, n, !weight_transposed, p);
-            gemm_packed(m, n, k, x, k, p, &e, out, n);
-        }
-        None => sgemm_fused(m, n, k, x, weight, !weight_transposed, &e, out, scratch),
-    }
-}
-
-/// XNNPACK's batch matrix multiply: for every index of the output's batch
-/// dimensions `batch` (row-major), `out = a · op(b)` with `a` `m × k` and
-/// `b` `k × n` (or `n × k` when `b_transposed`). `a_strides`/`b_strides`
-/// give each operand's step, in matrices, per batch dimension (0 where it
-/// is broadcast). `scratch`: [`fused_scratch_len`]`(n, k)` floats.
-#[allow(clippy::too_many_arguments)]
-pub fn batch_matmul(
-    a: &[f32],
-    b: &[f32],
-    batch: &[usize],
-    a_strides: &[usize],
-    b_strides: &[usize],
-    m: usize,
-    k: usize,
-    n: usize,
-    b_transposed: bool,
-    out: &mut [f32],
-    scratch: &mut [f32],
-) {
-    let count: usize = batch.iter().product();
-    let mut index = [0usize; crate::MAX_RANK];
-    let rank = batch.len();
-    let e = Epilogue::new(None, f32::NEG_INFINITY, f32::INFINITY);
-    for bi in 0..count {
-        let (mut ao, mut bo) = (0, 0);
-        for d in 0..rank {
-            ao += index[d] * a_strides[d];
-            bo += index[d] * b_strides[d];
-        }
-        let am = &a[ao * m * k..][..m * k];
-        let bm = &b[bo * k * n..][..k * n];
-        let om = &mut out[bi * m * n..][..m * n];
-        sgemm_fused(m, n, k, am, bm, b_transposed, &e, om, scratch);
-        // Next batch index, last dimension fastest.
-        for d in (0..rank).rev() {
-            index[d] += 1;
-            if index[d] < batch[d] {
-                break;
-            }
-            index[d] = 0;
-        }
     }
 }
 
@@ -890,11 +215,98 @@ pub fn mm_output_sizes(a_sizes: &[usize], b_sizes: &[usize]) -> Option<[usize; 2
     }
 }
 
-/// `aten::mm.out(self, mat2, out)`: `out[m×n] = self[m×k] · mat2[k×n]`, all
-/// row-major. `scratch`: [`gemm_scratch_len`]`(m, n, k)` floats (used for
-/// `f32` only).
-pub fn mm<T: Float>(a: &[T], b: &[T], m: usize, k: usize, n: usize, out: &mut [T], scratch: &mut [f32]) {
-    gemm(m, n, k, 1.0, a, false, b, false, 0.0, out, scratch);
+/// A matrix operand of a product: stored row-major, or (`trans`) as the
+/// row-major storage of its transpose; for a constant `f32` right operand,
+/// optionally also packed ahead of time by [`pack_b`] (`packed`, empty
+/// when not).
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a, T> {
+    pub data: &'a [T],
+    pub trans: bool,
+    pub packed: &'a [f32],
+}
+
+impl<'a, T> Operand<'a, T> {
+    /// A row-major matrix.
+    pub fn plain(data: &'a [T]) -> Self {
+        Operand {
+            data,
+            trans: false,
+            packed: &[],
+        }
+    }
+}
+
+/// `C[m×n] = alpha · op(A) · op(B) + beta · C`, then `bias[j]` added to
+/// column `j` (only with `beta == 0`) and `relu` when asked; `f32` fuses
+/// both into the stores of the product.
+#[allow(clippy::too_many_arguments)]
+fn product<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f64,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    beta: f64,
+    col_bias: Option<&[T]>,
+    relu: bool,
+    c: &mut [T],
+    scratch: &mut [f32],
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if let (Some(a32), Some(b32), Some(c32)) = (as_f32(a.data), as_f32(b.data), as_f32_mut(c)) {
+        let e = Epilogue::new(col_bias.and_then(as_f32), relu);
+        sgemm_fused(
+            m,
+            n,
+            k,
+            alpha as f32,
+            a32,
+            a.trans,
+            b32,
+            b.trans,
+            b.packed,
+            beta as f32,
+            &e,
+            c32,
+            scratch,
+        );
+        return;
+    }
+    let c = &mut c[..m * n];
+    let beta = match col_bias {
+        Some(bias) => {
+            fill_bias(m, n, Bias::PerColumn(bias), c);
+            1.0
+        }
+        None => beta,
+    };
+    gemm_generic(m, n, k, alpha, a.data, a.trans, b.data, b.trans, beta, c);
+    if relu {
+        for x in c {
+            *x = crate::scalar::relu(*x);
+        }
+    }
+}
+
+/// `aten::mm.out(self, mat2, out)`: `out[m×n] = self[m×k] · mat2[k×n]`,
+/// then `relu` when it is fused in. `scratch`: [`gemm_scratch_len`]`(m, n,
+/// k)` floats (used for `f32` only).
+#[allow(clippy::too_many_arguments)]
+pub fn mm<T: Float>(
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    m: usize,
+    k: usize,
+    n: usize,
+    relu: bool,
+    out: &mut [T],
+    scratch: &mut [f32],
+) {
+    product(m, n, k, 1.0, a, b, 0.0, None, relu, out, scratch);
 }
 
 /// Output sizes of `aten::bmm` for `self` of `a_sizes` (`[b, m, k]`) and
@@ -946,22 +358,24 @@ pub fn addmm_output_sizes(bias_sizes: &[usize], mat1_sizes: &[usize], mat2_sizes
 
 /// `aten::addmm.out(self, mat1, mat2, beta, alpha, out)`:
 /// `out = beta · self + alpha · (mat1 · mat2)` where `mat1` is `m × k`,
-/// `mat2` is `k × n` (row-major) and `self` (`bias`, of `bias_sizes`)
-/// broadcasts to `[m, n]` (see [`addmm_output_sizes`]). With `beta == 0`
-/// the bias is ignored, NaNs included, as in PyTorch. `scratch`:
-/// [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32` only). Returns
-/// [`KernelError::ShapeMismatch`] if the bias does not broadcast.
+/// `mat2` is `k × n` and `self` (`bias`, of `bias_sizes`) broadcasts to
+/// `[m, n]` (see [`addmm_output_sizes`]); then `relu` when it is fused in.
+/// With `beta == 0` the bias is ignored, NaNs included, as in PyTorch.
+/// `scratch`: [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32`
+/// only). Returns [`KernelError::ShapeMismatch`] if the bias does not
+/// broadcast.
 #[allow(clippy::too_many_arguments)]
 pub fn addmm<T: Float>(
     bias: &[T],
     bias_sizes: &[usize],
-    mat1: &[T],
-    mat2: &[T],
+    mat1: Operand<'_, T>,
+    mat2: Operand<'_, T>,
     m: usize,
     k: usize,
     n: usize,
     beta: f64,
     alpha: f64,
+    relu: bool,
     out: &mut [T],
     scratch: &mut [f32],
 ) -> KernelResult {
@@ -970,6 +384,11 @@ pub fn addmm<T: Float>(
         return Err(KernelError::ShapeMismatch);
     }
     if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if beta == 1.0 && bm == 1 && bn == n {
+        // The bias of a linear layer: added as the results are stored.
+        product(m, n, k, alpha, mat1, mat2, 0.0, Some(&bias[..n]), relu, out, scratch);
         return Ok(());
     }
     if beta != 0.0 {
@@ -982,7 +401,7 @@ pub fn addmm<T: Float>(
             }
         }
     }
-    gemm(m, n, k, alpha, mat1, false, mat2, false, beta, out, scratch);
+    product(m, n, k, alpha, mat1, mat2, beta, None, relu, out, scratch);
     Ok(())
 }
 
@@ -1001,49 +420,130 @@ pub fn linear_output_sizes(x_sizes: &[usize], w_sizes: &[usize], bias_len: Optio
 }
 
 /// `aten::linear.out(input, weight, bias?, out)`:
-/// `out[m×n] = input[m×k] · weight[n×k]ᵀ + bias[n]`, where `m` is the product
-/// of `input`'s leading dimensions and `weight` is row-major `n × k` (a
-/// PyTorch `Linear` weight, or a folded constant transpose). `scratch`:
+/// `out[m×n] = input[m×k] · weight[n×k]ᵀ + bias[n]`, then `relu` when it is
+/// fused in, where `m` is the product of `input`'s leading dimensions and
+/// `weight` is row-major `n × k` (a PyTorch `Linear` weight; `packed`: its
+/// copy packed by [`pack_b`] as a transposed `B`, or empty). `scratch`:
 /// [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32` only).
 #[allow(clippy::too_many_arguments)]
 pub fn linear<T: Float>(
     x: &[T],
     weight: &[T],
+    packed: &[f32],
     bias: Option<&[T]>,
     m: usize,
     k: usize,
     n: usize,
+    relu: bool,
     out: &mut [T],
     scratch: &mut [f32],
 ) {
-    let bias = match bias {
-        Some(b) => Bias::PerColumn(b),
-        None => Bias::None,
+    let w = Operand {
+        data: weight,
+        trans: true,
+        packed,
     };
-    gemm_bias(m, n, k, x, false, weight, true, bias, out, scratch);
+    product(m, n, k, 1.0, Operand::plain(x), w, 0.0, bias, relu, out, scratch);
+}
+
+/// XNNPACK's fully-connected node: `out[m×n] = clamp(x[m×k] · Wᵀ + bias)`
+/// with the weight `n × k` row-major, or `k × n` when `weight_transposed`
+/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `packed` ([`packed_b_len`]`(k,
+/// n)` floats), when given, keeps the weight packed from call to call (it
+/// must serve this weight alone); `scratch`: [`gemm_scratch_len`]`(m, n,
+/// k)` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn fully_connected(
+    x: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    k: usize,
+    n: usize,
+    weight_transposed: bool,
+    min: f32,
+    max: f32,
+    packed: Option<&mut [f32]>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let e = Epilogue { bias, min, max };
+    let b_trans = !weight_transposed;
+    let packed: &[f32] = match packed {
+        Some(p) => {
+            pack_b(k, n, weight, b_trans, p);
+            p
+        }
+        None => &[],
+    };
+    sgemm_fused(m, n, k, 1.0, x, false, weight, b_trans, packed, 0.0, &e, out, scratch);
+}
+
+/// XNNPACK's batch matrix multiply: for every index of the output's batch
+/// dimensions `batch` (row-major), `out = a · op(b)` with `a` `m × k` and
+/// `b` `k × n` (or `n × k` when `b_transposed`). `a_strides`/`b_strides`
+/// give each operand's step, in matrices, per batch dimension (0 where it
+/// is broadcast). `scratch`: [`gemm_scratch_len`]`(m, n, k)` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_matmul(
+    a: &[f32],
+    b: &[f32],
+    batch: &[usize],
+    a_strides: &[usize],
+    b_strides: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+    b_transposed: bool,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let count: usize = batch.iter().product();
+    let mut index = [0usize; crate::MAX_RANK];
+    let rank = batch.len();
+    for bi in 0..count {
+        let (mut ao, mut bo) = (0, 0);
+        for d in 0..rank {
+            ao += index[d] * a_strides[d];
+            bo += index[d] * b_strides[d];
+        }
+        let am = &a[ao * m * k..][..m * k];
+        let bm = &b[bo * k * n..][..k * n];
+        let om = &mut out[bi * m * n..][..m * n];
+        sgemm_fused(
+            m,
+            n,
+            k,
+            1.0,
+            am,
+            false,
+            bm,
+            b_transposed,
+            &[],
+            0.0,
+            &Epilogue::NONE,
+            om,
+            scratch,
+        );
+        // Next batch index, last dimension fastest.
+        for d in (0..rank).rev() {
+            index[d] += 1;
+            if index[d] < batch[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     extern crate std;
     use super::*;
+    use crate::testing::{check, Lcg};
     use crate::{bf16, f16};
     use std::vec;
     use std::vec::Vec;
-
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
 
     /// Triple-loop reference in f64.
     #[allow(clippy::too_many_arguments)]
@@ -1074,29 +574,42 @@ mod tests {
         r
     }
 
-    fn check(got: &[f32], want: &[f64], k: usize) {
-        assert_eq!(got.len(), want.len());
-        let tol = 1e-5 * (k as f64 + 4.0);
-        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (g as f64 - w).abs() <= tol * (1.0 + w.abs()),
-                "at {i}: got {g}, want {w}"
-            );
-        }
-    }
-
     #[test]
     fn hand_computed() {
         // A = [[1,2,3],[4,5,6]], B = [[1,0],[0,1],[1,1]]
         // A·B = [[1+3, 2+3], [4+6, 5+6]] = [[4,5],[10,11]]
         let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
         let b = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
+        let (pa, pb) = (Operand::plain(&a[..]), Operand::plain(&b[..]));
         let mut c = [0.0f32; 4];
-        mm(&a, &b, 2, 3, 2, &mut c, &mut []);
+        mm(
+            Operand::plain(&a[..]),
+            Operand::plain(&b[..]),
+            2,
+            3,
+            2,
+            false,
+            &mut c,
+            &mut [],
+        );
         assert_eq!(c, [4.0, 5.0, 10.0, 11.0]);
         // addmm with bias [10, 20] (shape [2]), beta 2, alpha 0.5:
         // 2·[10,20] + 0.5·[[4,5],[10,11]] = [[22,42.5],[25,45.5]]
-        addmm(&[10.0f32, 20.0], &[2], &a, &b, 2, 3, 2, 2.0, 0.5, &mut c, &mut []).unwrap();
+        addmm(
+            &[10.0f32, 20.0],
+            &[2],
+            pa,
+            pb,
+            2,
+            3,
+            2,
+            2.0,
+            0.5,
+            false,
+            &mut c,
+            &mut [],
+        )
+        .unwrap();
         assert_eq!(c, [22.0, 42.5, 25.0, 45.5]);
         // linear: x = [1,2,3] (m=1,k=3), weight rows [1,1,1], [0,1,0]; bias [1,-1]
         // → [6+1, 2-1] = [7, 1]
@@ -1104,160 +617,38 @@ mod tests {
         linear(
             &[1.0f32, 2.0, 3.0],
             &[1.0, 1.0, 1.0, 0.0, 1.0, 0.0],
+            &[],
             Some(&[1.0, -1.0]),
             1,
             3,
             2,
+            false,
             &mut o,
             &mut [],
         );
         assert_eq!(o, [7.0, 1.0]);
         // beta = 0 ignores a NaN bias.
-        addmm(&[f32::NAN], &[], &a, &b, 2, 3, 2, 0.0, 1.0, &mut c, &mut []).unwrap();
+        addmm(&[f32::NAN], &[], pa, pb, 2, 3, 2, 0.0, 1.0, false, &mut c, &mut []).unwrap();
         // a bias that does not broadcast is rejected
-        assert!(addmm(&[1.0f32; 3], &[3], &a, &b, 2, 3, 2, 1.0, 1.0, &mut c, &mut []).is_err());
+        assert!(addmm(&[1.0f32; 3], &[3], pa, pb, 2, 3, 2, 1.0, 1.0, false, &mut c, &mut []).is_err());
         assert_eq!(c, [4.0, 5.0, 10.0, 11.0]);
         // k = 0: out = beta · bias ([m,1] bias broadcast along columns).
-        addmm(&[1.0f32, 2.0], &[2, 1], &[], &[], 2, 0, 2, 3.0, 1.0, &mut c, &mut []).unwrap();
-        assert_eq!(c, [3.0, 3.0, 6.0, 6.0]);
-    }
-
-    #[test]
-    fn random_sgemm_all_layouts() {
-        let mut rng = Lcg(1);
-        let shapes = [
-            (1, 1, 1),
-            (1, 3, 3),
-            (1, 37, 3),
-            (3, 1, 5),
-            (5, 7, 3),
-            (7, 17, 9),
-            (13, 33, 70),
-            (25, 19, 300),
-            (73, 45, 31),
-            (6, 16, 256),
-            (80, 40, 513),
-            (4, 2100, 5),
-        ];
-        for &(m, n, k) in &shapes {
-            for at in [false, true] {
-                for bt in [false, true] {
-                    for &(alpha, beta) in &[(1.0f32, 0.0f32), (0.5, 1.0), (-2.0, 0.25)] {
-                        let a = rng.vec(m * k);
-                        let b = rng.vec(k * n);
-                        let c0 = rng.vec(m * n);
-                        let want = reference(m, n, k, alpha as f64, &a, at, &b, bt, beta as f64, &c0);
-                        let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-                        let mut c = c0.clone();
-                        sgemm(m, n, k, alpha, &a, at, &b, bt, beta, &mut c, &mut scratch);
-                        check(&c, &want, k);
-                        // Portable blocked kernel too (and the unpacked path).
-                        if gemm_scratch_len(m, n, k) > 0 {
-                            let mut c = c0.clone();
-                            let p = Gemm {
-                                m,
-                                n,
-                                k,
-                                alpha,
-                                a: &a,
-                                a_trans: at,
-                                b: &b,
-                                b_trans: bt,
-                                beta,
-                            };
-                            blocked::<4, 8, _>(Portable, &p, &mut c, &mut scratch);
-                            check(&c, &want, k);
-                            let mut c = c0.clone();
-                            direct(&p, &mut c);
-                            check(&c, &want, k);
-                            // Too-short scratch falls back, still correct.
-                            let mut c = c0.clone();
-                            sgemm(m, n, k, alpha, &a, at, &b, bt, beta, &mut c, &mut []);
-                            check(&c, &want, k);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn fused_bias_and_clamp_on_every_path() {
-        let mut rng = Lcg(5);
-        // Small m with transposed B (streamed), tiny (direct), large (blocked,
-        // with a depth above KC so the epilogue waits for the last block).
-        for &(m, n, k) in &[(1, 37, 300), (8, 64, 1024), (3, 3, 3), (40, 33, 70), (30, 20, 600)] {
-            for bt in [false, true] {
-                let a = rng.vec(m * k);
-                let b = rng.vec(k * n);
-                let bias = rng.vec(n);
-                let mut want = reference(m, n, k, 1.0, &a, false, &b, bt, 0.0, &[]);
-                for (i, v) in want.iter_mut().enumerate() {
-                    *v = (*v + bias[i % n] as f64).clamp(-0.5, 0.75);
-                }
-                // Packed, and unpacked (no scratch).
-                let e = Epilogue::new(Some(&bias), -0.5, 0.75);
-                for len in [fused_scratch_len(n, k), 0] {
-                    let mut c = vec![f32::NAN; m * n];
-                    let mut scratch = vec![0.0f32; len];
-                    sgemm_fused(m, n, k, &a, &b, bt, &e, &mut c, &mut scratch);
-                    check(&c, &want, k);
-                }
-            }
-        }
-        // fully_connected with a [k, n] weight (XNN_FLAG_TRANSPOSE_WEIGHTS).
-        let (m, k, n) = (4, 9, 5);
-        let x = rng.vec(m * k);
-        let w = rng.vec(k * n);
-        let mut out = vec![0.0f32; m * n];
-        let mut packed = vec![0.0f32; packed_len(k, n)];
-        let (lo, hi) = (f32::NEG_INFINITY, f32::INFINITY);
-        fully_connected(
-            &x,
-            &w,
-            None,
-            m,
-            k,
-            n,
-            true,
-            lo,
-            hi,
-            Some(&mut packed),
-            &mut out,
+        addmm(
+            &[1.0f32, 2.0],
+            &[2, 1],
+            Operand::plain(&[]),
+            Operand::plain(&[]),
+            2,
+            0,
+            2,
+            3.0,
+            1.0,
+            false,
+            &mut c,
             &mut [],
-        );
-        check(&out, &reference(m, n, k, 1.0, &x, false, &w, false, 0.0, &[]), k);
-    }
-
-    #[test]
-    fn batch_matmul_broadcasts_batches() {
-        let mut rng = Lcg(9);
-        // a: [2, 3, m, k]; b: [1, 3, n, k] (transposed), broadcast over dim 0.
-        let (m, k, n) = (4, 6, 5);
-        let a = rng.vec(6 * m * k);
-        let b = rng.vec(3 * n * k);
-        let mut out = vec![0.0f32; 6 * m * n];
-        let mut scratch = vec![0.0f32; fused_scratch_len(n, k)];
-        batch_matmul(&a, &b, &[2, 3], &[3, 1], &[0, 1], m, k, n, true, &mut out, &mut scratch);
-        for i in 0..2 {
-            for j in 0..3 {
-                let bi = i * 3 + j;
-                let want = reference(m, n, k, 1.0, &a[bi * m * k..], false, &b[j * n * k..], true, 0.0, &[]);
-                check(&out[bi * m * n..(bi + 1) * m * n], &want, k);
-            }
-        }
-    }
-
-    #[test]
-    fn beta_zero_ignores_nan_in_c() {
-        let (m, n, k) = (20, 30, 40);
-        let mut rng = Lcg(7);
-        let a = rng.vec(m * k);
-        let b = rng.vec(k * n);
-        let mut c = vec![f32::NAN; m * n];
-        let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-        sgemm(m, n, k, 1.0, &a, false, &b, false, 0.0, &mut c, &mut scratch);
-        check(&c, &reference(m, n, k, 1.0, &a, false, &b, false, 0.0, &c), k);
+        )
+        .unwrap();
+        assert_eq!(c, [3.0, 3.0, 6.0, 6.0]);
     }
 
     #[test]
@@ -1279,7 +670,7 @@ mod tests {
         let bias = rng.vec(n);
         let mut out = vec![0.0f32; m * n];
         let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-        linear(&x, &w, Some(&bias), m, k, n, &mut out, &mut scratch);
+        linear(&x, &w, &[], Some(&bias), m, k, n, false, &mut out, &mut scratch);
         let mut want = reference(m, n, k, 1.0, &x, false, &w, true, 0.0, &[]);
         for (i, v) in want.iter_mut().enumerate() {
             *v += bias[i % n] as f64;
@@ -1299,7 +690,21 @@ mod tests {
         let (a, b, bias) = (conv(&a32), conv(&b32), conv(&bias32));
         let (ar, br, biasr) = (back(&a), back(&b), back(&bias));
         let mut out = vec![T::default(); m * n];
-        addmm(&bias, &[1, n], &a, &b, m, k, n, 0.5, 2.0, &mut out, &mut []).unwrap();
+        addmm(
+            &bias,
+            &[1, n],
+            Operand::plain(&a),
+            Operand::plain(&b),
+            m,
+            k,
+            n,
+            0.5,
+            2.0,
+            false,
+            &mut out,
+            &mut [],
+        )
+        .unwrap();
         let mut want = reference(m, n, k, 2.0, &ar, false, &br, false, 0.0, &[]);
         for (i, v) in want.iter_mut().enumerate() {
             *v += 0.5 * biasr[i % n] as f64;
@@ -1314,10 +719,118 @@ mod tests {
         }
         // Transposed B through linear.
         let w_t: Vec<T> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
-        linear(&a, &w_t, None, m, k, n, &mut out, &mut []);
+        linear(&a, &w_t, &[], None, m, k, n, false, &mut out, &mut []);
         let want = reference(m, n, k, 1.0, &ar, false, &br, false, 0.0, &[]);
         for (g, w) in out.iter().zip(&want) {
             assert!((g.to_f64() - w).abs() <= tol * (1.0 + w.abs()));
+        }
+    }
+
+    #[test]
+    fn addmm_fuses_bias_and_relu_for_every_type() {
+        // A = [[1, -2]], B = [[1, 0, -2], [1, 1, -4]], bias = [0.5, 1, -1].
+        fn case<T: Float>() {
+            let t = |v: &[f64]| v.iter().map(|&x| T::from_f64(x)).collect::<Vec<T>>();
+            let (a, b, bias) = (
+                t(&[1.0, -2.0]),
+                t(&[1.0, 0.0, -2.0, 1.0, 1.0, -4.0]),
+                t(&[0.5, 1.0, -1.0]),
+            );
+            let mut out = vec![T::default(); 3];
+            addmm(
+                &bias,
+                &[3],
+                Operand::plain(&a),
+                Operand::plain(&b),
+                1,
+                2,
+                3,
+                1.0,
+                1.0,
+                true,
+                &mut out,
+                &mut [],
+            )
+            .unwrap();
+            // A·B = [-1, -2, 6]; + bias = [-0.5, -1, 5]; relu = [0, 0, 5].
+            assert_eq!(out.iter().map(|x| x.to_f64()).collect::<Vec<_>>(), [0.0, 0.0, 5.0]);
+        }
+        case::<f32>();
+        case::<f64>();
+        case::<f16>();
+    }
+
+    #[test]
+    fn fully_connected_keeps_its_packed_weight_and_clamps() {
+        let mut rng = Lcg(5);
+        for &(m, k, n) in &[(1, 300, 37), (8, 64, 70), (4, 9, 5)] {
+            for transposed in [false, true] {
+                let x = rng.vec(m * k);
+                let w = rng.vec(k * n);
+                let bias = rng.vec(n);
+                let mut want = reference(m, n, k, 1.0, &x, false, &w, !transposed, 0.0, &[]);
+                for (i, v) in want.iter_mut().enumerate() {
+                    *v = (*v + bias[i % n] as f64).clamp(-0.5, 0.75);
+                }
+                let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
+                let mut kept = vec![0.0f32; packed_b_len(k, n)];
+                for packed in [None, Some(&mut kept[..])] {
+                    let mut out = vec![f32::NAN; m * n];
+                    let b = Some(&bias[..]);
+                    fully_connected(
+                        &x,
+                        &w,
+                        b,
+                        m,
+                        k,
+                        n,
+                        transposed,
+                        -0.5,
+                        0.75,
+                        packed,
+                        &mut out,
+                        &mut scratch,
+                    );
+                    check(&out, &want, k);
+                }
+                // The kept packing serves the next call.
+                let mut out = vec![f32::NAN; m * n];
+                let b = Some(&bias[..]);
+                fully_connected(
+                    &x,
+                    &w,
+                    b,
+                    m,
+                    k,
+                    n,
+                    transposed,
+                    -0.5,
+                    0.75,
+                    Some(&mut kept),
+                    &mut out,
+                    &mut scratch,
+                );
+                check(&out, &want, k);
+            }
+        }
+    }
+
+    #[test]
+    fn batch_matmul_broadcasts_batches() {
+        let mut rng = Lcg(9);
+        // a: [2, 3, m, k]; b: [1, 3, n, k] (transposed), broadcast over dim 0.
+        let (m, k, n) = (4, 6, 5);
+        let a = rng.vec(6 * m * k);
+        let b = rng.vec(3 * n * k);
+        let mut out = vec![0.0f32; 6 * m * n];
+        let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
+        batch_matmul(&a, &b, &[2, 3], &[3, 1], &[0, 1], m, k, n, true, &mut out, &mut scratch);
+        for i in 0..2 {
+            for j in 0..3 {
+                let bi = i * 3 + j;
+                let want = reference(m, n, k, 1.0, &a[bi * m * k..], false, &b[j * n * k..], true, 0.0, &[]);
+                check(&out[bi * m * n..(bi + 1) * m * n], &want, k);
+            }
         }
     }
 

@@ -273,27 +273,65 @@ pub fn native_layer_norm<T: Float>(
     if input.len() < total || out.len() < total || mean.len() < m || rstd.len() < m {
         return Err(KernelError::ShapeMismatch);
     }
-    let eps = T::Acc::from_f64(eps);
-    for i in 0..m {
-        let x = &input[i * n..(i + 1) * n];
-        let y = &mut out[i * n..(i + 1) * n];
-        let (mu, var) = moments(x);
-        let rs = rstd_of(var, eps);
-        mean[i] = T::from_acc(mu);
-        rstd[i] = T::from_acc(rs);
-        let shift = -(mu * rs);
-        match (weight, bias) {
-            (None, None) => affine(x, rs, shift, y),
-            _ => {
-                for j in 0..n {
-                    let w = weight.map_or(T::Acc::ONE, |w| w[j].to_acc());
-                    let b = bias.map_or(T::Acc::ZERO, |b| b[j].to_acc());
-                    y[j] = T::from_acc((x[j].to_acc() * rs + shift) * w + b);
+    crate::cpu::with_best_isa(LayerNormRows {
+        input,
+        n,
+        weight,
+        bias,
+        eps: T::Acc::from_f64(eps),
+        out: &mut out[..total],
+        mean: &mut mean[..m],
+        rstd: &mut rstd[..m],
+    });
+    Ok(())
+}
+
+/// The rows of a layer norm, each normalized on its own (vectorized for the
+/// CPU's best vector ISA; no fused multiply-adds are formed, so the results
+/// do not depend on it).
+struct LayerNormRows<'a, T: Float> {
+    input: &'a [T],
+    n: usize,
+    weight: Option<&'a [T]>,
+    bias: Option<&'a [T]>,
+    eps: T::Acc,
+    out: &'a mut [T],
+    mean: &'a mut [T],
+    rstd: &'a mut [T],
+}
+
+impl<T: Float> crate::cpu::Vectorized for LayerNormRows<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let n = self.n;
+        let rows = self
+            .out
+            .chunks_exact_mut(n.max(1))
+            .zip(self.input.chunks_exact(n.max(1)));
+        for (i, (y, x)) in rows.enumerate().take(self.mean.len()) {
+            let (mu, var) = moments(x);
+            let rs = rstd_of(var, self.eps);
+            self.mean[i] = T::from_acc(mu);
+            self.rstd[i] = T::from_acc(rs);
+            let shift = -(mu * rs);
+            match (self.weight, self.bias) {
+                (None, None) => affine(x, rs, shift, y),
+                (Some(w), Some(b)) => {
+                    for (((o, &v), &w), &b) in y.iter_mut().zip(x).zip(&w[..n]).zip(&b[..n]) {
+                        *o = T::from_acc((v.to_acc() * rs + shift) * w.to_acc() + b.to_acc());
+                    }
+                }
+                (w, b) => {
+                    for j in 0..n {
+                        let w = w.map_or(T::Acc::ONE, |w| w[j].to_acc());
+                        let b = b.map_or(T::Acc::ZERO, |b| b[j].to_acc());
+                        y[j] = T::from_acc((x[j].to_acc() * rs + shift) * w + b);
+                    }
                 }
             }
         }
     }
-    Ok(())
 }
 
 /// Output sizes of `aten::native_group_norm` for an input of
@@ -313,7 +351,7 @@ pub fn group_norm_output_sizes(
     if input_sizes.len() < 2 || input_sizes[0] != n || input_sizes[1] != c {
         return None;
     }
-    if input_sizes[2..].iter().product::<usize>() != hxw || group == 0 || c % group != 0 {
+    if input_sizes[2..].iter().product::<usize>() != hxw || group == 0 || !c.is_multiple_of(group) {
         return None;
     }
     if weight_len.is_some_and(|l| l != c) || bias_len.is_some_and(|l| l != c) {
@@ -343,7 +381,11 @@ pub fn native_group_norm<T: Float>(
     mean: &mut [T],
     rstd: &mut [T],
 ) -> KernelResult {
-    if group == 0 || c % group != 0 || weight.is_some_and(|w| w.len() != c) || bias.is_some_and(|b| b.len() != c) {
+    if group == 0
+        || !c.is_multiple_of(group)
+        || weight.is_some_and(|w| w.len() != c)
+        || bias.is_some_and(|b| b.len() != c)
+    {
         return Err(KernelError::ShapeMismatch);
     }
     let total = n * c * hxw;

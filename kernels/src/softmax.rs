@@ -13,6 +13,7 @@
 //! may differ from the input `T` as long as both compute in the same
 //! accumulation type (`f16`/`bf16` → `f32`; otherwise `U = T`).
 
+use crate::linear::{as_f32, as_f32_mut};
 use crate::num::{AccFloat, Element, Float};
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
@@ -87,6 +88,10 @@ fn run<T: Float, U: Float<Acc = T::Acc>, const LOG: bool>(
     // Whether `out` can hold the exponentials exactly (U is its own Acc).
     let exact_out = TypeId::of::<U>() == TypeId::of::<U::Acc>();
     if inner == 1 {
+        if let (false, Some(x), Some(out)) = (LOG, as_f32(&x[..total]), as_f32_mut(&mut out[..total])) {
+            crate::cpu::with_best_isa(SoftmaxRows { x, out, len });
+            return Ok(());
+        }
         for (xr, or) in x[..total].chunks_exact(len).zip(out[..total].chunks_exact_mut(len)) {
             row::<T, U, LOG>(xr, or, exact_out);
         }
@@ -183,6 +188,98 @@ fn row<T: Float, U: Float<Acc = T::Acc>, const LOG: bool>(x: &[T], out: &mut [U]
     } else {
         for (o, &v) in out.iter_mut().zip(x) {
             *o = U::from_acc(acc_exp(v.to_acc() - m) / sum);
+        }
+    }
+}
+
+/// `exp(x)` for `x <= 0` (and NaN, which stays NaN), in a form the
+/// compiler vectorizes: Cody–Waite reduction `x = n·ln 2 + r`, a degree-6
+/// polynomial for `e^r` on `|r| <= ln 2 / 2` (Cephes' `expf`, within 2 ulp)
+/// and `2^n` built from its bits. Below the smallest normal result it
+/// returns 0 (the exact value is under 1.2e-38).
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const LOWEST: f32 = -87.33654; // ln(f32::MIN_POSITIVE)
+    const LOG2E: f32 = core::f32::consts::LOG2_E;
+    const ROUND: f32 = 12582912.0; // 1.5 · 2^23: adding it rounds to an integer
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let xc = if x < LOWEST { LOWEST } else { x };
+    let t = xc * LOG2E + ROUND;
+    let n = t - ROUND;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    // n lies in [-126, 0]: its bits are those of `t` minus ROUND's.
+    let n_int = t.to_bits() as i32 - ROUND.to_bits() as i32;
+    let scale = f32::from_bits(((n_int + 127) << 23) as u32);
+    if x < LOWEST {
+        0.0
+    } else {
+        e * scale
+    }
+}
+
+/// Softmax of one contiguous `f32` slice, vectorized: the maximum, then
+/// `exp(x − max)` with [`exp_nonpositive`] summed over 16 lanes, then one
+/// division each. NaN anywhere (or `+inf`, or only `-inf`) gives NaN, as
+/// the generic path.
+#[inline(always)]
+fn softmax_row_f32(x: &[f32], out: &mut [f32]) {
+    const L: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; L];
+    let chunks = x.chunks_exact(L);
+    let mut m = f32::NEG_INFINITY;
+    for &v in chunks.remainder() {
+        m = max_nan(m, v);
+    }
+    for c in chunks {
+        for l in 0..L {
+            lanes[l] = max_nan(lanes[l], c[l]);
+        }
+    }
+    for l in lanes {
+        m = max_nan(m, l);
+    }
+    let mut sums = [0.0f32; L];
+    let (xc, oc) = (x.chunks_exact(L), out.chunks_exact_mut(L));
+    let (xr, mut tail) = (xc.remainder(), 0.0f32);
+    for (xs, os) in xc.zip(oc) {
+        for l in 0..L {
+            let e = exp_nonpositive(xs[l] - m);
+            os[l] = e;
+            sums[l] += e;
+        }
+    }
+    let done = x.len() - xr.len();
+    for (o, &v) in out[done..].iter_mut().zip(xr) {
+        *o = exp_nonpositive(v - m);
+        tail += *o;
+    }
+    let sum = sums.iter().sum::<f32>() + tail;
+    for o in out.iter_mut() {
+        *o /= sum;
+    }
+}
+
+/// Softmax of the contiguous `f32` rows of length `len` of `x`.
+struct SoftmaxRows<'a> {
+    x: &'a [f32],
+    out: &'a mut [f32],
+    len: usize,
+}
+
+impl crate::cpu::Vectorized for SoftmaxRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for (xr, or) in self.x.chunks_exact(self.len).zip(self.out.chunks_exact_mut(self.len)) {
+            softmax_row_f32(xr, or);
         }
     }
 }
@@ -328,6 +425,38 @@ mod tests {
                         (g - w).abs() <= tol * (1.0 + w.abs()),
                         "{sizes:?} {dim} {log}: {g} vs {w}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vectorized_exp_within_two_ulp() {
+        let mut x = -87.3f32;
+        while x <= 0.0 {
+            let (got, want) = (exp_nonpositive(x), libm::exp(x as f64));
+            let ulp = (want as f32).to_bits().abs_diff(got.to_bits());
+            assert!(ulp <= 2, "exp({x}) = {got}, want {want} ({ulp} ulp)");
+            x += 0.0137;
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(-100.0), 0.0);
+        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+        assert!(exp_nonpositive(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn vectorized_rows_match_the_generic_path() {
+        let mut rng = Lcg(9);
+        for len in [1, 7, 16, 33, 128] {
+            let x = rng.vec(3 * len);
+            let mut fast = vec![0.0f32; x.len()];
+            softmax(&x, &[3, len], 1, &mut fast).unwrap();
+            for (xr, fr) in x.chunks(len).zip(fast.chunks(len)) {
+                let mut generic = vec![0.0f32; len];
+                row::<f32, f32, false>(xr, &mut generic, true);
+                for (f, g) in fr.iter().zip(&generic) {
+                    assert!((f - g).abs() <= 4e-7 * g.abs().max(1e-30), "{f} vs {g}");
                 }
             }
         }

@@ -43,8 +43,17 @@ pub enum Error {
     NoSuchMethod,
     /// No backend was provided for a delegate id.
     MissingBackend { id: &'static str },
+    /// A delegate backend failed to initialise its delegate.
+    BackendInit { id: &'static str, message: &'static str },
     /// A delegate backend failed.
     Backend { instruction: usize, message: &'static str },
+    /// A file given at run time is not the one the program was compiled
+    /// against.
+    FileMismatch {
+        file: &'static str,
+        expected_size: usize,
+        size: usize,
+    },
     /// Data loaded at run time does not match what the code was generated
     /// for.
     DataMismatch { what: &'static str },
@@ -84,6 +93,20 @@ impl core::fmt::Display for Error {
             }
             Error::NoSuchMethod => f.write_str("no method of that name"),
             Error::MissingBackend { id } => write!(f, "no backend was provided for delegate id `{id}`"),
+            Error::BackendInit { id, message } => {
+                write!(f, "backend `{id}` failed to initialise a delegate: {message}")
+            }
+            Error::FileMismatch {
+                file,
+                expected_size,
+                size,
+            } => {
+                if size == expected_size {
+                    write!(f, "the data given for `{file}` differs from the file this program was compiled against (same size, different contents); regenerate the code or pass that file")
+                } else {
+                    write!(f, "the data given for `{file}` is {size} bytes, but the file this program was compiled against is {expected_size} bytes; regenerate the code or pass that file")
+                }
+            }
             Error::Backend { instruction, message } => {
                 write!(f, "instruction {instruction}: delegate failed: {message}")
             }

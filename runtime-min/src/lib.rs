@@ -6,7 +6,8 @@
 //! [`Value`]), the error type, the [`Model`] trait through which a generated
 //! program can be driven without knowing its types (the counterpart of
 //! ExecuTorch's `Method`), data loading for weights kept outside the binary,
-//! delegate backends and the bundled-program test harness.
+//! delegate backends, the bundled-program test harness and (with `std`) the
+//! timing harness of `ptec bench`.
 //!
 //! `no_std` first: the `std` feature (default) adds file loading and
 //! run-time CPU feature detection in the kernels; `alloc` adds
@@ -23,6 +24,11 @@ pub use half::{bf16, f16};
 pub use ptec_kernels as kernels;
 
 mod backend;
+#[cfg(feature = "std")]
+pub mod bench;
+#[cfg(feature = "alloc")]
+mod boxed;
+mod data;
 mod error;
 pub mod harness;
 mod loader;
@@ -30,7 +36,14 @@ pub mod mem;
 mod meta;
 mod value;
 
-pub use backend::{Backend, BackendArgs, BackendRegistry, CompileSpec, DelegateHandle};
+pub use backend::{
+    Backend, BackendMessage, BackendRegistry, CompileSpec, DelegateArg, DelegateHandle, DelegateSlot, TensorMut,
+};
+#[cfg(feature = "alloc")]
+pub use boxed::{new_boxed_with, Boxed};
+#[cfg(feature = "alloc")]
+pub use data::OwnedBytes;
+pub use data::{content_hash, Blob, FileCheck, BLOB_ALIGN};
 pub use error::Error;
 #[cfg(feature = "std")]
 pub use loader::FileLoader;
@@ -87,6 +100,26 @@ pub trait Model {
     /// Output `index` of `method`, as left by the last execution.
     fn output(&self, method: usize, index: usize) -> Result<Value<'_>, Error>;
 
+    /// Copies tensor output `index` of `method` into memory the caller
+    /// owns (the counterpart of ExecuTorch's `set_output_data_ptr`: ptec
+    /// plans every output itself, so callers who want an output in their
+    /// own buffer take it from there). `dst` must be exactly the output's
+    /// live size in bytes.
+    fn output_into(&self, method: usize, index: usize, dst: &mut [u8]) -> Result<(), Error> {
+        match self.output(method, index)? {
+            Value::Tensor(t) if t.data.len() == dst.len() => {
+                dst.copy_from_slice(t.data);
+                Ok(())
+            }
+            Value::Tensor(t) => Err(Error::WrongDataLength {
+                index,
+                expected: t.data.len(),
+                got: dst.len(),
+            }),
+            _ => Err(Error::NotATensor { index }),
+        }
+    }
+
     /// Restores the method's mutable state (buffers with an initial value)
     /// and its instruction counter.
     fn reset(&mut self, method: usize) -> Result<(), Error>;
@@ -106,32 +139,13 @@ pub unsafe trait InitInPlace: Sized {
 }
 
 /// Allocates a generated program on the heap and initialises it there, so
-/// large planned buffers never pass through the stack. This is the only
-/// allocation a program makes; inference allocates nothing.
+/// large planned buffers never pass through the stack (nor get written
+/// before use). This is the only allocation a program makes; inference
+/// allocates nothing.
 #[cfg(feature = "alloc")]
-pub fn new_boxed<M: InitInPlace>() -> alloc::boxed::Box<M> {
-    use alloc::alloc::{alloc_zeroed, handle_alloc_error, Layout};
-    let layout = Layout::new::<M>();
-    if layout.size() == 0 {
-        // SAFETY: a zero-sized type needs no memory; a dangling aligned
-        // pointer is a valid box for it, and init_in_place writes nothing.
-        unsafe {
-            let p = core::ptr::NonNull::<M>::dangling().as_ptr();
-            M::init_in_place(p);
-            return alloc::boxed::Box::from_raw(p);
-        }
-    }
-    // SAFETY: the layout is non-zero-sized; the memory is zeroed as
-    // init_in_place requires and fully initialised by it before the Box
-    // takes ownership.
-    unsafe {
-        let p = alloc_zeroed(layout) as *mut M;
-        if p.is_null() {
-            handle_alloc_error(layout);
-        }
-        M::init_in_place(p);
-        alloc::boxed::Box::from_raw(p)
-    }
+pub fn new_boxed<M: InitInPlace>() -> Boxed<M> {
+    // SAFETY: init_in_place fully initialises a zero-filled slot.
+    unsafe { new_boxed_with(|p| M::init_in_place(p)) }
 }
 
 /// Expands its input only when this crate has the `alloc` feature, so
@@ -150,7 +164,3 @@ macro_rules! __if_alloc {
 macro_rules! __if_alloc {
     ($($t:tt)*) => {};
 }
-
-#[cfg(feature = "alloc")]
-#[doc(hidden)]
-pub use alloc::boxed::Box as __Box;

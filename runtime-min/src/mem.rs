@@ -25,6 +25,12 @@ impl<const N: usize> Arena<N> {
     }
 }
 
+/// Constant weights of a method packed for the matrix kernels when the
+/// program is constructed: `N` floats aligned to [`ALIGN`].
+#[derive(Clone)]
+#[repr(C, align(64))]
+pub struct Packed<const N: usize>(pub [f32; N]);
+
 /// Bytes aligned to [`ALIGN`]; wraps embedded data as
 /// `static X: Aligned<[u8; N]> = Aligned(*include_bytes!(...))`.
 #[repr(C, align(64))]

@@ -42,14 +42,14 @@ unsafe impl<T: Pod, const N: usize> Pod for [T; N] {
 /// number of elements.
 pub fn cast_slice<T: Pod>(bytes: &[u8]) -> Result<&[T], Error> {
     let size = core::mem::size_of::<T>();
-    if size == 0 || bytes.len() % size != 0 {
+    if size == 0 || !bytes.len().is_multiple_of(size) {
         return Err(Error::WrongDataLength {
             index: 0,
             expected: size,
             got: bytes.len(),
         });
     }
-    if (bytes.as_ptr() as usize) % core::mem::align_of::<T>() != 0 {
+    if !(bytes.as_ptr() as usize).is_multiple_of(core::mem::align_of::<T>()) {
         return Err(Error::Misaligned);
     }
     // SAFETY: aligned, in bounds (len * size == bytes.len()), and T: Pod
@@ -201,7 +201,7 @@ pub fn from_bytes<T: Pod>(bytes: &[u8]) -> Result<&T, Error> {
             got: bytes.len(),
         });
     }
-    if (bytes.as_ptr() as usize) % core::mem::align_of::<T>() != 0 {
+    if !(bytes.as_ptr() as usize).is_multiple_of(core::mem::align_of::<T>()) {
         return Err(Error::Misaligned);
     }
     // SAFETY: length and alignment checked; every bit pattern is a valid T.

@@ -18,6 +18,26 @@ via_macro! {
     conv => ("fixtures/conv.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-4)
     stacktrace => ("fixtures/stacktrace.bpte", name = Program, tests)
     external_weights => ("fixtures/external_weights.bpte", name = Program, data = ["fixtures/external_weights.ptd"], tests)
+    external_weights_at_run_time => ("fixtures/external_weights.bpte", name = Program, data = ["fixtures/external_weights.ptd"], weights = external, tests)
+}
+
+/// The macro's external-weights mode agrees with the embedded build on the
+/// same inputs, reading memory-mapped files.
+#[test]
+fn external_weights_through_the_macro() {
+    use ptec_runtime::{Blob, Model};
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let files = [
+        Blob::open(format!("{dir}/fixtures/external_weights.bpte")).unwrap(),
+        Blob::open(format!("{dir}/fixtures/external_weights.ptd")).unwrap(),
+    ];
+    let mut ext = external_weights_at_run_time::Program::boxed(files).unwrap();
+    let mut emb = external_weights::Program::boxed();
+    for k in 0..external_weights::bundled::CASES.len() {
+        external_weights_at_run_time::bundled::run_case(&mut *ext, k, external_weights::bundled::TOLERANCE).unwrap();
+        external_weights::bundled::run_case(&mut *emb, k, external_weights::bundled::TOLERANCE).unwrap();
+        assert_eq!(ext.output(0, 0).unwrap(), emb.output(0, 0).unwrap(), "case {k}");
+    }
 }
 
 #[cfg(ptec_corpus)]
@@ -66,6 +86,20 @@ fn typed_and_dynamic_interfaces_agree() {
     let out = m.output(0, 0).unwrap();
     let got = out.as_tensor().unwrap().as_slice::<f32>().unwrap();
     assert_eq!(got, typed.iter().flatten().copied().collect::<Vec<_>>().as_slice());
+    // The output copied into the caller's own memory.
+    let mut mine = [0u8; 4 * 10 * 4];
+    m.output_into(0, 0, &mut mine).unwrap();
+    let expected: Vec<u8> = typed.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(&mine[..], &expected[..]);
+    let mut short = [0u8; 12];
+    assert_eq!(
+        m.output_into(0, 0, &mut short),
+        Err(ptec_runtime::Error::WrongDataLength {
+            index: 0,
+            expected: 160,
+            got: 12
+        })
+    );
 }
 
 /// Wrong inputs are errors, not panics.

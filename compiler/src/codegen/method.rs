@@ -1,7 +1,9 @@
 //! Code for one method: its state (arena, live sizes, run-time scalars,
 //! instruction counter), one function per instruction, `execute`/`step`,
 //! the dynamic interface (`set_input`/`output`) and the typed function.
+use super::fold::Folds;
 use super::layout::{layout_method, Home, MethodLayout};
+use super::resources::delegate_body;
 use super::Ctx;
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
@@ -16,8 +18,6 @@ pub struct MethodCode {
     pub items: TokenStream,
     pub meta: TokenStream,
     pub typed_fn: TokenStream,
-    /// Whether the state holds an arena (so construction needs it zeroed).
-    pub arena_size: usize,
 }
 
 pub fn scalar_ty(v: &Value) -> Option<TokenStream> {
@@ -29,7 +29,7 @@ pub fn scalar_ty(v: &Value) -> Option<TokenStream> {
     }
 }
 
-fn scalar_lit(v: &Value) -> TokenStream {
+pub(super) fn scalar_lit(v: &Value) -> TokenStream {
     match v {
         Value::Int(x) => i64_lit(*x),
         Value::Double(x) => ops::f64_lit(*x),
@@ -38,7 +38,7 @@ fn scalar_lit(v: &Value) -> TokenStream {
     }
 }
 
-fn dtype_tokens(d: ScalarType) -> TokenStream {
+pub(super) fn dtype_tokens(d: ScalarType) -> TokenStream {
     let name = format_ident!("{}", format!("{d:?}"));
     quote!(::ptec_runtime::ScalarType::#name)
 }
@@ -164,6 +164,9 @@ fn typed_array(t: &Tensor) -> Option<TokenStream> {
 
 pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<MethodCode, Vec<Diagnostic>> {
     let layout = layout_method(m)?;
+    let folds = Folds::of(m, &layout, |rows, n, k| {
+        ptec_runtime::kernels::gemm::gemm_scratch_len(rows, n, k) > 0
+    });
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);
     let mut errors = Vec::new();
@@ -185,10 +188,10 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 init.push(quote!(self.#f.copy_from_slice(#bound);));
             }
             if let (Placement::Mutable { initial, .. }, Home::Arena { offset }) = (&t.placement, layout.homes[i]) {
-                let data = ctx.data_ident(initial.source);
+                let data = ctx.data_expr(initial.source);
                 let (s, e) = (lit(initial.offset), lit(initial.offset + initial.len));
                 let (d, de) = (lit(offset), lit(offset + initial.len));
-                init.push(quote!(self.arena.0[#d..#de].copy_from_slice(&#data.0[#s..#e]);));
+                init.push(quote!(self.arena.0[#d..#de].copy_from_slice(&#data[#s..#e]);));
             }
         }
         if rt[i] {
@@ -200,9 +203,33 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         }
     }
 
+    if folds.packed_len > 0 {
+        let n = lit(folds.packed_len);
+        fields.push(quote!(packed: ::ptec_runtime::mem::Packed<#n>));
+        for w in folds.packed() {
+            let Home::Data { source, offset } = layout.homes[w.value] else {
+                continue;
+            };
+            let data = ctx.data_expr(source);
+            let (off, elements) = (lit(offset), lit(w.k * w.n));
+            let (at, end) = (lit(w.offset), lit(w.offset + w.len));
+            let (k, n, trans) = (lit(w.k), lit(w.n), w.trans);
+            // Packed once (`pack_b` leaves a packed copy alone on reset).
+            // The view cannot fail (the compiler checked the constant lies
+            // in its file); if it did, the product would use `b` unpacked.
+            init.push(quote! {
+                if let Ok(b) = ::ptec_runtime::mem::constant::<f32>(&#data, #off, #elements) {
+                    ::ptec_runtime::kernels::gemm::pack_b(#k, #n, b, #trans, &mut self.packed.0[#at..#end]);
+                }
+            });
+        }
+    }
+
     // One function per instruction.
+    let (rs_mut, rs_ref) = (ctx.rs_param(true), ctx.rs_param(false));
+    let (rs_arg, rs_arg_after) = (ctx.rs_arg(false), ctx.rs_arg(true));
     let mut scratch = 0usize;
-    let data_ident = |s: DataSource| ctx.data_ident(s);
+    let data_expr = |s: DataSource| ctx.data_expr(s);
     let mut ins_fns = Vec::new();
     let mut has_jumps = false;
     for (n, ins) in m.instructions.iter().enumerate() {
@@ -220,7 +247,11 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 ));
             }
         }
+        if let Some(by) = folds.elided(n) {
+            doc.push(format!(" Done by instruction {by}, into which ptec folded it."));
+        }
         let body: Result<TokenStream, Diagnostic> = match ins {
+            Instruction::Kernel { .. } if folds.elided(n).is_some() => Ok(quote!()),
             Instruction::Kernel { op, args } => {
                 let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
                 match ops::lookup(&name) {
@@ -229,7 +260,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                         at.clone(),
                     )),
                     Some(emit) => {
-                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_ident, &rt);
+                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_expr, &rt, &folds);
                         let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
                         scratch = scratch.max(oc.scratch_bytes);
                         r.map_err(|detail| {
@@ -244,16 +275,9 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                     }
                 }
             }
-            Instruction::Delegate { delegate, .. } => {
-                let id = m.delegates.get(*delegate).map(|d| d.id.clone()).unwrap_or_default();
-                Err(Diagnostic::new(
-                    ErrorKind::Unsupported {
-                        detail: format!("delegate calls (backend `{id}`) are not compiled yet"),
-                    },
-                    at.clone(),
-                ))
-            }
-            Instruction::Move { from, to } => move_body(m, &layout, &rt, *from, *to, &data_ident)
+            Instruction::Delegate { delegate, args } => delegate_body(ctx, index, m, &layout, &rt, n, *delegate, args)
+                .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
+            Instruction::Move { from, to } => move_body(m, &layout, &rt, *from, *to, &data_expr)
                 .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
             Instruction::JumpFalse { .. } => {
                 has_jumps = true;
@@ -267,7 +291,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                     ins_fns.push(quote! {
                         #(#[doc = #doc])*
                         #[inline]
-                        fn #fname(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                        fn #fname(&mut self #rs_mut) -> ::core::result::Result<(), ::ptec_runtime::Error> {
                             let base = self.arena.0.as_mut_ptr();
                             #body
                             Ok(())
@@ -294,12 +318,12 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         let arm = match ins {
             Instruction::JumpFalse { cond, destination } => {
                 let dest = lit(*destination);
-                let c = cond_expr(m, &layout, &rt, *cond, n, &data_ident);
+                let c = cond_expr(m, &layout, &rt, *cond, n, &data_expr);
                 quote!(#nl => { if #c { #next } else { #dest } })
             }
             _ => {
                 let f = format_ident!("i{}", n);
-                quote!(#nl => { self.#f()?; #next })
+                quote!(#nl => { self.#f(#rs_arg)?; #next })
             }
         };
         arms.push(arm);
@@ -309,7 +333,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         quote! {
             let mut pc = 0usize;
             while pc < #len_lit {
-                pc = self.run_at(pc)?;
+                pc = self.run_at(pc #rs_arg_after)?;
             }
             Ok(())
         }
@@ -320,7 +344,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             .enumerate()
             .filter(|(_, i)| !matches!(i, Instruction::Free { .. }))
             .map(|(n, _)| format_ident!("i{}", n));
-        quote! { #(self.#calls()?;)* Ok(()) }
+        quote! { #(self.#calls(#rs_arg)?;)* Ok(()) }
     };
 
     let set_input_arms = m
@@ -333,6 +357,12 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         .iter()
         .enumerate()
         .map(|(k, &vi)| output_arm(m, &layout, &rt, k, vi, ctx));
+    let output_sig = if ctx.has_resources() {
+        let r = ctx.resources_ident();
+        quote!(fn output<'s>(&'s self, index: usize, rs: &'s #r<'_>) -> ::core::result::Result<::ptec_runtime::Value<'s>, ::ptec_runtime::Error>)
+    } else {
+        quote!(fn output(&self, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error>)
+    };
     let n_in = lit(m.inputs.len());
     let n_out = lit(m.outputs.len());
     let allow = super::allow_lints();
@@ -346,30 +376,30 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         impl #state_ident {
             /// Sets live sizes to their bounds, run-time scalars to their
             /// serialized values and mutable tensors to their initial data.
-            fn init(&mut self) {
+            fn init(&mut self #rs_ref) {
                 self.pc = 0;
                 #(#init)*
             }
 
-            fn execute(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+            fn execute(&mut self #rs_mut) -> ::core::result::Result<(), ::ptec_runtime::Error> {
                 self.pc = 0;
                 #execute_body
             }
 
             /// Runs instruction `pc`; returns the next one.
-            fn run_at(&mut self, pc: usize) -> ::core::result::Result<usize, ::ptec_runtime::Error> {
+            fn run_at(&mut self, pc: usize #rs_mut) -> ::core::result::Result<usize, ::ptec_runtime::Error> {
                 Ok(match pc {
                     #(#arms)*
                     _ => #len_lit,
                 })
             }
 
-            fn step(&mut self) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
+            fn step(&mut self #rs_mut) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
                 if self.pc >= #len_lit {
                     self.pc = 0;
                     return Ok(::ptec_runtime::Step::Done);
                 }
-                let next = self.run_at(self.pc)?;
+                let next = self.run_at(self.pc #rs_arg_after)?;
                 self.pc = next;
                 if next >= #len_lit {
                     self.pc = 0;
@@ -386,7 +416,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 }
             }
 
-            fn output(&self, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error> {
+            #output_sig {
                 match index {
                     #(#output_arms)*
                     _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "output", index, len: #n_out }),
@@ -417,7 +447,6 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         items,
         meta,
         typed_fn,
-        arena_size: arena_total,
     })
 }
 
@@ -453,7 +482,7 @@ fn move_body(
     rt: &[bool],
     from: usize,
     to: usize,
-    data_ident: &dyn Fn(DataSource) -> Ident,
+    data_expr: &dyn Fn(DataSource) -> TokenStream,
 ) -> Result<TokenStream, String> {
     match (&m.values[from], &m.values[to]) {
         (Value::Tensor(f), Value::Tensor(t)) => {
@@ -473,9 +502,9 @@ fn move_body(
                     }
                 }
                 Home::Data { source, offset } => {
-                    let data = data_ident(source);
+                    let data = data_expr(source);
                     let (s, d) = (lit(offset), lit(dst));
-                    out = quote! { let n = #n; self.arena.0[#d..#d + n].copy_from_slice(&#data.0[#s..#s + n]); };
+                    out = quote! { let n = #n; self.arena.0[#d..#d + n].copy_from_slice(&#data[#s..#s + n]); };
                 }
                 Home::None => return Err(format!("move from value {from}, which has no storage")),
             }
@@ -514,7 +543,7 @@ fn cond_expr(
     rt: &[bool],
     cond: usize,
     instruction: usize,
-    data_ident: &dyn Fn(DataSource) -> Ident,
+    data_expr: &dyn Fn(DataSource) -> TokenStream,
 ) -> TokenStream {
     let ins = lit(instruction);
     match &m.values[cond] {
@@ -531,9 +560,9 @@ fn cond_expr(
                     quote!(&self.arena.0[#o..#o + n])
                 }
                 Home::Data { source, offset } => {
-                    let d = data_ident(source);
+                    let d = data_expr(source);
                     let o = lit(offset);
-                    quote!(&#d.0[#o..#o + n])
+                    quote!(&#d[#o..#o + n])
                 }
                 Home::None => quote!(&[]),
             };
@@ -647,9 +676,9 @@ fn output_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: usiz
                     quote!(&self.arena.0[#o..#o + #n])
                 }
                 Home::Data { source, offset } => {
-                    let d = ctx.data_ident(source);
+                    let d = ctx.data_expr(source);
                     let o = lit(offset);
-                    quote!(&#d.0[#o..#o + #n])
+                    quote!(&#d[#o..#o + #n])
                 }
                 Home::None => quote!(&[]),
             };
@@ -692,6 +721,7 @@ fn typed_fn(
     ctx: &Ctx<'_>,
 ) -> TokenStream {
     let fname = format_ident!("{}", mident);
+    let (self_rs_mut, self_rs_ref) = (ctx.self_rs(true, false), ctx.self_rs(false, true));
     let mut params = Vec::new();
     let mut sets = Vec::new();
     for (k, &vi) in m.inputs.iter().enumerate() {
@@ -734,9 +764,9 @@ fn typed_fn(
                             quote!(&self.#field.arena.0[#o..#o + #n])
                         }
                         Home::Data { source, offset } => {
-                            let d = ctx.data_ident(source);
+                            let d = ctx.data_expr(source);
                             let o = lit(offset);
-                            quote!(&#d.0[#o..#o + #n])
+                            quote!(&#d[#o..#o + #n])
                         }
                         Home::None => quote!(&[]),
                     };
@@ -746,7 +776,7 @@ fn typed_fn(
                 None => {
                     out_tys.push(quote!(::ptec_runtime::TensorRef<'_>));
                     out_exprs.push(quote! {
-                        match self.#field.output(#kl)? {
+                        match self.#field.output(#kl #self_rs_ref)? {
                             ::ptec_runtime::Value::Tensor(t) => t,
                             _ => return Err(::ptec_runtime::Error::NotATensor { index: #kl }),
                         }
@@ -777,18 +807,25 @@ fn typed_fn(
         " Runs method `{}` (method {index}): sets the inputs, executes and returns the outputs.",
         m.name
     );
+    // Constant outputs read the run-time files through `rs`.
+    let bind_rs = if ctx.runtime_files {
+        quote!(let rs = &self.rs;)
+    } else {
+        quote!()
+    };
     let takes_mut = !m.instructions.is_empty() || !sets.is_empty();
     let recv = if takes_mut { quote!(&mut self) } else { quote!(&self) };
     let exec = if m.instructions.is_empty() {
         quote!()
     } else {
-        quote!(self.#field.execute()?;)
+        quote!(self.#field.execute(#self_rs_mut)?;)
     };
     quote! {
         #[doc = #doc]
         pub fn #fname(#recv, #(#params),*) -> ::core::result::Result<#ret_ty, ::ptec_runtime::Error> {
             #(#sets)*
             #exec
+            #bind_rs
             Ok(#ret)
         }
     }

@@ -4,8 +4,10 @@
 //! The module holds the embedded file data, one struct for the program with
 //! a state per method, the typed function of each method and an
 //! implementation of `ptec_runtime::Model` (the dynamic interface).
+pub mod fold;
 pub mod layout;
 mod method;
+mod resources;
 mod tests;
 
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
@@ -33,6 +35,9 @@ pub struct Options {
     /// For a bundle: also generate the `bundled` module of test cases, with
     /// these `(rtol, atol)` for its `#[test]`s.
     pub tests: Option<(f64, f64)>,
+    /// External-weights mode: embed no file data; the program is given the
+    /// `.pte` (and `.ptd` files) at construction and reads them in place.
+    pub external_weights: bool,
     /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
     /// (see [`crate::xnnpack`]); when off they are left as delegate calls.
     pub lower_xnnpack: bool,
@@ -51,6 +56,7 @@ impl Options {
             data_paths: Vec::new(),
             source_name,
             tests: None,
+            external_weights: false,
             lower_xnnpack: true,
         }
     }
@@ -100,6 +106,13 @@ pub fn allow_lints() -> TokenStream {
 pub struct Ctx<'a> {
     pub struct_ident: Ident,
     pub program: &'a Program,
+    /// Data files are read at run time (external-weights mode) instead of
+    /// embedded.
+    pub runtime_files: bool,
+    /// Index of each method's first delegate among all the program's
+    /// delegates (the generated `DelegateSlot` array).
+    pub delegate_base: Vec<usize>,
+    pub n_delegates: usize,
 }
 
 impl Ctx<'_> {
@@ -110,12 +123,111 @@ impl Ctx<'_> {
             DataSource::External(i) => format_ident!("EXTERNAL_DATA_{}", i),
         }
     }
+
+    /// Index of a source among the files a program in external-weights
+    /// mode is given: the program first, then its `.ptd` files.
+    pub fn file_index(source: DataSource) -> usize {
+        match source {
+            DataSource::Program => 0,
+            DataSource::External(i) => 1 + i,
+        }
+    }
+
+    /// The bytes of a source file as an expression `e` such that `&e` is
+    /// a `&[u8]` and `&e[a..b]` a sub-slice: an embedded static, or (in
+    /// external-weights mode) the run-time file in the resources `rs`.
+    pub fn data_expr(&self, source: DataSource) -> TokenStream {
+        if self.runtime_files {
+            let k = crate::ops::lit(Self::file_index(source));
+            quote!(rs.files[#k].bytes())
+        } else {
+            let id = self.data_ident(source);
+            quote!(#id.0)
+        }
+    }
+
+    /// Whether the program needs things given at construction: run-time
+    /// files or delegate backends.
+    pub fn has_resources(&self) -> bool {
+        self.runtime_files || self.n_delegates > 0
+    }
+
+    pub fn resources_ident(&self) -> Ident {
+        format_ident!("{}Resources", self.struct_ident)
+    }
+
+    /// The extra parameter of method-state functions that read run-time
+    /// resources (`rs`), mutable or shared; empty when there are none.
+    pub fn rs_param(&self, mutable: bool) -> TokenStream {
+        if !self.has_resources() {
+            return quote!();
+        }
+        let r = self.resources_ident();
+        if mutable {
+            quote!(, rs: &mut #r<'_>)
+        } else {
+            quote!(, rs: &#r<'_>)
+        }
+    }
+
+    /// Passes `rs` on inside a method state (after other arguments when
+    /// `after`); empty when there are none.
+    pub fn rs_arg(&self, after: bool) -> TokenStream {
+        match (self.has_resources(), after) {
+            (false, _) => quote!(),
+            (true, true) => quote!(, rs),
+            (true, false) => quote!(rs),
+        }
+    }
+
+    /// Passes the program's resources to a method state (after other
+    /// arguments when `after`).
+    pub fn self_rs(&self, mutable: bool, after: bool) -> TokenStream {
+        if !self.has_resources() {
+            return quote!();
+        }
+        let arg = if mutable {
+            quote!(&mut self.rs)
+        } else {
+            quote!(&self.rs)
+        };
+        if after {
+            quote!(, #arg)
+        } else {
+            arg
+        }
+    }
+
+    /// The program struct's lifetime parameter (what its resources borrow).
+    pub fn generics(&self) -> TokenStream {
+        if self.has_resources() {
+            quote!(<'r>)
+        } else {
+            quote!()
+        }
+    }
+}
+
+/// The distinct ids of the backends a program's generated code must be
+/// given (its delegates ptec does not compile itself).
+pub fn backend_ids(p: &Program) -> Vec<String> {
+    let mut ids: Vec<String> = p
+        .methods
+        .iter()
+        .flat_map(|m| m.delegates.iter().map(|d| d.id.clone()))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 /// Which embedded sources generated code refers to.
 fn used_sources(p: &Program) -> BTreeSet<(u8, usize)> {
     let mut used = BTreeSet::new();
     for m in &p.methods {
+        if !m.delegates.is_empty() {
+            used.insert((0, 0));
+        }
         for v in &m.values {
             if let Some(t) = v.as_tensor() {
                 let d = match &t.placement {
@@ -229,9 +341,18 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
             Location::default(),
         )
     })?;
+    let mut delegate_base = Vec::new();
+    let mut n_delegates = 0;
+    for m in &program.methods {
+        delegate_base.push(n_delegates);
+        n_delegates += m.delegates.len();
+    }
     let ctx = Ctx {
         struct_ident: struct_ident.clone(),
         program,
+        runtime_files: options.external_weights,
+        delegate_base,
+        n_delegates,
     };
     let mut errors = check_data(program, program_bytes, data);
     let mut methods = Vec::new();
@@ -245,16 +366,200 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         return Err(Errors(errors));
     }
 
-    let tests_module = match options.tests {
-        Some((rtol, atol)) if !loaded.suites.is_empty() => tests::generate_tests(&ctx, &loaded.suites, rtol, atol),
-        _ => quote!(),
-    };
+    let with_tests = options.tests.is_some() && !loaded.suites.is_empty();
     let mut sources = used_sources(program);
-    if !tests_module.is_empty() {
+    if with_tests {
         sources.extend(test_sources(&loaded.suites));
     }
+    let file_sources: Vec<(u8, usize)> = if options.external_weights {
+        std::iter::once((0, 0)).chain((0..data.len()).map(|i| (1, i))).collect()
+    } else {
+        sources.into_iter().collect()
+    };
+    let data_statics = data_statics(&ctx, options, program_bytes, data, &file_sources)?;
+    // In external-weights mode the weights stay out of the binary; only
+    // the bundled tests embed the files, to hand them to the program.
+    let (statics, test_statics) = if options.external_weights {
+        (quote!(), data_statics)
+    } else {
+        (quote!(#(#data_statics)*), Vec::new())
+    };
+    let tests_module = match options.tests {
+        Some((rtol, atol)) if with_tests => tests::generate_tests(&ctx, &loaded.suites, rtol, atol, &test_statics),
+        _ => quote!(),
+    };
+    let file_checks: Vec<TokenStream> = file_sources
+        .iter()
+        .map(|&(kind, i)| {
+            let (name, bytes) = if kind == 0 {
+                (options.source_name.clone(), program_bytes)
+            } else {
+                let name = options.data_paths.get(i).map_or_else(
+                    || format!("data file {i}"),
+                    |p| {
+                        std::path::Path::new(p)
+                            .file_name()
+                            .map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
+                    },
+                );
+                (name, data.get(i).copied().unwrap_or(&[]))
+            };
+            let size = crate::ops::lit(bytes.len());
+            let hash = proc_macro2::Literal::u64_suffixed(ptec_runtime::content_hash(bytes));
+            quote!(::ptec_runtime::FileCheck { name: #name, size: #size, hash: #hash })
+        })
+        .collect();
+
+    let state_items = methods.iter().map(|m| &m.items);
+    let fields = methods.iter().map(|m| {
+        let (f, s) = (&m.field, &m.state_ident);
+        quote!(#f: #s)
+    });
+    let field_names: Vec<&Ident> = methods.iter().map(|m| &m.field).collect();
+    let metas = methods.iter().map(|m| &m.meta);
+    let typed = methods.iter().map(|m| &m.typed_fn);
+    let idx: Vec<TokenStream> = (0..methods.len()).map(crate::ops::lit).collect();
+    let n_methods = crate::ops::lit(methods.len());
+    let abi = ptec_runtime::ABI_VERSION;
+    let zeroed: Vec<TokenStream> = methods
+        .iter()
+        .map(|m| {
+            let f = &m.field;
+            let s = &m.state_ident;
+            quote!(#f: #s::zeroed())
+        })
+        .collect();
+    let zero_impls = methods.iter().map(|m| {
+        let s = &m.state_ident;
+        let allow = allow_lints();
+        quote! {
+            #allow
+            impl #s {
+                fn zeroed() -> Self {
+                    // SAFETY: every field of a method state is an integer,
+                    // float or bool (array), for which all-zero bytes are a
+                    // valid value.
+                    unsafe { ::core::mem::zeroed() }
+                }
+            }
+        }
+    });
+    let doc = format!(
+        " The ExecuTorch program `{}`, compiled by ptec {}.",
+        options.source_name,
+        crate::VERSION
+    );
+    let allow = allow_lints();
+    let gen = ctx.generics();
+    let (rs_mut, rs_ref, rs_ref_after) = (
+        ctx.self_rs(true, false),
+        ctx.self_rs(false, false),
+        ctx.self_rs(false, true),
+    );
+    let rs_field = if ctx.has_resources() {
+        let r = ctx.resources_ident();
+        quote!(rs: #r<'r>,)
+    } else {
+        quote!()
+    };
+    let (construction, resources) = if ctx.has_resources() {
+        construction_with_resources(&ctx, &file_checks, &field_names, &zeroed)
+    } else {
+        (construction_plain(&ctx, &field_names, &zeroed), quote!())
+    };
+    Ok(quote! {
+        const _: () = ::ptec_runtime::check_abi(#abi);
+
+        #statics
+
+        #(#state_items)*
+
+        #(#zero_impls)*
+
+        #resources
+
+        #[doc = #doc]
+        ///
+        /// Construct it with `new(..)` (on the stack) or `boxed(..)` (on the
+        /// heap, for programs with large planned memory or large weights,
+        /// which construction packs for the matrix kernels), then call a
+        /// method's typed function or drive it through `ptec_runtime::Model`.
+        pub struct #struct_ident #gen {
+            #rs_field
+            #(#fields,)*
+        }
+
+        #allow
+        impl #gen #struct_ident #gen {
+            /// The program's methods.
+            pub const METHODS: &'static [::ptec_runtime::MethodMeta] = &[#(#metas),*];
+
+            /// The description of method `name`.
+            pub fn method_meta(name: &str) -> Option<&'static ::ptec_runtime::MethodMeta> {
+                Self::METHODS.iter().find(|m| m.name == name)
+            }
+
+            #(#typed)*
+        }
+
+        #construction
+
+        #tests_module
+
+        #allow
+        impl #gen ::ptec_runtime::Model for #struct_ident #gen {
+            fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
+                Self::METHODS
+            }
+
+            fn set_input(&mut self, method: usize, index: usize, value: ::ptec_runtime::Value<'_>) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                match method {
+                    #(#idx => self.#field_names.set_input(index, value),)*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+                }
+            }
+
+            fn execute(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                match method {
+                    #(#idx => self.#field_names.execute(#rs_mut),)*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+                }
+            }
+
+            fn step(&mut self, method: usize) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
+                match method {
+                    #(#idx => self.#field_names.step(#rs_mut),)*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+                }
+            }
+
+            fn output(&self, method: usize, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error> {
+                match method {
+                    #(#idx => self.#field_names.output(index #rs_ref_after),)*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+                }
+            }
+
+            fn reset(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                match method {
+                    #(#idx => { self.#field_names.init(#rs_ref); Ok(()) })*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+                }
+            }
+        }
+    })
+}
+
+/// `static` items embedding the given source files, 64-byte aligned.
+fn data_statics(
+    ctx: &Ctx<'_>,
+    options: &Options,
+    program_bytes: &[u8],
+    data: &[&[u8]],
+    sources: &[(u8, usize)],
+) -> Result<Vec<TokenStream>> {
     let mut statics = Vec::new();
-    for (kind, i) in sources {
+    for &(kind, i) in sources {
         let (ident, path, len) = if kind == 0 {
             (
                 ctx.data_ident(DataSource::Program),
@@ -283,97 +588,37 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
             static #ident: ::ptec_runtime::mem::Aligned<[u8; #n]> = ::ptec_runtime::mem::Aligned(*include_bytes!(#path));
         });
     }
+    Ok(statics)
+}
 
-    let state_items = methods.iter().map(|m| &m.items);
-    let fields = methods.iter().map(|m| {
-        let (f, s) = (&m.field, &m.state_ident);
-        quote!(#f: #s)
-    });
-    let field_names: Vec<&Ident> = methods.iter().map(|m| &m.field).collect();
-    let metas = methods.iter().map(|m| &m.meta);
-    let typed = methods.iter().map(|m| &m.typed_fn);
-    let idx: Vec<TokenStream> = (0..methods.len()).map(crate::ops::lit).collect();
-    let n_methods = crate::ops::lit(methods.len());
-    let abi = ptec_runtime::ABI_VERSION;
-    let zeroed = methods.iter().map(|m| {
-        let f = &m.field;
-        let s = &m.state_ident;
-        let _ = m.arena_size;
-        quote!(#f: #s::zeroed())
-    });
-    let zero_impls = methods.iter().map(|m| {
-        let s = &m.state_ident;
-        let allow = allow_lints();
-        quote! {
-            #allow
-            impl #s {
-                fn zeroed() -> Self {
-                    // SAFETY: every field of a method state is an integer,
-                    // float or bool (array), for which all-zero bytes are a
-                    // valid value.
-                    unsafe { ::core::mem::zeroed() }
-                }
-            }
-        }
-    });
-    let doc = format!(
-        " The ExecuTorch program `{}`, compiled by ptec {}.",
-        options.source_name,
-        crate::VERSION
-    );
+/// Constructors of a program that needs nothing at construction: `new`,
+/// `Default`, `boxed` and in-place initialisation.
+fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStream]) -> TokenStream {
+    let st = &ctx.struct_ident;
     let allow = allow_lints();
-    Ok(quote! {
-        const _: () = ::ptec_runtime::check_abi(#abi);
-
-        #(#statics)*
-
-        #(#state_items)*
-
-        #(#zero_impls)*
-
-        #[doc = #doc]
-        ///
-        /// Construct it with `new()` (on the stack) or `boxed()` (on the heap,
-        /// for programs with large planned memory), then call a method's
-        /// typed function or drive it through `ptec_runtime::Model`.
-        pub struct #struct_ident {
-            #(#fields,)*
-        }
-
+    quote! {
         #allow
-        impl #struct_ident {
-            /// The program's methods.
-            pub const METHODS: &'static [::ptec_runtime::MethodMeta] = &[#(#metas),*];
-
+        impl #st {
             /// A new instance, built on the stack.
             pub fn new() -> Self {
-                let mut s = #struct_ident { #(#zeroed,)* };
+                let mut s = #st { #(#zeroed,)* };
                 #(s.#field_names.init();)*
                 s
             }
-
-            /// The description of method `name`.
-            pub fn method_meta(name: &str) -> Option<&'static ::ptec_runtime::MethodMeta> {
-                Self::METHODS.iter().find(|m| m.name == name)
-            }
-
-            #(#typed)*
         }
 
-        impl Default for #struct_ident {
+        impl Default for #st {
             fn default() -> Self {
                 Self::new()
             }
         }
 
-        #tests_module
-
         ::ptec_runtime::__if_alloc! {
             #allow
-            impl #struct_ident {
+            impl #st {
                 /// A new instance, built directly on the heap (no large stack
                 /// frame however big the planned memory is).
-                pub fn boxed() -> ::ptec_runtime::__Box<Self> {
+                pub fn boxed() -> ::ptec_runtime::Boxed<Self> {
                     ::ptec_runtime::new_boxed::<Self>()
                 }
             }
@@ -381,7 +626,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
 
         // SAFETY: all-zero bytes are a valid value of the struct (see
         // `zeroed`), and init_in_place finishes initialisation in place.
-        unsafe impl ::ptec_runtime::InitInPlace for #struct_ident {
+        unsafe impl ::ptec_runtime::InitInPlace for #st {
             unsafe fn init_in_place(slot: *mut Self) {
                 // SAFETY: the caller hands a zero-filled slot, which is a
                 // valid value of Self.
@@ -389,49 +634,72 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
                 #(s.#field_names.init();)*
             }
         }
+    }
+}
 
+/// Constructors of a program given files and/or backends; returns them and
+/// the resources items.
+fn construction_with_resources(
+    ctx: &Ctx<'_>,
+    file_checks: &[TokenStream],
+    field_names: &[&Ident],
+    zeroed: &[TokenStream],
+) -> (TokenStream, TokenStream) {
+    let st = &ctx.struct_ident;
+    let r = ctx.resources_ident();
+    let allow = allow_lints();
+    let (params, args) = resources::constructor_params(ctx, file_checks.len());
+    let n_files = crate::ops::lit(file_checks.len());
+    let files_const = if ctx.runtime_files {
+        quote! {
+            /// The files `new` and `boxed` take, in order (the program,
+            /// then its `.ptd` files), with the size and hash they must have.
+            pub const FILES: [::ptec_runtime::FileCheck; #n_files] = [#(#file_checks),*];
+        }
+    } else {
+        quote!()
+    };
+    let needs = match (ctx.runtime_files, ctx.n_delegates > 0) {
+        (true, true) => "the files in [`Self::FILES`] and the backends of its delegates",
+        (true, false) => "the files in [`Self::FILES`], read in place (e.g. `ptec_runtime::Blob::open`)",
+        _ => "the backends of its delegates, each initialised now",
+    };
+    let new_doc = format!(" A new instance, built on the stack, given {needs}.");
+    let boxed_doc = format!(" A new instance, built directly on the heap, given {needs}.");
+    let construction = quote! {
         #allow
-        impl ::ptec_runtime::Model for #struct_ident {
-            fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
-                Self::METHODS
-            }
+        impl<'r> #st<'r> {
+            #files_const
 
-            fn set_input(&mut self, method: usize, index: usize, value: ::ptec_runtime::Value<'_>) -> ::core::result::Result<(), ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.set_input(index, value),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
+            #[doc = #new_doc]
+            pub fn new(#params) -> ::core::result::Result<Self, ::ptec_runtime::Error> {
+                let rs = #r::new(#args)?;
+                let mut s = #st { rs, #(#zeroed,)* };
+                #(s.#field_names.init(&s.rs);)*
+                Ok(s)
             }
+        }
 
-            fn execute(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.execute(),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-
-            fn step(&mut self, method: usize) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.step(),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-
-            fn output(&self, method: usize, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.output(index),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-
-            fn reset(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => { self.#field_names.init(); Ok(()) })*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+        ::ptec_runtime::__if_alloc! {
+            #allow
+            impl<'r> #st<'r> {
+                #[doc = #boxed_doc]
+                pub fn boxed(#params) -> ::core::result::Result<::ptec_runtime::Boxed<Self>, ::ptec_runtime::Error> {
+                    let rs = #r::new(#args)?;
+                    // SAFETY: the method states are valid all-zero (see
+                    // `zeroed`); `rs` is written before anything reads it,
+                    // so every field is initialised when this returns.
+                    Ok(unsafe {
+                        ::ptec_runtime::new_boxed_with::<Self>(|p| {
+                            ::core::ptr::addr_of_mut!((*p).rs).write(rs);
+                            #((*::core::ptr::addr_of_mut!((*p).#field_names)).init(&(*p).rs);)*
+                        })
+                    })
                 }
             }
         }
-    })
+    };
+    (construction, resources::resources_items(ctx, file_checks))
 }
 
 /// Formats generated tokens as a source file with the `@generated` header.

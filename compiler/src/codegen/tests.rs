@@ -45,8 +45,24 @@ fn value(ctx: &Ctx<'_>, v: &TestValue) -> TokenStream {
 
 /// The `bundled` module for `suites`, with default tolerances for the
 /// generated `#[test]`s.
-pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64) -> TokenStream {
+///
+/// `files` are the statics embedding the files a program in external-weights
+/// mode is given (empty otherwise): the tests embed them and hand them over
+/// as borrowed blobs. A program with delegates gets no `#[test]`s, as only
+/// its user has the backends; `run_case` works for it all the same.
+pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64, files: &[TokenStream]) -> TokenStream {
     let st = &ctx.struct_ident;
+    let construct = if ctx.runtime_files {
+        let blobs = std::iter::once(DataSource::Program)
+            .chain((0..files.len().saturating_sub(1)).map(DataSource::External))
+            .map(|s| {
+                let id = ctx.data_ident(s);
+                quote!(::ptec_runtime::Blob::Borrowed(&#id.0))
+            });
+        quote!(#st::boxed([#(#blobs),*]).expect("the embedded files are the ones compiled against"))
+    } else {
+        quote!(#st::boxed())
+    };
     let mut arms = Vec::new();
     let mut cases = Vec::new();
     let mut tests = Vec::new();
@@ -74,7 +90,7 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64)
                 fn #tname() {
                     // Cases of a method run in order on one instance, so a
                     // stateful method sees the state its earlier cases left.
-                    let mut model = #st::boxed();
+                    let mut model = #construct;
                     for k in #prefix..#nl {
                         run_case(&mut *model, k, TOLERANCE).unwrap_or_else(|e| panic!("earlier case {k}: {e}"));
                     }
@@ -86,43 +102,55 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64)
             n += 1;
         }
     }
-    let count = lit(n);
-    let (rt, at) = (f64_lit(rtol), f64_lit(atol));
-    let allow = super::allow_lints();
-    quote! {
-        /// The bundled test cases of the program, runnable through the
-        /// dynamic interface.
-        #allow
-        pub mod bundled {
-            use super::*;
-
-            /// Tolerance of the generated tests.
-            pub const TOLERANCE: ::ptec_runtime::harness::Tolerance = ::ptec_runtime::harness::Tolerance { rtol: #rt, atol: #at };
-
-            /// `(method, index within the method's suite)` of each case.
-            pub const CASES: [(&str, usize); #count] = [#(#cases),*];
-
-            /// Runs case `case` (an index into [`CASES`]) on `model`.
-            pub fn run_case(
-                model: &mut dyn ::ptec_runtime::Model,
-                case: usize,
-                tol: ::ptec_runtime::harness::Tolerance,
-            ) -> ::core::result::Result<(), ::ptec_runtime::harness::CaseFailure> {
-                match case {
-                    #(#arms)*
-                    _ => Err(::ptec_runtime::harness::CaseFailure::Error(::ptec_runtime::Error::IndexOutOfRange {
-                        what: "test case",
-                        index: case,
-                        len: #count,
-                    })),
-                }
-            }
-
+    if ctx.n_delegates > 0 {
+        tests.clear();
+    }
+    let test_mod = if tests.is_empty() {
+        quote!()
+    } else {
+        quote! {
             #[cfg(test)]
             mod tests {
                 use super::*;
                 #(#tests)*
             }
         }
-    }
+    };
+    let count = lit(n);
+    let (rt, at) = (f64_lit(rtol), f64_lit(atol));
+    let allow = super::allow_lints();
+    quote! {
+            /// The bundled test cases of the program, runnable through the
+            /// dynamic interface.
+            #allow
+            pub mod bundled {
+                use super::*;
+
+                #(#files)*
+
+                /// Tolerance of the generated tests.
+                pub const TOLERANCE: ::ptec_runtime::harness::Tolerance = ::ptec_runtime::harness::Tolerance { rtol: #rt, atol: #at };
+
+                /// `(method, index within the method's suite)` of each case.
+                pub const CASES: [(&str, usize); #count] = [#(#cases),*];
+
+                /// Runs case `case` (an index into [`CASES`]) on `model`.
+                pub fn run_case(
+                    model: &mut dyn ::ptec_runtime::Model,
+                    case: usize,
+                    tol: ::ptec_runtime::harness::Tolerance,
+                ) -> ::core::result::Result<(), ::ptec_runtime::harness::CaseFailure> {
+                    match case {
+                        #(#arms)*
+                        _ => Err(::ptec_runtime::harness::CaseFailure::Error(::ptec_runtime::Error::IndexOutOfRange {
+                            what: "test case",
+                            index: case,
+                            len: #count,
+                        })),
+                    }
+                }
+
+    #test_mod
+            }
+        }
 }

@@ -46,12 +46,51 @@ fn scratch(
     )
 }
 
+/// The `&[f32]` expression of constant `value` packed at construction (as
+/// stored transposed or not), or an empty slice.
+fn packed_copy(ctx: &OpCtx<'_>, value: usize, trans: bool) -> TokenStream {
+    match ctx.folds.packed_for(value, trans) {
+        Some(w) => {
+            let (at, end) = (lit(w.offset), lit(w.offset + w.len));
+            quote!(&self.packed.0[#at..#end])
+        }
+        None => quote!(&[]),
+    }
+}
+
+/// The right operand at argument `i` of a product: the `Operand`
+/// expression reading it and the view statement. A folded transpose reads
+/// the constant it transposes, as a transposed operand; a constant packed
+/// at construction comes with its packed copy.
+fn right_operand(ctx: &mut OpCtx<'_>, i: usize, stored_transposed: bool) -> Result<(TokenStream, TokenStream), String> {
+    let logical = ctx.tensor(i)?;
+    let (stored, trans) = match ctx.folds.transposed(logical.value) {
+        Some(src) => (ctx.tensor_by_value(src)?, true),
+        None => (logical, stored_transposed),
+    };
+    let (data, stmt) = ctx.read(&stored)?;
+    let packed = packed_copy(ctx, stored.value, trans);
+    let operand = quote!(::ptec_runtime::kernels::linear::Operand { data: #data, trans: #trans, packed: #packed });
+    Ok((operand, stmt))
+}
+
+/// The tensor a product writes at argument `i` and whether it applies a
+/// ReLU: a fused `relu`'s output, or its own.
+fn product_output(ctx: &OpCtx<'_>, i: usize) -> Result<(TArg, bool), String> {
+    match ctx.folds.relu_into(ctx.instruction) {
+        Some(r) => Ok((ctx.tensor_by_value(r)?, true)),
+        None => Ok((ctx.tensor(i)?, false)),
+    }
+}
+
 /// `addmm.out(self, mat1, mat2, *, beta=1, alpha=1, out)`.
 fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(7)?;
-    let (bias, a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(5)?);
+    let (bias, a) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    let (out, relu) = product_output(ctx, 5)?;
     let beta = ctx.opt_double(3)?.unwrap_or(1.0);
     let alpha = ctx.opt_double(4)?.unwrap_or(1.0);
+    let b = ctx.tensor(2)?;
     float_same(&[&bias, &a, &b, &out])?;
     if a.rank() != 2 || b.rank() != 2 || out.rank() != 2 {
         return Err("addmm takes 2-d matrices".into());
@@ -71,21 +110,27 @@ fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let bsizes = ctx.sizes(&bias);
     let (bi, s1) = ctx.read(&bias)?;
     let (ai, s2) = ctx.read(&a)?;
-    let (bb, s3) = ctx.read(&b)?;
+    let (b_operand, s3) = right_operand(ctx, 2, false)?;
     let (o, s4) = ctx.write(&out)?;
     let (sc, s5) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]));
     stmts.extend([s1, s2, s3, s4, s5]);
     let (beta, alpha) = (f64_lit(beta), f64_lit(alpha));
-    stmts.push(ctx.kernel_result(
-        quote!(::ptec_runtime::kernels::linear::addmm(#bi, #bsizes, #ai, #bb, #m, #k, #n, #beta, #alpha, #o, #sc)),
-    ));
+    stmts.push(ctx.kernel_result(quote!(::ptec_runtime::kernels::linear::addmm(
+        #bi,
+        #bsizes,
+        ::ptec_runtime::kernels::linear::Operand::plain(#ai),
+        #b_operand,
+        #m, #k, #n, #beta, #alpha, #relu, #o, #sc
+    ))));
     Ok(quote!(#(#stmts)*))
 }
 
 /// `mm.out(self, mat2, out)`.
 fn mm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(4)?;
-    let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
+    let a = ctx.tensor(0)?;
+    let (out, relu) = product_output(ctx, 2)?;
+    let b = ctx.tensor(1)?;
     float_same(&[&a, &b, &out])?;
     if a.rank() != 2 || b.rank() != 2 || a.sizes[1] != b.sizes[0] || b.dynamic {
         return Err(format!("mm of {:?} and {:?}", a.sizes, b.sizes));
@@ -94,11 +139,15 @@ fn mm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (m, k, n) = (dims(ctx, &a, 0), lit(a.sizes[1]), lit(b.sizes[1]));
     let mut stmts = vec![ctx.set_sizes(&out, quote!(&[#m, #n]))];
     let (ai, s1) = ctx.read(&a)?;
-    let (bb, s2) = ctx.read(&b)?;
+    let (b_operand, s2) = right_operand(ctx, 1, false)?;
     let (o, s3) = ctx.write(&out)?;
     let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]));
     stmts.extend([s1, s2, s3, s4]);
-    stmts.push(quote!(::ptec_runtime::kernels::linear::mm(#ai, #bb, #m, #k, #n, #o, #sc);));
+    stmts.push(quote!(::ptec_runtime::kernels::linear::mm(
+        ::ptec_runtime::kernels::linear::Operand::plain(#ai),
+        #b_operand,
+        #m, #k, #n, #relu, #o, #sc
+    );));
     Ok(quote!(#(#stmts)*))
 }
 
@@ -124,7 +173,9 @@ fn bmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// `linear.out(input, weight, bias=None, out)`: `input[..., k] @ weight[n, k]^T + bias`.
 fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(5)?;
-    let (x, w, bias, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.opt_tensor(2)?, ctx.tensor(3)?);
+    let (x, bias) = (ctx.tensor(0)?, ctx.opt_tensor(2)?);
+    let (out, relu) = product_output(ctx, 3)?;
+    let w = ctx.tensor(1)?;
     let mut all = vec![&x, &w, &out];
     if let Some(b) = &bias {
         all.push(b);
@@ -145,6 +196,7 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
+    let packed = packed_copy(ctx, w.value, true);
     let (o, s3) = ctx.write(&out)?;
     let (bexpr, s4) = match &bias {
         Some(b) => {
@@ -154,7 +206,8 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         None => (quote!(None), quote!()),
     };
     let (sc, s5) = scratch(ctx, &ml, &nl, &kl, (m, n, k));
-    Ok(
-        quote! { #s1 #s2 #s3 #s4 #s5 ::ptec_runtime::kernels::linear::linear(#xi, #wi, #bexpr, #ml, #kl, #nl, #o, #sc); },
-    )
+    Ok(quote! {
+        #s1 #s2 #s3 #s4 #s5
+        ::ptec_runtime::kernels::linear::linear(#xi, #wi, #packed, #bexpr, #ml, #kl, #nl, #relu, #o, #sc);
+    })
 }

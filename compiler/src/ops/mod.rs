@@ -7,6 +7,7 @@
 //! views of tensor data. It returns the statements of the instruction's
 //! body, or a message saying what is wrong with the arguments; the caller
 //! turns that into an error located at the method and instruction.
+use crate::codegen::fold::Folds;
 use crate::codegen::layout::{overlaps, Home, MethodLayout};
 use crate::ir::*;
 use proc_macro2::{Ident, Span, TokenStream};
@@ -194,10 +195,13 @@ pub struct OpCtx<'a> {
     pub instruction: usize,
     pub name: String,
     pub args: &'a [usize],
-    /// Identifier of the embedded data of each source.
-    pub data_ident: &'a dyn Fn(DataSource) -> Ident,
+    /// The bytes of each source file, as an expression (see
+    /// `codegen::Ctx::data_expr`).
+    pub data_expr: &'a dyn Fn(DataSource) -> TokenStream,
     /// Values whose scalar is computed at run time (a state field).
     pub runtime_scalars: &'a [bool],
+    /// What the method's compile-time folds changed.
+    pub folds: &'a Folds,
     views: Vec<(usize, bool)>,
     counter: usize,
     /// Arena offset of the method's scratch space (after every tensor).
@@ -207,14 +211,16 @@ pub struct OpCtx<'a> {
 }
 
 impl<'a> OpCtx<'a> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         method: &'a Method,
         layout: &'a MethodLayout,
         instruction: usize,
         name: String,
         args: &'a [usize],
-        data_ident: &'a dyn Fn(DataSource) -> Ident,
+        data_expr: &'a dyn Fn(DataSource) -> TokenStream,
         runtime_scalars: &'a [bool],
+        folds: &'a Folds,
     ) -> Self {
         OpCtx {
             method,
@@ -222,8 +228,9 @@ impl<'a> OpCtx<'a> {
             instruction,
             name,
             args,
-            data_ident,
+            data_expr,
             runtime_scalars,
+            folds,
             views: Vec::new(),
             counter: 0,
             scratch_offset: layout.arena_size,
@@ -430,7 +437,9 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    fn tensor_by_value(&self, vi: usize) -> Result<TArg, String> {
+    /// The tensor of value `vi` (not necessarily an argument: a fold may
+    /// name another value to read or write instead).
+    pub fn tensor_by_value(&self, vi: usize) -> Result<TArg, String> {
         match self.method.values.get(vi) {
             Some(Value::Tensor(t)) => {
                 if rust_type(t.dtype).is_none() {
@@ -504,12 +513,12 @@ impl<'a> OpCtx<'a> {
                 }
             }
             (Home::Data { source, offset }, false) => {
-                let data = (self.data_ident)(source);
+                let data = (self.data_expr)(source);
                 let off = lit(offset);
                 if is_bool {
-                    quote! { let #name: &[bool] = ::ptec_runtime::mem::constant_bool(&#data.0, #off, #len)?; }
+                    quote! { let #name: &[bool] = ::ptec_runtime::mem::constant_bool(&#data, #off, #len)?; }
                 } else {
-                    quote! { let #name: &[#ty] = ::ptec_runtime::mem::constant(&#data.0, #off, #len)?; }
+                    quote! { let #name: &[#ty] = ::ptec_runtime::mem::constant(&#data, #off, #len)?; }
                 }
             }
             (Home::Data { .. }, true) => {
@@ -595,9 +604,9 @@ impl<'a> OpCtx<'a> {
         Ok(())
     }
 
-    /// The identifier of embedded data of a source.
-    pub fn data(&self, source: DataSource) -> Ident {
-        (self.data_ident)(source)
+    /// The bytes of a source file, as an expression.
+    pub fn data(&self, source: DataSource) -> TokenStream {
+        (self.data_expr)(source)
     }
 }
 

@@ -315,7 +315,7 @@ fn view_sizes(size: &[i64], numel: usize) -> Result<Vec<usize>, String> {
     }
     let mut out: Vec<usize> = size.iter().map(|&s| s.max(0) as usize).collect();
     if let Some(k) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(format!("view sizes {size:?} do not fit {numel} elements"));
         }
         out[k] = numel / known;
@@ -1203,7 +1203,7 @@ fn roll(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 
 /// The padded sizes of `constant_pad_nd(pad)`.
 fn padded_sizes(sizes: &[usize], pad: &[i64]) -> Result<Vec<usize>, String> {
-    if pad.len() % 2 != 0 || pad.len() / 2 > sizes.len() {
+    if !pad.len().is_multiple_of(2) || pad.len() / 2 > sizes.len() {
         return Err(format!("padding {pad:?} for a tensor of rank {}", sizes.len()));
     }
     let mut out = sizes.to_vec();

@@ -18,8 +18,8 @@ use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueK
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
+use ptec_runtime::kernels::gemm::packed_b_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
-use ptec_runtime::kernels::packed::packed_len;
 
 /// Alignment of intermediates in the planned buffer (a cache line; SIMD
 /// loads never straddle one at a tensor's start).
@@ -104,7 +104,42 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     m.stacktraces = traces;
     buffers.scratch.install(m);
     buffers.kept.install(m);
+    if errors.is_empty() {
+        drop_uncalled_delegates(m);
+    }
     errors
+}
+
+/// Removes the delegates no instruction calls any more (the compiled
+/// XNNPACK ones), renumbering the calls of the others: what is left are
+/// the backends the generated code must be given.
+fn drop_uncalled_delegates(m: &mut Method) {
+    let mut called = vec![false; m.delegates.len()];
+    for ins in &m.instructions {
+        if let Instruction::Delegate { delegate, .. } = ins {
+            if let Some(c) = called.get_mut(*delegate) {
+                *c = true;
+            }
+        }
+    }
+    let mut new_index = Vec::with_capacity(called.len());
+    let mut next = 0;
+    for &c in &called {
+        new_index.push(next);
+        next += usize::from(c);
+    }
+    let mut k = 0;
+    m.delegates.retain(|_| {
+        k += 1;
+        called[k - 1]
+    });
+    for ins in &mut m.instructions {
+        if let Instruction::Delegate { delegate, .. } = ins {
+            if let Some(&i) = new_index.get(*delegate) {
+                *delegate = i;
+            }
+        }
+    }
 }
 
 /// A planned buffer the pass adds to a method.
@@ -518,7 +553,7 @@ impl<'a> CallLowering<'a> {
                     self.push(Value::Bool(*weight_transposed)),
                     self.double(node.min),
                     self.double(node.max),
-                    self.kept_packing(*filter, packed_len(k, n)),
+                    self.kept_packing(*filter, packed_b_len(k, n)),
                     self.slot(*out),
                 ];
                 self.kernel("ptec_xnn::fully_connected.out", args);

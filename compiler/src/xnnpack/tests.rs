@@ -248,6 +248,8 @@ fn nodes_become_kernel_calls_over_the_call_arguments() {
     .unwrap();
     let m = &p.methods[0];
     assert_eq!(ops(m), ["aten::sigmoid.out", "aten::add.out"]);
+    // The compiled delegate is gone: no backend is left to give the program.
+    assert!(m.delegates.is_empty());
     let Instruction::Kernel { args, .. } = &m.instructions[0] else {
         unreachable!()
     };
@@ -293,7 +295,7 @@ fn a_constant_weight_is_kept_packed_in_a_buffer_of_its_own() {
     assert_eq!(m.values[args[2]], Value::Null);
     let packed = m.values[args[6]].as_tensor().unwrap();
     assert_eq!(packed.placement, Placement::Planned { buffer: 2, offset: 0 });
-    let len = ptec_runtime::kernels::packed::packed_len(4, 3);
+    let len = ptec_runtime::kernels::gemm::packed_b_len(4, 3);
     assert_eq!(packed.sizes, [len]);
     assert_eq!(m.buffer_sizes[2], (len as u64 * 4).div_ceil(64) * 64);
 }
@@ -444,4 +446,36 @@ fn inconsistent_subgraphs_are_located() {
     ));
     assert!(matches!(kind, ErrorKind::OutsideData { .. }), "{kind}");
     assert_eq!(within, "XNNPACK value id 1");
+}
+
+#[test]
+fn calls_of_other_backends_stay_and_are_renumbered() {
+    let bytes = blob(
+        &[V(0, &[2], 0, 0, INPUT), V(1, &[2], 0, 1, OUTPUT)],
+        &[N::Unary(fb::NodeUnion::XNNExp, 0, 1)],
+        &[],
+        &[],
+        fb::Datatype::fp32,
+    );
+    let mut p = program(bytes.len(), &[&[2], &[2]]);
+    let m = &mut p.methods[0];
+    let mut other = m.delegates[0].clone();
+    other.id = "SomeOtherBackend".into();
+    m.delegates.push(other);
+    m.instructions.push(Instruction::Delegate {
+        delegate: 1,
+        args: vec![1, 0],
+    });
+    lower_xnnpack_delegates(&mut p, &bytes).unwrap();
+    let m = &p.methods[0];
+    assert_eq!(ops(m), ["aten::exp.out", "DelegateCall"]);
+    assert_eq!(m.delegates.len(), 1);
+    assert_eq!(m.delegates[0].id, "SomeOtherBackend");
+    assert_eq!(
+        m.instructions[1],
+        Instruction::Delegate {
+            delegate: 0,
+            args: vec![1, 0]
+        }
+    );
 }

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Times ptec against ExecuTorch on the bench corpus, in one run:
+#
+#   bench/run.sh [--iters N] [--rounds N] [--et-dir DIR] [--no-gemm] [MODEL.bpte...]
+#
+# For each model (default: ../shared/corpus/bench/*.bpte) it times
+#   - ExecuTorch's portable/optimized kernels on MODEL.bpte   (et_runner)
+#   - ExecuTorch + XNNPACK on MODEL_xnnpack.pte               (et_runner)
+#   - ptec on MODEL.bpte                                      (ptec bench)
+# in ROUNDS interleaved rounds, so machine noise hits all three alike, and
+# prints the median over rounds of each one's median latency, with ratios.
+# Then the GEMM micro-benchmark (GFLOP/s against the measured FMA peak).
+#
+# et_runner is built by ../shared/anchors/executorch-runner/build.sh into
+# --et-dir (default: $CARGO_TARGET_DIR or target, /et-runner); a directory
+# that already holds et_runner is reused. Without it the ET columns are
+# skipped, with a message.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+iters=10
+rounds=3
+et_dir="$target/et-runner"
+gemm=1
+models=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --iters) iters="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --et-dir) et_dir="$2"; shift 2 ;;
+    --no-gemm) gemm=0; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) models+=("$1"); shift ;;
+  esac
+done
+if [ ${#models[@]} -eq 0 ]; then
+  models=("$root"/../shared/corpus/bench/*.bpte)
+  if [ ! -e "${models[0]}" ]; then
+    echo "no models: give MODEL.bpte files, or place the corpus at ../shared/corpus/bench" >&2
+    exit 2
+  fi
+fi
+
+echo "building ptec..." >&2
+(cd "$root" && cargo build --release --quiet -p ptec)
+ptec="$target/release/ptec"
+
+et=""
+et_build="$root/../shared/anchors/executorch-runner/build.sh"
+if [ -f "$et_build" ]; then
+  echo "building et_runner in $et_dir..." >&2
+  if et="$(bash "$et_build" "$et_dir" 2>&2 | tail -n 1)" && [ -x "$et" ]; then :; else
+    echo "NOTE: building et_runner failed: the ExecuTorch columns are skipped" >&2
+    et=""
+  fi
+else
+  echo "NOTE: $et_build not found: the ExecuTorch columns are skipped" >&2
+fi
+
+results="$(mktemp)"
+trap 'rm -f "$results"' EXIT
+# record TOOL MODEL COMMAND...: runs COMMAND, stores its JSON line tagged.
+record() {
+  local tool="$1" model="$2"; shift 2
+  local line
+  if line="$("$@" 2>/dev/null | tail -n 1)" && [ -n "$line" ]; then
+    echo "$line" | jq -c --arg tool "$tool" --arg m "$model" '. + {tool: $tool, name: $m}' >>"$results"
+  else
+    echo "NOTE: $tool failed on $model" >&2
+  fi
+}
+
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq 1 "$rounds"); do
+  for m in "${models[@]}"; do
+    name="$(basename "$m" .bpte)"
+    echo "round $r/$rounds: $name" >&2
+    xnn="$(dirname "$m")/${name}_xnnpack.pte"
+    if [ -n "$et" ]; then
+      record et "$name" "$et" "$m" --iters "$iters"
+      [ -f "$xnn" ] && record xnnpack "$name" "$et" "$xnn" --iters "$iters"
+    fi
+    record ptec "$name" "$ptec" bench "$m" --iters "$iters"
+  done
+done
+
+echo
+echo "median latency over $rounds round(s) of $iters iterations, 1 thread; ratios < 1: ptec is faster"
+python3 - "$results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+names = list(dict.fromkeys(r["name"] for r in rows))
+def med(name, tool, key):
+    v = [r[key] for r in rows if r["name"] == name and r["tool"] == tool]
+    return statistics.median(v) if v else None
+def ms(x): return f"{x / 1000:.2f}" if x is not None else "-"
+def ratio(a, b): return f"{a / b:.2f}x" if a is not None and b else "-"
+head = ["model", "ET ms", "XNNPACK ms", "ptec ms", "ptec/XNNPACK", "ptec/ET",
+        "build s", "load us", "load/ET load", "binary MB"]
+table = [head]
+for n in names:
+    et, xnn, pt = (med(n, t, "median_us") for t in ("et", "xnnpack", "ptec"))
+    load, et_load = med(n, "ptec", "load_us"), med(n, "et", "load_us")
+    build, size = med(n, "ptec", "build_s"), med(n, "ptec", "binary_bytes")
+    table.append([n, ms(et), ms(xnn), ms(pt), ratio(pt, xnn), ratio(pt, et),
+                  f"{build:.1f}" if build is not None else "-",
+                  f"{load:.0f}" if load is not None else "-", ratio(load, et_load),
+                  f"{size / 1e6:.1f}" if size is not None else "-"])
+w = [max(len(r[i]) for r in table) for i in range(len(head))]
+for k, r in enumerate(table):
+    print("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r)))
+    if k == 0:
+        print("  ".join("-" * x for x in w))
+PY
+
+if [ "$gemm" = 1 ]; then
+  echo
+  (cd "$root" && cargo run --release --quiet -p ptec-kernels --example gemm_bench)
+fi

@@ -1,0 +1,381 @@
+//! Work moved out of a method's instructions at compile time, decided for
+//! the whole method before any instruction is generated:
+//!
+//! - A `permute_copy` that transposes a constant matrix read only as the
+//!   right operand of matrix products is folded into them: they read the
+//!   constant as a transposed operand, and the copy is never made (the
+//!   exporter writes every `Linear` as such a copy followed by `addmm`).
+//! - A `relu` right after a matrix product, as the only reader of its
+//!   result, is fused into the product, which writes the `relu`'s output.
+//! - Constant `f32` right operands of products large enough to be blocked
+//!   are packed once, when the program is constructed, into the strips the
+//!   GEMM micro-kernel reads; the products then pack only their left
+//!   operand.
+use super::layout::{overlaps, Home, MethodLayout};
+use crate::ir::*;
+use std::collections::HashMap;
+
+/// A constant right operand packed at construction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackedWeight {
+    /// The constant value packed.
+    pub value: usize,
+    /// Whether it is stored transposed (`n × k`) relative to the product.
+    pub trans: bool,
+    pub k: usize,
+    pub n: usize,
+    /// Element offset in the method's packed-weights buffer.
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// The folds of one method.
+#[derive(Clone, Debug, Default)]
+pub struct Folds {
+    /// Value → the constant 2-D value it is the transpose of.
+    transposed: HashMap<usize, usize>,
+    /// Instructions generated as nothing → the instruction doing their work.
+    elided: HashMap<usize, usize>,
+    /// Product instruction → the `relu` output it writes instead of its own.
+    relu_into: HashMap<usize, usize>,
+    packed: Vec<PackedWeight>,
+    /// Elements of the packed-weights buffer (0: none).
+    pub packed_len: usize,
+}
+
+/// The argument positions of a product: (left, right, output), by operator.
+fn product_args(name: &str) -> Option<(usize, usize, usize)> {
+    match name {
+        "aten::addmm.out" => Some((1, 2, 5)),
+        "aten::mm.out" => Some((0, 1, 2)),
+        "aten::linear.out" => Some((0, 1, 3)),
+        _ => None,
+    }
+}
+
+fn kernel_name<'a>(m: &Method, ins: &'a Instruction) -> Option<(String, &'a [usize])> {
+    match ins {
+        Instruction::Kernel { op, args } => Some((m.operators.get(*op)?.full_name(), args)),
+        _ => None,
+    }
+}
+
+fn static_tensor(m: &Method, v: usize) -> Option<&Tensor> {
+    m.values
+        .get(v)?
+        .as_tensor()
+        .filter(|t| t.dynamism == Dynamism::Static && t.is_contiguous())
+}
+
+/// Where each value is used: `(instruction, argument position)` of every
+/// kernel call naming it, and whether anything else (another kind of
+/// instruction, the method's inputs or outputs) does.
+struct Uses {
+    by_kernels: HashMap<usize, Vec<(usize, usize)>>,
+    elsewhere: Vec<bool>,
+}
+
+impl Uses {
+    fn of(m: &Method) -> Uses {
+        let mut by_kernels: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        let mut elsewhere = vec![false; m.values.len()];
+        let mut mark = |v: usize| {
+            if let Some(e) = elsewhere.get_mut(v) {
+                *e = true;
+            }
+        };
+        for &v in m.inputs.iter().chain(&m.outputs) {
+            mark(v);
+        }
+        for (n, ins) in m.instructions.iter().enumerate() {
+            match ins {
+                Instruction::Kernel { args, .. } => {
+                    for (pos, &v) in args.iter().enumerate() {
+                        by_kernels.entry(v).or_default().push((n, pos));
+                        // Lists hold value indices too.
+                        match m.values.get(v) {
+                            Some(Value::TensorList(items)) => items.iter().for_each(|&i| mark(i)),
+                            Some(Value::OptionalTensorList(items)) => items.iter().flatten().for_each(|&i| mark(i)),
+                            _ => {}
+                        }
+                    }
+                }
+                Instruction::Delegate { args, .. } => args.iter().for_each(|&v| mark(v)),
+                Instruction::Move { from, to } => {
+                    mark(*from);
+                    mark(*to);
+                }
+                Instruction::JumpFalse { cond, .. } => mark(*cond),
+                Instruction::Free { .. } => {}
+            }
+        }
+        Uses { by_kernels, elsewhere }
+    }
+
+    /// The kernel uses of `v` other than by instruction `except`, or `None`
+    /// when something else uses it.
+    fn kernel_uses(&self, v: usize, except: usize) -> Option<Vec<(usize, usize)>> {
+        if self.elsewhere.get(v).copied().unwrap_or(true) {
+            return None;
+        }
+        Some(
+            self.by_kernels
+                .get(&v)
+                .map(|u| u.iter().copied().filter(|&(n, _)| n != except).collect())
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// The constant a `permute_copy` instruction transposes and the value it
+/// writes, when it is a 2-D transpose of a constant.
+fn constant_transpose(m: &Method, layout: &MethodLayout, args: &[usize]) -> Option<(usize, usize)> {
+    let (&src, &dims, &out) = (args.first()?, args.get(1)?, args.get(2)?);
+    if args.len() != 4 || args[3] != out {
+        return None;
+    }
+    let (s, o) = (static_tensor(m, src)?, static_tensor(m, out)?);
+    let Some(Value::IntList(items)) = m.values.get(dims) else {
+        return None;
+    };
+    let dims: Vec<i64> = items
+        .iter()
+        .map(|&i| match m.values.get(i) {
+            Some(Value::Int(d)) => Some(if *d < 0 { d + 2 } else { *d }),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let transposes = dims == [1, 0]
+        && s.sizes.len() == 2
+        && o.sizes == [s.sizes[1], s.sizes[0]]
+        && s.dtype == o.dtype
+        && matches!(layout.homes.get(src), Some(Home::Data { .. }));
+    transposes.then_some((src, out))
+}
+
+impl Folds {
+    /// Decides the folds of `m`. `worth_packing(rows, n, k)` says whether a
+    /// product of `rows × k` by a constant `k × n` gains from packing the
+    /// constant once (the product runs blocked).
+    pub fn of(m: &Method, layout: &MethodLayout, worth_packing: impl Fn(usize, usize, usize) -> bool) -> Folds {
+        let uses = Uses::of(m);
+        let mut f = Folds::default();
+        let has_jumps = m
+            .instructions
+            .iter()
+            .any(|i| matches!(i, Instruction::JumpFalse { .. }));
+        for (n, ins) in m.instructions.iter().enumerate() {
+            let Some((name, args)) = kernel_name(m, ins) else {
+                continue;
+            };
+            if name == "aten::permute_copy.out" {
+                let Some((src, out)) = constant_transpose(m, layout, args) else {
+                    continue;
+                };
+                let Some(readers) = uses.kernel_uses(out, n) else {
+                    continue;
+                };
+                let only_right_operands = !readers.is_empty()
+                    && readers.iter().all(|&(r, pos)| {
+                        kernel_name(m, &m.instructions[r]).is_some_and(|(rn, _)| {
+                            rn != "aten::linear.out" && product_args(&rn).is_some_and(|(_, b, _)| b == pos)
+                        })
+                    });
+                if only_right_operands {
+                    f.transposed.insert(out, src);
+                    f.elided.insert(n, readers[0].0);
+                }
+            } else if let Some((_, _, out_pos)) = product_args(&name) {
+                if !has_jumps {
+                    if let Some(r) = fusable_relu(m, layout, &uses, &f.transposed, n, args, out_pos) {
+                        f.relu_into.insert(n, r);
+                        f.elided.insert(n + 1, n);
+                    }
+                }
+            }
+        }
+        // Packing, once the transposes are known.
+        for ins in &m.instructions {
+            let Some((name, args)) = kernel_name(m, ins) else {
+                continue;
+            };
+            let Some((a_pos, b_pos, _)) = product_args(&name) else {
+                continue;
+            };
+            let (Some(&a), Some(&b)) = (args.get(a_pos), args.get(b_pos)) else {
+                continue;
+            };
+            let linear = name == "aten::linear.out";
+            let (value, trans) = match f.transposed.get(&b) {
+                Some(&src) => (src, true),
+                None => (b, linear),
+            };
+            let (Some(w), Some(x)) = (static_tensor(m, value), m.values.get(a).and_then(Value::as_tensor)) else {
+                continue;
+            };
+            if w.dtype != ScalarType::Float
+                || w.sizes.len() != 2
+                || x.sizes.is_empty()
+                || !matches!(layout.homes.get(value), Some(Home::Data { .. }))
+            {
+                continue;
+            }
+            let (k, n) = if trans {
+                (w.sizes[1], w.sizes[0])
+            } else {
+                (w.sizes[0], w.sizes[1])
+            };
+            let rows = x.sizes.iter().product::<usize>() / k.max(1);
+            if !worth_packing(rows, n, k) || f.packed_for(value, trans).is_some() {
+                continue;
+            }
+            let len = ptec_runtime::kernels::gemm::packed_b_len(k, n);
+            f.packed.push(PackedWeight {
+                value,
+                trans,
+                k,
+                n,
+                offset: f.packed_len,
+                len,
+            });
+            // Each packed weight starts on a cache line.
+            f.packed_len += len.div_ceil(16) * 16;
+        }
+        f
+    }
+
+    /// The constant `value` is the transpose of, when it was folded.
+    pub fn transposed(&self, value: usize) -> Option<usize> {
+        self.transposed.get(&value).copied()
+    }
+
+    /// The instruction that does the work of `instruction`, when that one
+    /// is generated as nothing.
+    pub fn elided(&self, instruction: usize) -> Option<usize> {
+        self.elided.get(&instruction).copied()
+    }
+
+    /// The `relu` output a product instruction writes, when one is fused.
+    pub fn relu_into(&self, instruction: usize) -> Option<usize> {
+        self.relu_into.get(&instruction).copied()
+    }
+
+    /// The packed copy of constant `value` (stored transposed or not).
+    pub fn packed_for(&self, value: usize, trans: bool) -> Option<&PackedWeight> {
+        self.packed.iter().find(|p| p.value == value && p.trans == trans)
+    }
+
+    pub fn packed(&self) -> &[PackedWeight] {
+        &self.packed
+    }
+}
+
+/// The output of a `relu` at `n + 1` that product `n` can write directly:
+/// the `relu` is the only reader of the product's result, nothing else
+/// names that result, and the `relu`'s output (same dtype and sizes) shares
+/// no memory with what the product reads (a folded transpose is read from
+/// its constant).
+fn fusable_relu(
+    m: &Method,
+    layout: &MethodLayout,
+    uses: &Uses,
+    transposed: &HashMap<usize, usize>,
+    n: usize,
+    args: &[usize],
+    out_pos: usize,
+) -> Option<usize> {
+    let &out = args.get(out_pos)?;
+    let (rname, rargs) = kernel_name(m, m.instructions.get(n + 1)?)?;
+    if rname != "aten::relu.out" || rargs.len() != 3 || rargs[0] != out || rargs[1] != rargs[2] {
+        return None;
+    }
+    let relu_out = rargs[1];
+    let readers = uses.kernel_uses(out, n)?;
+    if readers != [(n + 1, 0)] || args.iter().enumerate().any(|(p, &v)| v == out && p < out_pos) {
+        return None;
+    }
+    let (t, r) = (static_tensor(m, out)?, static_tensor(m, relu_out)?);
+    if t.dtype != r.dtype || t.sizes != r.sizes || !matches!(layout.homes.get(relu_out), Some(Home::Arena { .. })) {
+        return None;
+    }
+    let written = layout.range(m, relu_out)?;
+    let inputs_clear = args[..out_pos]
+        .iter()
+        .filter_map(|v| layout.range(m, *transposed.get(v).unwrap_or(v)))
+        .all(|range| !overlaps(written, range));
+    inputs_clear.then_some(relu_out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::layout::layout_method;
+
+    /// The forward method of tests/fixtures/mlp.pte: 0 permute_copy(w1) →
+    /// 1 addmm → 2 relu → 3 permute_copy(w2) → 4 addmm → 5 softmax.
+    fn mlp() -> Method {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
+        let bytes = std::fs::read(path).unwrap();
+        let loaded = crate::load::load(&bytes, &[]).unwrap();
+        loaded.program.unwrap().methods[0].clone()
+    }
+
+    fn folds(m: &Method, pack: bool) -> Folds {
+        Folds::of(m, &layout_method(m).unwrap(), |_, _, _| pack)
+    }
+
+    fn out_of(m: &Method, instruction: usize, pos: usize) -> usize {
+        match &m.instructions[instruction] {
+            Instruction::Kernel { args, .. } => args[pos],
+            other => panic!("instruction {instruction} is {other:?}"),
+        }
+    }
+
+    #[test]
+    fn transposes_fold_into_products_and_relu_fuses() {
+        let m = mlp();
+        let f = folds(&m, false);
+        let (w1t, w2t) = (out_of(&m, 0, 2), out_of(&m, 3, 2));
+        assert_eq!(f.transposed(w1t), Some(out_of(&m, 0, 0)));
+        assert_eq!(f.transposed(w2t), Some(out_of(&m, 3, 0)));
+        assert_eq!((f.elided(0), f.elided(2), f.elided(3)), (Some(1), Some(1), Some(4)));
+        assert_eq!((f.elided(1), f.elided(4), f.elided(5)), (None, None, None));
+        assert_eq!(f.relu_into(1), Some(out_of(&m, 2, 1)));
+        // The second product feeds softmax, not relu.
+        assert_eq!(f.relu_into(4), None);
+        assert!(f.packed().is_empty() && f.packed_len == 0);
+    }
+
+    #[test]
+    fn packs_each_constant_right_operand_on_its_own_cache_line() {
+        let m = mlp();
+        let f = folds(&m, true);
+        let (w1, w2) = (out_of(&m, 0, 0), out_of(&m, 3, 0));
+        let p1 = f.packed_for(w1, true).unwrap();
+        let p2 = f.packed_for(w2, true).unwrap();
+        // w1 is [32, 16] (Linear 16 → 32), w2 is [10, 32].
+        assert_eq!((p1.k, p1.n, p2.k, p2.n), (16, 32, 32, 10));
+        assert_eq!(p1.len, ptec_runtime::kernels::gemm::packed_b_len(16, 32));
+        assert_eq!(p1.offset, 0);
+        assert!(p2.offset >= p1.len && p2.offset.is_multiple_of(16));
+        assert_eq!(f.packed_len, p2.offset + p2.len.div_ceil(16) * 16);
+        assert!(f.packed_for(w1, false).is_none());
+    }
+
+    #[test]
+    fn values_used_elsewhere_are_not_folded() {
+        // The transposed weight is also an output: the copy must be made.
+        let mut m = mlp();
+        m.outputs.push(out_of(&m, 0, 2));
+        let f = folds(&m, false);
+        assert_eq!(f.transposed(out_of(&m, 0, 2)), None);
+        assert_eq!(f.elided(0), None);
+        // The product's result is also an output: the relu cannot take it.
+        let mut m = mlp();
+        m.outputs.push(out_of(&m, 1, 5));
+        let f = folds(&m, false);
+        assert_eq!(f.relu_into(1), None);
+        assert_eq!(f.elided(2), None);
+        assert_eq!(f.elided(0), Some(1));
+    }
+}

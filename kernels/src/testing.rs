@@ -1,0 +1,33 @@
+//! Helpers shared by the unit tests of the kernel families.
+extern crate std;
+use std::vec::Vec;
+
+/// A small deterministic generator of test data in `[-1, 1)`.
+pub(crate) struct Lcg(pub u64);
+
+impl Lcg {
+    pub(crate) fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    pub(crate) fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+/// Asserts an `f32` product matches its `f64` reference, within a
+/// tolerance that grows with the depth `k` of the sums.
+pub(crate) fn check(got: &[f32], want: &[f64], k: usize) {
+    assert_eq!(got.len(), want.len());
+    let tol = 1e-5 * (k as f64 + 4.0);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g as f64 - w).abs() <= tol * (1.0 + w.abs()),
+            "at {i}: got {g}, want {w}"
+        );
+    }
+}

@@ -1,0 +1,3 @@
+fn main() {
+    ptec_macros::include_pte!("../../../../tests/fixtures/mlp.pte", weights = remote);
+}

@@ -1,0 +1,111 @@
+//! Heap construction of generated programs without touching their memory.
+//!
+//! A program's planned memory can be many megabytes. Zeroed memory from the
+//! system allocator (`calloc`) arrives as fresh pages that cost nothing until
+//! used, but only for alignments up to 16: Rust's allocator zero-fills any
+//! more strictly aligned block by hand. Programs are 64-byte aligned, so
+//! [`Boxed`] asks for a 16-aligned block 64 bytes larger and aligns inside
+//! it, keeping construction independent of the program's size.
+use alloc::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use core::ptr::NonNull;
+
+/// An owned, heap-allocated program (like `Box<M>`).
+pub struct Boxed<M> {
+    value: NonNull<M>,
+    block: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: Boxed<M> owns its M exactly like Box<M> does.
+unsafe impl<M: Send> Send for Boxed<M> {}
+// SAFETY: as above; shared access only hands out &M.
+unsafe impl<M: Sync> Sync for Boxed<M> {}
+
+/// Allocates zeroed memory for an `M` and lets `init` finish it.
+///
+/// # Safety
+/// `init` receives a pointer to zero-filled memory for an `M`, and must
+/// leave a valid `M` there when it returns.
+pub unsafe fn new_boxed_with<M>(init: impl FnOnce(*mut M)) -> Boxed<M> {
+    let size = core::mem::size_of::<M>();
+    let align = core::mem::align_of::<M>();
+    let layout = match Layout::from_size_align(size.max(1) + align, 16.min(align)) {
+        Ok(l) => l,
+        Err(_) => handle_alloc_error(Layout::new::<M>()),
+    };
+    // SAFETY: the layout has a non-zero size.
+    let block = unsafe { alloc_zeroed(layout) };
+    let Some(block) = NonNull::new(block) else {
+        handle_alloc_error(layout)
+    };
+    let offset = block.as_ptr().align_offset(align);
+    // SAFETY: offset < align, and the block holds size + align bytes, so the
+    // aligned M lies inside it.
+    let value = unsafe { block.as_ptr().add(offset) } as *mut M;
+    init(value);
+    Boxed {
+        // SAFETY: derived from a non-null block pointer.
+        value: unsafe { NonNull::new_unchecked(value) },
+        block,
+        layout,
+    }
+}
+
+impl<M> core::ops::Deref for Boxed<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        // SAFETY: value points to the M this Boxed owns, initialised at
+        // construction.
+        unsafe { self.value.as_ref() }
+    }
+}
+
+impl<M> core::ops::DerefMut for Boxed<M> {
+    fn deref_mut(&mut self) -> &mut M {
+        // SAFETY: as deref, with unique access through &mut self.
+        unsafe { self.value.as_mut() }
+    }
+}
+
+impl<M> Drop for Boxed<M> {
+    fn drop(&mut self) {
+        // SAFETY: the M is valid and dropped once; the block was allocated
+        // with this layout.
+        unsafe {
+            core::ptr::drop_in_place(self.value.as_ptr());
+            dealloc(self.block.as_ptr(), self.layout);
+        }
+    }
+}
+
+impl<M: core::fmt::Debug> core::fmt::Debug for Boxed<M> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[repr(C, align(64))]
+    struct Big([u8; 1 << 20], u32);
+
+    #[test]
+    fn aligned_zeroed_and_dropped() {
+        // SAFETY: all-zero is a valid Big; the closure sets the tag.
+        let mut b = unsafe { new_boxed_with::<Big>(|p| (*p).1 = 7) };
+        assert_eq!(&*b as *const Big as usize % 64, 0);
+        assert!(b.0.iter().all(|&x| x == 0));
+        assert_eq!(b.1, 7);
+        b.0[5] = 1;
+        assert_eq!(b.0[5], 1);
+        let counted = alloc::rc::Rc::new(());
+        {
+            // SAFETY: the closure writes a valid Rc into the slot.
+            let holder = unsafe { new_boxed_with::<alloc::rc::Rc<()>>(|p| p.write(counted.clone())) };
+            assert_eq!(alloc::rc::Rc::strong_count(&holder), 2);
+        }
+        assert_eq!(alloc::rc::Rc::strong_count(&counted), 1, "dropping runs the destructor");
+    }
+}
