@@ -68,6 +68,7 @@ pub mod linear;
 pub mod nhwc;
 pub mod norm;
 pub mod num;
+pub mod packed;
 pub mod pool;
 pub mod quant;
 pub mod reduce;

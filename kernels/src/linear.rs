@@ -448,10 +448,10 @@ pub fn linear<T: Float>(
 
 /// XNNPACK's fully-connected node: `out[m×n] = clamp(x[m×k] · Wᵀ + bias)`
 /// with the weight `n × k` row-major, or `k × n` when `weight_transposed`
-/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `packed` ([`packed_b_len`]`(k,
-/// n)` floats), when given, keeps the weight packed from call to call (it
-/// must serve this weight alone); `scratch`: [`gemm_scratch_len`]`(m, n,
-/// k)` floats.
+/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `packed`
+/// ([`crate::packed::packed_len`]`(k, n)` floats), when given, keeps the
+/// weight packed from call to call (it must serve this weight alone);
+/// otherwise `scratch` holds [`gemm_scratch_len`]`(m, n, k)` floats.
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected(
     x: &[f32],
@@ -469,14 +469,13 @@ pub fn fully_connected(
 ) {
     let e = Epilogue { bias, min, max };
     let b_trans = !weight_transposed;
-    let packed: &[f32] = match packed {
+    match packed {
         Some(p) => {
-            pack_b(k, n, weight, b_trans, p);
-            p
+            let p = crate::packed::ensure_packed(weight, k, n, b_trans, p);
+            crate::packed::gemm_packed(m, n, k, x, k, p, &e, out, n);
         }
-        None => &[],
-    };
-    sgemm_fused(m, n, k, 1.0, x, false, weight, b_trans, packed, 0.0, &e, out, scratch);
+        None => sgemm_fused(m, n, k, 1.0, x, false, weight, b_trans, &[], 0.0, &e, out, scratch),
+    }
 }
 
 /// XNNPACK's batch matrix multiply: for every index of the output's batch
@@ -773,7 +772,7 @@ mod tests {
                     *v = (*v + bias[i % n] as f64).clamp(-0.5, 0.75);
                 }
                 let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-                let mut kept = vec![0.0f32; packed_b_len(k, n)];
+                let mut kept = vec![0.0f32; crate::packed::packed_len(k, n)];
                 for packed in [None, Some(&mut kept[..])] {
                     let mut out = vec![f32::NAN; m * n];
                     let b = Some(&bias[..]);

@@ -12,7 +12,8 @@
 //! Geometry is checked once, by [`Window2d::new`] and the [`Conv2dNhwc`]
 //! constructors, which the compiler calls at compile time; the kernels
 //! trust a checked geometry and index within the lengths it implies.
-use crate::gemm::{gemm_scratch_len, pack_b, packed_b_len, sgemm_fused, Epilogue};
+use crate::gemm::Epilogue;
+use crate::packed::{ensure_packed, gemm_packed, pack, packed_len};
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
@@ -216,34 +217,42 @@ impl Conv2dNhwc {
             .max(1)
     }
 
-    /// Length, in `f32`, of the packed filter (see [`pack_b`]) that
+    /// Length, in `f32`, of the packed filter (see [`crate::packed`]) that
     /// [`conv2d_nhwc`] can keep between calls of an ungrouped convolution.
     pub fn packed_filter_len(&self) -> usize {
-        packed_b_len(self.depth(), self.out_c)
+        packed_len(self.depth(), self.out_c)
     }
 
-    /// Scratch, in `f32` elements, that [`conv2d_nhwc`] needs.
-    pub fn scratch_len(&self) -> usize {
-        let pixels = self.window.out_pixels();
-        if self.is_pointwise() {
-            return gemm_scratch_len(pixels, self.out_c, self.in_c);
-        }
-        let (tile, og) = (self.tile_rows(), self.out_c / self.groups);
-        let staging = if self.groups > 1 { tile * og } else { 0 };
-        tile * self.depth() + staging + gemm_scratch_len(tile, og, self.depth())
+    /// Scratch, in `f32` elements, that [`conv2d_nhwc`] needs; `kept_filter`:
+    /// whether a kept packed filter is passed (grouped convolutions pack
+    /// each group's filter into scratch regardless).
+    pub fn scratch_len(&self, kept_filter: bool) -> usize {
+        let og = self.out_c / self.groups;
+        let pack = if kept_filter && self.groups == 1 {
+            0
+        } else {
+            packed_len(self.depth(), og)
+        };
+        let gather = if self.is_pointwise() {
+            0
+        } else {
+            self.tile_rows() * self.depth()
+        };
+        gather + pack
     }
 }
 
 /// Regular convolution (see [`Conv2dNhwc::regular`]): `out[N, OH, OW, O] =
 /// clamp(conv(x, w) + bias)`. `packed` ([`Conv2dNhwc::packed_filter_len`]
-/// floats), when given for an ungrouped convolution, keeps the filter
-/// packed from call to call (it must serve this filter alone). `scratch`:
+/// floats), when given for an ungrouped convolution, keeps the packed
+/// filter between calls (it must serve this filter alone). `scratch`:
 /// [`Conv2dNhwc::scratch_len`] floats.
 ///
 /// A 1×1 convolution is one matrix product over the pixels (NHWC is
 /// already its row-major `[pixels, C]` operand); any other gathers tiles of
 /// output pixels' windows (im2col, in the filter's `kH, kW, C` order) and
-/// multiplies each by the filter, group by group.
+/// multiplies each by the filter, group by group, writing each group's
+/// columns of the output in place.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_nhwc(
     g: &Conv2dNhwc,
@@ -252,7 +261,7 @@ pub fn conv2d_nhwc(
     bias: Option<&[f32]>,
     min: f32,
     max: f32,
-    packed: Option<&mut [f32]>,
+    mut packed: Option<&mut [f32]>,
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -261,71 +270,32 @@ pub fn conv2d_nhwc(
     let (o, groups) = (g.out_c, g.groups);
     let (cg, og, depth) = (g.in_c / groups, o / groups, g.depth());
     let out = &mut out[..pixels * o];
-    let kept: &[f32] = match packed {
-        Some(p) if groups == 1 => {
-            pack_b(depth, o, w, true, p);
-            p
-        }
-        _ => &[],
-    };
-    if g.is_pointwise() {
-        let e = Epilogue { bias, min, max };
-        sgemm_fused(pixels, o, g.in_c, 1.0, x, false, w, true, kept, 0.0, &e, out, scratch);
-        return;
-    }
     let tile = g.tile_rows();
-    let (cols, rest) = scratch.split_at_mut(tile * depth);
-    let (staging, gemm_scratch) = rest.split_at_mut(if groups > 1 { tile * og } else { 0 });
-    for p0 in (0..pixels).step_by(tile) {
-        let t = tile.min(pixels - p0);
-        let cols = &mut cols[..t * depth];
-        for gi in 0..groups {
-            im2col(g, x, p0, t, gi * cg, cg, cols);
-            let wg = &w[gi * og * depth..][..og * depth];
-            let e = Epilogue {
-                bias: bias.map(|b| &b[gi * og..][..og]),
-                min,
-                max,
-            };
-            if groups == 1 {
-                let dst = &mut out[p0 * o..][..t * o];
-                sgemm_fused(
-                    t,
-                    o,
-                    depth,
-                    1.0,
-                    cols,
-                    false,
-                    wg,
-                    true,
-                    kept,
-                    0.0,
-                    &e,
-                    dst,
-                    gemm_scratch,
-                );
-            } else {
-                // One group's columns: computed aside, then placed.
-                let staging = &mut staging[..t * og];
-                sgemm_fused(
-                    t,
-                    og,
-                    depth,
-                    1.0,
-                    cols,
-                    false,
-                    wg,
-                    true,
-                    &[],
-                    0.0,
-                    &e,
-                    staging,
-                    gemm_scratch,
-                );
-                for (r, row) in staging.chunks_exact(og).enumerate() {
-                    out[(p0 + r) * o + gi * og..][..og].copy_from_slice(row);
-                }
+    let gather_len = if g.is_pointwise() { 0 } else { tile * depth };
+    let (cols, spare) = scratch.split_at_mut(gather_len);
+    for gi in 0..groups {
+        let wg = &w[gi * og * depth..][..og * depth];
+        let filter: &[f32] = match packed {
+            Some(ref mut p) if groups == 1 => ensure_packed(wg, depth, og, true, p),
+            _ => {
+                pack(wg, depth, og, true, spare);
+                spare
             }
+        };
+        let e = Epilogue {
+            bias: bias.map(|b| &b[gi * og..][..og]),
+            min,
+            max,
+        };
+        if g.is_pointwise() {
+            gemm_packed(pixels, o, g.in_c, x, g.in_c, filter, &e, out, o);
+            continue;
+        }
+        for p0 in (0..pixels).step_by(tile) {
+            let t = tile.min(pixels - p0);
+            let cols = &mut cols[..t * depth];
+            im2col(g, x, p0, t, gi * cg, cg, cols);
+            gemm_packed(t, og, depth, cols, depth, filter, &e, &mut out[p0 * o + gi * og..], o);
         }
     }
 }
@@ -631,6 +601,7 @@ unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
+    use crate::packed::{load16, store16};
     use core::arch::x86_64::*;
     let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
     let (min, max) = (d.min, d.max);
@@ -722,46 +693,6 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
                 }
                 ow += 1;
             }
-        }
-    }
-}
-
-/// Loads the 16 floats at `p`, or only the lanes of `m` (zero in the
-/// others). A full mask takes a plain load: masked memory operations are
-/// slow on some CPUs, and most vectors of a kernel are full.
-///
-/// # Safety
-/// The CPU must support AVX-512F and the lanes of `m` at `p` be readable.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn load16(m: core::arch::x86_64::__mmask16, p: *const f32) -> core::arch::x86_64::__m512 {
-    use core::arch::x86_64::*;
-    // SAFETY: by the caller.
-    unsafe {
-        if m == 0xffff {
-            _mm512_loadu_ps(p)
-        } else {
-            _mm512_maskz_loadu_ps(m, p)
-        }
-    }
-}
-
-/// Stores the lanes of `m` of `v` at `p` (see [`load16`]).
-///
-/// # Safety
-/// The CPU must support AVX-512F and the lanes of `m` at `p` be writable.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn store16(m: core::arch::x86_64::__mmask16, p: *mut f32, v: core::arch::x86_64::__m512) {
-    use core::arch::x86_64::*;
-    // SAFETY: by the caller.
-    unsafe {
-        if m == 0xffff {
-            _mm512_storeu_ps(p, v)
-        } else {
-            _mm512_mask_storeu_ps(p, m, v)
         }
     }
 }
@@ -1057,10 +988,11 @@ mod tests {
                 let want = reference(&g, &x, &w, false, bias, min, max);
                 // Filter packed into scratch, and kept packed between calls.
                 let mut out = vec![f32::NAN; want.len()];
-                let mut scratch = vec![0.0f32; g.scratch_len()];
+                let mut scratch = vec![0.0f32; g.scratch_len(false)];
                 conv2d_nhwc(&g, &x, &w, bias, min, max, None, &mut out, &mut scratch);
                 close(&out, &want);
                 let mut kept = vec![0.0f32; g.packed_filter_len()];
+                let mut scratch = vec![0.0f32; g.scratch_len(true)];
                 for _ in 0..2 {
                     let mut out = vec![f32::NAN; want.len()];
                     conv2d_nhwc(&g, &x, &w, bias, min, max, Some(&mut kept), &mut out, &mut scratch);

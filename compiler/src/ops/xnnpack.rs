@@ -12,8 +12,9 @@
 //! return). Every tensor is a static, contiguous `f32` tensor.
 use super::conv::usize_list;
 use super::*;
-use ptec_runtime::kernels::gemm::{gemm_scratch_len, packed_b_len};
+use ptec_runtime::kernels::gemm::gemm_scratch_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::packed::packed_len;
 
 pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),
@@ -140,13 +141,13 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     if out.sizes.last() != Some(&n) || out.numel() != m * n {
         return Err(format!("output {:?} is not {m} rows of {n}", out.sizes));
     }
-    check_packed(&packed, packed_b_len(k, n))?;
+    check_packed(&packed, packed_len(k, n))?;
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
     let (bi, s3) = read_opt(ctx, &bias)?;
     let (pi, s4) = write_opt(ctx, &packed)?;
     let (o, s5) = ctx.write(&out)?;
-    let (sc, s6) = scratch(ctx, gemm_scratch_len(m, n, k));
+    let (sc, s6) = scratch(ctx, if packed.is_some() { 0 } else { gemm_scratch_len(m, n, k) });
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
     Ok(quote! {
         #s1 #s2 #s3 #s4 #s5 #s6
@@ -221,7 +222,7 @@ fn emit_conv(
             check_packed(&packed, g.packed_filter_len())?;
             let (pi, s4) = write_opt(ctx, &packed)?;
             let (o, s5) = ctx.write(&out)?;
-            let (sc, s6) = scratch(ctx, g.scratch_len());
+            let (sc, s6) = scratch(ctx, g.scratch_len(packed.is_some()));
             quote! { #s4 #s5 #s6 ::ptec_runtime::kernels::nhwc::conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #pi, #o, #sc); }
         }
     };

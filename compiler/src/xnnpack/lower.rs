@@ -18,8 +18,8 @@ use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueK
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
-use ptec_runtime::kernels::gemm::packed_b_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::packed::packed_len;
 
 /// Alignment of intermediates in the planned buffer (a cache line; SIMD
 /// loads never straddle one at a tensor's start).
@@ -553,7 +553,7 @@ impl<'a> CallLowering<'a> {
                     self.push(Value::Bool(*weight_transposed)),
                     self.double(node.min),
                     self.double(node.max),
-                    self.kept_packing(*filter, packed_b_len(k, n)),
+                    self.kept_packing(*filter, packed_len(k, n)),
                     self.slot(*out),
                 ];
                 self.kernel("ptec_xnn::fully_connected.out", args);

@@ -1,0 +1,613 @@
+//! `f32` matrix products with a prepacked right operand, the left one read
+//! in place, and a fused epilogue: the engine of XNNPACK's fully-connected
+//! and convolution nodes.
+//!
+//! Unlike [`crate::gemm`] (which packs `A` too, and serves any layout),
+//! this reads `A` rows where they are, with any row stride, and writes `C`
+//! rows with any stride: a 1×1 convolution multiplies the NHWC pixels in
+//! place and a grouped one writes its group's columns of the output
+//! directly; 7-row tiles cover the 49 pixels of a 7×7 image exactly. On
+//! MobileNet's convolutions this runs about twice as fast.
+//!
+//! `C = clamp(A · B + bias)`. `B` (`k × n`, usually a weight matrix) is
+//! packed by [`pack`] into strips of [`NR`] columns, each holding all `k`
+//! rows (strip `s`, row `q`, column `j` at `HEADER + s·k·NR + q·NR + j`,
+//! zero past `n`). The packing starts with a header naming its shape, so a
+//! buffer packed on a model's first run is recognised ([`is_packed`]) and
+//! reused by later runs: weights are rearranged once, as XNNPACK does when
+//! it creates its runtime. `A` is read in place, row-major with any row
+//! stride, so a 1×1 convolution runs straight on NHWC pixels; `C` may have
+//! a row stride too (one group's columns of a grouped convolution).
+//!
+//! The products are cache-blocked (`KC` rows of `B` by `NC` columns) around
+//! register-blocked micro-kernels that add the bias and clamp as they
+//! store: AVX-512 8×32, AVX2+FMA 6×16, portable 4×32; the SIMD ones are
+//! chosen at run time (with the `std` feature) or at compile time.
+use crate::gemm::Epilogue;
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+extern crate std;
+
+/// Columns per packed strip.
+pub const NR: usize = 32;
+/// Floats before the strips: the header.
+const HEADER: usize = 16;
+/// Rows of `B` per depth block (an `8 × KC` tile of `A` stays in L1).
+const KC: usize = 256;
+/// Columns per block (a `KC × NC` block of packed `B` stays in L2).
+const NC: usize = 512;
+/// First header word of a packing ("PKP1").
+const MAGIC: u32 = 0x3150_4b50;
+
+/// Length, in `f32`, of a `k × n` matrix packed by [`pack`].
+pub fn packed_len(k: usize, n: usize) -> usize {
+    HEADER + k * n.div_ceil(NR) * NR
+}
+
+/// The header of a `k × n` packing.
+fn header(k: usize, n: usize) -> [u32; 5] {
+    [MAGIC, k as u32, (k >> 32) as u32, n as u32, (n >> 32) as u32]
+}
+
+/// Whether `packed` holds a `k × n` packing made by [`pack`].
+pub fn is_packed(packed: &[f32], k: usize, n: usize) -> bool {
+    packed.len() >= packed_len(k, n) && header(k, n).iter().zip(packed).all(|(&h, p)| p.to_bits() == h)
+}
+
+/// Packs `b` — `k × n` row-major, or `n × k` row-major when `b_trans` (a
+/// PyTorch or XNNPACK weight) — into `packed` (at least
+/// [`packed_len`]`(k, n)` floats).
+pub fn pack(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &mut [f32]) {
+    let packed = &mut packed[..packed_len(k, n)];
+    let b = &b[..k * n];
+    let (head, body) = packed.split_at_mut(HEADER);
+    if k > 0 {
+        for (s, strip) in body.chunks_exact_mut(k * NR).enumerate() {
+            let j0 = s * NR;
+            let cols = NR.min(n - j0);
+            if b_trans {
+                // Column j of the strip is row j0 + j of `b`.
+                strip.fill(0.0);
+                for (jj, src) in b[j0 * k..(j0 + cols) * k].chunks_exact(k).enumerate() {
+                    for (q, &v) in src.iter().enumerate() {
+                        strip[q * NR + jj] = v;
+                    }
+                }
+            } else {
+                for (q, row) in strip.chunks_exact_mut(NR).enumerate() {
+                    row[..cols].copy_from_slice(&b[q * n + j0..][..cols]);
+                    row[cols..].fill(0.0);
+                }
+            }
+        }
+    }
+    head.fill(0.0);
+    for (h, w) in head.iter_mut().zip(header(k, n)) {
+        *h = f32::from_bits(w);
+    }
+}
+
+/// `packed`, holding `b` packed: packed now unless an earlier call already
+/// did. `packed` must belong to `b` alone.
+pub fn ensure_packed<'p>(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &'p mut [f32]) -> &'p [f32] {
+    if !is_packed(packed, k, n) {
+        pack(b, k, n, b_trans, packed);
+    }
+    packed
+}
+
+/// `C = clamp(A · B + bias)` for `A` `m × k` (row `i` at `a[i·lda..]`), `B`
+/// packed by [`pack`] (`k × n`), and `C` `m × n` (row `i` at `c[i·ldc..]`).
+/// `C`'s previous contents are ignored.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_packed(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    packed: &[f32],
+    epilogue: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // The bounds every tile below relies on.
+    assert!(
+        lda >= k && ldc >= n,
+        "row strides {lda}, {ldc} for a {m}×{k} by {k}×{n} product"
+    );
+    assert!(a.len() >= (m - 1) * lda + k, "A of {} floats", a.len());
+    assert!(c.len() >= (m - 1) * ldc + n, "C of {} floats", c.len());
+    assert!(is_packed(packed, k, n), "B is not a {k}×{n} packing");
+    if let Some(b) = epilogue.bias {
+        assert!(b.len() >= n, "bias of {} for {n} columns", b.len());
+    }
+    if k == 0 {
+        for i in 0..m {
+            for (j, o) in c[i * ldc..][..n].iter_mut().enumerate() {
+                let v = epilogue.bias.map_or(0.0, |b| b[j]);
+                *o = v.max(epilogue.min).min(epilogue.max);
+            }
+        }
+        return;
+    }
+    let body = &packed[HEADER..];
+    let p = Product {
+        m,
+        n,
+        k,
+        a,
+        lda,
+        b: body,
+        epilogue,
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(t) = Avx512::detect() {
+            return p.run(t.for_rows(m), c, ldc);
+        }
+        if crate::linear::has_avx2_fma() {
+            return p.run(Avx2(()), c, ldc);
+        }
+    }
+    p.run(Portable, c, ldc)
+}
+
+/// The operands of one product, checked by [`gemm_packed`].
+struct Product<'a> {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &'a [f32],
+    lda: usize,
+    /// The strips (after the header).
+    b: &'a [f32],
+    epilogue: &'a Epilogue<'a>,
+}
+
+/// One tile's work: `mr` rows of `A` (from `a`, stride `lda`, `kc` deep),
+/// a strip of `B` (`kc × NR`, from `b`), `nr` columns of `C`.
+struct Job<'a> {
+    kc: usize,
+    a: &'a [f32],
+    lda: usize,
+    mr: usize,
+    b: &'a [f32],
+    nr: usize,
+    /// Add to `C` (depth blocks after the first) instead of overwriting.
+    accumulate: bool,
+    /// On the last depth block: the bias of these columns and the clamp.
+    bias: Option<&'a [f32]>,
+    clamp: Option<(f32, f32)>,
+}
+
+impl Job<'_> {
+    /// Checks the bounds the SIMD tiles read and write within.
+    fn check(&self, c: &[f32], ldc: usize, mr_max: usize) {
+        assert!(self.mr >= 1 && self.mr <= mr_max && self.nr >= 1 && self.nr <= NR);
+        assert!(self.a.len() >= (self.mr - 1) * self.lda + self.kc);
+        assert!(self.b.len() >= self.kc * NR);
+        assert!(c.len() >= (self.mr - 1) * ldc + self.nr);
+        assert!(self.bias.is_none_or(|b| b.len() >= self.nr));
+    }
+
+    /// The epilogue of one output: accumulate, bias, clamp.
+    #[inline(always)]
+    fn finish(&self, acc: f32, old: f32, j: usize) -> f32 {
+        let mut v = if self.accumulate { acc + old } else { acc };
+        if let Some(b) = self.bias {
+            v += b[j];
+        }
+        if let Some((lo, hi)) = self.clamp {
+            v = v.max(lo).min(hi);
+        }
+        v
+    }
+}
+
+/// A register-blocked tile of [`Tile::mr`] rows by up to [`NR`] columns.
+trait Tile: Copy {
+    /// Rows per tile.
+    fn mr(self) -> usize;
+    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize);
+}
+
+impl Product<'_> {
+    fn run<T: Tile>(&self, tile: T, c: &mut [f32], ldc: usize) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let clamps = self.epilogue.min > f32::NEG_INFINITY || self.epilogue.max < f32::INFINITY;
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let last = pc + kc == k;
+                for ir in (0..m).step_by(tile.mr()) {
+                    let mr = tile.mr().min(m - ir);
+                    let a = &self.a[ir * self.lda + pc..];
+                    for jr in (jc..jc + nc).step_by(NR) {
+                        let nr = NR.min(n - jr);
+                        let job = Job {
+                            kc,
+                            a,
+                            lda: self.lda,
+                            mr,
+                            b: &self.b[(jr / NR) * k * NR + pc * NR..][..kc * NR],
+                            nr,
+                            accumulate: pc > 0,
+                            bias: self.epilogue.bias.filter(|_| last).map(|b| &b[jr..jr + nr]),
+                            clamp: (last && clamps).then_some((self.epilogue.min, self.epilogue.max)),
+                        };
+                        tile.run(&job, &mut c[ir * ldc + jr..], ldc);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Portable 4×32 tile (the compiler vectorizes the column loop).
+#[derive(Clone, Copy)]
+struct Portable;
+
+impl Tile for Portable {
+    fn mr(self) -> usize {
+        4
+    }
+
+    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
+        let mut acc = [[0.0f32; NR]; 4];
+        for (q, brow) in job.b.chunks_exact(NR).take(job.kc).enumerate() {
+            for (i, acc_row) in acc.iter_mut().enumerate().take(job.mr) {
+                let x = job.a[i * job.lda + q];
+                for (s, &bv) in acc_row.iter_mut().zip(brow) {
+                    *s += x * bv;
+                }
+            }
+        }
+        for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
+            let row = &mut c[i * ldc..][..job.nr];
+            for (j, (o, &s)) in row.iter_mut().zip(acc_row).enumerate() {
+                *o = job.finish(s, *o, j);
+            }
+        }
+    }
+}
+
+/// The AVX2+FMA 6×16 tile, run twice per strip. A value exists only when
+/// the CPU has both features.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx2(());
+
+#[cfg(target_arch = "x86_64")]
+impl Tile for Avx2 {
+    fn mr(self) -> usize {
+        6
+    }
+
+    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
+        job.check(c, ldc, 6);
+        for half in 0..2 {
+            let col = half * 16;
+            if col < job.nr {
+                // SAFETY: `Avx2` exists only when AVX2 and FMA were
+                // detected; `check` bounds every access of the tile.
+                unsafe { tile_avx2(job, col, c, ldc) };
+            }
+        }
+    }
+}
+
+/// Columns `col .. col + 16` (those below `nr`) of a 6-row tile.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `job` must pass
+/// [`Job::check`] for `c` and `ldc` with 6 rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2(job: &Job<'_>, col: usize, c: &mut [f32], ldc: usize) {
+    use core::arch::x86_64::*;
+    const MR: usize = 6;
+    let a = job.a.as_ptr();
+    // Rows past `mr` re-read row 0; their results are not stored.
+    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < job.mr { a.wrapping_add(i * job.lda) } else { a });
+    let b = job.b.as_ptr().wrapping_add(col);
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    // SAFETY: for q < kc, rows[i] + q is inside `a` (check: (mr-1)·lda + kc
+    // floats) and b + q·NR + 16 <= kc·NR floats of the strip.
+    unsafe {
+        for q in 0..job.kc {
+            let b0 = _mm256_loadu_ps(b.add(q * NR));
+            let b1 = _mm256_loadu_ps(b.add(q * NR + 8));
+            for i in 0..MR {
+                let x = _mm256_broadcast_ss(&*rows[i].add(q));
+                acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+            }
+        }
+    }
+    let cols = (job.nr - col).min(16);
+    let lo = _mm256_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
+    let hi = _mm256_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
+        let row = &mut c[i * ldc + col..][..cols];
+        if cols == 16 {
+            for (v, &s) in acc_row.iter().enumerate() {
+                let dst = &mut row[v * 8..v * 8 + 8];
+                // SAFETY: `dst` (and the bias slice) hold 8 floats.
+                unsafe {
+                    let mut r = s;
+                    if job.accumulate {
+                        r = _mm256_add_ps(r, _mm256_loadu_ps(dst.as_ptr()));
+                    }
+                    if let Some(bias) = job.bias {
+                        r = _mm256_add_ps(r, _mm256_loadu_ps(bias[col + v * 8..col + v * 8 + 8].as_ptr()));
+                    }
+                    if job.clamp.is_some() {
+                        r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+                    }
+                    _mm256_storeu_ps(dst.as_mut_ptr(), r);
+                }
+            }
+        } else {
+            let mut tmp = [0.0f32; 16];
+            // SAFETY: `tmp` holds 16 floats.
+            unsafe {
+                _mm256_storeu_ps(tmp.as_mut_ptr(), acc_row[0]);
+                _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc_row[1]);
+            }
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = job.finish(tmp[j], *o, col + j);
+            }
+        }
+    }
+}
+
+/// The AVX-512 8×32 tile (8×16 for a strip's last 16 or fewer columns),
+/// or 7×32 when 7-row tiles fit the product's rows better (the 49 pixels
+/// of a 7×7 image). A value exists only when the CPU has AVX-512F. Built
+/// only for x86-64.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx512 {
+    seven: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Avx512 {
+    #[inline(always)]
+    fn detect() -> Option<Self> {
+        (crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512).then_some(Avx512 { seven: false })
+    }
+}
+
+/// Loads the 16 floats at `p`, or only the lanes of `m` (zero in the
+/// others). A full mask takes a plain load: masked memory operations are
+/// slow on some CPUs, and most vectors of a kernel are full.
+///
+/// # Safety
+/// The CPU must support AVX-512F and the lanes of `m` at `p` be readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) unsafe fn load16(m: core::arch::x86_64::__mmask16, p: *const f32) -> core::arch::x86_64::__m512 {
+    use core::arch::x86_64::*;
+    // SAFETY: by the caller.
+    unsafe {
+        if m == 0xffff {
+            _mm512_loadu_ps(p)
+        } else {
+            _mm512_maskz_loadu_ps(m, p)
+        }
+    }
+}
+
+/// Stores the lanes of `m` of `v` at `p` (see [`load16`]).
+///
+/// # Safety
+/// The CPU must support AVX-512F and the lanes of `m` at `p` be writable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) unsafe fn store16(m: core::arch::x86_64::__mmask16, p: *mut f32, v: core::arch::x86_64::__m512) {
+    use core::arch::x86_64::*;
+    // SAFETY: by the caller.
+    unsafe {
+        if m == 0xffff {
+            _mm512_storeu_ps(p, v)
+        } else {
+            _mm512_mask_storeu_ps(p, m, v)
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Avx512 {
+    /// The tile height for `m` rows: 7 when it wastes fewer rows than 8.
+    fn for_rows(self, m: usize) -> Self {
+        let waste = |mr: usize| m.div_ceil(mr) * mr - m;
+        Avx512 {
+            seven: waste(7) < waste(8),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Tile for Avx512 {
+    fn mr(self) -> usize {
+        if self.seven {
+            7
+        } else {
+            8
+        }
+    }
+
+    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
+        job.check(c, ldc, self.mr());
+        // SAFETY: `Avx512` exists only when AVX-512F was detected; `check`
+        // bounds every access of the tile (`mr` rows at most).
+        unsafe {
+            match (self.seven, job.nr > 16) {
+                (false, true) => tile_avx512::<8, 2>(job, c, ldc),
+                (false, false) => tile_avx512::<8, 1>(job, c, ldc),
+                (true, true) => tile_avx512::<7, 2>(job, c, ldc),
+                (true, false) => tile_avx512::<7, 1>(job, c, ldc),
+            }
+        }
+    }
+}
+
+/// `NV` vectors of 16 columns by `MR` rows.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `job` must pass [`Job::check`] for
+/// `c` and `ldc` with `MR` rows (and `nr <= 16·NV`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [f32], ldc: usize) {
+    use core::arch::x86_64::*;
+    let a = job.a.as_ptr();
+    // Rows past `mr` re-read row 0; their results are not stored.
+    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < job.mr { a.wrapping_add(i * job.lda) } else { a });
+    let b = job.b.as_ptr();
+    let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+    // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
+    // <= kc·NR floats of the strip (`check`).
+    unsafe {
+        for q in 0..job.kc {
+            let bv: [__m512; NV] = core::array::from_fn(|v| _mm512_loadu_ps(b.add(q * NR + v * 16)));
+            for i in 0..MR {
+                let x = _mm512_set1_ps(*rows[i].add(q));
+                for v in 0..NV {
+                    acc[i][v] = _mm512_fmadd_ps(x, bv[v], acc[i][v]);
+                }
+            }
+        }
+    }
+    let lo = _mm512_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
+    let hi = _mm512_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
+        let row = &mut c[i * ldc..][..job.nr];
+        for (v, &s) in acc_row.iter().enumerate() {
+            let cols = job.nr.saturating_sub(v * 16).min(16);
+            if cols == 0 {
+                continue;
+            }
+            let mask: __mmask16 = if cols == 16 { 0xffff } else { (1u16 << cols) - 1 };
+            let dst = row[v * 16..v * 16 + cols].as_mut_ptr();
+            // SAFETY: the masked loads and stores touch only the `cols`
+            // floats of `dst` and of the bias slice (`check`: nr of each).
+            unsafe {
+                let mut r = s;
+                if job.accumulate {
+                    r = _mm512_add_ps(r, load16(mask, dst));
+                }
+                if let Some(bias) = job.bias {
+                    r = _mm512_add_ps(r, load16(mask, bias[v * 16..v * 16 + cols].as_ptr()));
+                }
+                if job.clamp.is_some() {
+                    r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+                }
+                store16(mask, dst, r);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec;
+
+    use crate::testing::Lcg;
+
+    fn rng(seed: u64, n: usize) -> std::vec::Vec<f32> {
+        Lcg(seed).vec(n)
+    }
+
+    /// Every tile kind on shapes with ragged rows, columns and depth
+    /// blocks, strided A and C, transposed and plain B.
+    #[test]
+    fn products_match_a_reference() {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (3, 17, 5),
+            (9, 33, 300),
+            (13, 70, 64),
+            (2, 600, 20),
+            (17, 48, 513),
+        ] {
+            for b_trans in [false, true] {
+                let (lda, ldc) = (k + 3, n + 5);
+                let a = rng(1, m * lda);
+                let b = rng(2, k * n);
+                let bias = rng(3, n);
+                let mut packed = vec![0.0f32; packed_len(k, n)];
+                assert!(!is_packed(&packed, k, n));
+                pack(&b, k, n, b_trans, &mut packed);
+                assert!(is_packed(&packed, k, n) && !is_packed(&packed, k + 1, n));
+                let mut want = vec![0.0f32; m * n];
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut s = bias[j] as f64;
+                        for q in 0..k {
+                            let bv = if b_trans { b[j * k + q] } else { b[q * n + j] };
+                            s += a[i * lda + q] as f64 * bv as f64;
+                        }
+                        want[i * n + j] = (s as f32).clamp(-1.0, 2.0);
+                    }
+                }
+                let e = Epilogue {
+                    bias: Some(&bias),
+                    min: -1.0,
+                    max: 2.0,
+                };
+                let check = |c: &[f32]| {
+                    for i in 0..m {
+                        for j in 0..n {
+                            let (g, w) = (c[i * ldc + j], want[i * n + j]);
+                            assert!(
+                                (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                                "{m}×{n}×{k} ({i},{j}): {g} vs {w}"
+                            );
+                        }
+                    }
+                };
+                let mut c = vec![f32::NAN; m * ldc];
+                gemm_packed(m, n, k, &a, lda, &packed, &e, &mut c, ldc);
+                check(&c);
+                let p = Product {
+                    m,
+                    n,
+                    k,
+                    a: &a,
+                    lda,
+                    b: &packed[HEADER..],
+                    epilogue: &e,
+                };
+                let mut c = vec![f32::NAN; m * ldc];
+                p.run(Portable, &mut c, ldc);
+                check(&c);
+                #[cfg(target_arch = "x86_64")]
+                if crate::linear::has_avx2_fma() {
+                    let mut c = vec![f32::NAN; m * ldc];
+                    p.run(Avx2(()), &mut c, ldc);
+                    check(&c);
+                }
+                #[cfg(target_arch = "x86_64")]
+                if let Some(t) = Avx512::detect() {
+                    for seven in [false, true] {
+                        let mut c = vec![f32::NAN; m * ldc];
+                        p.run(Avx512 { seven }, &mut c, ldc);
+                        check(&c);
+                    }
+                    assert!(t.for_rows(49).seven && !t.for_rows(64).seven && !t.for_rows(12544).seven);
+                }
+            }
+        }
+    }
+}
