@@ -773,7 +773,7 @@ mod tests {
                 }
                 let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
                 let mut kept = vec![0.0f32; crate::packed::packed_len(k, n)];
-                for packed in [None, Some(&mut kept[..])] {
+                let mut run = |packed: Option<&mut [f32]>| {
                     let mut out = vec![f32::NAN; m * n];
                     let b = Some(&bias[..]);
                     fully_connected(
@@ -791,25 +791,11 @@ mod tests {
                         &mut scratch,
                     );
                     check(&out, &want, k);
-                }
+                };
+                run(None);
+                run(Some(&mut kept));
                 // The kept packing serves the next call.
-                let mut out = vec![f32::NAN; m * n];
-                let b = Some(&bias[..]);
-                fully_connected(
-                    &x,
-                    &w,
-                    b,
-                    m,
-                    k,
-                    n,
-                    transposed,
-                    -0.5,
-                    0.75,
-                    Some(&mut kept),
-                    &mut out,
-                    &mut scratch,
-                );
-                check(&out, &want, k);
+                run(Some(&mut kept));
             }
         }
     }
