@@ -7,7 +7,9 @@
 #   - ExecuTorch's portable/optimized kernels on MODEL.bpte   (et_runner)
 #   - ExecuTorch + XNNPACK on MODEL_xnnpack.pte               (et_runner)
 #   - ptec on MODEL.bpte                                      (ptec bench)
-# in ROUNDS interleaved rounds, so machine noise hits all three alike, and
+#   - ptec on MODEL_xnnpack.pte, its XNNPACK delegates compiled by ptec
+#     (the "ptec xnn" columns)
+# in ROUNDS interleaved rounds, so machine noise hits them all alike, and
 # prints the median over rounds of each one's median latency, with ratios.
 # Then the GEMM micro-benchmark (GFLOP/s against the measured FMA peak).
 #
@@ -82,6 +84,7 @@ for r in $(seq 1 "$rounds"); do
       [ -f "$xnn" ] && record xnnpack "$name" "$et" "$xnn" --iters "$iters"
     fi
     record ptec "$name" "$ptec" bench "$m" --iters "$iters"
+    [ -f "$xnn" ] && record ptec_xnn "$name" "$ptec" bench "$xnn" --iters "$iters"
   done
 done
 
@@ -97,13 +100,13 @@ def med(name, tool, key):
 def ms(x): return f"{x / 1000:.2f}" if x is not None else "-"
 def ratio(a, b): return f"{a / b:.2f}x" if a is not None and b else "-"
 head = ["model", "ET ms", "XNNPACK ms", "ptec ms", "ptec/XNNPACK", "ptec/ET",
-        "build s", "load us", "load/ET load", "binary MB"]
+        "ptec xnn ms", "ptec xnn/XNNPACK", "build s", "load us", "load/ET load", "binary MB"]
 table = [head]
 for n in names:
-    et, xnn, pt = (med(n, t, "median_us") for t in ("et", "xnnpack", "ptec"))
+    et, xnn, pt, px = (med(n, t, "median_us") for t in ("et", "xnnpack", "ptec", "ptec_xnn"))
     load, et_load = med(n, "ptec", "load_us"), med(n, "et", "load_us")
     build, size = med(n, "ptec", "build_s"), med(n, "ptec", "binary_bytes")
-    table.append([n, ms(et), ms(xnn), ms(pt), ratio(pt, xnn), ratio(pt, et),
+    table.append([n, ms(et), ms(xnn), ms(pt), ratio(pt, xnn), ratio(pt, et), ms(px), ratio(px, xnn),
                   f"{build:.1f}" if build is not None else "-",
                   f"{load:.0f}" if load is not None else "-", ratio(load, et_load),
                   f"{size / 1e6:.1f}" if size is not None else "-"])
