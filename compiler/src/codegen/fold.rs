@@ -15,7 +15,7 @@ use super::layout::{overlaps, Home, MethodLayout};
 use crate::ir::*;
 use std::collections::HashMap;
 
-/// A constant right operand packed at construction.
+/// A constant right operand packed once, on the first run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackedWeight {
     /// The constant value packed.

@@ -203,9 +203,14 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         }
     }
 
+    // Weights are packed on the first run, not at construction: building a
+    // program stays free of work proportional to its weights (as the
+    // XNNPACK path's kept packing does), and reset keeps them.
+    let mut packing = Vec::new();
     if folds.packed_len > 0 {
         let n = lit(folds.packed_len);
         fields.push(quote!(packed: ::ptec_runtime::mem::Packed<#n>));
+        fields.push(quote!(packed_ready: bool));
         for w in folds.packed() {
             let Home::Data { source, offset } = layout.homes[w.value] else {
                 continue;
@@ -214,10 +219,9 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             let (off, elements) = (lit(offset), lit(w.k * w.n));
             let (at, end) = (lit(w.offset), lit(w.offset + w.len));
             let (k, n, trans) = (lit(w.k), lit(w.n), w.trans);
-            // Packed once (`pack_b` leaves a packed copy alone on reset).
             // The view cannot fail (the compiler checked the constant lies
             // in its file); if it did, the product would use `b` unpacked.
-            init.push(quote! {
+            packing.push(quote! {
                 if let Ok(b) = ::ptec_runtime::mem::constant::<f32>(&#data, #off, #elements) {
                     ::ptec_runtime::kernels::gemm::pack_b(#k, #n, b, #trans, &mut self.packed.0[#at..#end]);
                 }
@@ -347,6 +351,33 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         quote! { #(self.#calls(#rs_arg)?;)* Ok(()) }
     };
 
+    let (ensure_packed, pack_fn) = if packing.is_empty() {
+        (quote!(), quote!())
+    } else {
+        (
+            quote!(self.pack_weights(#rs_arg);),
+            quote! {
+                /// Packs the constant weights of the products, once.
+                #[cold]
+                fn pack_weights_now(&mut self #rs_ref) {
+                    #(#packing)*
+                    self.packed_ready = true;
+                }
+
+                #[inline(always)]
+                fn pack_weights(&mut self #rs_ref) {
+                    if !self.packed_ready {
+                        self.pack_weights_now(#rs_arg);
+                    }
+                }
+            },
+        )
+    };
+    let step_pack = if packing.is_empty() {
+        quote!()
+    } else {
+        quote!(if self.pc == 0 { #ensure_packed })
+    };
     let set_input_arms = m
         .inputs
         .iter()
@@ -383,8 +414,11 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
 
             fn execute(&mut self #rs_mut) -> ::core::result::Result<(), ::ptec_runtime::Error> {
                 self.pc = 0;
+                #ensure_packed
                 #execute_body
             }
+
+            #pack_fn
 
             /// Runs instruction `pc`; returns the next one.
             fn run_at(&mut self, pc: usize #rs_mut) -> ::core::result::Result<usize, ::ptec_runtime::Error> {
@@ -399,6 +433,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                     self.pc = 0;
                     return Ok(::ptec_runtime::Step::Done);
                 }
+                #step_pack
                 let next = self.run_at(self.pc #rs_arg_after)?;
                 self.pc = next;
                 if next >= #len_lit {

@@ -482,7 +482,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         ///
         /// Construct it with `new(..)` (on the stack) or `boxed(..)` (on the
         /// heap, for programs with large planned memory or large weights,
-        /// which construction packs for the matrix kernels), then call a
+        /// which the first run packs for the matrix kernels), then call a
         /// method's typed function or drive it through `ptec_runtime::Model`.
         pub struct #struct_ident #gen {
             #rs_field

@@ -46,7 +46,7 @@ fn scratch(
     )
 }
 
-/// The `&[f32]` expression of constant `value` packed at construction (as
+/// The `&[f32]` expression of constant `value` packed on the first run (as
 /// stored transposed or not), or an empty slice.
 fn packed_copy(ctx: &OpCtx<'_>, value: usize, trans: bool) -> TokenStream {
     match ctx.folds.packed_for(value, trans) {
@@ -61,7 +61,7 @@ fn packed_copy(ctx: &OpCtx<'_>, value: usize, trans: bool) -> TokenStream {
 /// The right operand at argument `i` of a product: the `Operand`
 /// expression reading it and the view statement. A folded transpose reads
 /// the constant it transposes, as a transposed operand; a constant packed
-/// at construction comes with its packed copy.
+/// on the first run comes with its packed copy.
 fn right_operand(ctx: &mut OpCtx<'_>, i: usize, stored_transposed: bool) -> Result<(TokenStream, TokenStream), String> {
     let logical = ctx.tensor(i)?;
     let (stored, trans) = match ctx.folds.transposed(logical.value) {
