@@ -129,16 +129,14 @@ impl DelegateSlot {
         instruction: usize,
         args: &mut [DelegateArg<'_>],
     ) -> Result<(), crate::Error> {
-        let b = backends.at(self.backend).ok_or(crate::Error::Backend {
+        let not_initialised = crate::Error::Backend {
             instruction,
             message: "the delegate was not initialised",
-        })?;
+        };
         if !self.live {
-            return Err(crate::Error::Backend {
-                instruction,
-                message: "the delegate was not initialised",
-            });
+            return Err(not_initialised);
         }
+        let b = backends.at(self.backend).ok_or(not_initialised)?;
         b.execute(self.handle, args)
             .map_err(|message| crate::Error::Backend { instruction, message })
     }

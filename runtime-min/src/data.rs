@@ -67,22 +67,19 @@ impl<'a> Blob<'a> {
     /// against and sit at an address generated code can read in place.
     pub fn check(&self, expected: &FileCheck) -> Result<(), Error> {
         let b = self.bytes();
+        let mismatch = Error::FileMismatch {
+            file: expected.name,
+            expected_size: expected.size,
+            size: b.len(),
+        };
         if b.len() != expected.size {
-            return Err(Error::FileMismatch {
-                file: expected.name,
-                expected_size: expected.size,
-                size: b.len(),
-            });
+            return Err(mismatch);
         }
         if !(b.as_ptr() as usize).is_multiple_of(BLOB_ALIGN) && !b.is_empty() {
             return Err(Error::Misaligned);
         }
         if content_hash(b) != expected.hash {
-            return Err(Error::FileMismatch {
-                file: expected.name,
-                expected_size: expected.size,
-                size: b.len(),
-            });
+            return Err(mismatch);
         }
         Ok(())
     }

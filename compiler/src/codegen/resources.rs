@@ -113,13 +113,12 @@ pub fn resources_items(ctx: &Ctx<'_>, file_checks: &[TokenStream]) -> TokenStrea
     let allow = super::allow_lints();
     let n_files = lit(file_checks.len());
     let n_delegates = lit(ctx.n_delegates);
+    let (params, _) = constructor_params(ctx, file_checks.len());
     let mut fields = Vec::new();
-    let mut params = Vec::new();
     let mut init_fields = Vec::new();
     let mut checks = quote!();
     if ctx.runtime_files {
         fields.push(quote!(files: [::ptec_runtime::Blob<'r>; #n_files]));
-        params.push(quote!(files: [::ptec_runtime::Blob<'r>; #n_files]));
         init_fields.push(quote!(files));
         checks = quote! {
             for (file, expected) in files.iter().zip(#st::FILES.iter()) {
@@ -131,7 +130,6 @@ pub fn resources_items(ctx: &Ctx<'_>, file_checks: &[TokenStream]) -> TokenStrea
     if ctx.n_delegates > 0 {
         fields.push(quote!(backends: ::ptec_runtime::BackendRegistry<'r>));
         fields.push(quote!(delegates: [::ptec_runtime::DelegateSlot; #n_delegates]));
-        params.push(quote!(backends: ::ptec_runtime::BackendRegistry<'r>));
         init_fields.push(quote!(backends));
         init_fields.push(quote!(delegates: [::ptec_runtime::DelegateSlot::EMPTY; #n_delegates]));
         for (mi, m) in ctx.program.methods.iter().enumerate() {
@@ -182,7 +180,7 @@ pub fn resources_items(ctx: &Ctx<'_>, file_checks: &[TokenStream]) -> TokenStrea
         impl<'r> #r<'r> {
             /// Checks the files against the ones compiled against and
             /// initialises every delegate with its backend.
-            fn new(#(#params),*) -> ::core::result::Result<Self, ::ptec_runtime::Error> {
+            fn new(#params) -> ::core::result::Result<Self, ::ptec_runtime::Error> {
                 #checks
                 #bind
                 #(#inits)*
@@ -197,13 +195,15 @@ pub fn resources_items(ctx: &Ctx<'_>, file_checks: &[TokenStream]) -> TokenStrea
 /// The constructor parameters (declaration, and the names to pass on).
 pub fn constructor_params(ctx: &Ctx<'_>, n_files: usize) -> (TokenStream, TokenStream) {
     let n = lit(n_files);
-    match (ctx.runtime_files, ctx.n_delegates > 0) {
-        (true, true) => (
-            quote!(files: [::ptec_runtime::Blob<'r>; #n], backends: ::ptec_runtime::BackendRegistry<'r>),
-            quote!(files, backends),
-        ),
-        (true, false) => (quote!(files: [::ptec_runtime::Blob<'r>; #n]), quote!(files)),
-        (false, true) => (quote!(backends: ::ptec_runtime::BackendRegistry<'r>), quote!(backends)),
-        (false, false) => (quote!(), quote!()),
+    let mut decls = Vec::new();
+    let mut names = Vec::new();
+    if ctx.runtime_files {
+        decls.push(quote!(files: [::ptec_runtime::Blob<'r>; #n]));
+        names.push(quote!(files));
     }
+    if ctx.n_delegates > 0 {
+        decls.push(quote!(backends: ::ptec_runtime::BackendRegistry<'r>));
+        names.push(quote!(backends));
+    }
+    (quote!(#(#decls),*), quote!(#(#names),*))
 }
