@@ -14,7 +14,7 @@ pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenS
     // script or a proc macro, so it becomes an error that says so.
     std::panic::catch_unwind(|| {
         let mut loaded = load(bytes, data)?;
-        lower_delegates(&mut loaded, bytes, options.lower_xnnpack)?;
+        transform(&mut loaded, bytes, options)?;
         generate(&loaded, bytes, data, options)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
@@ -39,6 +39,18 @@ pub fn lower_delegates(loaded: &mut Loaded, bytes: &[u8], lower_xnnpack: bool) -
     };
     if lower_xnnpack {
         crate::xnnpack::lower_xnnpack_delegates(program, bytes)?;
+        verify_program(program, &loaded.suites)?;
+    }
+    Ok(())
+}
+
+/// The IR-to-IR passes `options` ask for, in order: delegate lowering
+/// ([`lower_delegates`]), then channels-last regions
+/// ([`crate::channels_last`]). The result is verified again.
+pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result<()> {
+    lower_delegates(loaded, bytes, options.lower_xnnpack)?;
+    if let (true, Some(program)) = (options.channels_last, loaded.program.as_mut()) {
+        crate::channels_last::channels_last(program);
         verify_program(program, &loaded.suites)?;
     }
     Ok(())
@@ -96,7 +108,7 @@ pub fn compile_with_cases_to_string(
         if let Some(p) = &loaded.program {
             verify_program(p, &loaded.suites)?;
         }
-        lower_delegates(&mut loaded, bytes, options.lower_xnnpack)?;
+        transform(&mut loaded, bytes, options)?;
         let mut all_data = data.to_vec();
         all_data.push(cases.bytes);
         let mut options = options.clone();

@@ -9,6 +9,7 @@
 //! - [`inspect`] describes it for a person or as JSON.
 pub mod bench;
 pub mod bundle;
+pub mod channels_last;
 pub mod check;
 pub mod codegen;
 mod compile;
@@ -22,6 +23,7 @@ pub mod load;
 pub mod ops;
 pub mod ptd;
 pub mod reader;
+mod rewrite;
 mod runner_crate;
 pub mod verify;
 pub mod xnnpack;

@@ -13,7 +13,7 @@
 //! constructors, which the compiler calls at compile time; the kernels
 //! trust a checked geometry and index within the lengths it implies.
 use crate::gemm::Epilogue;
-use crate::packed::{ensure_packed, gemm_packed, pack, packed_len};
+use crate::packed::{ensure_packed, gemm_packed, pack, pack_with, packed_len};
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
@@ -233,12 +233,16 @@ impl Conv2dNhwc {
         } else {
             packed_len(self.depth(), og)
         };
-        let gather = if self.is_pointwise() {
+        self.gather_len() + pack
+    }
+
+    /// Scratch for the gathered windows of one tile (none for 1×1).
+    fn gather_len(&self) -> usize {
+        if self.is_pointwise() {
             0
         } else {
             self.tile_rows() * self.depth()
-        };
-        gather + pack
+        }
     }
 }
 
@@ -265,14 +269,8 @@ pub fn conv2d_nhwc(
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
-    let win = &g.window;
-    let pixels = win.out_pixels();
-    let (o, groups) = (g.out_c, g.groups);
-    let (cg, og, depth) = (g.in_c / groups, o / groups, g.depth());
-    let out = &mut out[..pixels * o];
-    let tile = g.tile_rows();
-    let gather_len = if g.is_pointwise() { 0 } else { tile * depth };
-    let (cols, spare) = scratch.split_at_mut(gather_len);
+    let (groups, og, depth) = (g.groups, g.out_c / g.groups, g.depth());
+    let (cols, spare) = scratch.split_at_mut(g.gather_len());
     for gi in 0..groups {
         let wg = &w[gi * og * depth..][..og * depth];
         let filter: &[f32] = match packed {
@@ -287,16 +285,36 @@ pub fn conv2d_nhwc(
             min,
             max,
         };
-        if g.is_pointwise() {
-            gemm_packed(pixels, o, g.in_c, x, g.in_c, filter, &e, out, o);
-            continue;
-        }
-        for p0 in (0..pixels).step_by(tile) {
-            let t = tile.min(pixels - p0);
-            let cols = &mut cols[..t * depth];
-            im2col(g, x, p0, t, gi * cg, cg, cols);
-            gemm_packed(t, og, depth, cols, depth, filter, &e, &mut out[p0 * o + gi * og..], o);
-        }
+        conv_group(g, x, gi, filter, &e, out, cols);
+    }
+}
+
+/// Group `gi` of a regular convolution, its filter packed: one matrix
+/// product over the pixels for a 1×1 convolution, else products over
+/// gathered tiles of windows (`cols`: [`Conv2dNhwc::gather_len`] floats).
+fn conv_group(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    gi: usize,
+    filter: &[f32],
+    e: &Epilogue<'_>,
+    out: &mut [f32],
+    cols: &mut [f32],
+) {
+    let pixels = g.window.out_pixels();
+    let o = g.out_c;
+    let (cg, og, depth) = (g.in_c / g.groups, o / g.groups, g.depth());
+    let out = &mut out[..pixels * o];
+    if g.is_pointwise() {
+        gemm_packed(pixels, o, g.in_c, x, g.in_c, filter, e, out, o);
+        return;
+    }
+    let tile = g.tile_rows();
+    for p0 in (0..pixels).step_by(tile) {
+        let t = tile.min(pixels - p0);
+        let cols = &mut cols[..t * depth];
+        im2col(g, x, p0, t, gi * cg, cg, cols);
+        gemm_packed(t, og, depth, cols, depth, filter, e, &mut out[p0 * o + gi * og..], o);
     }
 }
 
@@ -424,6 +442,160 @@ pub fn depthwise_conv2d_nhwc(
         return;
     }
     depthwise_portable(&d, out);
+}
+
+/// An inference-mode batch norm after a convolution, folded into it:
+/// output channel `o` becomes `(y − mean[o]) / sqrt(var[o] + eps) ·
+/// weight[o] + bias[o]`, which scales the channel's filter and shifts its
+/// bias.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchNormFold<'a> {
+    pub weight: Option<&'a [f32]>,
+    pub bias: Option<&'a [f32]>,
+    pub mean: &'a [f32],
+    pub var: &'a [f32],
+    pub eps: f64,
+}
+
+impl BatchNormFold<'_> {
+    /// `(scale, shift)` of output channel `o`, computed as PyTorch's
+    /// inference batch norm computes them.
+    fn channel(&self, o: usize) -> (f64, f64) {
+        let rstd = 1.0 / (self.var[o] as f64 + self.eps).sqrt();
+        let scale = self.weight.map_or(1.0, |w| w[o] as f64) * rstd;
+        (
+            scale,
+            self.bias.map_or(0.0, |b| b[o] as f64) - self.mean[o] as f64 * scale,
+        )
+    }
+}
+
+/// First words of a prepared [`conv2d_folded`] filter ("PKF1").
+const FOLDED_MAGIC: u32 = 0x3146_4b50;
+/// Floats before the folded bias.
+const FOLDED_HEADER: usize = 16;
+
+impl Conv2dNhwc {
+    /// Whether this is the depthwise convolution [`conv2d_folded`] runs as
+    /// such: one group per input channel.
+    fn is_depthwise(&self) -> bool {
+        self.groups == self.in_c && self.groups > 1
+    }
+
+    /// Floats that [`conv2d_folded`] keeps from call to call: a header,
+    /// the folded bias, then the filter (packed for a regular convolution,
+    /// `[kH, kW, O]` for a depthwise one).
+    pub fn folded_len(&self) -> usize {
+        let filter = if self.is_depthwise() {
+            self.window.kernel_h * self.window.kernel_w * self.out_c
+        } else {
+            self.packed_filter_len()
+        };
+        FOLDED_HEADER + self.out_c.div_ceil(16) * 16 + filter
+    }
+
+    /// The header of a prepared filter for this geometry.
+    fn folded_header(&self) -> [u32; 4] {
+        [FOLDED_MAGIC, self.out_c as u32, self.depth() as u32, self.groups as u32]
+    }
+}
+
+/// A convolution of NHWC images whose filter is in PyTorch's layout
+/// (`[O, C / groups, kH, kW]`), with an optional batch norm folded in:
+/// `out[N, OH, OW, O] = clamp(bn(conv(x, w) + bias))`. Ungrouped and
+/// depthwise convolutions only (see [`Conv2dNhwc::regular`] and
+/// [`Conv2dNhwc::depthwise`] for the geometry).
+///
+/// The first call rearranges the filter into the layout the NHWC kernels
+/// read, scales it and shifts the bias by the batch norm, and keeps the
+/// result in `kept` ([`Conv2dNhwc::folded_len`] floats, serving this
+/// convolution alone); later calls find it there. `scratch`:
+/// [`Conv2dNhwc::scratch_len`]`(true)` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_folded(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    bn: Option<&BatchNormFold<'_>>,
+    min: f32,
+    max: f32,
+    kept: &mut [f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    assert!(
+        g.groups == 1 || g.is_depthwise(),
+        "{} groups of {} channels",
+        g.groups,
+        g.in_c
+    );
+    let o = g.out_c;
+    let (head, rest) = kept[..g.folded_len()].split_at_mut(FOLDED_HEADER);
+    let (folded_bias, filter) = rest.split_at_mut(o.div_ceil(16) * 16);
+    let header = g.folded_header();
+    let ready = header.iter().zip(head.iter()).all(|(&h, v)| v.to_bits() == h);
+    if !ready {
+        fold_filter(g, w, bias, bn, &mut folded_bias[..o], filter);
+        // Written last: the header says the rest is whole.
+        head.fill(0.0);
+        for (v, h) in head.iter_mut().zip(header) {
+            *v = f32::from_bits(h);
+        }
+    }
+    let folded_bias = &folded_bias[..o];
+    if g.is_depthwise() {
+        depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), min, max, out);
+    } else {
+        let e = Epilogue {
+            bias: Some(folded_bias),
+            min,
+            max,
+        };
+        conv_group(g, x, 0, filter, &e, out, &mut scratch[..g.gather_len()]);
+    }
+}
+
+/// Writes the filter and bias of [`conv2d_folded`]: `w` (`[O, C / groups,
+/// kH, kW]`) rearranged for the NHWC kernels, each output channel scaled
+/// by the batch norm, and the bias shifted by it.
+fn fold_filter(
+    g: &Conv2dNhwc,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    bn: Option<&BatchNormFold<'_>>,
+    folded_bias: &mut [f32],
+    filter: &mut [f32],
+) {
+    let o = g.out_c;
+    let (kh, kw) = (g.window.kernel_h, g.window.kernel_w);
+    let taps = kh * kw;
+    let cg = g.in_c / g.groups;
+    let w = &w[..o * cg * taps];
+    let channel = |oc: usize| bn.map_or((1.0, 0.0), |bn| bn.channel(oc));
+    // The scales, held where the bias goes until the filter is written.
+    for (oc, s) in folded_bias.iter_mut().enumerate() {
+        *s = channel(oc).0 as f32;
+    }
+    let scale = &*folded_bias;
+    if g.is_depthwise() {
+        // Tap t of channel oc at w[oc · taps + t], wanted at [t · O + oc].
+        for (oc, &s) in scale.iter().enumerate() {
+            for t in 0..taps {
+                filter[t * o + oc] = w[oc * taps + t] * s;
+            }
+        }
+    } else {
+        // Depth index q = (ki · kW + kj) · C + c of the NHWC windows.
+        pack_with(g.depth(), o, filter, |q, oc| {
+            let (tap, c) = (q / cg, q % cg);
+            w[(oc * cg + c) * taps + tap] * scale[oc]
+        });
+    }
+    for (oc, b) in folded_bias.iter_mut().enumerate() {
+        let (scale, shift) = channel(oc);
+        *b = (bias.map_or(0.0, |b| b[oc] as f64) * scale + shift) as f32;
+    }
 }
 
 /// The inputs of a depthwise convolution, checked against its geometry by
@@ -1044,6 +1216,129 @@ mod tests {
                     // SAFETY: AVX2 and FMA are present; the lengths fit the geometry.
                     unsafe { depthwise_avx2(&d, &mut out) };
                     close(&out, &want);
+                }
+            }
+        }
+    }
+
+    /// NCHW ↔ NHWC of an `[n, a, b, c]` array: element `(i, j, k, l)` to
+    /// `(i, k, l, j)`.
+    fn to_last(x: &[f32], [n, a, b, c]: Dims4) -> Vec<f32> {
+        let mut out = vec![0.0; x.len()];
+        for i in 0..n {
+            for j in 0..a {
+                for k in 0..b * c {
+                    out[(i * b * c + k) * a + j] = x[(i * a + j) * b * c + k];
+                }
+            }
+        }
+        out
+    }
+
+    /// `conv2d_folded` against aten's NCHW convolution then batch norm,
+    /// ungrouped and depthwise, with and without bias and batch norm; the
+    /// second call reuses what the first kept.
+    #[test]
+    fn folded_convolutions_match_convolution_then_batch_norm() {
+        use crate::conv::{conv_scratch_len, convolution};
+        use crate::norm::batch_norm_no_training;
+        // (NCHW input, OIHW weight, stride, padding (h, w), groups)
+        let cases: &[(Dims4, Dims4, Pair, Pair, usize)] = &[
+            ([1, 3, 9, 11], [8, 3, 3, 3], [2, 2], [1, 1], 1),
+            ([2, 16, 5, 5], [40, 16, 1, 1], [1, 1], [0, 0], 1),
+            ([1, 24, 7, 6], [24, 1, 3, 3], [1, 1], [1, 1], 24),
+            ([1, 32, 8, 8], [32, 1, 3, 3], [2, 2], [1, 1], 32),
+            ([1, 4, 6, 6], [8, 1, 3, 3], [1, 1], [0, 1], 4),
+        ];
+        for (ci, &(xs, ws, stride, [ph, pw], groups)) in cases.iter().enumerate() {
+            for (with_bias, with_bn) in [(true, true), (false, true), (true, false)] {
+                let o = ws[0];
+                let x = rng(ci as u64, xs.iter().product());
+                let w = rng(10 + ci as u64, ws.iter().product());
+                let bias = with_bias.then(|| rng(20, o));
+                let (bw, bb, mean) = (rng(21, o), rng(22, o), rng(23, o));
+                let var: Vec<f32> = rng(24, o).iter().map(|v| v.abs() + 0.1).collect();
+                let eps = 1e-5;
+                // aten: convolution, then batch norm, NCHW.
+                let out_sizes = crate::conv::conv_output_sizes(
+                    &xs,
+                    &ws,
+                    bias.as_ref().map(Vec::len),
+                    &stride,
+                    &[ph, pw],
+                    &[1, 1],
+                    false,
+                    &[0, 0],
+                    groups,
+                )
+                .unwrap();
+                let mut scratch =
+                    vec![0.0; conv_scratch_len(&xs, &ws, &stride, &[ph, pw], &[1, 1], false, &[0, 0], groups)];
+                let mut y = vec![0.0f32; out_sizes.iter().product()];
+                convolution(
+                    &x,
+                    &xs,
+                    &w,
+                    &ws,
+                    bias.as_deref(),
+                    &stride,
+                    &[ph, pw],
+                    &[1, 1],
+                    false,
+                    &[0, 0],
+                    groups,
+                    &mut y,
+                    &mut scratch,
+                )
+                .unwrap();
+                let want = if with_bn {
+                    let mut z = vec![0.0f32; y.len()];
+                    batch_norm_no_training(&y, &out_sizes, Some(&bw), Some(&bb), &mean, &var, eps, &mut z).unwrap();
+                    z
+                } else {
+                    y
+                };
+                let want = to_last(&want, out_sizes.as_slice().try_into().unwrap());
+                // NHWC, folded.
+                let nhwc = [xs[0], xs[2], xs[3], xs[1]];
+                let pad = [ph, pw, ph, pw];
+                let g = if groups == 1 {
+                    Conv2dNhwc::regular(&nhwc, &[o, ws[2], ws[3], ws[1]], stride, pad, [1, 1], 1)
+                } else {
+                    Conv2dNhwc::depthwise(&nhwc, &[1, ws[2], ws[3], o], stride, pad, [1, 1])
+                }
+                .unwrap();
+                let bn = BatchNormFold {
+                    weight: Some(&bw),
+                    bias: Some(&bb),
+                    mean: &mean,
+                    var: &var,
+                    eps,
+                };
+                let xl = to_last(&x, xs);
+                let mut kept = vec![0.0f32; g.folded_len()];
+                let mut scratch = vec![0.0f32; g.scratch_len(true)];
+                for call in 0..2 {
+                    let mut got = vec![f32::NAN; want.len()];
+                    conv2d_folded(
+                        &g,
+                        &xl,
+                        &w,
+                        bias.as_deref(),
+                        with_bn.then_some(&bn),
+                        -1.5,
+                        2.0,
+                        &mut kept,
+                        &mut got,
+                        &mut scratch,
+                    );
+                    for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                        let b = b.clamp(-1.5, 2.0);
+                        assert!(
+                            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                            "case {ci} ({with_bias}, {with_bn}) call {call} [{k}]: {a} vs {b}"
+                        );
+                    }
                 }
             }
         }

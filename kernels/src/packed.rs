@@ -81,10 +81,35 @@ pub fn pack(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &mut [f32]) {
             }
         }
     }
+    write_header(head, k, n);
+}
+
+/// Marks `head` (the first [`HEADER`] floats of a packing) as a `k × n`
+/// packing; written last, so a packing is recognised only once whole.
+fn write_header(head: &mut [f32], k: usize, n: usize) {
     head.fill(0.0);
     for (h, w) in head.iter_mut().zip(header(k, n)) {
         *h = f32::from_bits(w);
     }
+}
+
+/// Packs the `k × n` matrix whose row `q`, column `j` is `b(q, j)` into
+/// `packed` (at least [`packed_len`]`(k, n)` floats): for operands kept in
+/// another layout, or rescaled as they are packed.
+pub fn pack_with(k: usize, n: usize, packed: &mut [f32], b: impl Fn(usize, usize) -> f32) {
+    let packed = &mut packed[..packed_len(k, n)];
+    let (head, body) = packed.split_at_mut(HEADER);
+    if k > 0 {
+        for (s, strip) in body.chunks_exact_mut(k * NR).enumerate() {
+            for (q, row) in strip.chunks_exact_mut(NR).enumerate() {
+                for (jj, v) in row.iter_mut().enumerate() {
+                    let j = s * NR + jj;
+                    *v = if j < n { b(q, j) } else { 0.0 };
+                }
+            }
+        }
+    }
+    write_header(head, k, n);
 }
 
 /// `packed`, holding `b` packed: packed now unless an earlier call already

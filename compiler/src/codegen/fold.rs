@@ -13,6 +13,7 @@
 //!   operand.
 use super::layout::{overlaps, Home, MethodLayout};
 use crate::ir::*;
+use crate::rewrite::Uses;
 use std::collections::HashMap;
 
 /// A constant right operand packed once, on the first run.
@@ -65,66 +66,6 @@ fn static_tensor(m: &Method, v: usize) -> Option<&Tensor> {
         .get(v)?
         .as_tensor()
         .filter(|t| t.dynamism == Dynamism::Static && t.is_contiguous())
-}
-
-/// Where each value is used: `(instruction, argument position)` of every
-/// kernel call naming it, and whether anything else (another kind of
-/// instruction, the method's inputs or outputs) does.
-struct Uses {
-    by_kernels: HashMap<usize, Vec<(usize, usize)>>,
-    elsewhere: Vec<bool>,
-}
-
-impl Uses {
-    fn of(m: &Method) -> Uses {
-        let mut by_kernels: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
-        let mut elsewhere = vec![false; m.values.len()];
-        let mut mark = |v: usize| {
-            if let Some(e) = elsewhere.get_mut(v) {
-                *e = true;
-            }
-        };
-        for &v in m.inputs.iter().chain(&m.outputs) {
-            mark(v);
-        }
-        for (n, ins) in m.instructions.iter().enumerate() {
-            match ins {
-                Instruction::Kernel { args, .. } => {
-                    for (pos, &v) in args.iter().enumerate() {
-                        by_kernels.entry(v).or_default().push((n, pos));
-                        // Lists hold value indices too.
-                        match m.values.get(v) {
-                            Some(Value::TensorList(items)) => items.iter().for_each(|&i| mark(i)),
-                            Some(Value::OptionalTensorList(items)) => items.iter().flatten().for_each(|&i| mark(i)),
-                            _ => {}
-                        }
-                    }
-                }
-                Instruction::Delegate { args, .. } => args.iter().for_each(|&v| mark(v)),
-                Instruction::Move { from, to } => {
-                    mark(*from);
-                    mark(*to);
-                }
-                Instruction::JumpFalse { cond, .. } => mark(*cond),
-                Instruction::Free { .. } => {}
-            }
-        }
-        Uses { by_kernels, elsewhere }
-    }
-
-    /// The kernel uses of `v` other than by instruction `except`, or `None`
-    /// when something else uses it.
-    fn kernel_uses(&self, v: usize, except: usize) -> Option<Vec<(usize, usize)>> {
-        if self.elsewhere.get(v).copied().unwrap_or(true) {
-            return None;
-        }
-        Some(
-            self.by_kernels
-                .get(&v)
-                .map(|u| u.iter().copied().filter(|&(n, _)| n != except).collect())
-                .unwrap_or_default(),
-        )
-    }
 }
 
 /// The constant a `permute_copy` instruction transposes and the value it

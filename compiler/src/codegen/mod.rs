@@ -41,6 +41,10 @@ pub struct Options {
     /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
     /// (see [`crate::xnnpack`]); when off they are left as delegate calls.
     pub lower_xnnpack: bool,
+    /// Run aten convolutions on NHWC images, with batch norms and clamps
+    /// folded in (see [`crate::channels_last`]); when off they run NCHW,
+    /// operation by operation, as the program says.
+    pub channels_last: bool,
 }
 
 impl Options {
@@ -58,6 +62,7 @@ impl Options {
             tests: None,
             external_weights: false,
             lower_xnnpack: true,
+            channels_last: true,
         }
     }
 }

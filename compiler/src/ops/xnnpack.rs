@@ -19,6 +19,7 @@ use ptec_runtime::kernels::packed::packed_len;
 pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),
     ("ptec_xnn::conv2d_nhwc.out", conv2d_nhwc),
+    ("ptec_xnn::conv2d_folded.out", conv2d_folded),
     ("ptec_xnn::depthwise_conv2d_nhwc.out", depthwise_conv2d_nhwc),
     ("ptec_xnn::max_pool2d_nhwc.out", max_pool2d_nhwc),
     ("ptec_xnn::avg_pool2d_nhwc.out", avg_pool2d_nhwc),
@@ -255,6 +256,84 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     emit_conv(ctx, g, operands, b, Some(packed))
 }
 
+/// `conv2d_folded.out(input, weight, bias?, bn_weight?, bn_bias?,
+/// bn_mean?, bn_var?, bn_eps?, padding, stride, dilation, groups,
+/// output_min, output_max, kept, out)`: an aten convolution run on NHWC
+/// images (see [`crate::channels_last`]). Input `[N, H, W, C]`, weight in
+/// PyTorch's layout `[O, C / groups, kH, kW]`, ungrouped or depthwise; an
+/// inference batch norm is folded in when `bn_mean` and `bn_var` are
+/// given. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
+/// holds the prepared filter from run to run.
+fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(16)?;
+    let (x, w, bias, out) = conv_operands(ctx, 15)?;
+    let (padding, stride, dilation) = (array::<4>(ctx, 8)?, array::<2>(ctx, 9)?, array::<2>(ctx, 10)?);
+    let groups = super::conv::usize_arg(ctx, 11)?;
+    let (min, max) = bounds(ctx, 12)?;
+    let kept = ctx.tensor(14)?;
+    f32_static(&[&kept])?;
+    let &[o, cg, kh, kw] = &w.sizes[..] else {
+        return Err(format!("weight {:?} is not [O, C / groups, kH, kW]", w.sizes));
+    };
+    let geometry = if groups == 1 {
+        Conv2dNhwc::regular(&x.sizes, &[o, kh, kw, cg], stride, padding, dilation, 1)
+    } else if cg == 1 && x.sizes.get(3) == Some(&groups) {
+        Conv2dNhwc::depthwise(&x.sizes, &[1, kh, kw, o], stride, padding, dilation)
+    } else {
+        None
+    };
+    let g = geometry.ok_or_else(|| {
+        format!(
+            "convolution of {:?} with weight {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid or neither ungrouped nor depthwise",
+            x.sizes, w.sizes
+        )
+    })?;
+    if bias.as_ref().is_some_and(|b| b.numel() != o) {
+        return Err(format!("the bias does not have {o} elements"));
+    }
+    require_sizes(&out, &g.output_sizes())?;
+    check_packed(&Some(kept.clone()), g.folded_len())?;
+    let params = [
+        ctx.opt_tensor(3)?,
+        ctx.opt_tensor(4)?,
+        ctx.opt_tensor(5)?,
+        ctx.opt_tensor(6)?,
+    ];
+    let given: Vec<&TArg> = params.iter().flatten().collect();
+    f32_static(&given)?;
+    if given.iter().any(|p| p.numel() != o) {
+        return Err(format!("a batch norm parameter does not have {o} elements"));
+    }
+    let [bn_weight, bn_bias, mean, var] = params;
+    let (bn, s_bn) = match (mean, var) {
+        (Some(mean), Some(var)) => {
+            let eps = f64_lit(ctx.double(7)?);
+            let (wi, s1) = read_opt(ctx, &bn_weight)?;
+            let (bi, s2) = read_opt(ctx, &bn_bias)?;
+            let (mi, s3) = ctx.read(&mean)?;
+            let (vi, s4) = ctx.read(&var)?;
+            (
+                quote!(Some(&::ptec_runtime::kernels::nhwc::BatchNormFold { weight: #wi, bias: #bi, mean: #mi, var: #vi, eps: #eps })),
+                quote!(#s1 #s2 #s3 #s4),
+            )
+        }
+        (None, None) if bn_weight.is_none() && bn_bias.is_none() => (quote!(None), quote!()),
+        _ => return Err("a batch norm needs its running mean and variance".into()),
+    };
+    let geometry = conv_tokens(&g);
+    let (xi, s1) = ctx.read(&x)?;
+    let (wi, s2) = ctx.read(&w)?;
+    let (bi, s3) = read_opt(ctx, &bias)?;
+    let (ki, s4) = ctx.write(&kept)?;
+    let (oi, s5) = ctx.write(&out)?;
+    let (sc, s6) = scratch(ctx, g.scratch_len(true));
+    Ok(quote! {
+        let geometry = #geometry;
+        #s1 #s2 #s3 #s_bn #s4 #s5 #s6
+        ::ptec_runtime::kernels::nhwc::conv2d_folded(&geometry, #xi, #wi, #bi, #bn, #min, #max, #ki, #oi, #sc);
+    })
+}
+
 /// `depthwise_conv2d_nhwc.out(input, filter, bias?, padding, stride,
 /// dilation, output_min, output_max, out)`: input `[N, H, W, C]`, filter
 /// `[1, kH, kW, C · multiplier]`.
@@ -327,7 +406,8 @@ fn global_avg_pool2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let [n, h, w, c] = x.sizes[..] else {
         return Err(format!("input {:?} is not [N, H, W, C]", x.sizes));
     };
-    if out.numel() != n * c || out.sizes.last() != Some(&c) {
+    // [N, C, 1, 1] (an aten mean that keeps its dims) has the same bytes.
+    if out.numel() != n * c || (out.sizes.last() != Some(&c) && out.sizes[..] != [n, c, 1, 1]) {
         return Err(format!("output {:?} does not hold {n} × {c} means", out.sizes));
     }
     let (xi, s1) = ctx.read(&x)?;

@@ -18,12 +18,9 @@ use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueK
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
+use crate::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value, AddedBuffer};
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
 use ptec_runtime::kernels::packed::packed_len;
-
-/// Alignment of intermediates in the planned buffer (a cache line; SIMD
-/// loads never straddle one at a tensor's start).
-const ALIGN: u64 = 64;
 
 /// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
 /// kernel calls. `file` is the file the program was read from (its blobs
@@ -138,34 +135,6 @@ fn drop_uncalled_delegates(m: &mut Method) {
             if let Some(&i) = new_index.get(*delegate) {
                 *delegate = i;
             }
-        }
-    }
-}
-
-/// A planned buffer the pass adds to a method.
-#[derive(Default)]
-struct AddedBuffer {
-    /// Its memory id, once a call needs it.
-    id: Option<usize>,
-    size: u64,
-}
-
-impl AddedBuffer {
-    /// The memory id, appending the buffer to the method's plan on first
-    /// use (after the reserved entry 0).
-    fn id(&mut self, m: &mut Method) -> usize {
-        *self.id.get_or_insert_with(|| {
-            if m.buffer_sizes.is_empty() {
-                m.buffer_sizes.push(0);
-            }
-            m.buffer_sizes.push(0);
-            m.buffer_sizes.len() - 1
-        })
-    }
-
-    fn install(&self, m: &mut Method) {
-        if let Some(id) = self.id {
-            m.buffer_sizes[id] = self.size;
         }
     }
 }
@@ -330,15 +299,7 @@ impl<'a> CallLowering<'a> {
     }
 
     fn push_tensor(&mut self, sizes: Vec<usize>, placement: Placement) -> usize {
-        let rank = sizes.len();
-        self.m.values.push(Value::Tensor(Tensor {
-            dtype: ScalarType::Float,
-            sizes,
-            dim_order: (0..rank as u8).collect(),
-            dynamism: Dynamism::Static,
-            placement,
-        }));
-        self.m.values.len() - 1
+        push_f32_tensor(self.m, sizes, placement)
     }
 
     /// A new intermediate tensor of this call.
@@ -370,15 +331,12 @@ impl<'a> CallLowering<'a> {
         if !matches!(self.g.values[x].kind, ValueKind::Constant(_)) {
             return self.null();
         }
-        let id = self.buffers.kept.id(self.m);
-        let offset = self.buffers.kept.size;
-        self.buffers.kept.size = offset + (len as u64 * 4).div_ceil(ALIGN) * ALIGN;
-        self.push_tensor(vec![len], Placement::Planned { buffer: id, offset })
+        let placement = self.buffers.kept.reserve(self.m, len as u64 * 4);
+        self.push_tensor(vec![len], placement)
     }
 
     fn push(&mut self, v: Value) -> usize {
-        self.m.values.push(v);
-        self.m.values.len() - 1
+        push_value(self.m, v)
     }
 
     fn int(&mut self, x: usize) -> usize {
@@ -386,8 +344,7 @@ impl<'a> CallLowering<'a> {
     }
 
     fn int_list(&mut self, xs: &[usize]) -> usize {
-        let items = xs.iter().map(|&x| self.int(x)).collect();
-        self.push(Value::IntList(items))
+        push_int_list(self.m, xs)
     }
 
     fn double(&mut self, x: f32) -> usize {
@@ -400,19 +357,8 @@ impl<'a> CallLowering<'a> {
 
     /// Appends a call of `name.overload` with `args`.
     fn kernel(&mut self, full_name: &str, args: Vec<usize>) {
-        let (name, overload) = full_name.split_once('.').unwrap_or((full_name, ""));
-        let op = Operator {
-            name: name.to_string(),
-            overload: overload.to_string(),
-        };
-        let index = match self.m.operators.iter().position(|o| *o == op) {
-            Some(i) => i,
-            None => {
-                self.m.operators.push(op);
-                self.m.operators.len() - 1
-            }
-        };
-        self.out.push(Instruction::Kernel { op: index, args });
+        let call = kernel_call(self.m, full_name, args);
+        self.out.push(call);
     }
 
     /// An aten out-variant call: the out tensor is passed and returned.
@@ -900,65 +846,10 @@ impl<'a> CallLowering<'a> {
     // -----------------------------------------------------------------
     // Memory
 
-    /// Lays out this call's intermediates in the method's scratch buffer:
-    /// a value lives from the first instruction that names it to the last,
-    /// and values whose lives overlap get disjoint bytes (largest first,
-    /// each at the lowest offset that fits).
+    /// Lays out this call's intermediates in the method's scratch buffer
+    /// (calls never overlap: all of a method's calls share it).
     fn plan(&mut self) {
-        if self.temps.is_empty() {
-            return;
-        }
-        let buffer = &mut self.buffers.scratch;
-        let id = buffer.id(self.m);
-        // Temporaries are created in increasing value order: sorted.
-        let mut life: Vec<Option<(usize, usize)>> = vec![None; self.temps.len()];
-        for (n, ins) in self.out.iter().enumerate() {
-            let Instruction::Kernel { args, .. } = ins else {
-                continue;
-            };
-            let mut touch = |v: usize| {
-                if let Ok(k) = self.temps.binary_search(&v) {
-                    let l = &mut life[k];
-                    *l = Some(l.map_or((n, n), |(a, _)| (a, n)));
-                }
-            };
-            for &a in args {
-                touch(a);
-                if let Some(Value::TensorList(items)) = self.m.values.get(a) {
-                    for &t in items.clone().iter() {
-                        touch(t);
-                    }
-                }
-            }
-        }
-        let size_of = |m: &Method, v: usize| m.values[v].as_tensor().map_or(0, |t| t.nbytes() as u64);
-        let mut order: Vec<usize> = (0..self.temps.len()).collect();
-        order.sort_by_key(|&k| std::cmp::Reverse(size_of(self.m, self.temps[k])));
-        // (start, end, bytes range) of values placed so far.
-        let mut placed: Vec<((usize, usize), (u64, u64))> = Vec::new();
-        for k in order {
-            let v = self.temps[k];
-            let Some((a, b)) = life[k] else { continue };
-            let size = size_of(self.m, v).div_ceil(ALIGN) * ALIGN;
-            let mut busy: Vec<(u64, u64)> = placed
-                .iter()
-                .filter(|((s, e), _)| *s <= b && a <= *e)
-                .map(|&(_, r)| r)
-                .collect();
-            busy.sort_unstable();
-            let mut offset = 0u64;
-            for (lo, hi) in busy {
-                if offset + size <= lo {
-                    break;
-                }
-                offset = offset.max(hi);
-            }
-            placed.push(((a, b), (offset, offset + size)));
-            buffer.size = buffer.size.max(offset + size);
-            if let Some(Value::Tensor(t)) = self.m.values.get_mut(v) {
-                t.placement = Placement::Planned { buffer: id, offset };
-            }
-        }
+        self.buffers.scratch.place_temporaries(self.m, &self.out, &self.temps);
     }
 }
 

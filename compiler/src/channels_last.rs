@@ -1,0 +1,568 @@
+//! Channels-last regions: aten convolutions run on NHWC images (an
+//! IR-to-IR pass).
+//!
+//! PyTorch's convolutions take NCHW images; ptec's fastest convolution
+//! kernels (those XNNPACK subgraphs compile to) take NHWC, where a pixel's
+//! channels are contiguous. This pass keeps NHWC the images that allow it
+//! and rewrites the operations around them:
+//!
+//! - a 2-d convolution (ungrouped or depthwise, its weight a constant)
+//!   becomes `ptec_xnn::conv2d_folded`, which absorbs an inference batch
+//!   norm that is the only reader of its result and a clamp (`hardtanh`,
+//!   `relu`, `clamp`) after that: the filter is rearranged and rescaled on
+//!   the first run, the clamp applied as outputs are stored;
+//! - `add` of two NHWC images, and a clamp of one, stay what they are
+//!   (element-wise, they do not care about the layout);
+//! - a mean over the height and width of an NHWC image becomes a global
+//!   average pooling.
+//!
+//! An image is kept NHWC when everything that writes it and reads it is one
+//! of these operations (decided for the whole method, to a fixed point);
+//! it keeps its value index and its planned bytes, and only its sizes
+//! change to `[N, H, W, C]`. Where a convolution reads an image that stays
+//! NCHW, or writes one, a permutation into (out of) a temporary is made.
+//! Methods with jumps are left as they are.
+use crate::ir::*;
+use crate::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value, AddedBuffer, Uses};
+use ptec_runtime::kernels::nhwc::Conv2dNhwc;
+use std::collections::{HashMap, HashSet};
+
+/// Rewrites every method of `program` (see the module docs).
+pub fn channels_last(program: &mut Program) {
+    for m in &mut program.methods {
+        convert_method(m);
+    }
+}
+
+const CONVOLUTION: &str = "aten::convolution.out";
+const BATCH_NORM: &str = "aten::_native_batch_norm_legit_no_training.out";
+const ADD: &str = "aten::add.out";
+const MEAN: &str = "aten::mean.out";
+/// NCHW → NHWC and back, as `permute_copy` dims.
+const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+
+/// A convolution with what it absorbs.
+struct Conv {
+    /// How many instructions after it it absorbs.
+    absorbed: usize,
+    x: usize,
+    w: usize,
+    bias: Option<usize>,
+    geometry: Conv2dNhwc,
+    stride: [usize; 2],
+    padding: [usize; 4],
+    dilation: [usize; 2],
+    bn: Option<BatchNorm>,
+    clamp: (f64, f64),
+    /// The value the whole chain writes.
+    out: usize,
+}
+
+struct BatchNorm {
+    weight: Option<usize>,
+    bias: Option<usize>,
+    mean: usize,
+    var: usize,
+    eps: f64,
+}
+
+/// What an instruction of the method is to this pass.
+enum Role {
+    /// A convolution (and the instructions it absorbs).
+    Conv(Box<Conv>),
+    /// An instruction a convolution absorbed.
+    Absorbed,
+    /// `add(a, b)` of same-sized 4-d images, alpha 1.
+    Add {
+        a: usize,
+        b: usize,
+        out: usize,
+    },
+    /// A clamp of a 4-d image.
+    Clamp {
+        x: usize,
+        out: usize,
+    },
+    /// A mean over dims 2 and 3 of a 4-d image.
+    SpatialMean {
+        x: usize,
+        out: usize,
+    },
+    Other,
+}
+
+fn kernel<'m>(m: &'m Method, ins: &'m Instruction) -> Option<(String, &'m [usize])> {
+    match ins {
+        Instruction::Kernel { op, args } => Some((m.operators.get(*op)?.full_name(), args)),
+        _ => None,
+    }
+}
+
+/// A static, contiguous `f32` tensor.
+fn f32_tensor(m: &Method, v: usize) -> Option<&Tensor> {
+    m.values
+        .get(v)?
+        .as_tensor()
+        .filter(|t| t.dtype == ScalarType::Float && t.dynamism == Dynamism::Static && t.is_contiguous())
+}
+
+fn image(m: &Method, v: usize) -> Option<[usize; 4]> {
+    f32_tensor(m, v)?.sizes.as_slice().try_into().ok()
+}
+
+/// A constant `f32` tensor of `len` elements (any rank).
+fn constant_vector(m: &Method, v: usize, len: usize) -> Option<usize> {
+    let t = f32_tensor(m, v)?;
+    let constant = matches!(
+        t.placement,
+        Placement::Constant { .. } | Placement::External { data: Some(_), .. }
+    );
+    (constant && t.numel() == len).then_some(v)
+}
+
+/// An optional constant vector: `Some(None)` for a None argument.
+fn optional_vector(m: &Method, v: usize, len: usize) -> Option<Option<usize>> {
+    match m.values.get(v)? {
+        Value::Null => Some(None),
+        _ => constant_vector(m, v, len).map(Some),
+    }
+}
+
+fn int(m: &Method, v: usize) -> Option<i64> {
+    match m.values.get(v)? {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn number(m: &Method, v: usize) -> Option<f64> {
+    match m.values.get(v)? {
+        Value::Int(i) => Some(*i as f64),
+        Value::Double(d) => Some(*d),
+        _ => None,
+    }
+}
+
+fn ints(m: &Method, v: usize) -> Option<Vec<i64>> {
+    match m.values.get(v)? {
+        Value::IntList(items) => items.iter().map(|&i| int(m, i)).collect(),
+        _ => None,
+    }
+}
+
+/// A pair of non-negative integers, given as one (for both) or two.
+fn pair(m: &Method, v: usize) -> Option<[usize; 2]> {
+    let xs: Vec<usize> = ints(m, v)?
+        .into_iter()
+        .map(|x| usize::try_from(x).ok())
+        .collect::<Option<_>>()?;
+    match xs[..] {
+        [a] => Some([a, a]),
+        [a, b] => Some([a, b]),
+        _ => None,
+    }
+}
+
+/// `(buffer, start, end)` of a planned tensor's bytes.
+fn planned_bytes(m: &Method, v: usize) -> Option<(usize, u64, u64)> {
+    let t = m.values.get(v)?.as_tensor()?;
+    match t.placement {
+        Placement::Planned { buffer, offset } => Some((buffer, offset, offset + t.nbytes() as u64)),
+        _ => None,
+    }
+}
+
+fn share_bytes(m: &Method, a: usize, b: usize) -> bool {
+    match (planned_bytes(m, a), planned_bytes(m, b)) {
+        (Some((ba, sa, ea)), Some((bb, sb, eb))) => ba == bb && sa < eb && sb < ea,
+        _ => false,
+    }
+}
+
+/// The convolution at instruction `n`, when this pass can run it NHWC.
+fn convolution(m: &Method, args: &[usize]) -> Option<Conv> {
+    let &[x, w, bias, stride, padding, dilation, transposed, _, groups, out, ret] = args else {
+        return None;
+    };
+    let ([n, c, h, wd], [o, cg, kh, kw]) = (image(m, x)?, image(m, w)?);
+    constant_vector(m, w, o * cg * kh * kw)?;
+    let bias = optional_vector(m, bias, o)?;
+    let (stride, [ph, pw], dilation) = (pair(m, stride)?, pair(m, padding)?, pair(m, dilation)?);
+    let groups = usize::try_from(int(m, groups)?).ok()?;
+    if !matches!(m.values.get(transposed), Some(Value::Bool(false))) || ret != out {
+        return None;
+    }
+    let padding = [ph, pw, ph, pw];
+    let nhwc = [n, h, wd, c];
+    let geometry = if groups == 1 {
+        Conv2dNhwc::regular(&nhwc, &[o, kh, kw, cg], stride, padding, dilation, 1)?
+    } else if groups == c && cg == 1 {
+        Conv2dNhwc::depthwise(&nhwc, &[1, kh, kw, o], stride, padding, dilation)?
+    } else {
+        return None;
+    };
+    let [on, oh, ow, oc] = geometry.output_sizes();
+    if image(m, out)? != [on, oc, oh, ow] {
+        return None;
+    }
+    Some(Conv {
+        absorbed: 0,
+        x,
+        w,
+        bias,
+        geometry,
+        stride,
+        padding,
+        dilation,
+        bn: None,
+        clamp: (f64::NEG_INFINITY, f64::INFINITY),
+        out,
+    })
+}
+
+/// The only reader of `v` (written by instruction `writer`), when it is
+/// instruction `writer + 1` reading it as its first argument.
+fn next_reads_only<'m>(m: &'m Method, uses: &Uses, writer: usize, v: usize) -> Option<(String, &'m [usize])> {
+    let readers = uses.kernel_uses(v, writer)?;
+    let next = writer + 1;
+    if readers.iter().any(|&(r, pos)| r != next || pos != 0) || readers.is_empty() {
+        return None;
+    }
+    kernel(m, m.instructions.get(next)?)
+}
+
+/// The batch norm at `n + 1` reading the convolution's output (`o`
+/// channels, sizes `sizes`), when it can be folded: returns it and its
+/// output.
+fn batch_norm_after(m: &Method, uses: &Uses, n: usize, conv_out: usize, o: usize) -> Option<(BatchNorm, usize)> {
+    let (name, a) = next_reads_only(m, uses, n, conv_out)?;
+    let &[_, weight, bias, mean, var, _, eps, out, save_mean, save_rstd, ret] = a else {
+        return None;
+    };
+    if name != BATCH_NORM || image(m, out)? != image(m, conv_out)? {
+        return None;
+    }
+    // The saved statistics (empty in inference) must be read by nobody.
+    for v in [save_mean, save_rstd, ret] {
+        if !uses.kernel_uses(v, n + 1)?.is_empty() {
+            return None;
+        }
+    }
+    let bn = BatchNorm {
+        weight: optional_vector(m, weight, o)?,
+        bias: optional_vector(m, bias, o)?,
+        mean: constant_vector(m, mean, o)?,
+        var: constant_vector(m, var, o)?,
+        eps: number(m, eps)?,
+    };
+    Some((bn, out))
+}
+
+/// The clamp bounds and input/output of a `hardtanh`, `relu` or `clamp`.
+fn clamp_of(m: &Method, name: &str, a: &[usize]) -> Option<((f64, f64), usize, usize)> {
+    let bound = |v: usize, none: f64| match m.values.get(v)? {
+        Value::Null => Some(none),
+        _ => number(m, v),
+    };
+    let (bounds, x, out, ret) = match (name, a) {
+        ("aten::relu.out", &[x, out, ret]) => ((0.0, f64::INFINITY), x, out, ret),
+        ("aten::hardtanh.out", &[x, lo, hi, out, ret]) => ((number(m, lo)?, number(m, hi)?), x, out, ret),
+        ("aten::clamp.out", &[x, lo, hi, out, ret]) => {
+            ((bound(lo, f64::NEG_INFINITY)?, bound(hi, f64::INFINITY)?), x, out, ret)
+        }
+        _ => return None,
+    };
+    let (lo, hi) = bounds;
+    // NaN or empty ranges are left to the aten kernels.
+    (lo <= hi && ret == out && image(m, x)? == image(m, out)?).then_some((bounds, x, out))
+}
+
+/// `mean(x, [2, 3] or [-1, -2], keepdim, None)` of an `f32` image into
+/// `[N, C]` or `[N, C, 1, 1]`: the same bytes in either layout.
+fn spatial_mean(m: &Method, args: &[usize]) -> Option<Role> {
+    let &[x, dims, _, dtype, out, ret] = args else {
+        return None;
+    };
+    let [n, c, _, _] = image(m, x)?;
+    let mut dims: Vec<i64> = ints(m, dims)?.iter().map(|&d| if d < 0 { d + 4 } else { d }).collect();
+    dims.sort_unstable();
+    let sizes = &f32_tensor(m, out)?.sizes;
+    let fits = sizes[..] == [n, c] || sizes[..] == [n, c, 1, 1];
+    (ret == out && dims == [2, 3] && fits && matches!(m.values.get(dtype), Some(Value::Null)))
+        .then_some(Role::SpatialMean { x, out })
+}
+
+/// The roles of a method's instructions: convolutions with what they
+/// absorb, and the element-wise operations that may run NHWC.
+fn roles(m: &Method, uses: &Uses) -> Vec<Role> {
+    let mut roles: Vec<Role> = Vec::with_capacity(m.instructions.len());
+    let mut n = 0;
+    while n < m.instructions.len() {
+        let Some((name, args)) = kernel(m, &m.instructions[n]) else {
+            roles.push(Role::Other);
+            n += 1;
+            continue;
+        };
+        let role = match name.as_str() {
+            CONVOLUTION => convolution(m, args).map(|c| Role::Conv(Box::new(c))),
+            ADD => match *args {
+                [a, b, alpha, out, ret]
+                    if ret == out
+                        && number(m, alpha) == Some(1.0)
+                        && image(m, a).is_some()
+                        && image(m, a) == image(m, b)
+                        && image(m, a) == image(m, out) =>
+                {
+                    Some(Role::Add { a, b, out })
+                }
+                _ => None,
+            },
+            MEAN => spatial_mean(m, args),
+            _ => clamp_of(m, &name, args).map(|(_, x, out)| Role::Clamp { x, out }),
+        };
+        let Some(mut role) = role else {
+            roles.push(Role::Other);
+            n += 1;
+            continue;
+        };
+        let mut absorbed = 0;
+        if let Role::Conv(conv) = &mut role {
+            let mut writer = n;
+            if let Some((bn, out)) = batch_norm_after(m, uses, writer, conv.out, conv.geometry.out_c) {
+                conv.bn = Some(bn);
+                conv.out = out;
+                writer += 1;
+            }
+            if let Some((name, a)) = next_reads_only(m, uses, writer, conv.out) {
+                if let Some((bounds, _, out)) = clamp_of(m, &name, a) {
+                    conv.clamp = bounds;
+                    conv.out = out;
+                    writer += 1;
+                }
+            }
+            absorbed = writer - n;
+            conv.absorbed = absorbed;
+        }
+        roles.push(role);
+        roles.extend((0..absorbed).map(|_| Role::Absorbed));
+        n += 1 + absorbed;
+    }
+    roles
+}
+
+/// The images to keep NHWC: written by a convolution or by an element-wise
+/// operation on NHWC images, read only by operations that can read them
+/// NHWC, planned, and neither an input nor an output of the method. What
+/// each operation accepts depends on the others' images, so candidates are
+/// dropped until none more need to be.
+fn nhwc_images(m: &Method, uses: &Uses, roles: &[Role]) -> HashSet<usize> {
+    // Each candidate's writer: its first and last instruction.
+    let mut writer: HashMap<usize, (usize, usize)> = HashMap::new();
+    for (n, role) in roles.iter().enumerate() {
+        match role {
+            Role::Conv(c) => {
+                writer.insert(c.out, (n, n + c.absorbed));
+            }
+            Role::Add { out, .. } | Role::Clamp { out, .. } => {
+                writer.insert(*out, (n, n));
+            }
+            _ => {}
+        }
+    }
+    // The kernel uses of each candidate outside its writer.
+    let mut readers: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+    for (&v, &(first, last)) in &writer {
+        let kept = planned_bytes(m, v).is_some() && image(m, v).is_some();
+        if let Some(uses) = uses.kernel_uses(v, first).filter(|_| kept) {
+            readers.insert(v, uses.into_iter().filter(|&(r, _)| r < first || r > last).collect());
+        }
+    }
+    let mut nhwc: HashSet<usize> = readers.keys().copied().collect();
+    loop {
+        let was = nhwc.clone();
+        let all_in = |vs: &[usize]| vs.iter().all(|v| was.contains(v));
+        nhwc.retain(|v| {
+            let written = match &roles[writer[v].0] {
+                Role::Conv(_) => true,
+                Role::Add { a, b, .. } => all_in(&[*a, *b]),
+                Role::Clamp { x, .. } => all_in(&[*x]),
+                _ => false,
+            };
+            written
+                && readers[v].iter().all(|&(r, pos)| match &roles[r] {
+                    Role::Conv(c) => pos == 0 && c.x == *v,
+                    Role::Add { a, b, out } => pos <= 1 && all_in(&[*a, *b, *out]),
+                    Role::Clamp { out, .. } => pos == 0 && all_in(&[*out]),
+                    Role::SpatialMean { .. } => pos == 0,
+                    _ => false,
+                })
+        });
+        if nhwc.len() == was.len() {
+            return nhwc;
+        }
+    }
+}
+
+/// The rewriting of one method.
+struct Rewrite<'m> {
+    m: &'m mut Method,
+    nhwc: HashSet<usize>,
+    code: Vec<Instruction>,
+    /// Temporaries (NHWC copies at region borders), to be laid out.
+    temps: Vec<usize>,
+    scratch: AddedBuffer,
+    /// Each convolution's prepared filter, kept from run to run.
+    kept: AddedBuffer,
+    null: Option<usize>,
+}
+
+fn convert_method(m: &mut Method) {
+    if m.instructions
+        .iter()
+        .any(|i| matches!(i, Instruction::JumpFalse { .. }))
+    {
+        return;
+    }
+    let uses = Uses::of(m);
+    let roles = roles(m, &uses);
+    if !roles.iter().any(|r| matches!(r, Role::Conv(_))) {
+        return;
+    }
+    let nhwc = nhwc_images(m, &uses, &roles);
+    let old = std::mem::take(&mut m.instructions);
+    let old_traces = m.stacktraces.take();
+    let mut traces = old_traces.as_ref().map(|_| Vec::new());
+    let mut r = Rewrite {
+        m,
+        nhwc,
+        code: Vec::with_capacity(old.len()),
+        temps: Vec::new(),
+        scratch: AddedBuffer::default(),
+        kept: AddedBuffer::default(),
+        null: None,
+    };
+    for (n, (ins, role)) in old.iter().zip(&roles).enumerate() {
+        let start = r.code.len();
+        match role {
+            Role::Absorbed => {}
+            Role::Conv(c) => r.conv(c),
+            Role::SpatialMean { x, out } if r.nhwc.contains(x) => {
+                let (lo, hi) = r.bounds((f64::NEG_INFINITY, f64::INFINITY));
+                r.call("ptec_xnn::global_avg_pool2d_nhwc.out", vec![*x, lo, hi, *out]);
+            }
+            _ => r.code.push(ins.clone()),
+        }
+        if let (Some(t), Some(old_t)) = (traces.as_mut(), old_traces.as_ref()) {
+            let frames = old_t.get(n).cloned().unwrap_or_default();
+            t.extend(std::iter::repeat_n(frames, r.code.len() - start));
+        }
+    }
+    for &v in &r.nhwc {
+        if let Some(Value::Tensor(t)) = r.m.values.get_mut(v) {
+            if let &[n, c, h, w] = &t.sizes[..] {
+                t.sizes = vec![n, h, w, c];
+            }
+        }
+    }
+    let Rewrite {
+        m,
+        code,
+        mut temps,
+        mut scratch,
+        kept,
+        ..
+    } = r;
+    temps.sort_unstable();
+    scratch.place_temporaries(m, &code, &temps);
+    scratch.install(m);
+    kept.install(m);
+    m.instructions = code;
+    m.stacktraces = traces;
+}
+
+impl Rewrite<'_> {
+    fn call(&mut self, full_name: &str, args: Vec<usize>) {
+        let call = kernel_call(self.m, full_name, args);
+        self.code.push(call);
+    }
+
+    fn null(&mut self) -> usize {
+        *self.null.get_or_insert_with(|| push_value(self.m, Value::Null))
+    }
+
+    fn optional(&mut self, v: Option<usize>) -> usize {
+        v.unwrap_or_else(|| self.null())
+    }
+
+    fn bounds(&mut self, (lo, hi): (f64, f64)) -> (usize, usize) {
+        (
+            push_value(self.m, Value::Double(lo)),
+            push_value(self.m, Value::Double(hi)),
+        )
+    }
+
+    /// A new NHWC temporary of `sizes`.
+    fn temp(&mut self, sizes: [usize; 4]) -> usize {
+        let v = push_f32_tensor(self.m, sizes.to_vec(), Placement::Unplanned);
+        self.temps.push(v);
+        v
+    }
+
+    /// `permute_copy(from, dims, to)`.
+    fn permute(&mut self, from: usize, dims: [usize; 4], to: usize) {
+        let dims = push_int_list(self.m, &dims);
+        self.call("aten::permute_copy.out", vec![from, dims, to, to]);
+    }
+
+    fn conv(&mut self, c: &Conv) {
+        let x = if self.nhwc.contains(&c.x) {
+            c.x
+        } else {
+            let w = &c.geometry.window;
+            let t = self.temp([w.batch, w.in_h, w.in_w, c.geometry.in_c]);
+            self.permute(c.x, TO_NHWC, t);
+            t
+        };
+        let out = if self.nhwc.contains(&c.out) {
+            // The chain's output is written where the convolution runs, not
+            // where its last instruction ran: bytes planned for it may still
+            // hold the input then. Such an output moves to the pass's buffer.
+            if share_bytes(self.m, c.x, c.out) {
+                if let Some(Value::Tensor(t)) = self.m.values.get_mut(c.out) {
+                    t.placement = Placement::Unplanned;
+                    self.temps.push(c.out);
+                }
+            }
+            c.out
+        } else {
+            self.temp(c.geometry.output_sizes())
+        };
+        let bias = self.optional(c.bias);
+        let bn = match &c.bn {
+            Some(bn) => [
+                self.optional(bn.weight),
+                self.optional(bn.bias),
+                bn.mean,
+                bn.var,
+                push_value(self.m, Value::Double(bn.eps)),
+            ],
+            None => [self.null(); 5],
+        };
+        let padding = push_int_list(self.m, &c.padding);
+        let stride = push_int_list(self.m, &c.stride);
+        let dilation = push_int_list(self.m, &c.dilation);
+        let groups = push_value(self.m, Value::Int(c.geometry.groups as i64));
+        let (lo, hi) = self.bounds(c.clamp);
+        let len = c.geometry.folded_len();
+        let placement = self.kept.reserve(self.m, len as u64 * 4);
+        let kept = push_f32_tensor(self.m, vec![len], placement);
+        let mut args = vec![x, c.w, bias];
+        args.extend(bn);
+        args.extend([padding, stride, dilation, groups, lo, hi, kept, out]);
+        self.call("ptec_xnn::conv2d_folded.out", args);
+        if out != c.out {
+            self.permute(out, TO_NCHW, c.out);
+        }
+    }
+}
