@@ -24,6 +24,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-5,
     ),
     ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
+    ("channels_last", "fixtures/channels_last.bpte", None, 1e-4, 1e-4),
     ("xnnpack_conv", "fixtures/xnnpack_conv.bpte", None, 1e-4, 1e-5),
     ("xnnpack_ops", "fixtures/xnnpack_ops.bpte", None, 1e-4, 1e-5),
 ];
@@ -32,6 +33,10 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
 /// construction): data from the .pte and a .ptd, mutable state initialised
 /// from the file, constant outputs read from it.
 const EXTERNAL: &[&str] = &["external_weights", "kv_cache", "multi_method", "mlp"];
+
+/// Fixtures compiled again with their convolutions left NCHW (no
+/// channels-last regions), so both ways stay tested.
+const NCHW: &[&str] = &["conv", "channels_last"];
 
 /// XNNPACK-delegated corpus programs, compiled with their delegates left to
 /// a user backend (tests/recording_backend.rs) rather than compiled.
@@ -50,11 +55,20 @@ pub const CORPUS: &[&str] = &[
     "xnnpack_partial",
 ];
 
-fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, external: bool, out: &Path) {
+/// How a fixture is compiled besides its defaults.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Default,
+    ExternalWeights,
+    Nchw,
+}
+
+fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, mode: Mode, out: &Path) {
     let mut b = ptec::Builder::new(file)
         .name("Program")
         .tests(rtol, atol)
-        .external_weights(external)
+        .external_weights(mode == Mode::ExternalWeights)
+        .channels_last(mode != Mode::Nchw)
         .out_dir(out);
     if let Some(d) = data {
         b = b.data(d);
@@ -80,12 +94,25 @@ fn main() {
     let mut modules = Vec::new();
     for (name, file, data, rtol, atol) in FIXTURES {
         let module = format!("fixture_{name}");
-        generate(&module, Path::new(file), data.map(Path::new), *rtol, *atol, false, &out);
+        generate(
+            &module,
+            Path::new(file),
+            data.map(Path::new),
+            *rtol,
+            *atol,
+            Mode::Default,
+            &out,
+        );
         modules.push(module);
-        if EXTERNAL.contains(name) {
-            let module = format!("external_{name}");
-            generate(&module, Path::new(file), data.map(Path::new), *rtol, *atol, true, &out);
-            modules.push(module);
+        for (set, mode, prefix) in [
+            (EXTERNAL, Mode::ExternalWeights, "external"),
+            (NCHW, Mode::Nchw, "nchw"),
+        ] {
+            if set.contains(name) {
+                let module = format!("{prefix}_{name}");
+                generate(&module, Path::new(file), data.map(Path::new), *rtol, *atol, mode, &out);
+                modules.push(module);
+            }
         }
     }
     let corpus = Path::new("../../shared/corpus");
@@ -100,7 +127,7 @@ fn main() {
             let atol = case["atol"].as_f64().unwrap_or(1e-5);
             let file = corpus.join(case["bpte"].as_str().unwrap_or_default());
             let module = format!("corpus_{name}");
-            generate(&module, &file, None, rtol, atol, false, &out);
+            generate(&module, &file, None, rtol, atol, Mode::Default, &out);
             modules.push(module);
         }
         for name in DELEGATED {

@@ -24,7 +24,7 @@
 //! Methods with jumps are left as they are.
 use crate::ir::*;
 use crate::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value, AddedBuffer, Uses};
-use ptec_runtime::kernels::nhwc::Conv2dNhwc;
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
 use std::collections::{HashMap, HashSet};
 
 /// Rewrites every method of `program` (see the module docs).
@@ -89,7 +89,23 @@ enum Role {
         x: usize,
         out: usize,
     },
+    /// Max or average pooling of a 4-d image, as ptec's NHWC kernels
+    /// compute it.
+    Pool(Box<Pool>),
     Other,
+}
+
+/// A 2-d pooling: the NHWC operator and its window.
+struct Pool {
+    op: &'static str,
+    x: usize,
+    out: usize,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 4],
+    /// Of max pooling only.
+    dilation: Option<[usize; 2]>,
+    out_sizes: [usize; 4],
 }
 
 fn kernel<'m>(m: &'m Method, ins: &'m Instruction) -> Option<(String, &'m [usize])> {
@@ -293,6 +309,60 @@ fn spatial_mean(m: &Method, args: &[usize]) -> Option<Role> {
         .then_some(Role::SpatialMean { x, out })
 }
 
+/// `max_pool2d_with_indices` (its indices read by nobody) or `avg_pool2d`
+/// (padding not counted, or none) of an `f32` image, in floor mode.
+fn pooling(m: &Method, uses: &Uses, n: usize, name: &str, args: &[usize]) -> Option<Role> {
+    let (op, x, out, dilation, ceil_mode) = match (name, args) {
+        ("aten::max_pool2d_with_indices.out", &[x, _, _, _, dilation, ceil_mode, out, indices, _]) => {
+            if !uses.kernel_uses(indices, n)?.is_empty() {
+                return None;
+            }
+            (
+                "ptec_xnn::max_pool2d_nhwc.out",
+                x,
+                out,
+                Some(pair(m, dilation)?),
+                ceil_mode,
+            )
+        }
+        ("aten::avg_pool2d.out", &[x, _, _, padding, ceil_mode, count_pad, divisor, out, ret]) => {
+            let unpadded = pair(m, padding)? == [0, 0];
+            let counts_pad = !matches!(m.values.get(count_pad), Some(Value::Bool(false)));
+            if ret != out || !matches!(m.values.get(divisor), Some(Value::Null)) || (counts_pad && !unpadded) {
+                return None;
+            }
+            ("ptec_xnn::avg_pool2d_nhwc.out", x, out, None, ceil_mode)
+        }
+        _ => return None,
+    };
+    if !matches!(m.values.get(ceil_mode), Some(Value::Bool(false))) {
+        return None;
+    }
+    let [b, c, h, w] = image(m, x)?;
+    let kernel = pair(m, args[1])?;
+    // An empty stride is the kernel's.
+    let stride = match ints(m, args[2])?.len() {
+        0 => kernel,
+        _ => pair(m, args[2])?,
+    };
+    let [ph, pw] = pair(m, args[3])?;
+    let padding = [ph, pw, ph, pw];
+    let window = Window2d::new(b, h, w, kernel, stride, padding, dilation.unwrap_or([1, 1]))?;
+    let out_sizes = [b, window.out_h, window.out_w, c];
+    (image(m, out)? == [b, c, window.out_h, window.out_w]).then(|| {
+        Role::Pool(Box::new(Pool {
+            op,
+            x,
+            out,
+            kernel,
+            stride,
+            padding,
+            dilation,
+            out_sizes,
+        }))
+    })
+}
+
 /// The roles of a method's instructions: convolutions with what they
 /// absorb, and the element-wise operations that may run NHWC.
 fn roles(m: &Method, uses: &Uses) -> Vec<Role> {
@@ -319,6 +389,7 @@ fn roles(m: &Method, uses: &Uses) -> Vec<Role> {
                 _ => None,
             },
             MEAN => spatial_mean(m, args),
+            "aten::max_pool2d_with_indices.out" | "aten::avg_pool2d.out" => pooling(m, uses, n, &name, args),
             _ => clamp_of(m, &name, args).map(|(_, x, out)| Role::Clamp { x, out }),
         };
         let Some(mut role) = role else {
@@ -367,6 +438,9 @@ fn nhwc_images(m: &Method, uses: &Uses, roles: &[Role]) -> HashSet<usize> {
             Role::Add { out, .. } | Role::Clamp { out, .. } => {
                 writer.insert(*out, (n, n));
             }
+            Role::Pool(p) => {
+                writer.insert(p.out, (n, n));
+            }
             _ => {}
         }
     }
@@ -387,6 +461,7 @@ fn nhwc_images(m: &Method, uses: &Uses, roles: &[Role]) -> HashSet<usize> {
                 Role::Conv(_) => true,
                 Role::Add { a, b, .. } => all_in(&[*a, *b]),
                 Role::Clamp { x, .. } => all_in(&[*x]),
+                Role::Pool(p) => all_in(&[p.x]),
                 _ => false,
             };
             written
@@ -395,6 +470,7 @@ fn nhwc_images(m: &Method, uses: &Uses, roles: &[Role]) -> HashSet<usize> {
                     Role::Add { a, b, out } => pos <= 1 && all_in(&[*a, *b, *out]),
                     Role::Clamp { out, .. } => pos == 0 && all_in(&[*out]),
                     Role::SpatialMean { .. } => pos == 0,
+                    Role::Pool(p) => pos == 0 && p.x == *v,
                     _ => false,
                 })
         });
@@ -451,6 +527,7 @@ fn convert_method(m: &mut Method) {
                 let (lo, hi) = r.bounds((f64::NEG_INFINITY, f64::INFINITY));
                 r.call("ptec_xnn::global_avg_pool2d_nhwc.out", vec![*x, lo, hi, *out]);
             }
+            Role::Pool(p) if r.nhwc.contains(&p.x) => r.pool(p),
             _ => r.code.push(ins.clone()),
         }
         if let (Some(t), Some(old_t)) = (traces.as_mut(), old_traces.as_ref()) {
@@ -515,6 +592,40 @@ impl Rewrite<'_> {
         self.call("aten::permute_copy.out", vec![from, dims, to, to]);
     }
 
+    /// Where an NHWC operation writes `out` (of NHWC sizes `sizes`):
+    /// itself when kept NHWC, else a temporary that [`Self::finish`]
+    /// permutes into it.
+    fn target(&mut self, out: usize, sizes: [usize; 4]) -> usize {
+        if self.nhwc.contains(&out) {
+            out
+        } else {
+            self.temp(sizes)
+        }
+    }
+
+    fn finish(&mut self, written: usize, out: usize) {
+        if written != out {
+            self.permute(written, TO_NCHW, out);
+        }
+    }
+
+    fn pool(&mut self, p: &Pool) {
+        let out = self.target(p.out, p.out_sizes);
+        let mut args = vec![
+            p.x,
+            push_int_list(self.m, &p.kernel),
+            push_int_list(self.m, &p.stride),
+            push_int_list(self.m, &p.padding),
+        ];
+        if let Some(d) = p.dilation {
+            args.push(push_int_list(self.m, &d));
+        }
+        let (lo, hi) = self.bounds((f64::NEG_INFINITY, f64::INFINITY));
+        args.extend([lo, hi, out]);
+        self.call(p.op, args);
+        self.finish(out, p.out);
+    }
+
     fn conv(&mut self, c: &Conv) {
         let x = if self.nhwc.contains(&c.x) {
             c.x
@@ -528,7 +639,7 @@ impl Rewrite<'_> {
             // The chain's output is written where the convolution runs, not
             // where its last instruction ran: bytes planned for it may still
             // hold the input then. Such an output moves to the pass's buffer.
-            if share_bytes(self.m, c.x, c.out) {
+            if share_bytes(self.m, x, c.out) {
                 if let Some(Value::Tensor(t)) = self.m.values.get_mut(c.out) {
                     t.placement = Placement::Unplanned;
                     self.temps.push(c.out);
@@ -536,7 +647,7 @@ impl Rewrite<'_> {
             }
             c.out
         } else {
-            self.temp(c.geometry.output_sizes())
+            self.target(c.out, c.geometry.output_sizes())
         };
         let bias = self.optional(c.bias);
         let bn = match &c.bn {
@@ -561,8 +672,125 @@ impl Rewrite<'_> {
         args.extend(bn);
         args.extend([padding, stride, dilation, groups, lo, hi, kept, out]);
         self.call("ptec_xnn::conv2d_folded.out", args);
-        if out != c.out {
-            self.permute(out, TO_NCHW, c.out);
+        self.finish(out, c.out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tests/fixtures/channels_last.pte's forward method, before and after
+    /// the pass.
+    fn fixture() -> (Method, Method) {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/channels_last.pte");
+        let bytes = std::fs::read(path).unwrap();
+        let mut program = crate::load::load(&bytes, &[]).unwrap().program.unwrap();
+        let before = program.methods[0].clone();
+        channels_last(&mut program);
+        crate::verify::verify_program(&program, &[]).unwrap();
+        (before, program.methods.remove(0))
+    }
+
+    fn calls(m: &Method) -> Vec<(String, Vec<usize>)> {
+        m.instructions
+            .iter()
+            .filter_map(|i| kernel(m, i).map(|(n, a)| (n, a.to_vec())))
+            .collect()
+    }
+
+    fn count(calls: &[(String, Vec<usize>)], name: &str) -> usize {
+        calls.iter().filter(|(n, _)| n == name).count()
+    }
+
+    #[test]
+    fn convolutions_absorb_batch_norms_and_clamps() {
+        let (before, after) = fixture();
+        let (old, new) = (calls(&before), calls(&after));
+        assert_eq!(count(&old, CONVOLUTION), 6);
+        // The grouped convolution stays; the others run NHWC.
+        assert_eq!(count(&new, CONVOLUTION), 1);
+        assert_eq!(count(&new, "ptec_xnn::conv2d_folded.out"), 5);
+        assert_eq!(count(&old, BATCH_NORM), 3);
+        assert_eq!(count(&new, BATCH_NORM), 0);
+        // Two relus and the clamp are absorbed; the relu after the add stays.
+        assert_eq!(count(&new, "aten::relu.out") + count(&new, "aten::clamp.out"), 1);
+        assert_eq!(count(&new, "ptec_xnn::max_pool2d_nhwc.out"), 1);
+        assert_eq!(count(&new, "ptec_xnn::global_avg_pool2d_nhwc.out"), 1);
+        // The clamp is the depthwise convolution's bounds.
+        let dw = new
+            .iter()
+            .filter(|(n, _)| n == "ptec_xnn::conv2d_folded.out")
+            .find(|(_, a)| int(&after, a[11]) == Some(8))
+            .expect("the depthwise convolution");
+        assert_eq!(
+            (number(&after, dw.1[12]), number(&after, dw.1[13])),
+            (Some(-1.0), Some(1.0))
+        );
+    }
+
+    #[test]
+    fn images_cross_region_borders_through_permutations() {
+        let (before, after) = fixture();
+        let new = calls(&after);
+        let permutes: Vec<Vec<i64>> = new
+            .iter()
+            .filter(|(n, _)| n == "aten::permute_copy.out")
+            .map(|(_, a)| ints(&after, a[1]).unwrap())
+            .collect();
+        // The input in, the image the grouped convolution reads out and its
+        // output back in; the linear layer's weight transpose.
+        assert_eq!(
+            permutes,
+            [vec![0, 2, 3, 1], vec![0, 3, 1, 2], vec![0, 2, 3, 1], vec![1, 0]]
+        );
+        // The method's input and outputs keep their NCHW sizes.
+        for &v in before.inputs.iter().chain(&before.outputs) {
+            assert_eq!(after.values[v], before.values[v], "value {v}");
         }
+        // Images kept NHWC have their sizes permuted and keep their planned
+        // bytes, unless those may still hold the convolution's input when it
+        // runs: then they move to the pass's buffer.
+        let mut moved = 0;
+        for (_, a) in new.iter().filter(|(n, _)| n == "ptec_xnn::conv2d_folded.out") {
+            let (x, out) = (a[0], a[15]);
+            if out >= before.values.len() {
+                continue; // a temporary, permuted into an NCHW image
+            }
+            let (b, t) = (
+                before.values[out].as_tensor().unwrap(),
+                after.values[out].as_tensor().unwrap(),
+            );
+            if t.sizes.len() == 4 && t.sizes != b.sizes {
+                assert_eq!(t.sizes, [b.sizes[0], b.sizes[2], b.sizes[3], b.sizes[1]]);
+            }
+            if t.placement != b.placement {
+                assert!(share_bytes(&before, x, out), "value {out} moved");
+                assert!(
+                    matches!(t.placement, Placement::Planned { buffer, .. } if buffer >= before.buffer_sizes.len())
+                );
+                moved += 1;
+            }
+        }
+        // ExecuTorch's plan for this fixture puts one chain's output where
+        // its convolution's input was.
+        assert_eq!(moved, 1);
+    }
+
+    #[test]
+    fn methods_without_convolutions_or_with_jumps_are_left_alone() {
+        let (before, _) = fixture();
+        let mut m = before.clone();
+        m.instructions
+            .retain(|i| kernel(&before, i).is_none_or(|(n, _)| n != CONVOLUTION));
+        let want = m.clone();
+        convert_method(&mut m);
+        assert_eq!(m, want);
+        let mut m = before.clone();
+        let cond = push_value(&mut m, Value::Bool(true));
+        m.instructions.push(Instruction::JumpFalse { cond, destination: 0 });
+        let want = m.clone();
+        convert_method(&mut m);
+        assert_eq!(m, want);
     }
 }

@@ -19,6 +19,10 @@ pub struct Settings {
     /// Leave calls of the XNNPACK delegate to a user backend instead of
     /// compiling them (see [`Options::lower_xnnpack`]).
     pub keep_xnnpack_delegates: bool,
+    /// Run aten convolutions NCHW, operation by operation, instead of on
+    /// NHWC images with batch norms folded in (see
+    /// [`Options::channels_last`]).
+    pub keep_nchw: bool,
 }
 
 /// Compiles `file` (with `.ptd` files `data`) for embedding from anywhere:
@@ -38,6 +42,7 @@ pub fn compile_path(
     options.tests = settings.tests;
     options.external_weights = settings.external_weights;
     options.lower_xnnpack = !settings.keep_xnnpack_delegates;
+    options.channels_last = !settings.keep_nchw;
     let tokens = compile(&bytes, &refs, &options)?;
     let source = compile_to_string(&bytes, &refs, &options)?;
     Ok((tokens, source, options))
@@ -148,6 +153,7 @@ pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
         tests: args.tests.then_some((args.rtol, args.atol)),
         external_weights: args.external_weights,
         keep_xnnpack_delegates: false,
+        keep_nchw: false,
     };
     match compile_path(&file, &data, &settings) {
         Ok((tokens, _, _)) => tokens,
@@ -214,6 +220,13 @@ impl Builder {
     /// time.
     pub fn lower_xnnpack(mut self, lower: bool) -> Self {
         self.settings.keep_xnnpack_delegates = !lower;
+        self
+    }
+
+    /// Whether aten convolutions run on NHWC images with batch norms and
+    /// clamps folded in (the default), or NCHW as the program says.
+    pub fn channels_last(mut self, on: bool) -> Self {
+        self.settings.keep_nchw = !on;
         self
     }
 

@@ -93,7 +93,7 @@ pub struct ExternalTensor {
 }
 
 /// One method (ExecuTorch `ExecutionPlan`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Method {
     pub name: String,
     pub values: Vec<Value>,

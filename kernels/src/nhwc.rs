@@ -1012,8 +1012,8 @@ fn clamp(v: &mut [f32], min: f32, max: f32) {
 }
 
 /// Max pooling: each output channel is the largest input in its window
-/// (padding never wins), then clamped. `x` is `[N, H, W, C]`, `out`
-/// `[N, OH, OW, C]`.
+/// (padding never wins; a NaN does, as in PyTorch), then clamped. `x` is
+/// `[N, H, W, C]`, `out` `[N, OH, OW, C]`.
 pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
     let image = win.in_h * win.in_w;
     let x = &x[..win.batch * image * c];
@@ -1021,7 +1021,9 @@ pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, 
         o.fill(f32::NEG_INFINITY);
         for_each_tap(win, oh, ow, |pix, _| {
             for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
-                *acc = acc.max(v);
+                if v > *acc || v.is_nan() {
+                    *acc = v;
+                }
             }
         });
         clamp(o, min, max);
