@@ -980,6 +980,26 @@ unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const SW: usize>(
             let mut xk =
                 r.x.add(((r.n * win.in_h + ih) * win.in_w + ow * sw - win.pad_left) * c + c0);
             let mut wk = r.w.add(ki * kw * c + c0);
+            if SW == 1 || SW == 2 {
+                // Neighbouring windows share input columns (two at stride
+                // 1, one at stride 2): each column is loaded once and kept
+                // in a register for the pixels that read it.
+                let w = [load(wk), load(wk.add(c)), load(wk.add(2 * c))];
+                let column = |j: usize| load(xk.add(j * c));
+                let (mut first, mut second) = (column(0), column(1));
+                for (p, a) in acc.iter_mut().enumerate() {
+                    let third = column(p * SW + 2);
+                    *a = _mm512_fmadd_ps(first, w[0], *a);
+                    *a = _mm512_fmadd_ps(second, w[1], *a);
+                    *a = _mm512_fmadd_ps(third, w[2], *a);
+                    if SW == 1 {
+                        (first, second) = (second, third);
+                    } else if p + 1 < PX {
+                        (first, second) = (third, column(p * SW + 3));
+                    }
+                }
+                continue;
+            }
             for _ in 0..kw {
                 let wv = load(wk);
                 for (a, &off) in acc.iter_mut().zip(&pixel) {
