@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times ptec against ExecuTorch on the bench corpus, in one run:
 #
-#   bench/run.sh [--iters N] [--rounds N] [--et-dir DIR] [--no-gemm] [MODEL.bpte...]
+#   bench/run.sh [--iters N] [--rounds N] [--threads N] [--et-dir DIR] [--no-gemm] [MODEL.bpte...]
 #
 # For each model (default: ../shared/corpus/bench/*.bpte) it times
 #   - ExecuTorch's portable/optimized kernels on MODEL.bpte   (et_runner)
@@ -11,6 +11,8 @@
 #     (the "ptec xnn" columns)
 # in ROUNDS interleaved rounds, so machine noise hits them all alike, and
 # prints the median over rounds of each one's median latency, with ratios.
+# --threads N (default 1) is given to every run: ExecuTorch's threadpool
+# and ptec's kernels both use N threads.
 # Then the GEMM micro-benchmark (GFLOP/s against the measured FMA peak).
 #
 # et_runner is built by ../shared/anchors/executorch-runner/build.sh into
@@ -22,6 +24,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 iters=10
 rounds=3
+threads=1
 et_dir="$target/et-runner"
 gemm=1
 models=()
@@ -29,9 +32,10 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --iters) iters="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
     --et-dir) et_dir="$2"; shift 2 ;;
     --no-gemm) gemm=0; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -80,16 +84,16 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r/$rounds: $name" >&2
     xnn="$(dirname "$m")/${name}_xnnpack.pte"
     if [ -n "$et" ]; then
-      record et "$name" "$et" "$m" --iters "$iters"
-      [ -f "$xnn" ] && record xnnpack "$name" "$et" "$xnn" --iters "$iters"
+      record et "$name" "$et" "$m" --iters "$iters" --threads "$threads"
+      [ -f "$xnn" ] && record xnnpack "$name" "$et" "$xnn" --iters "$iters" --threads "$threads"
     fi
-    record ptec "$name" "$ptec" bench "$m" --iters "$iters"
-    [ -f "$xnn" ] && record ptec_xnn "$name" "$ptec" bench "$xnn" --iters "$iters"
+    record ptec "$name" "$ptec" bench "$m" --iters "$iters" --threads "$threads"
+    [ -f "$xnn" ] && record ptec_xnn "$name" "$ptec" bench "$xnn" --iters "$iters" --threads "$threads"
   done
 done
 
 echo
-echo "median latency over $rounds round(s) of $iters iterations, 1 thread; ratios < 1: ptec is faster"
+echo "median latency over $rounds round(s) of $iters iterations, $threads thread(s); ratios < 1: ptec is faster"
 python3 - "$results" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -24,8 +24,6 @@ pub struct BenchRequest {
     /// What the executable runs (method, iterations, inputs, dumps,
     /// profile), with `et_runner`'s defaults.
     pub run: BenchOptions,
-    /// Recorded in the report only: generated code runs on one thread.
-    pub threads: usize,
     /// Build for the CPU at hand (`-C target-cpu=native`) rather than the
     /// baseline of the target.
     pub native: bool,
@@ -41,7 +39,6 @@ impl BenchRequest {
             path: path.into(),
             data: Vec::new(),
             run: BenchOptions::default(),
-            threads: 1,
             native: true,
             verbose: false,
         }
@@ -173,7 +170,7 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     Ok(BenchReport {
         model: shown,
         method: req.run.method.clone(),
-        threads: req.threads,
+        threads: req.run.threads,
         load_us: t.load_us,
         planned_bytes: t.planned_bytes,
         iters: t.iters,

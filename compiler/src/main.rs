@@ -106,9 +106,9 @@ struct BenchArgs {
     /// Untimed executions before them.
     #[arg(long, default_value_t = 3)]
     warmup: u32,
-    /// Recorded in the report only: generated code runs single-threaded
-    /// (more threads are not implemented).
-    #[arg(long, default_value_t = 1)]
+    /// Threads the kernels use (large matrix products and depthwise
+    /// convolutions split their work).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     threads: u32,
     /// Raw little-endian bytes for input K (K=FILE); other inputs get
     /// et_runner's fill: sin(0.1 i) for floats, i % 7 for integers.
@@ -140,12 +140,6 @@ fn parse_input(s: &str) -> Result<(usize, PathBuf), String> {
 }
 
 fn run_bench(a: &BenchArgs) -> Result<(), String> {
-    if a.threads > 1 {
-        eprintln!(
-            "ptec bench: note: generated code runs on one thread; --threads {} is only recorded",
-            a.threads
-        );
-    }
     let mut req = ptec::bench::BenchRequest::new(&a.file);
     req.data = a.data.clone();
     req.run.method = a.method.clone();
@@ -154,7 +148,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     req.run.input_files = a.inputs.iter().map(|(k, f)| (*k, f.display().to_string())).collect();
     req.run.dump_outputs = a.dump_outputs.as_ref().map(|d| d.display().to_string());
     req.run.profile = a.profile;
-    req.threads = a.threads as usize;
+    req.run.threads = a.threads as usize;
     req.native = !a.portable;
     req.verbose = a.verbose;
     let report = ptec::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;

@@ -3,8 +3,8 @@
 //! with an FMA-throughput loop (AVX2 and, where the CPU has it, AVX-512).
 //!
 //!   cargo run --release -p ptec-kernels --example gemm_bench [-- --quick]
-use ptec_kernels::packed;
 use ptec_kernels::gemm::{gemm_scratch_len, pack_b, packed_b_len, sgemm, sgemm_fused, sgemm_kernel_name, Epilogue};
+use ptec_kernels::packed;
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -69,6 +69,7 @@ pub mod nhwc;
 pub mod norm;
 pub mod num;
 pub mod packed;
+pub mod parallel;
 pub mod pool;
 pub mod quant;
 pub mod reduce;

@@ -430,9 +430,23 @@ pub fn depthwise_conv2d_nhwc(
     };
     #[cfg(target_arch = "x86_64")]
     if c == o && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
-        // SAFETY: AVX-512F was detected on this CPU; the slices above have
-        // the lengths the geometry implies.
-        unsafe { depthwise_avx512(&d, out) };
+        // With threads, each takes a band of output rows.
+        use crate::parallel::{run_parts, split, Pieces};
+        let rows = win.batch * win.out_h;
+        let worth_splitting = out.len() * win.kernel_h * win.kernel_w >= 1 << 17;
+        let bands = || split(if worth_splitting { rows } else { 1 }, 1);
+        let row_len = win.out_w * o;
+        let pieces = Pieces::new(out, bands().map(|(r0, _)| r0 * row_len));
+        run_parts(bands().count(), &|i| {
+            let (Some((r0, r1)), Some(band)) = (bands().nth(i), pieces.take(i)) else {
+                return;
+            };
+            let r1 = if worth_splitting { r1 } else { rows };
+            // SAFETY: AVX-512F was detected on this CPU; the slices above
+            // have the lengths the geometry implies, and `band` holds output
+            // rows r0 .. r1.
+            unsafe { depthwise_avx512(&d, band, r0..r1) };
+        });
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -772,7 +786,7 @@ unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
 /// floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
+unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::Range<usize>) {
     use crate::packed::{load16, store16};
     use core::arch::x86_64::*;
     let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
@@ -796,20 +810,25 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
     };
     // SAFETY (every load and store below): rows and columns come from the
     // checked window (`in_row`/`in_col`, or interior columns), so each
-    // pixel offset is below N·H·W (N·OH·OW for outputs); channel offsets
+    // pixel offset is below N·H·W (for outputs, below the rows of `out`,
+    // asserted above); channel offsets
     // `c0 + lane` are below C by the masks; taps are below kH·kW.
     let bias_at = |c0: usize, m: __mmask16| match bias {
         Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)) },
         None => _mm512_setzero_ps(),
     };
-    for n in 0..win.batch {
-        for oh in 0..win.out_h {
+    assert!(out.len() >= rows.len() * win.out_w * c && rows.end <= win.batch * win.out_h);
+    let first_row = rows.start;
+    for r in rows {
+        let (n, oh) = (r / win.out_h, r % win.out_h);
+        {
             // Kernel rows inside the image: a contiguous range (empty
             // when none is).
             let rows = (0..win.kernel_h)
                 .filter(|&ki| win.in_row(oh, ki).is_some())
                 .fold((usize::MAX, 0), |(first, _), ki| (first.min(ki), ki + 1));
-            let out_row = ((n * win.out_h + oh) * win.out_w) * c;
+            // Offset in `out`, which starts at output row `rows.start`.
+            let out_row = (r - first_row) * win.out_w * c;
             let row = DwRow {
                 win,
                 c,

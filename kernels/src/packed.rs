@@ -160,7 +160,32 @@ pub fn gemm_packed(
         return;
     }
     let body = &packed[HEADER..];
-    let p = Product {
+    // With threads, each takes a band of rows (whole 7- or 8-row tiles) and
+    // its band of C; products too small to pay for the hand-off stay whole.
+    let worth_splitting = m * n * k >= 1 << 18 && m >= 16;
+    let grain = if !m.is_multiple_of(8) && m.is_multiple_of(7) { 7 } else { 8 };
+    let bands = || crate::parallel::split(if worth_splitting { m } else { 1 }, grain);
+    if worth_splitting && bands().count() > 1 {
+        let pieces = crate::parallel::Pieces::new(c, bands().map(|(r0, _)| r0 * ldc));
+        crate::parallel::run_parts(bands().count(), &|i| {
+            let (Some((r0, r1)), Some(c)) = (bands().nth(i), pieces.take(i)) else {
+                return;
+            };
+            let a = &a[r0 * lda..];
+            Product {
+                m: r1 - r0,
+                n,
+                k,
+                a,
+                lda,
+                b: body,
+                epilogue,
+            }
+            .dispatch(c, ldc);
+        });
+        return;
+    }
+    Product {
         m,
         n,
         k,
@@ -168,17 +193,8 @@ pub fn gemm_packed(
         lda,
         b: body,
         epilogue,
-    };
-    #[cfg(target_arch = "x86_64")]
-    {
-        if let Some(t) = Avx512::detect() {
-            return p.run(t.for_rows(m), c, ldc);
-        }
-        if crate::linear::has_avx2_fma() {
-            return p.run(Avx2(()), c, ldc);
-        }
     }
-    p.run(Portable, c, ldc)
+    .dispatch(c, ldc);
 }
 
 /// The operands of one product, checked by [`gemm_packed`].
@@ -241,6 +257,20 @@ trait Tile: Copy {
 }
 
 impl Product<'_> {
+    /// Runs the product with the best tile this CPU has.
+    fn dispatch(&self, c: &mut [f32], ldc: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(t) = Avx512::detect() {
+                return self.run(t.for_rows(self.m), c, ldc);
+            }
+            if crate::linear::has_avx2_fma() {
+                return self.run(Avx2(()), c, ldc);
+            }
+        }
+        self.run(Portable, c, ldc)
+    }
+
     fn run<T: Tile>(&self, tile: T, c: &mut [f32], ldc: usize) {
         let (m, n, k) = (self.m, self.n, self.k);
         let clamps = self.epilogue.min > f32::NEG_INFINITY || self.epilogue.max < f32::INFINITY;

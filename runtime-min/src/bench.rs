@@ -24,6 +24,8 @@ pub struct BenchOptions {
     /// Also time each instruction (stepping through the method) and print
     /// the costliest to stderr.
     pub profile: bool,
+    /// Threads the kernels use ([`crate::set_threads`]).
+    pub threads: usize,
 }
 
 impl Default for BenchOptions {
@@ -35,12 +37,13 @@ impl Default for BenchOptions {
             input_files: Vec::new(),
             dump_outputs: None,
             profile: false,
+            threads: 1,
         }
     }
 }
 
 impl BenchOptions {
-    /// Parses `[--method NAME] [--iters N] [--warmup N] [--input K=FILE]...
+    /// Parses `[--method NAME] [--iters N] [--warmup N] [--threads N] [--input K=FILE]...
     /// [--dump-outputs DIR] [--profile]`.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut o = BenchOptions::default();
@@ -54,6 +57,7 @@ impl BenchOptions {
                 "--warmup" => o.warmup = number(value()?)?,
                 "--dump-outputs" => o.dump_outputs = Some(value()?),
                 "--profile" => o.profile = true,
+                "--threads" => o.threads = number(value()?)?,
                 "--input" => {
                     let kv = value()?;
                     let (k, file) = kv
@@ -68,6 +72,9 @@ impl BenchOptions {
         if o.iters == 0 {
             return Err("--iters must be at least 1".into());
         }
+        if o.threads == 0 {
+            return Err("--threads must be at least 1".into());
+        }
         Ok(o)
     }
 
@@ -80,6 +87,8 @@ impl BenchOptions {
             self.iters.to_string(),
             "--warmup".into(),
             self.warmup.to_string(),
+            "--threads".into(),
+            self.threads.to_string(),
         ];
         for (k, file) in &self.input_files {
             args.extend(["--input".into(), format!("{k}={file}")]);
@@ -164,6 +173,7 @@ fn error(what: &str, e: Error) -> String {
 /// Sets the inputs of `method`, times `warmup + iters` executions and dumps
 /// the outputs if asked. `load_us` is measured by the caller.
 pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timing, String> {
+    crate::set_threads(o.threads);
     let index = model
         .method_index(&o.method)
         .ok_or_else(|| format!("no method {}", o.method))?;

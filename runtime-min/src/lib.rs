@@ -22,6 +22,9 @@ extern crate std;
 
 pub use half::{bf16, f16};
 pub use ptec_kernels as kernels;
+/// Threads the kernels of every program use (1, the caller's, by
+/// default); see [`kernels::parallel`].
+pub use ptec_kernels::parallel::{set_threads, threads};
 
 mod backend;
 #[cfg(feature = "std")]

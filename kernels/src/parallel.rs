@@ -1,0 +1,440 @@
+//! Kernels' work split across threads, when the program asks for more than
+//! one ([`set_threads`]; one, the caller's, by default and without `std`).
+//!
+//! A kernel cuts its work into parts ([`run_parts`]); the calling thread
+//! and the pool's workers take parts until none are left, and the call
+//! returns when every part is done, so a part may borrow from the caller's
+//! stack. Workers are started once and kept: between the back-to-back
+//! kernels of an inference they spin on an atomic (a condition variable's
+//! wake-up costs more than a small kernel), and after a while with no work
+//! they sleep. Nothing is allocated per call. A call made while another is
+//! in progress (from a part, or from another thread running another
+//! program) runs its parts itself, one after another.
+
+/// The most threads a kernel splits its work over.
+pub const MAX_THREADS: usize = 16;
+
+/// Threads kernels use (at least 1).
+pub fn threads() -> usize {
+    #[cfg(feature = "std")]
+    {
+        pool::threads()
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        1
+    }
+}
+
+/// Sets how many threads kernels use from now on (clamped to
+/// `1..=`[`MAX_THREADS`]), starting workers the first time more are
+/// needed. Without `std` kernels always use one.
+pub fn set_threads(n: usize) {
+    #[cfg(feature = "std")]
+    pool::set_threads(n);
+    #[cfg(not(feature = "std"))]
+    let _ = n;
+}
+
+/// Calls `part(i)` for every `i` in `0..parts`, spread over the threads;
+/// returns when all are done. A panicking part is re-raised here, after
+/// the others have finished.
+pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
+    #[cfg(feature = "std")]
+    {
+        if parts > 1 && threads() > 1 && pool::run(parts, part) {
+            return;
+        }
+        pool::run_here(parts, part);
+    }
+    #[cfg(not(feature = "std"))]
+    (0..parts).for_each(part);
+}
+
+/// Splits `items` into at most [`threads`] contiguous ranges of whole
+/// `grain`s, at most [`MAX_THREADS`]; each range's `(start, end)`.
+pub fn split(items: usize, grain: usize) -> impl Iterator<Item = (usize, usize)> {
+    let grain = grain.max(1);
+    let grains = items.div_ceil(grain);
+    let parts = threads().min(grains).clamp(1, MAX_THREADS);
+    let per = grains.div_ceil(parts);
+    (0..parts).filter_map(move |p| {
+        let start = (p * per * grain).min(items);
+        let end = ((p + 1) * per * grain).min(items);
+        (start < end || (p == 0 && items == 0)).then_some((start, end))
+    })
+}
+
+/// Disjoint pieces of one slice, one per part: each part takes its own
+/// (once) and writes it while the others write theirs.
+pub struct Pieces<'a, T> {
+    ptrs: [core::sync::atomic::AtomicPtr<T>; MAX_THREADS],
+    lens: [usize; MAX_THREADS],
+    _whole: core::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: the pieces are disjoint and each is handed out at most once
+// (`take` swaps its pointer out), so sharing `Pieces` between threads
+// shares no element; moving `&mut [T]` across threads needs `T: Send`.
+unsafe impl<T: Send> Sync for Pieces<'_, T> {}
+
+impl<'a, T> Pieces<'a, T> {
+    /// `whole` cut at the starts of `ranges` (increasing, from 0; at most
+    /// [`MAX_THREADS`]): piece `i` runs from range `i`'s start to the next
+    /// one's, the last to the end of `whole`.
+    pub fn new(whole: &'a mut [T], starts: impl Iterator<Item = usize>) -> Self {
+        let mut ptrs: [core::sync::atomic::AtomicPtr<T>; MAX_THREADS] =
+            core::array::from_fn(|_| core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()));
+        let mut lens = [0; MAX_THREADS];
+        let mut starts = starts.skip(1).take(MAX_THREADS - 1).peekable();
+        let (mut rest, mut at) = (whole, 0);
+        for i in 0..MAX_THREADS {
+            let cut = match starts.next() {
+                Some(next) => next.clamp(at, at + rest.len()) - at,
+                None => rest.len(),
+            };
+            let (piece, tail) = core::mem::take(&mut rest).split_at_mut(cut);
+            lens[i] = piece.len();
+            *ptrs[i].get_mut() = piece.as_mut_ptr();
+            at += cut;
+            rest = tail;
+            if starts.peek().is_none() && rest.is_empty() {
+                break;
+            }
+        }
+        Pieces {
+            ptrs,
+            lens,
+            _whole: core::marker::PhantomData,
+        }
+    }
+
+    /// Piece `i`, the first time it is asked for.
+    pub fn take(&self, i: usize) -> Option<&'a mut [T]> {
+        let p = self
+            .ptrs
+            .get(i)?
+            .swap(core::ptr::null_mut(), core::sync::atomic::Ordering::AcqRel);
+        // SAFETY: `p` came from a piece of `whole` (borrowed for 'a) of
+        // `lens[i]` elements, disjoint from the others, and is handed out
+        // only this once.
+        (!p.is_null()).then(|| unsafe { core::slice::from_raw_parts_mut(p, self.lens[i]) })
+    }
+}
+
+#[cfg(feature = "std")]
+mod pool {
+    extern crate std;
+    use core::cell::UnsafeCell;
+    use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+    use std::sync::{Condvar, Mutex, OnceLock};
+    use std::time::{Duration, Instant};
+
+    /// How long an idle worker spins before it sleeps.
+    const SPIN: Duration = Duration::from_millis(2);
+
+    /// The job of one generation: a part function, its lifetime erased.
+    #[derive(Clone, Copy)]
+    struct Job {
+        part: *const (dyn Fn(usize) + Sync + 'static),
+        parts: usize,
+    }
+
+    struct Pool {
+        /// Threads kernels use (the caller and `threads - 1` workers).
+        threads: AtomicUsize,
+        /// Workers started.
+        workers: AtomicUsize,
+        /// Bumped for each job; workers run each generation once.
+        generation: AtomicU64,
+        /// The current job. Written only by the holder of `submit`, before
+        /// bumping `generation`; read by workers after they see the bump.
+        job: UnsafeCell<Job>,
+        /// The next part to take.
+        next: AtomicUsize,
+        /// Workers that have not finished the current generation.
+        pending: AtomicUsize,
+        panicked: AtomicBool,
+        /// Held while a job runs (one job at a time).
+        submit: Mutex<()>,
+        /// Sleeping workers wait here for a new generation.
+        sleep: Mutex<()>,
+        wake: Condvar,
+        sleepers: AtomicUsize,
+    }
+
+    // SAFETY: `job` is only written by the holder of `submit` while no
+    // worker reads it (every worker of the previous generation has
+    // decremented `pending`), and the part it points to is `Sync`.
+    unsafe impl Sync for Pool {}
+    // SAFETY: as above; the raw pointer is only dereferenced under that
+    // protocol.
+    unsafe impl Send for Pool {}
+
+    /// The part of no job, before the first.
+    static NOTHING: fn(usize) = |_| {};
+
+    fn pool() -> &'static Pool {
+        static POOL: OnceLock<Pool> = OnceLock::new();
+        POOL.get_or_init(|| Pool {
+            threads: AtomicUsize::new(1),
+            workers: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            job: UnsafeCell::new(Job {
+                part: &NOTHING,
+                parts: 0,
+            }),
+            next: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            submit: Mutex::new(()),
+            sleep: Mutex::new(()),
+            wake: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
+        })
+    }
+
+    pub(super) fn threads() -> usize {
+        pool().threads.load(Relaxed)
+    }
+
+    pub(super) fn set_threads(n: usize) {
+        let p = pool();
+        let n = n.clamp(1, super::MAX_THREADS);
+        // Workers start between jobs: they begin at the current generation.
+        let _guard = p.submit.lock().unwrap_or_else(|e| e.into_inner());
+        while p.workers.load(Relaxed) < n - 1 {
+            let seen = p.generation.load(Acquire);
+            let started = std::thread::Builder::new()
+                .name("ptec-worker".into())
+                .spawn(move || worker(pool(), seen));
+            if started.is_err() {
+                break;
+            }
+            p.workers.fetch_add(1, Relaxed);
+        }
+        p.threads.store(n.min(p.workers.load(Relaxed) + 1), Relaxed);
+    }
+
+    /// Takes parts of the current job until none are left.
+    fn work(p: &Pool, job: Job) {
+        loop {
+            let i = p.next.fetch_add(1, Relaxed);
+            if i >= job.parts {
+                return;
+            }
+            // SAFETY: the submitter keeps the part alive until `pending`
+            // reaches zero, which this worker has not yet signalled.
+            let part = unsafe { &*job.part };
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| part(i))).is_err() {
+                p.panicked.store(true, Relaxed);
+            }
+        }
+    }
+
+    fn worker(p: &'static Pool, mut seen: u64) {
+        loop {
+            let start = Instant::now();
+            let mut spins = 0u32;
+            let generation = loop {
+                let g = p.generation.load(Acquire);
+                if g != seen {
+                    break g;
+                }
+                spins = spins.wrapping_add(1);
+                if !spins.is_multiple_of(1024) || start.elapsed() < SPIN {
+                    core::hint::spin_loop();
+                    continue;
+                }
+                let mut guard = p.sleep.lock().unwrap_or_else(|e| e.into_inner());
+                p.sleepers.fetch_add(1, SeqCst);
+                while p.generation.load(SeqCst) == seen {
+                    guard = p.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+                }
+                p.sleepers.fetch_sub(1, SeqCst);
+            };
+            seen = generation;
+            // SAFETY: written before the generation bump observed above
+            // (Release/Acquire), and not again until this worker has
+            // decremented `pending`.
+            let job = unsafe { *p.job.get() };
+            work(p, job);
+            p.pending.fetch_sub(1, Release);
+        }
+    }
+
+    /// Runs every part on this thread, with the same panic behaviour as a
+    /// job on the pool.
+    pub(super) fn run_here(parts: usize, part: &(dyn Fn(usize) + Sync)) {
+        let mut first_panic = None;
+        for i in 0..parts {
+            if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| part(i))) {
+                first_panic.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_panic {
+            std::panic::resume_unwind(e);
+        }
+    }
+
+    /// Runs a job on the pool; false when the pool is busy (the caller then
+    /// runs the parts itself).
+    pub(super) fn run(parts: usize, part: &(dyn Fn(usize) + Sync)) -> bool {
+        let p = pool();
+        let Ok(_guard) = p.submit.try_lock() else {
+            return false;
+        };
+        let workers = p.workers.load(Relaxed).min(p.threads.load(Relaxed) - 1);
+        if workers == 0 {
+            return false;
+        }
+        // SAFETY: erases the part's lifetime; this function does not return
+        // before every worker is done with it (`pending` reaches zero).
+        let part: *const (dyn Fn(usize) + Sync + 'static) = unsafe { core::mem::transmute(part) };
+        // SAFETY: no worker reads `job` now: all finished the previous
+        // generation before the previous submitter returned.
+        unsafe { *p.job.get() = Job { part, parts } };
+        p.next.store(0, Relaxed);
+        p.panicked.store(false, Relaxed);
+        // All started workers take part (the extra ones find no parts left).
+        let started = p.workers.load(Relaxed);
+        p.pending.store(started, Relaxed);
+        p.generation.fetch_add(1, SeqCst);
+        if p.sleepers.load(SeqCst) > 0 {
+            let _sleep = p.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            p.wake.notify_all();
+        }
+        let caller = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(p, Job { part, parts })));
+        while p.pending.load(Acquire) > 0 {
+            core::hint::spin_loop();
+        }
+        if let Err(e) = caller {
+            std::panic::resume_unwind(e);
+        }
+        if p.panicked.load(Relaxed) {
+            panic!("a part of a parallel kernel panicked");
+        }
+        true
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    extern crate std;
+    use super::*;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::vec::Vec;
+
+    /// The thread count is global: these tests take turns setting it.
+    static TURN: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn every_part_runs_once_on_any_number_of_threads() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        for threads in [1, 2, 3] {
+            set_threads(threads);
+            for parts in [0, 1, 2, 7, 100] {
+                let hits: Vec<AtomicUsize> = (0..parts).map(|_| AtomicUsize::new(0)).collect();
+                for _ in 0..50 {
+                    run_parts(parts, &|i| {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+                assert!(
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 50),
+                    "{threads} threads, {parts} parts"
+                );
+            }
+        }
+        set_threads(1);
+    }
+
+    #[test]
+    fn split_covers_the_items_in_whole_grains() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        set_threads(2);
+        let ranges: Vec<_> = split(100, 8).collect();
+        assert_eq!(ranges, [(0, 56), (56, 100)]);
+        assert_eq!(split(5, 8).collect::<Vec<_>>(), [(0, 5)]);
+        assert_eq!(split(0, 8).collect::<Vec<_>>(), [(0, 0)]);
+        set_threads(1);
+        assert_eq!(split(100, 8).collect::<Vec<_>>(), [(0, 100)]);
+    }
+
+    /// The kernels that split their work give the same bits on one thread
+    /// and on two.
+    #[test]
+    fn split_kernels_match_one_thread() {
+        use crate::nhwc::{depthwise_conv2d_nhwc, Conv2dNhwc};
+        use crate::packed::{gemm_packed, pack, packed_len};
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let rng = |seed: u64, n: usize| crate::testing::Lcg(seed).vec(n);
+        let run_both = |f: &dyn Fn() -> Vec<f32>| {
+            set_threads(1);
+            let one = f();
+            set_threads(2);
+            let two = f();
+            set_threads(1);
+            assert_eq!(
+                one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                two.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        };
+        for (m, n, k) in [(100, 70, 300), (49, 300, 100), (1000, 33, 16)] {
+            let (a, b) = (rng(1, m * k), rng(2, k * n));
+            let mut packed = std::vec![0.0; packed_len(k, n)];
+            pack(&b, k, n, false, &mut packed);
+            run_both(&|| {
+                let mut c = std::vec![0.0; m * n];
+                gemm_packed(m, n, k, &a, k, &packed, &crate::gemm::Epilogue::NONE, &mut c, n);
+                c
+            });
+        }
+        let g = Conv2dNhwc::depthwise(&[2, 40, 40, 48], &[1, 3, 3, 48], [1, 1], [1, 1, 1, 1], [1, 1]).unwrap();
+        let (x, w) = (rng(3, 2 * 40 * 40 * 48), rng(4, 9 * 48));
+        run_both(&|| {
+            let mut out = std::vec![0.0; 2 * 40 * 40 * 48];
+            depthwise_conv2d_nhwc(&g, &x, &w, None, -1.0, 1.0, &mut out);
+            out
+        });
+    }
+
+    #[test]
+    fn pieces_are_disjoint_and_taken_once() {
+        let mut v: Vec<u32> = (0..10).collect();
+        let pieces = Pieces::new(&mut v, [0, 4, 7].into_iter());
+        let a = pieces.take(1).unwrap();
+        assert_eq!(a, &[4, 5, 6]);
+        assert!(pieces.take(1).is_none());
+        assert_eq!(pieces.take(2).unwrap(), &[7, 8, 9]);
+        assert_eq!(pieces.take(0).unwrap(), &[0, 1, 2, 3]);
+        assert!(pieces.take(3).is_none_or(|p| p.is_empty()));
+        a[0] = 40;
+        assert_eq!(v[4], 40);
+    }
+
+    #[test]
+    fn a_panicking_part_panics_the_call_after_the_others_finish() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        set_threads(2);
+        let done = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_parts(8, &|i| {
+                if i == 3 {
+                    panic!("part 3");
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(done.load(Ordering::Relaxed), 7);
+        // The pool still works.
+        let n = AtomicUsize::new(0);
+        run_parts(4, &|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 4);
+        set_threads(1);
+    }
+}
