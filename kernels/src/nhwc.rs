@@ -475,7 +475,7 @@ impl BatchNormFold<'_> {
     /// `(scale, shift)` of output channel `o`, computed as PyTorch's
     /// inference batch norm computes them.
     fn channel(&self, o: usize) -> (f64, f64) {
-        let rstd = 1.0 / (self.var[o] as f64 + self.eps).sqrt();
+        let rstd = 1.0 / crate::scalar::sqrt(self.var[o] as f64 + self.eps);
         let scale = self.weight.map_or(1.0, |w| w[o] as f64) * rstd;
         (
             scale,

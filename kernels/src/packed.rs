@@ -163,7 +163,11 @@ pub fn gemm_packed(
     // With threads, each takes a band of rows (whole 7- or 8-row tiles) and
     // its band of C; products too small to pay for the hand-off stay whole.
     let worth_splitting = m * n * k >= 1 << 18 && m >= 16;
-    let grain = if !m.is_multiple_of(8) && m.is_multiple_of(7) { 7 } else { 8 };
+    let grain = if !m.is_multiple_of(8) && m.is_multiple_of(7) {
+        7
+    } else {
+        8
+    };
     let bands = || crate::parallel::split(if worth_splitting { m } else { 1 }, grain);
     if worth_splitting && bands().count() > 1 {
         let pieces = crate::parallel::Pieces::new(c, bands().map(|(r0, _)| r0 * ldc));

@@ -5,7 +5,9 @@
 //! time ([`FileCheck`]); a program checks every [`Blob`] it is given
 //! against them before it runs, because the offsets of every constant were
 //! compiled in and a different file would be read wrongly.
-use crate::{DataLoader, Error};
+#[cfg(feature = "alloc")]
+use crate::DataLoader;
+use crate::Error;
 
 /// Alignment the bytes of a blob need: generated code reads constants in
 /// place, so the file's start must be aligned at least as strictly as any
