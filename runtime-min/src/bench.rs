@@ -217,7 +217,7 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
     latencies_us.sort_by(f64::total_cmp);
     if o.profile {
         let per_step = profile(model, index, o.iters)?;
-        std::eprint!("{}", profile_report(&per_step, 400));
+        std::eprint!("{}", profile_report(&per_step, 25));
     }
     if let Some(dir) = &o.dump_outputs {
         for i in 0..meta.num_outputs() {
