@@ -13,7 +13,7 @@
 //! constructors, which the compiler calls at compile time; the kernels
 //! trust a checked geometry and index within the lengths it implies.
 use crate::gemm::Epilogue;
-use crate::packed::{ensure_packed, gemm_packed, pack, pack_with, packed_len};
+use crate::packed::{ensure_packed, gemm_packed, pack, pack_with, packed_len, stamp, stamped};
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
@@ -548,14 +548,9 @@ pub fn conv2d_folded(
     let (head, rest) = kept[..g.folded_len()].split_at_mut(FOLDED_HEADER);
     let (folded_bias, filter) = rest.split_at_mut(o.div_ceil(16) * 16);
     let header = g.folded_header();
-    let ready = header.iter().zip(head.iter()).all(|(&h, v)| v.to_bits() == h);
-    if !ready {
+    if !stamped(head, &header) {
         fold_filter(g, w, bias, bn, &mut folded_bias[..o], filter);
-        // Written last: the header says the rest is whole.
-        head.fill(0.0);
-        for (v, h) in head.iter_mut().zip(header) {
-            *v = f32::from_bits(h);
-        }
+        stamp(head, &header);
     }
     let folded_bias = &folded_bias[..o];
     if g.is_depthwise() {

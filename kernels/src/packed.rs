@@ -51,7 +51,22 @@ fn header(k: usize, n: usize) -> [u32; 5] {
 
 /// Whether `packed` holds a `k × n` packing made by [`pack`].
 pub fn is_packed(packed: &[f32], k: usize, n: usize) -> bool {
-    packed.len() >= packed_len(k, n) && header(k, n).iter().zip(packed).all(|(&h, p)| p.to_bits() == h)
+    packed.len() >= packed_len(k, n) && stamped(packed, &header(k, n))
+}
+
+/// Whether `head` starts with the bits of `words`: the stamp that says a
+/// buffer kept from run to run already holds what a kernel prepares in it.
+pub(crate) fn stamped(head: &[f32], words: &[u32]) -> bool {
+    head.len() >= words.len() && words.iter().zip(head).all(|(&w, v)| v.to_bits() == w)
+}
+
+/// Writes the stamp `words` into `head` (its other floats zero): last, once
+/// what it vouches for is whole.
+pub(crate) fn stamp(head: &mut [f32], words: &[u32]) {
+    head.fill(0.0);
+    for (v, &w) in head.iter_mut().zip(words) {
+        *v = f32::from_bits(w);
+    }
 }
 
 /// Packs `b` — `k × n` row-major, or `n × k` row-major when `b_trans` (a
@@ -81,16 +96,7 @@ pub fn pack(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &mut [f32]) {
             }
         }
     }
-    write_header(head, k, n);
-}
-
-/// Marks `head` (the first [`HEADER`] floats of a packing) as a `k × n`
-/// packing; written last, so a packing is recognised only once whole.
-fn write_header(head: &mut [f32], k: usize, n: usize) {
-    head.fill(0.0);
-    for (h, w) in head.iter_mut().zip(header(k, n)) {
-        *h = f32::from_bits(w);
-    }
+    stamp(head, &header(k, n));
 }
 
 /// Packs the `k × n` matrix whose row `q`, column `j` is `b(q, j)` into
@@ -109,7 +115,7 @@ pub fn pack_with(k: usize, n: usize, packed: &mut [f32], b: impl Fn(usize, usize
             }
         }
     }
-    write_header(head, k, n);
+    stamp(head, &header(k, n));
 }
 
 /// `packed`, holding `b` packed: packed now unless an earlier call already
