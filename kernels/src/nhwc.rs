@@ -431,21 +431,13 @@ pub fn depthwise_conv2d_nhwc(
     #[cfg(target_arch = "x86_64")]
     if c == o && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
         // With threads, each takes a band of output rows.
-        use crate::parallel::{run_parts, split, Pieces};
-        let rows = win.batch * win.out_h;
         let worth_splitting = out.len() * win.kernel_h * win.kernel_w >= 1 << 17;
-        let bands = || split(if worth_splitting { rows } else { 1 }, 1);
-        let row_len = win.out_w * o;
-        let pieces = Pieces::new(out, bands().map(|(r0, _)| r0 * row_len));
-        run_parts(bands().count(), &|i| {
-            let (Some((r0, r1)), Some(band)) = (bands().nth(i), pieces.take(i)) else {
-                return;
-            };
-            let r1 = if worth_splitting { r1 } else { rows };
+        let (rows, row_len) = (win.batch * win.out_h, win.out_w * o);
+        crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|rows, band| {
             // SAFETY: AVX-512F was detected on this CPU; the slices above
-            // have the lengths the geometry implies, and `band` holds output
-            // rows r0 .. r1.
-            unsafe { depthwise_avx512(&d, band, r0..r1) };
+            // have the lengths the geometry implies, and `band` holds the
+            // output rows `rows`.
+            unsafe { depthwise_avx512(&d, band, rows) };
         });
         return;
     }

@@ -174,37 +174,18 @@ pub fn gemm_packed(
     } else {
         8
     };
-    let bands = || crate::parallel::split(if worth_splitting { m } else { 1 }, grain);
-    if worth_splitting && bands().count() > 1 {
-        let pieces = crate::parallel::Pieces::new(c, bands().map(|(r0, _)| r0 * ldc));
-        crate::parallel::run_parts(bands().count(), &|i| {
-            let (Some((r0, r1)), Some(c)) = (bands().nth(i), pieces.take(i)) else {
-                return;
-            };
-            let a = &a[r0 * lda..];
-            Product {
-                m: r1 - r0,
-                n,
-                k,
-                a,
-                lda,
-                b: body,
-                epilogue,
-            }
-            .dispatch(c, ldc);
-        });
-        return;
-    }
-    Product {
-        m,
-        n,
-        k,
-        a,
-        lda,
-        b: body,
-        epilogue,
-    }
-    .dispatch(c, ldc);
+    crate::parallel::for_each_band(c, m, ldc, grain, worth_splitting, &|rows, c| {
+        Product {
+            m: rows.len(),
+            n,
+            k,
+            a: &a[rows.start * lda..],
+            lda,
+            b: body,
+            epilogue,
+        }
+        .dispatch(c, ldc)
+    });
 }
 
 /// The operands of one product, checked by [`gemm_packed`].

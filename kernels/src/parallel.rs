@@ -65,6 +65,31 @@ pub fn split(items: usize, grain: usize) -> impl Iterator<Item = (usize, usize)>
     })
 }
 
+/// Calls `band(rows, piece)` for bands of the `rows` rows of `out` (each
+/// `row_len` elements apart; `piece` starts at the band's first row), each
+/// band whole `grain`s, spread over the threads when `split_up`; else one
+/// call for all rows, on this thread.
+pub fn for_each_band<T: Send>(
+    out: &mut [T],
+    rows: usize,
+    row_len: usize,
+    grain: usize,
+    split_up: bool,
+    band: &(dyn Fn(core::ops::Range<usize>, &mut [T]) + Sync),
+) {
+    let bands = || split(rows, grain);
+    let parts = if split_up { bands().count() } else { 1 };
+    if parts <= 1 {
+        return band(0..rows, out);
+    }
+    let pieces = Pieces::new(out, bands().map(|(r0, _)| r0 * row_len));
+    run_parts(parts, &|i| {
+        if let (Some((r0, r1)), Some(piece)) = (bands().nth(i), pieces.take(i)) {
+            band(r0..r1, piece);
+        }
+    });
+}
+
 /// Disjoint pieces of one slice, one per part: each part takes its own
 /// (once) and writes it while the others write theirs.
 pub struct Pieces<'a, T> {
