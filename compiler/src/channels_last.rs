@@ -635,20 +635,17 @@ impl Rewrite<'_> {
             self.permute(c.x, TO_NHWC, t);
             t
         };
-        let out = if self.nhwc.contains(&c.out) {
-            // The chain's output is written where the convolution runs, not
-            // where its last instruction ran: bytes planned for it may still
-            // hold the input then. Such an output moves to the pass's buffer.
-            if share_bytes(self.m, x, c.out) {
-                if let Some(Value::Tensor(t)) = self.m.values.get_mut(c.out) {
-                    t.placement = Placement::Unplanned;
-                    self.temps.push(c.out);
-                }
+        // The chain's output is written where the convolution runs, not
+        // where its last instruction ran: bytes planned for it may still hold
+        // the input then. Such an output, kept NHWC, moves to the pass's
+        // buffer.
+        if self.nhwc.contains(&c.out) && share_bytes(self.m, x, c.out) {
+            if let Some(Value::Tensor(t)) = self.m.values.get_mut(c.out) {
+                t.placement = Placement::Unplanned;
+                self.temps.push(c.out);
             }
-            c.out
-        } else {
-            self.target(c.out, c.geometry.output_sizes())
-        };
+        }
+        let out = self.target(c.out, c.geometry.output_sizes());
         let bias = self.optional(c.bias);
         let bn = match &c.bn {
             Some(bn) => [
