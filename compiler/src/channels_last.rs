@@ -23,7 +23,7 @@
 //! NCHW, or writes one, a permutation into (out of) a temporary is made.
 //! Methods with jumps are left as they are.
 use crate::ir::*;
-use crate::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value, AddedBuffer, Uses};
+use crate::rewrite::{kernel_call, kernel_name, push_f32_tensor, push_int_list, push_value, AddedBuffer, Uses};
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
 use std::collections::{HashMap, HashSet};
 
@@ -106,13 +106,6 @@ struct Pool {
     /// Of max pooling only.
     dilation: Option<[usize; 2]>,
     out_sizes: [usize; 4],
-}
-
-fn kernel<'m>(m: &'m Method, ins: &'m Instruction) -> Option<(String, &'m [usize])> {
-    match ins {
-        Instruction::Kernel { op, args } => Some((m.operators.get(*op)?.full_name(), args)),
-        _ => None,
-    }
 }
 
 /// A static, contiguous `f32` tensor.
@@ -245,7 +238,7 @@ fn next_reads_only<'m>(m: &'m Method, uses: &Uses, writer: usize, v: usize) -> O
     if readers.iter().any(|&(r, pos)| r != next || pos != 0) || readers.is_empty() {
         return None;
     }
-    kernel(m, m.instructions.get(next)?)
+    kernel_name(m, m.instructions.get(next)?)
 }
 
 /// The batch norm at `n + 1` reading the convolution's output (`o`
@@ -369,7 +362,7 @@ fn roles(m: &Method, uses: &Uses) -> Vec<Role> {
     let mut roles: Vec<Role> = Vec::with_capacity(m.instructions.len());
     let mut n = 0;
     while n < m.instructions.len() {
-        let Some((name, args)) = kernel(m, &m.instructions[n]) else {
+        let Some((name, args)) = kernel_name(m, &m.instructions[n]) else {
             roles.push(Role::Other);
             n += 1;
             continue;
@@ -692,7 +685,7 @@ mod tests {
     fn calls(m: &Method) -> Vec<(String, Vec<usize>)> {
         m.instructions
             .iter()
-            .filter_map(|i| kernel(m, i).map(|(n, a)| (n, a.to_vec())))
+            .filter_map(|i| kernel_name(m, i).map(|(n, a)| (n, a.to_vec())))
             .collect()
     }
 
@@ -779,7 +772,7 @@ mod tests {
         let (before, _) = fixture();
         let mut m = before.clone();
         m.instructions
-            .retain(|i| kernel(&before, i).is_none_or(|(n, _)| n != CONVOLUTION));
+            .retain(|i| kernel_name(&before, i).is_none_or(|(n, _)| n != CONVOLUTION));
         let want = m.clone();
         convert_method(&mut m);
         assert_eq!(m, want);

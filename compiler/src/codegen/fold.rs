@@ -13,7 +13,7 @@
 //!   operand.
 use super::layout::{overlaps, Home, MethodLayout};
 use crate::ir::*;
-use crate::rewrite::Uses;
+use crate::rewrite::{kernel_name, Uses};
 use std::collections::HashMap;
 
 /// A constant right operand packed once, on the first run.
@@ -50,13 +50,6 @@ fn product_args(name: &str) -> Option<(usize, usize, usize)> {
         "aten::addmm.out" => Some((1, 2, 5)),
         "aten::mm.out" => Some((0, 1, 2)),
         "aten::linear.out" => Some((0, 1, 3)),
-        _ => None,
-    }
-}
-
-fn kernel_name<'a>(m: &Method, ins: &'a Instruction) -> Option<(String, &'a [usize])> {
-    match ins {
-        Instruction::Kernel { op, args } => Some((m.operators.get(*op)?.full_name(), args)),
         _ => None,
     }
 }
