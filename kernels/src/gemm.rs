@@ -12,10 +12,11 @@
 //! from the compile-time target features): 8×32 with AVX-512, 6×16 with
 //! AVX2+FMA, 4×8 portable Rust otherwise. Small products skip packing.
 //!
-//! A constant `B` (a weight) can be packed once, ahead of the products that
-//! use it, with [`pack_b`]: they then read its strips directly and pack only
-//! `A`. An [`Epilogue`] adds a per-column bias and clamps the results as
-//! each finished tile is stored (a fused bias and ReLU).
+//! This engine serves operands computed at run time (both are packed as it
+//! goes); a constant `B`, a weight, is packed once into
+//! [`crate::packed`]'s layout and multiplied by that engine instead. An
+//! [`Epilogue`] adds a per-column bias and clamps the results as each
+//! finished tile is stored (a fused bias and ReLU).
 
 use crate::cpu::Isa;
 
@@ -52,24 +53,6 @@ pub fn gemm_scratch_len(m: usize, n: usize, k: usize) -> usize {
     }
     let kc = k.min(KC);
     kc * (round_up(n.min(NC), N_ALIGN) + round_up(m.min(MC), M_ALIGN))
-}
-
-impl Isa {
-    /// Width of the micro-kernel's strips of `B`.
-    fn nr(self) -> usize {
-        match self {
-            Isa::Portable => 8,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma => 16,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => NR512,
-        }
-    }
-
-    /// Tag of `B` packed for this micro-kernel (see [`pack_b`]).
-    fn tag(self) -> u32 {
-        0x5054_4200 | self.nr() as u32
-    }
 }
 
 /// The micro-kernel [`sgemm`] uses on this CPU, for reports.
@@ -203,7 +186,6 @@ pub fn sgemm(
         a_trans,
         b,
         b_trans,
-        &[],
         beta,
         &Epilogue::NONE,
         c,
@@ -211,9 +193,7 @@ pub fn sgemm(
     );
 }
 
-/// [`sgemm`] followed by an [`Epilogue`], reading `B` from `packed_b` when
-/// it holds `b` packed by [`pack_b`] for this CPU (it is ignored otherwise,
-/// an empty slice included).
+/// [`sgemm`] followed by an [`Epilogue`].
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm_fused(
     m: usize,
@@ -224,7 +204,6 @@ pub fn sgemm_fused(
     a_trans: bool,
     b: &[f32],
     b_trans: bool,
-    packed_b: &[f32],
     beta: f32,
     epilogue: &Epilogue<'_>,
     c: &mut [f32],
@@ -247,18 +226,13 @@ pub fn sgemm_fused(
         b_trans,
         beta,
     };
-    run(&p, packed_b, epilogue, &mut c[..m * n], scratch);
+    run(&p, epilogue, &mut c[..m * n], scratch);
 }
 
 /// Picks the path and micro-kernel of one product.
-fn run(p: &Gemm<'_>, packed_b: &[f32], e: &Epilogue<'_>, c: &mut [f32], scratch: &mut [f32]) {
+fn run(p: &Gemm<'_>, e: &Epilogue<'_>, c: &mut [f32], scratch: &mut [f32]) {
     let isa = Isa::detect();
-    let packed = packed_strips(isa, p.k, p.n, p.b_trans, packed_b);
-    let blocks = match packed {
-        // Only A is packed: worth it at any size, given the space.
-        Some(_) => scratch.len() >= p.k.min(KC) * round_up(p.m.min(MC), M_ALIGN),
-        None => !use_direct(p.m, p.n, p.k) && scratch.len() >= gemm_scratch_len(p.m, p.n, p.k),
-    };
+    let blocks = !use_direct(p.m, p.n, p.k) && scratch.len() >= gemm_scratch_len(p.m, p.n, p.k);
     if p.k == 0 || !blocks {
         #[cfg(target_arch = "x86_64")]
         if isa != Isa::Portable {
@@ -279,10 +253,10 @@ fn run(p: &Gemm<'_>, packed_b: &[f32], e: &Epilogue<'_>, c: &mut [f32], scratch:
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `detect` found AVX-512F.
-        Isa::Avx512 => unsafe { blocked_avx512(p, c, scratch, packed, e) },
+        Isa::Avx512 => unsafe { blocked_avx512(p, c, scratch, e) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => blocked::<6, 16, _>(Avx2Fma(()), p, c, scratch, packed, e),
-        Isa::Portable => blocked::<4, 8, _>(Portable, p, c, scratch, packed, e),
+        Isa::Avx2Fma => blocked::<6, 16, _>(Avx2Fma(()), p, c, scratch, e),
+        Isa::Portable => blocked::<4, 8, _>(Portable, p, c, scratch, e),
     }
 }
 
@@ -515,8 +489,8 @@ unsafe fn ukr_avx512(kc: usize, a: &[f32], b: &[f32], acc: &mut [[f32; NR512]; M
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn blocked_avx512(p: &Gemm<'_>, c: &mut [f32], scratch: &mut [f32], packed: Option<&[f32]>, e: &Epilogue<'_>) {
-    blocked::<MR512, NR512, _>(Avx512(()), p, c, scratch, packed, e)
+unsafe fn blocked_avx512(p: &Gemm<'_>, c: &mut [f32], scratch: &mut [f32], e: &Epilogue<'_>) {
+    blocked::<MR512, NR512, _>(Avx512(()), p, c, scratch, e)
 }
 
 // ---------------------------------------------------------------------------
@@ -603,133 +577,26 @@ fn pack_b_block(
     }
 }
 
-/// Where block `(jc, pc)` of `B` starts in the strips of [`pack_b`]: every
-/// column block before it is `NC` wide and `k` deep, every depth block
-/// before it in its column block `KC` deep.
-#[inline(always)]
-fn packed_block_offset(k: usize, nr: usize, jc: usize, nc: usize, pc: usize) -> usize {
-    jc * k + pc * round_up(nc, nr)
-}
-
-/// Elements of the header [`pack_b`] writes before the strips (one cache
-/// line, so the strips stay aligned).
-const PACKED_HEADER: usize = 16;
-
-/// Length, in `f32` elements, of `B` (`k × n`) packed by [`pack_b`] for any
-/// micro-kernel.
-pub fn packed_b_len(k: usize, n: usize) -> usize {
-    PACKED_HEADER + k * round_up(n, N_ALIGN)
-}
-
-/// Packs the whole of `B` (`k × n`, stored as `b`, transposed or not) into
-/// `out` ([`packed_b_len`] elements) in the strips this CPU's micro-kernel
-/// reads, ahead of the products that use it ([`sgemm_fused`]). A header
-/// records for which micro-kernel and shape; a product whose shape or CPU
-/// differs ignores the packed copy. Does nothing when `out` is too short,
-/// or already holds `B` packed for this CPU (packing is done once).
-pub fn pack_b(k: usize, n: usize, b: &[f32], b_trans: bool, out: &mut [f32]) {
-    let isa = Isa::detect();
-    if out.len() < packed_b_len(k, n) || b.len() < k * n || packed_strips(isa, k, n, b_trans, out).is_some() {
-        return;
-    }
-    let nr = isa.nr();
-    let (header, strips) = out.split_at_mut(PACKED_HEADER);
-    crate::cpu::with_best_isa(PackAllOfB {
-        b,
-        b_trans,
-        k,
-        n,
-        nr,
-        strips,
-    });
-    header.fill(0.0);
-    header[0] = f32::from_bits(isa.tag());
-    header[1] = f32::from_bits(k as u32);
-    header[2] = f32::from_bits(n as u32);
-    header[3] = f32::from_bits(b_trans as u32);
-}
-
-/// All of `B` packed into strips `nr` wide, block after block.
-struct PackAllOfB<'a> {
-    b: &'a [f32],
-    b_trans: bool,
-    k: usize,
-    n: usize,
-    nr: usize,
-    strips: &'a mut [f32],
-}
-
-impl crate::cpu::Vectorized for PackAllOfB<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        let (k, n, nr) = (self.k, self.n, self.nr);
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                let at = packed_block_offset(k, nr, jc, nc, pc);
-                pack_b_block(
-                    self.b,
-                    self.b_trans,
-                    k,
-                    n,
-                    nr,
-                    (jc, nc),
-                    (pc, kc),
-                    &mut self.strips[at..],
-                );
-            }
-        }
-    }
-}
-
-/// The strips of a packed `B` when its header matches this product and
-/// micro-kernel.
-fn packed_strips(isa: Isa, k: usize, n: usize, b_trans: bool, packed: &[f32]) -> Option<&[f32]> {
-    if packed.len() < packed_b_len(k, n) {
-        return None;
-    }
-    let h = &packed[..PACKED_HEADER];
-    let fits = h[0].to_bits() == isa.tag()
-        && h[1].to_bits() == k as u32
-        && h[2].to_bits() == n as u32
-        && h[3].to_bits() == b_trans as u32;
-    fits.then(|| &packed[PACKED_HEADER..])
-}
-
 /// The cache-blocked product. `scratch` holds at least
-/// [`gemm_scratch_len`] floats; `packed` is all of `B` packed for this
-/// micro-kernel, when there is one.
+/// [`gemm_scratch_len`] floats.
 #[inline(always)]
 fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
     ukr: U,
     p: &Gemm<'_>,
     c: &mut [f32],
     scratch: &mut [f32],
-    packed: Option<&[f32]>,
     e: &Epilogue<'_>,
 ) {
     let (m, n, k) = (p.m, p.n, p.k);
     let kc_max = k.min(KC);
-    let b_space = if packed.is_some() {
-        0
-    } else {
-        kc_max * round_up(n.min(NC), NR)
-    };
-    let (bpack, rest) = scratch.split_at_mut(b_space);
+    let (bpack, rest) = scratch.split_at_mut(kc_max * round_up(n.min(NC), NR));
     let apack = &mut rest[..kc_max * round_up(m.min(MC), MR)];
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
-            let strips: &[f32] = match packed {
-                Some(all) => &all[packed_block_offset(k, NR, jc, nc, pc)..],
-                None => {
-                    pack_b_block(p.b, p.b_trans, k, n, NR, (jc, nc), (pc, kc), bpack);
-                    &*bpack
-                }
-            };
+            pack_b_block(p.b, p.b_trans, k, n, NR, (jc, nc), (pc, kc), bpack);
+            let strips: &[f32] = bpack;
             let (first, last) = (pc == 0, pc + kc == k);
             let beta = if first { p.beta } else { 1.0 };
             for ic in (0..m).step_by(MC) {
@@ -847,20 +714,20 @@ mod tests {
                         // picked, and the unpacked path.
                         let mut big = vec![0.0f32; KC * (NC + MC)];
                         let mut c = c0.clone();
-                        blocked::<4, 8, _>(Portable, &p, &mut c, &mut big, None, &Epilogue::NONE);
+                        blocked::<4, 8, _>(Portable, &p, &mut c, &mut big, &Epilogue::NONE);
                         check(&c, &want, k);
                         #[cfg(target_arch = "x86_64")]
                         {
                             let isa = Isa::detect();
                             if isa != Isa::Portable {
                                 let mut c = c0.clone();
-                                blocked::<6, 16, _>(Avx2Fma(()), &p, &mut c, &mut big, None, &Epilogue::NONE);
+                                blocked::<6, 16, _>(Avx2Fma(()), &p, &mut c, &mut big, &Epilogue::NONE);
                                 check(&c, &want, k);
                             }
                             if isa == Isa::Avx512 {
                                 let mut c = c0.clone();
                                 // SAFETY: the CPU has AVX-512F.
-                                unsafe { blocked_avx512(&p, &mut c, &mut big, None, &Epilogue::NONE) };
+                                unsafe { blocked_avx512(&p, &mut c, &mut big, &Epilogue::NONE) };
                                 check(&c, &want, k);
                             }
                         }
@@ -909,10 +776,10 @@ mod tests {
     }
 
     #[test]
-    fn prepacked_b_and_fused_bias_relu() {
+    fn fused_bias_relu() {
         let mut rng = Lcg(5);
         // Depths above KC so the bias and ReLU must wait for the last block;
-        // widths above NC so the packed column blocks are found by offset.
+        // widths above NC so there are several column blocks.
         for &(m, n, k) in &[
             (1, 37, 300),
             (8, 64, 1024),
@@ -937,24 +804,11 @@ mod tests {
                     beta: 0.0,
                 };
                 let want = with_epilogue(reference(&p, &[]), n, &bias);
-                let mut packed = vec![0.0f32; packed_b_len(k, n)];
-                pack_b(k, n, &b, bt, &mut packed);
-                assert!(k == 0 || packed_strips(Isa::detect(), k, n, bt, &packed).is_some());
                 let e = Epilogue::new(Some(&bias), true);
                 let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-                for packed_b in [&packed[..], &[]] {
-                    let mut c = vec![f32::NAN; m * n];
-                    sgemm_fused(m, n, k, 1.0, &a, false, &b, bt, packed_b, 0.0, &e, &mut c, &mut scratch);
-                    check(&c, &want, k);
-                }
-                // A packed copy of another shape or layout is not used.
                 let mut c = vec![f32::NAN; m * n];
-                if k > 1 && n > 1 {
-                    let mut other = vec![0.0f32; packed_b_len(n, k)];
-                    pack_b(n, k, &b, !bt, &mut other);
-                    sgemm_fused(m, n, k, 1.0, &a, false, &b, bt, &other, 0.0, &e, &mut c, &mut scratch);
-                    check(&c, &want, k);
-                }
+                sgemm_fused(m, n, k, 1.0, &a, false, &b, bt, 0.0, &e, &mut c, &mut scratch);
+                check(&c, &want, k);
             }
         }
     }

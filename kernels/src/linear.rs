@@ -5,9 +5,9 @@
 //! All matrices are contiguous and row-major; an [`Operand`] may be the
 //! row-major storage of its transpose (a `Linear` weight read in place).
 //! `f32` runs on the engine in [`crate::gemm`] (cache-blocked, AVX-512 /
-//! AVX2 micro-kernels, weights packed ahead of time, bias and ReLU fused
-//! into the stores); other float types use a simple loop that accumulates
-//! in [`Float::Acc`].
+//! AVX2 micro-kernels, bias and ReLU fused into the stores), or, for a
+//! weight packed ahead of time, on [`crate::packed`]'s; other float types
+//! use a simple loop that accumulates in [`Float::Acc`].
 
 use crate::conv::Sizes;
 use crate::num::{AccFloat, Element, Float};
@@ -16,7 +16,7 @@ use core::any::TypeId;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use crate::gemm::has_avx2_fma;
-pub use crate::gemm::{gemm_scratch_len, pack_b, packed_b_len, sgemm, sgemm_fused, sgemm_kernel_name, Epilogue};
+pub use crate::gemm::{gemm_scratch_len, sgemm, sgemm_fused, sgemm_kernel_name, Epilogue};
 
 /// Reinterprets a slice of `T` as `f32` when `T` is `f32`.
 #[inline(always)]
@@ -217,8 +217,8 @@ pub fn mm_output_sizes(a_sizes: &[usize], b_sizes: &[usize]) -> Option<[usize; 2
 
 /// A matrix operand of a product: stored row-major, or (`trans`) as the
 /// row-major storage of its transpose; for a constant `f32` right operand,
-/// optionally also packed ahead of time by [`pack_b`] (`packed`, empty
-/// when not).
+/// optionally also packed ahead of time by [`crate::packed::pack`]
+/// (`packed`, empty when not; a packing of another shape is ignored).
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a, T> {
     pub data: &'a [T],
@@ -259,6 +259,10 @@ fn product<T: Float>(
     }
     if let (Some(a32), Some(b32), Some(c32)) = (as_f32(a.data), as_f32(b.data), as_f32_mut(c)) {
         let e = Epilogue::new(col_bias.and_then(as_f32), relu);
+        if !a.trans && alpha == 1.0 && beta == 0.0 && crate::packed::is_packed(b.packed, k, n) {
+            crate::packed::gemm_packed(m, n, k, a32, k, b.packed, &e, c32, n);
+            return;
+        }
         sgemm_fused(
             m,
             n,
@@ -268,7 +272,6 @@ fn product<T: Float>(
             a.trans,
             b32,
             b.trans,
-            b.packed,
             beta as f32,
             &e,
             c32,
@@ -423,7 +426,7 @@ pub fn linear_output_sizes(x_sizes: &[usize], w_sizes: &[usize], bias_len: Optio
 /// `out[m×n] = input[m×k] · weight[n×k]ᵀ + bias[n]`, then `relu` when it is
 /// fused in, where `m` is the product of `input`'s leading dimensions and
 /// `weight` is row-major `n × k` (a PyTorch `Linear` weight; `packed`: its
-/// copy packed by [`pack_b`] as a transposed `B`, or empty). `scratch`:
+/// copy packed by [`crate::packed::pack`], or empty). `scratch`:
 /// [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32` only).
 #[allow(clippy::too_many_arguments)]
 pub fn linear<T: Float>(
@@ -474,7 +477,7 @@ pub fn fully_connected(
             let p = crate::packed::ensure_packed(weight, k, n, b_trans, p);
             crate::packed::gemm_packed(m, n, k, x, k, p, &e, out, n);
         }
-        None => sgemm_fused(m, n, k, 1.0, x, false, weight, b_trans, &[], 0.0, &e, out, scratch),
+        None => sgemm_fused(m, n, k, 1.0, x, false, weight, b_trans, 0.0, &e, out, scratch),
     }
 }
 
@@ -518,7 +521,6 @@ pub fn batch_matmul(
             false,
             bm,
             b_transposed,
-            &[],
             0.0,
             &Epilogue::NONE,
             om,
@@ -757,6 +759,53 @@ mod tests {
         case::<f32>();
         case::<f64>();
         case::<f16>();
+    }
+
+    #[test]
+    fn a_packed_weight_gives_the_unpacked_product() {
+        let mut rng = Lcg(11);
+        for &(m, k, n) in &[(1, 300, 37), (8, 64, 70), (130, 257, 40)] {
+            let x = rng.vec(m * k);
+            let w = rng.vec(n * k); // a Linear weight, n × k
+            let bias = rng.vec(n);
+            let mut want = reference(m, n, k, 1.0, &x, false, &w, true, 0.0, &[]);
+            for (i, v) in want.iter_mut().enumerate() {
+                *v = (*v + bias[i % n] as f64).max(0.0);
+            }
+            let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
+            let mut packed = vec![0.0f32; crate::packed::packed_len(k, n)];
+            crate::packed::pack(&w, k, n, true, &mut packed);
+            // A packing of another shape (n × k) must be ignored, not read.
+            let mut other = vec![0.0f32; crate::packed::packed_len(n, k)];
+            crate::packed::pack(&w, n, k, false, &mut other);
+            for p in [&packed[..], &other[..], &[]] {
+                let mut out = vec![f32::NAN; m * n];
+                let b = Operand {
+                    data: &w[..],
+                    trans: true,
+                    packed: p,
+                };
+                addmm(
+                    &bias,
+                    &[n],
+                    Operand::plain(&x),
+                    b,
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    1.0,
+                    true,
+                    &mut out,
+                    &mut scratch,
+                )
+                .unwrap();
+                check(&out, &want, k);
+                let mut out = vec![f32::NAN; m * n];
+                linear(&x, &w, p, Some(&bias), m, k, n, true, &mut out, &mut scratch);
+                check(&out, &want, k);
+            }
+        }
     }
 
     #[test]

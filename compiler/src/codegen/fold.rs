@@ -163,7 +163,7 @@ impl Folds {
             if !worth_packing(rows, n, k) || f.packed_for(value, trans).is_some() {
                 continue;
             }
-            let len = ptec_runtime::kernels::gemm::packed_b_len(k, n);
+            let len = ptec_runtime::kernels::packed::packed_len(k, n);
             f.packed.push(PackedWeight {
                 value,
                 trans,
@@ -289,7 +289,7 @@ mod tests {
         let p2 = f.packed_for(w2, true).unwrap();
         // w1 is [32, 16] (Linear 16 → 32), w2 is [10, 32].
         assert_eq!((p1.k, p1.n, p2.k, p2.n), (16, 32, 32, 10));
-        assert_eq!(p1.len, ptec_runtime::kernels::gemm::packed_b_len(16, 32));
+        assert_eq!(p1.len, ptec_runtime::kernels::packed::packed_len(16, 32));
         assert_eq!(p1.offset, 0);
         assert!(p2.offset >= p1.len && p2.offset.is_multiple_of(16));
         assert_eq!(f.packed_len, p2.offset + p2.len.div_ceil(16) * 16);
