@@ -18,6 +18,8 @@ use crate::packed::{ensure_packed, gemm_packed, pack, pack_with, packed_len, sta
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
 
+mod direct;
+
 /// The windows of a 2-d convolution or pooling over `[N, H, W, ·]` images.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window2d {
@@ -307,6 +309,10 @@ fn conv_group(
     let out = &mut out[..pixels * o];
     if g.is_pointwise() {
         gemm_packed(pixels, o, g.in_c, x, g.in_c, filter, e, out, o);
+        return;
+    }
+    if direct::fits(g) {
+        direct::conv(g, x, filter, e, out);
         return;
     }
     let tile = g.tile_rows();
@@ -1178,6 +1184,14 @@ mod tests {
             ([1, 7, 7, 8], [6, 3, 2, 4], [1, 2], [0, 1, 2, 1], [2, 1], 2),
             ([1, 4, 4, 5], [7, 1, 1, 5], [2, 2], [0, 0, 0, 0], [1, 1], 1),
             ([1, 30, 30, 4], [9, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+            // Shallow windows, multiplied from the image where they lie
+            // inside it: a 7×7 stem over two images with a partial second
+            // strip of 32 channels, dilation with uneven padding, windows
+            // never wholly inside, and a window too deep for that path.
+            ([2, 23, 21, 3], [40, 7, 7, 3], [2, 2], [3, 3, 3, 3], [1, 1], 1),
+            ([1, 11, 10, 2], [5, 3, 3, 2], [1, 2], [2, 0, 1, 2], [2, 2], 1),
+            ([1, 3, 3, 3], [33, 3, 3, 3], [1, 1], [2, 2, 2, 2], [1, 1], 1),
+            ([1, 6, 6, 20], [16, 3, 3, 20], [1, 1], [1, 1, 1, 1], [1, 1], 1),
         ];
         for (i, &(input, filter, stride, padding, dilation, groups)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::regular(&input, &filter, stride, padding, dilation, groups).unwrap();

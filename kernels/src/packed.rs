@@ -49,6 +49,11 @@ fn header(k: usize, n: usize) -> [u32; 5] {
     [MAGIC, k as u32, (k >> 32) as u32, n as u32, (n >> 32) as u32]
 }
 
+/// The strips of a packing (what follows its header).
+pub(crate) fn strips(packed: &[f32]) -> &[f32] {
+    &packed[HEADER.min(packed.len())..]
+}
+
 /// Whether `packed` holds a `k × n` packing made by [`pack`].
 pub fn is_packed(packed: &[f32], k: usize, n: usize) -> bool {
     packed.len() >= packed_len(k, n) && stamped(packed, &header(k, n))

@@ -423,6 +423,15 @@ mod tests {
             depthwise_conv2d_nhwc(&g, &x, &w, None, -1.0, 1.0, &mut out);
             out
         });
+        // A stem convolution, multiplied from the image (nhwc::direct).
+        let g = Conv2dNhwc::regular(&[1, 64, 64, 3], &[32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1).unwrap();
+        let (x, w) = (rng(5, 64 * 64 * 3), rng(6, 32 * 27));
+        run_both(&|| {
+            let mut out = std::vec![0.0; 32 * 32 * 32];
+            let mut scratch = std::vec![0.0; g.scratch_len(false)];
+            crate::nhwc::conv2d_nhwc(&g, &x, &w, None, 0.0, 6.0, None, &mut out, &mut scratch);
+            out
+        });
     }
 
     #[test]

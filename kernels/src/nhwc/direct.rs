@@ -1,0 +1,259 @@
+//! Regular convolutions with shallow windows (an image network's first
+//! layer: 3×3×3 or 7×7×3 taps) multiplied straight from the image.
+//!
+//! Gathering the windows first (im2col) costs as much as the product when
+//! a window holds a few dozen floats: the product is short and the gather
+//! writes and rereads a copy nine times the input. Here the packed filter's
+//! micro-kernel reads each window element where it lies: element `q` of
+//! pixel `p`'s window is at `base(p) + offset(q)`, with one table of
+//! offsets for every pixel whose window lies inside the image. Pixels at
+//! the borders have their windows gathered (zeros outside) into a small
+//! block on the stack and go through the same micro-kernel.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+use super::Conv2dNhwc;
+use crate::gemm::Epilogue;
+
+/// Deepest window (`kH · kW · C`) run directly: a 7×7 RGB stem is 147.
+pub(crate) const MAX_DEPTH: usize = 160;
+
+/// Whether [`conv`] takes `g` on this CPU: ungrouped, not 1×1, a window of
+/// at most [`MAX_DEPTH`] floats, and AVX-512.
+pub(crate) fn fits(g: &Conv2dNhwc) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        g.groups == 1
+            && !g.is_pointwise()
+            && g.depth() <= MAX_DEPTH
+            && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = g;
+        false
+    }
+}
+
+/// `out = clamp(conv(x, filter) + bias)` for a convolution [`fits`]
+/// accepted; `filter` is packed by [`crate::packed`] (depth × O, depth in
+/// the window's `kH, kW, C` order), `out` holds all output pixels. Output
+/// rows are split across threads.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn conv(g: &Conv2dNhwc, x: &[f32], filter: &[f32], e: &Epilogue<'_>, out: &mut [f32]) {
+    let win = &g.window;
+    let (c, o, depth) = (g.in_c, g.out_c, g.depth());
+    assert!(fits(g));
+    assert!(
+        x.len() >= win.batch * win.in_h * win.in_w * c,
+        "input of {} floats",
+        x.len()
+    );
+    assert!(
+        crate::packed::is_packed(filter, depth, o),
+        "filter is not a {depth}×{o} packing"
+    );
+    assert!(e.bias.is_none_or(|b| b.len() >= o), "bias shorter than {o}");
+    let rows = win.batch * win.out_h;
+    let row_len = win.out_w * o;
+    let out = &mut out[..rows * row_len];
+    // Where each window element lies, from the window's first tap.
+    let mut offset = [0usize; MAX_DEPTH];
+    for (q, off) in offset.iter_mut().enumerate().take(depth) {
+        let (tap, ch) = (q / c, q % c);
+        let (ki, kj) = (tap / win.kernel_w, tap % win.kernel_w);
+        *off = (ki * win.dilation_h * win.in_w + kj * win.dilation_w) * c + ch;
+    }
+    let strips = crate::packed::strips(filter);
+    let worth_splitting = out.len() * depth >= 1 << 18;
+    crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|rows, band| {
+        // SAFETY: AVX-512F was detected (`fits`); the asserts above bound
+        // the input, filter and bias the geometry implies.
+        unsafe { conv_rows_avx512(g, x, strips, &offset[..depth], e, rows, band) }
+    });
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn conv(_: &Conv2dNhwc, _: &[f32], _: &[f32], _: &Epilogue<'_>, _: &mut [f32]) {
+    unreachable!("fits() is false off x86-64")
+}
+
+/// Pixels per tile: eight independent rows of accumulators.
+const PX: usize = 8;
+
+/// Output rows `rows` (over all images) into `band`.
+///
+/// # Safety
+/// AVX-512F; `x`, `strips` and the bias hold what `g` implies (checked by
+/// [`conv`]); `offset` is `g`'s window offsets; `band` holds `rows`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn conv_rows_avx512(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    strips: &[f32],
+    offset: &[usize],
+    e: &Epilogue<'_>,
+    rows: core::ops::Range<usize>,
+    band: &mut [f32],
+) {
+    let win = &g.window;
+    let (c, o, depth) = (g.in_c, g.out_c, offset.len());
+    let (kh, kw) = (win.kernel_h, win.kernel_w);
+    // Columns whose window rows lie inside the image horizontally.
+    let inside_w = |ow: usize| win.in_col(ow, 0).is_some() && win.in_col(ow, kw - 1).is_some();
+    let first_inner = (0..win.out_w).find(|&q| inside_w(q)).unwrap_or(win.out_w);
+    let end_inner = (first_inner..win.out_w).find(|&q| !inside_w(q)).unwrap_or(win.out_w);
+    // Identity offsets, for windows gathered onto the stack.
+    let mut packed_offset = [0usize; MAX_DEPTH];
+    for (q, v) in packed_offset.iter_mut().enumerate() {
+        *v = q;
+    }
+    let max_offset = offset.iter().copied().max().unwrap_or(0);
+    let mut gathered = [[0.0f32; MAX_DEPTH]; PX];
+    let first_row = rows.start;
+    for r in rows {
+        let (n, oh) = (r / win.out_h, r % win.out_h);
+        let inside_h = win.in_row(oh, 0).is_some() && win.in_row(oh, kh - 1).is_some();
+        let out_row = &mut band[(r - first_row) * win.out_w * o..][..win.out_w * o];
+        let mut ow = 0;
+        while ow < win.out_w {
+            let direct = inside_h && ow >= first_inner && ow < end_inner;
+            let end = if direct {
+                end_inner
+            } else if ow < first_inner {
+                first_inner.max(ow + 1)
+            } else {
+                win.out_w
+            };
+            let count = PX.min(end - ow);
+            let tile_out = &mut out_row[ow * o..(ow + count) * o];
+            if direct {
+                // The window's first tap of each pixel (the last pixel
+                // repeated past `count`; its results are not stored).
+                let ih = win.in_row(oh, 0).unwrap_or(0);
+                let base: [usize; PX] = core::array::from_fn(|p| {
+                    let iw = win.in_col(ow + p.min(count - 1), 0).unwrap_or(0);
+                    ((n * win.in_h + ih) * win.in_w + iw) * c
+                });
+                // Bases grow with the pixel: this bounds every read.
+                assert!(base[PX - 1] + max_offset < x.len());
+                // SAFETY: bounded by the assert.
+                unsafe { tile(x.as_ptr(), &base, offset, strips, o, e, count, tile_out) };
+            } else {
+                for (p, window) in gathered.iter_mut().enumerate() {
+                    let q_ow = ow + p.min(count - 1);
+                    gather(g, x, n, oh, q_ow, &mut window[..depth]);
+                }
+                let base: [usize; PX] = core::array::from_fn(|p| p * MAX_DEPTH);
+                // SAFETY: each pixel reads `depth` floats of its own row of
+                // `gathered`.
+                unsafe {
+                    tile(
+                        gathered.as_ptr().cast(),
+                        &base,
+                        &packed_offset[..depth],
+                        strips,
+                        o,
+                        e,
+                        count,
+                        tile_out,
+                    )
+                };
+            }
+            ow += count;
+        }
+    }
+}
+
+/// The window of output pixel `(n, oh, ow)`, zero outside the image.
+fn gather(g: &Conv2dNhwc, x: &[f32], n: usize, oh: usize, ow: usize, window: &mut [f32]) {
+    let win = &g.window;
+    let c = g.in_c;
+    for (tap, dst) in window.chunks_exact_mut(c).enumerate() {
+        let (ki, kj) = (tap / win.kernel_w, tap % win.kernel_w);
+        match (win.in_row(oh, ki), win.in_col(ow, kj)) {
+            (Some(ih), Some(iw)) => dst.copy_from_slice(&x[((n * win.in_h + ih) * win.in_w + iw) * c..][..c]),
+            _ => dst.fill(0.0),
+        }
+    }
+}
+
+/// `count` (≤ [`PX`]) output pixels, all `o` channels, into `out`: pixel
+/// `p`'s window element `q` is `xp[base[p] + offset[q]]`.
+///
+/// # Safety
+/// AVX-512F; every `xp[base[p] + offset[q]]` is readable; `strips` holds
+/// the packed filter (`offset.len()` deep, `o` wide) and the bias (if any)
+/// `o` floats; `out` holds `count · o`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    xp: *const f32,
+    base: &[usize; PX],
+    offset: &[usize],
+    strips: &[f32],
+    o: usize,
+    e: &Epilogue<'_>,
+    count: usize,
+    out: &mut [f32],
+) {
+    use crate::packed::{load16, store16, NR};
+    use core::arch::x86_64::*;
+    let depth = offset.len();
+    assert!((1..=PX).contains(&count) && out.len() >= count * o);
+    assert!(strips.len() >= depth * o.div_ceil(NR) * NR);
+    let (lo, hi) = (_mm512_set1_ps(e.min), _mm512_set1_ps(e.max));
+    // As the packed engine: no clamp asked, none applied (NaN stays NaN).
+    let clamps = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
+    let xs: [*const f32; PX] = core::array::from_fn(|p| xp.wrapping_add(base[p]));
+    for j0 in (0..o).step_by(NR) {
+        let strip = strips.as_ptr().wrapping_add(j0 * depth);
+        let mask = |v: usize| -> __mmask16 {
+            let left = o.saturating_sub(j0 + 16 * v);
+            if left >= 16 {
+                0xffff
+            } else {
+                ((1u32 << left) - 1) as __mmask16
+            }
+        };
+        let masks = [mask(0), mask(1)];
+        // SAFETY: by the caller: the strip holds `depth` rows of NR floats,
+        // the window elements are readable, the bias lanes below `o`
+        // (masked), and the stores write pixels below `count`, lanes
+        // below `o`.
+        unsafe {
+            let b: [__m512; 2] = match e.bias {
+                Some(b) => core::array::from_fn(|v| {
+                    if masks[v] == 0 {
+                        _mm512_setzero_ps()
+                    } else {
+                        load16(masks[v], b.as_ptr().add(j0 + 16 * v))
+                    }
+                }),
+                None => [_mm512_setzero_ps(); 2],
+            };
+            let mut acc = [b; PX];
+            for (q, &off) in offset.iter().enumerate() {
+                let w0 = _mm512_loadu_ps(strip.add(q * NR));
+                let w1 = _mm512_loadu_ps(strip.add(q * NR + 16));
+                for (a, x) in acc.iter_mut().zip(&xs) {
+                    let v = _mm512_set1_ps(*x.add(off));
+                    a[0] = _mm512_fmadd_ps(v, w0, a[0]);
+                    a[1] = _mm512_fmadd_ps(v, w1, a[1]);
+                }
+            }
+            for (p, a) in acc.iter().enumerate().take(count) {
+                for (v, &m) in masks.iter().enumerate() {
+                    if m != 0 {
+                        let r = if clamps {
+                            _mm512_min_ps(_mm512_max_ps(a[v], lo), hi)
+                        } else {
+                            a[v]
+                        };
+                        store16(m, out.as_mut_ptr().add(p * o + j0 + 16 * v), r);
+                    }
+                }
+            }
+        }
+    }
+}
