@@ -234,19 +234,25 @@ fn run(p: &Gemm<'_>, e: &Epilogue<'_>, c: &mut [f32], scratch: &mut [f32]) {
     let isa = Isa::detect();
     let blocks = !use_direct(p.m, p.n, p.k) && scratch.len() >= gemm_scratch_len(p.m, p.n, p.k);
     if p.k == 0 || !blocks {
-        #[cfg(target_arch = "x86_64")]
-        if isa != Isa::Portable {
-            // SAFETY: the CPU has AVX2 and FMA (every x86 ISA but Portable
-            // implies both).
-            unsafe { direct_avx2(p, c) };
+        // One row times a Linear weight (a classifier) streams the whole
+        // weight for little arithmetic: with threads, each takes a share
+        // of the columns, and so of the weight.
+        let split = p.m == 1 && p.b_trans && p.n.saturating_mul(p.k) >= 1 << 17;
+        if split {
+            crate::parallel::for_each_band(c, p.n, 1, 16, true, &|cols, piece| {
+                let part = Gemm {
+                    n: cols.len(),
+                    b: &p.b[cols.start * p.k..cols.end * p.k],
+                    ..*p
+                };
+                direct_on(isa, &part, piece);
+                e.apply(piece, cols.start, true, true);
+            });
+        } else {
+            direct_on(isa, p, c);
             for row in c.chunks_exact_mut(p.n) {
                 e.apply(row, 0, true, true);
             }
-            return;
-        }
-        direct(p, c);
-        for row in c.chunks_exact_mut(p.n) {
-            e.apply(row, 0, true, true);
         }
         return;
     }
@@ -334,6 +340,19 @@ pub(crate) fn direct(p: &Gemm<'_>, c: &mut [f32]) {
             }
         }
     }
+}
+
+/// [`direct`], compiled for AVX2 + FMA where `isa` has them.
+#[inline(always)]
+fn direct_on(isa: Isa, p: &Gemm<'_>, c: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable {
+        // SAFETY: the CPU has AVX2 and FMA (every x86 ISA but Portable
+        // implies both).
+        return unsafe { direct_avx2(p, c) };
+    }
+    let _ = isa;
+    direct(p, c);
 }
 
 /// [`direct`] compiled for AVX2 + FMA.
@@ -782,6 +801,7 @@ mod tests {
         // widths above NC so there are several column blocks.
         for &(m, n, k) in &[
             (1, 37, 300),
+            (1, 1000, 300),
             (8, 64, 1024),
             (3, 3, 3),
             (40, 33, 70),

@@ -423,6 +423,14 @@ mod tests {
             depthwise_conv2d_nhwc(&g, &x, &w, None, -1.0, 1.0, &mut out);
             out
         });
+        // A classifier: one row times a Linear weight, split by columns.
+        let (a, b, bias) = (rng(7, 300), rng(8, 1000 * 300), rng(9, 1000));
+        run_both(&|| {
+            let mut c = std::vec![0.0; 1000];
+            let e = crate::gemm::Epilogue::new(Some(&bias), true);
+            crate::gemm::sgemm_fused(1, 1000, 300, 1.0, &a, false, &b, true, 0.0, &e, &mut c, &mut []);
+            c
+        });
         // A stem convolution, multiplied from the image (nhwc::direct).
         let g = Conv2dNhwc::regular(&[1, 64, 64, 3], &[32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1).unwrap();
         let (x, w) = (rng(5, 64 * 64 * 3), rng(6, 32 * 27));
