@@ -615,7 +615,6 @@ fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             pack_b_block(p.b, p.b_trans, k, n, NR, (jc, nc), (pc, kc), bpack);
-            let strips: &[f32] = bpack;
             let (first, last) = (pc == 0, pc + kc == k);
             let beta = if first { p.beta } else { 1.0 };
             for ic in (0..m).step_by(MC) {
@@ -623,7 +622,7 @@ fn blocked<const MR: usize, const NR: usize, U: MicroKernel<MR, NR>>(
                 pack_a::<MR>(p, ic, mc, pc, kc, apack);
                 for jr in (0..nc).step_by(NR) {
                     let nr = NR.min(nc - jr);
-                    let bp = &strips[(jr / NR) * kc * NR..][..kc * NR];
+                    let bp = &bpack[(jr / NR) * kc * NR..][..kc * NR];
                     for ir in (0..mc).step_by(MR) {
                         let mr = MR.min(mc - ir);
                         let ap = &apack[(ir / MR) * kc * MR..][..kc * MR];

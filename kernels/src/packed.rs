@@ -170,7 +170,7 @@ pub fn gemm_packed(
         }
         return;
     }
-    let body = &packed[HEADER..];
+    let body = strips(packed);
     // With threads, each takes a band of rows (whole 7- or 8-row tiles) and
     // its band of C; products too small to pay for the hand-off stay whole.
     let worth_splitting = m * n * k >= 1 << 18 && m >= 16;

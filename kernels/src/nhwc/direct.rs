@@ -7,8 +7,9 @@
 //! micro-kernel reads each window element where it lies: element `q` of
 //! pixel `p`'s window is at `base(p) + offset(q)`, with one table of
 //! offsets for every pixel whose window lies inside the image. Pixels at
-//! the borders have their windows gathered (zeros outside) into a small
-//! block on the stack and go through the same micro-kernel.
+//! the borders have their windows gathered (zeros outside, by the general
+//! path's im2col) into a small block on the stack and go through the same
+//! micro-kernel.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 use super::Conv2dNhwc;
 use crate::gemm::Epilogue;
@@ -103,12 +104,9 @@ unsafe fn conv_rows_avx512(
     let first_inner = (0..win.out_w).find(|&q| inside_w(q)).unwrap_or(win.out_w);
     let end_inner = (first_inner..win.out_w).find(|&q| !inside_w(q)).unwrap_or(win.out_w);
     // Identity offsets, for windows gathered onto the stack.
-    let mut packed_offset = [0usize; MAX_DEPTH];
-    for (q, v) in packed_offset.iter_mut().enumerate() {
-        *v = q;
-    }
+    let packed_offset: [usize; MAX_DEPTH] = core::array::from_fn(|q| q);
     let max_offset = offset.iter().copied().max().unwrap_or(0);
-    let mut gathered = [[0.0f32; MAX_DEPTH]; PX];
+    let mut gathered = [0.0f32; PX * MAX_DEPTH];
     let first_row = rows.start;
     for r in rows {
         let (n, oh) = (r / win.out_h, r % win.out_h);
@@ -139,16 +137,15 @@ unsafe fn conv_rows_avx512(
                 // SAFETY: bounded by the assert.
                 unsafe { tile(x.as_ptr(), &base, offset, strips, o, e, count, tile_out) };
             } else {
-                for (p, window) in gathered.iter_mut().enumerate() {
-                    let q_ow = ow + p.min(count - 1);
-                    gather(g, x, n, oh, q_ow, &mut window[..depth]);
-                }
-                let base: [usize; PX] = core::array::from_fn(|p| p * MAX_DEPTH);
-                // SAFETY: each pixel reads `depth` floats of its own row of
-                // `gathered`.
+                // The windows of pixels `ow .. ow + count`, one after
+                // another (the last repeated past `count`, as above).
+                super::im2col(g, x, r * win.out_w + ow, count, 0, c, &mut gathered[..count * depth]);
+                let base: [usize; PX] = core::array::from_fn(|p| p.min(count - 1) * depth);
+                // SAFETY: each pixel reads the `depth` floats of its own
+                // window, within the `count · depth` gathered.
                 unsafe {
                     tile(
-                        gathered.as_ptr().cast(),
+                        gathered.as_ptr(),
                         &base,
                         &packed_offset[..depth],
                         strips,
@@ -160,19 +157,6 @@ unsafe fn conv_rows_avx512(
                 };
             }
             ow += count;
-        }
-    }
-}
-
-/// The window of output pixel `(n, oh, ow)`, zero outside the image.
-fn gather(g: &Conv2dNhwc, x: &[f32], n: usize, oh: usize, ow: usize, window: &mut [f32]) {
-    let win = &g.window;
-    let c = g.in_c;
-    for (tap, dst) in window.chunks_exact_mut(c).enumerate() {
-        let (ki, kj) = (tap / win.kernel_w, tap % win.kernel_w);
-        match (win.in_row(oh, ki), win.in_col(ow, kj)) {
-            (Some(ih), Some(iw)) => dst.copy_from_slice(&x[((n * win.in_h + ih) * win.in_w + iw) * c..][..c]),
-            _ => dst.fill(0.0),
         }
     }
 }
