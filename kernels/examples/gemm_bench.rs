@@ -4,6 +4,7 @@
 //!
 //!   cargo run --release -p ptec-kernels --example gemm_bench [-- --quick]
 use ptec_kernels::gemm::{gemm_scratch_len, sgemm, sgemm_kernel_name, Epilogue};
+use ptec_kernels::nhwc::{conv2d_nhwc, Conv2dNhwc};
 use ptec_kernels::packed;
 use std::hint::black_box;
 use std::time::Instant;
@@ -178,4 +179,25 @@ fn main() {
         let pct = if best_peak > 0.0 { 100.0 * r / best_peak } else { 0.0 };
         println!("{m:>6} {n:>6} {k:>6} {r:>9.1} {pct:>6.0}%");
     }
+    // The first layer (3×3 over RGB, stride 2): its window is 27 floats,
+    // multiplied from the image where the CPU has AVX-512 (nhwc/direct.rs),
+    // through gathered windows (im2col) elsewhere.
+    println!();
+    let stem = Conv2dNhwc::regular(&[1, 224, 224, 3], &[32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1)
+        .expect("MobileNetV2's stem geometry");
+    let x: Vec<f32> = (0..224 * 224 * 3).map(|_| rand()).collect();
+    let w: Vec<f32> = (0..32 * 27).map(|_| rand()).collect();
+    let mut out = vec![0.0f32; stem.output_sizes().iter().product()];
+    let mut kept = vec![0.0f32; stem.packed_filter_len()];
+    let mut scratch = vec![0.0f32; stem.scratch_len(true)];
+    let flops = 2.0 * (out.len() * 27) as f64;
+    let r = gflops(flops, budget, || {
+        conv2d_nhwc(&stem, &x, &w, None, 0.0, 6.0, Some(&mut kept), &mut out, &mut scratch);
+        black_box(&mut out);
+    });
+    let pct = if best_peak > 0.0 { 100.0 * r / best_peak } else { 0.0 };
+    println!(
+        "MobileNetV2 stem convolution 1x224x224x3 -> 112x112x32: {:.1} us, {r:.1} GFLOP/s, {pct:.0}% peak",
+        flops / r / 1e3
+    );
 }
