@@ -540,6 +540,56 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [
     }
     let lo = _mm512_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
     let hi = _mm512_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    if job.mr == MR && job.nr == 16 * NV && !job.accumulate {
+        // A whole tile written once (the common case at small depth, where
+        // the epilogue costs as much as the products): straight-line code
+        // over constant trip counts keeps the accumulators in registers.
+        let c = c.as_mut_ptr();
+        // SAFETY: `check` bounds the `MR` rows of `nr = 16·NV` columns at
+        // `c` (stride `ldc`) and the `nr` floats of the bias.
+        unsafe {
+            let bias: [__m512; NV] = core::array::from_fn(|v| match job.bias {
+                Some(b) => _mm512_loadu_ps(b.as_ptr().add(v * 16)),
+                None => _mm512_setzero_ps(),
+            });
+            let (has_bias, clamp) = (job.bias.is_some(), job.clamp.is_some());
+            for (i, acc_row) in acc.iter().enumerate() {
+                for (v, &s) in acc_row.iter().enumerate() {
+                    let mut r = s;
+                    if has_bias {
+                        r = _mm512_add_ps(r, bias[v]);
+                    }
+                    if clamp {
+                        r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+                    }
+                    _mm512_storeu_ps(c.add(i * ldc + v * 16), r);
+                }
+            }
+        }
+        return;
+    }
+    // SAFETY: as for this function.
+    unsafe { finish_avx512(job, acc, lo, hi, c, ldc) }
+}
+
+/// The epilogue of a partial tile, or of a depth block after the first:
+/// kept out of line so the whole-tile path keeps its accumulators in
+/// registers.
+///
+/// # Safety
+/// As for [`tile_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+unsafe fn finish_avx512<const MR: usize, const NV: usize>(
+    job: &Job<'_>,
+    acc: [[core::arch::x86_64::__m512; NV]; MR],
+    lo: core::arch::x86_64::__m512,
+    hi: core::arch::x86_64::__m512,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    use core::arch::x86_64::*;
     for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
         let row = &mut c[i * ldc..][..job.nr];
         for (v, &s) in acc_row.iter().enumerate() {
@@ -578,6 +628,44 @@ mod tests {
 
     fn rng(seed: u64, n: usize) -> std::vec::Vec<f32> {
         Lcg(seed).vec(n)
+    }
+
+    /// Whole tiles (16 rows by 64 columns, one depth block) under each
+    /// epilogue: the straight-line store path must add the bias only when
+    /// there is one and clamp only when asked.
+    #[test]
+    fn whole_tiles_apply_exactly_their_epilogue() {
+        let (m, n, k) = (16, 64, 24);
+        let a = rng(4, m * k);
+        let b = rng(5, k * n);
+        let bias = rng(6, n);
+        let mut packed = vec![0.0f32; packed_len(k, n)];
+        pack(&b, k, n, false, &mut packed);
+        for (with_bias, (min, max)) in [
+            (false, (f32::NEG_INFINITY, f32::INFINITY)),
+            (true, (f32::NEG_INFINITY, f32::INFINITY)),
+            (false, (-0.5, 0.5)),
+            (true, (0.0, 6.0)),
+        ] {
+            let e = Epilogue {
+                bias: with_bias.then_some(&bias[..]),
+                min,
+                max,
+            };
+            let mut c = vec![f32::NAN; m * n];
+            gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
+            for i in 0..m {
+                for j in 0..n {
+                    let dot: f64 = (0..k).map(|q| a[i * k + q] as f64 * b[q * n + j] as f64).sum();
+                    let want = ((dot + if with_bias { bias[j] as f64 } else { 0.0 }) as f32).clamp(min, max);
+                    let got = c[i * n + j];
+                    assert!(
+                        (got - want).abs() <= 1e-4,
+                        "bias {with_bias}, clamp {min}..{max}, ({i},{j}): {got} vs {want}"
+                    );
+                }
+            }
+        }
     }
 
     /// Every tile kind on shapes with ragged rows, columns and depth
