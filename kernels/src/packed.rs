@@ -36,6 +36,9 @@ const HEADER: usize = 16;
 const KC: usize = 256;
 /// Columns per block (a `KC × NC` block of packed `B` stays in L2).
 const NC: usize = 512;
+/// Largest depth block of `A` (bytes) for which the strips of `B` go
+/// outermost: it stays in L2 while a strip sweeps all the rows.
+const STRIP_OUTER_BYTES: usize = 256 << 10;
 /// First header word of a packing ("PKP1").
 const MAGIC: u32 = 0x3150_4b50;
 
@@ -219,6 +222,9 @@ struct Job<'a> {
     /// On the last depth block: the bias of these columns and the clamp.
     bias: Option<&'a [f32]>,
     clamp: Option<(f32, f32)>,
+    /// Part of the block of `B` needed next, to prefetch (whole rows of
+    /// `NR` floats; may be empty).
+    prefetch: &'a [f32],
 }
 
 impl Job<'_> {
@@ -269,33 +275,79 @@ impl Product<'_> {
 
     fn run<T: Tile>(&self, tile: T, c: &mut [f32], ldc: usize) {
         let (m, n, k) = (self.m, self.n, self.k);
-        let clamps = self.epilogue.min > f32::NEG_INFINITY || self.epilogue.max < f32::INFINITY;
+        // A few rows (a 7×7 or 14×14 image) against a large weight: each
+        // strip of B, read from memory once, serves every row tile in turn
+        // while the tiles prefetch the next strip, so the weight streams
+        // in during the arithmetic instead of stalling the first row tile.
+        // Many rows keep the row tile outermost (it stays in L1 across the
+        // strips).
+        let strip_outer = m * KC.min(k) * 4 <= STRIP_OUTER_BYTES && k * n * 4 > STRIP_OUTER_BYTES;
+        let tiles = m.div_ceil(tile.mr());
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
             for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                let last = pc + kc == k;
-                for ir in (0..m).step_by(tile.mr()) {
-                    let mr = tile.mr().min(m - ir);
-                    let a = &self.a[ir * self.lda + pc..];
+                if strip_outer {
                     for jr in (jc..jc + nc).step_by(NR) {
-                        let nr = NR.min(n - jr);
-                        let job = Job {
-                            kc,
-                            a,
-                            lda: self.lda,
-                            mr,
-                            b: &self.b[(jr / NR) * k * NR + pc * NR..][..kc * NR],
-                            nr,
-                            accumulate: pc > 0,
-                            bias: self.epilogue.bias.filter(|_| last).map(|b| &b[jr..jr + nr]),
-                            clamp: (last && clamps).then_some((self.epilogue.min, self.epilogue.max)),
-                        };
-                        tile.run(&job, &mut c[ir * ldc + jr..], ldc);
+                        // The block of B the loop reaches next, its rows
+                        // shared out among this strip's row tiles.
+                        let next = self.next_block(jc, pc, jr).filter(|_| tiles > 1);
+                        for (t, ir) in (0..m).step_by(tile.mr()).enumerate() {
+                            let share = next.map_or(&[][..], |b| {
+                                let rows = b.len() / NR;
+                                &b[t * rows / tiles * NR..(t + 1) * rows / tiles * NR]
+                            });
+                            tile.run(&self.job(tile.mr(), ir, jr, pc, share), &mut c[ir * ldc + jr..], ldc);
+                        }
+                    }
+                } else {
+                    for ir in (0..m).step_by(tile.mr()) {
+                        for jr in (jc..jc + nc).step_by(NR) {
+                            tile.run(&self.job(tile.mr(), ir, jr, pc, &[]), &mut c[ir * ldc + jr..], ldc);
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// The tile of rows from `ir` (`mr` at most) by the strip at column
+    /// `jr`, over the depth block from `pc`.
+    fn job<'s>(&'s self, mr: usize, ir: usize, jr: usize, pc: usize, prefetch: &'s [f32]) -> Job<'s> {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let kc = KC.min(k - pc);
+        let last = pc + kc == k;
+        let nr = NR.min(n - jr);
+        let e = self.epilogue;
+        let clamps = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
+        Job {
+            kc,
+            a: &self.a[ir * self.lda + pc..],
+            lda: self.lda,
+            mr: mr.min(m - ir),
+            b: &self.b[(jr / NR) * k * NR + pc * NR..][..kc * NR],
+            nr,
+            accumulate: pc > 0,
+            bias: e.bias.filter(|_| last).map(|b| &b[jr..jr + nr]),
+            clamp: (last && clamps).then_some((e.min, e.max)),
+            prefetch,
+        }
+    }
+
+    /// The strip block (`kc × NR` floats) the strip-outer loop multiplies
+    /// after the strip at column `jr` of depth block `pc` (column block
+    /// `jc`), or `None` after the last.
+    fn next_block(&self, jc: usize, pc: usize, jr: usize) -> Option<&[f32]> {
+        let (n, k) = (self.n, self.k);
+        let (jr, pc) = if jr + NR < (jc + NC).min(n) {
+            (jr + NR, pc)
+        } else if pc + KC < k {
+            (jc, pc + KC)
+        } else if jc + NC < n {
+            (jc + NC, 0)
+        } else {
+            return None;
+        };
+        Some(&self.b[(jr / NR) * k * NR + pc * NR..][..KC.min(k - pc) * NR])
     }
 }
 
@@ -525,10 +577,10 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [
     let rows: [*const f32; MR] = core::array::from_fn(|i| if i < job.mr { a.wrapping_add(i * job.lda) } else { a });
     let b = job.b.as_ptr();
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-    // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
-    // <= kc·NR floats of the strip (`check`).
-    unsafe {
-        for q in 0..job.kc {
+    let step = |acc: &mut [[__m512; NV]; MR], q: usize| {
+        // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
+        // <= kc·NR floats of the strip (`check`).
+        unsafe {
             let bv: [__m512; NV] = core::array::from_fn(|v| _mm512_loadu_ps(b.add(q * NR + v * 16)));
             for i in 0..MR {
                 let x = _mm512_set1_ps(*rows[i].add(q));
@@ -537,6 +589,21 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [
                 }
             }
         }
+    };
+    // The first rows of the product also fetch a row (two lines) of the
+    // block needed next, each.
+    let fetch = (job.prefetch.len() / NR).min(job.kc);
+    let next = job.prefetch.as_ptr();
+    for q in 0..fetch {
+        // SAFETY: row q of `prefetch` is inside it (q < len / NR).
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(next.add(q * NR) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(next.add(q * NR + 16) as *const i8);
+        }
+        step(&mut acc, q);
+    }
+    for q in fetch..job.kc {
+        step(&mut acc, q);
     }
     let lo = _mm512_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
     let hi = _mm512_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
@@ -679,6 +746,9 @@ mod tests {
             (13, 70, 64),
             (2, 600, 20),
             (17, 48, 513),
+            // Few rows against a large B: strips outermost, prefetching
+            // across column and depth blocks.
+            (20, 600, 300),
         ] {
             for b_trans in [false, true] {
                 let (lda, ldc) = (k + 3, n + 5);
