@@ -174,26 +174,119 @@ pub fn gemm_packed(
         return;
     }
     let body = strips(packed);
-    // With threads, each takes a band of rows (whole 7- or 8-row tiles) and
-    // its band of C; products too small to pay for the hand-off stay whole.
-    let worth_splitting = m * n * k >= 1 << 18 && m >= 16;
-    let grain = if !m.is_multiple_of(8) && m.is_multiple_of(7) {
-        7
-    } else {
-        8
-    };
-    crate::parallel::for_each_band(c, m, ldc, grain, worth_splitting, &|rows, c| {
+    let product = |n: usize, b: &'_ [f32], epilogue: &'_ Epilogue<'_>, rows: core::ops::Range<usize>, c: Out| {
         Product {
             m: rows.len(),
             n,
             k,
             a: &a[rows.start * lda..],
             lda,
-            b: body,
+            b,
             epilogue,
         }
-        .dispatch(c, ldc)
+        .dispatch(c)
+    };
+    // With threads, each takes a band of rows (whole 7- or 8-row tiles)
+    // and its band of C; a product with too few rows for that (a batch of
+    // a few vectors) splits its columns, whole strips each; products too
+    // small to pay for the hand-off stay whole.
+    let worth_splitting = m * n * k >= 1 << 18;
+    if worth_splitting && m < 16 && n > NR && crate::parallel::threads() > 1 {
+        let parts: ([(usize, usize); crate::parallel::MAX_THREADS], usize) = {
+            let mut ranges = [(0, 0); crate::parallel::MAX_THREADS];
+            let mut count = 0;
+            for (s0, s1) in crate::parallel::split(n.div_ceil(NR), 1) {
+                ranges[count] = (s0 * NR, (s1 * NR).min(n));
+                count += 1;
+            }
+            (ranges, count)
+        };
+        let out = Shared(Out::new(c, ldc));
+        crate::parallel::run_parts(parts.1, &|i| {
+            let (j0, j1) = parts.0[i];
+            let shifted = Epilogue {
+                bias: epilogue.bias.map(|b| &b[j0..]),
+                ..*epilogue
+            };
+            // SAFETY (of sharing `out`): part `i` writes only columns
+            // `j0 .. j1` of C, which no other part writes.
+            product(
+                j1 - j0,
+                &body[(j0 / NR) * k * NR..],
+                &shifted,
+                0..m,
+                out.view().at(0, j0),
+            );
+        });
+        return;
+    }
+    let grain = if !m.is_multiple_of(8) && m.is_multiple_of(7) {
+        7
+    } else {
+        8
+    };
+    crate::parallel::for_each_band(c, m, ldc, grain, worth_splitting && m >= 16, &|rows, c| {
+        product(n, body, epilogue, rows, Out::new(c, ldc))
     });
+}
+
+/// Where a product writes `C`: rows `ldc` floats apart within the `len`
+/// floats from `ptr`. A raw view rather than a slice because the products
+/// of a column split (one per thread) write disjoint columns of the same
+/// rows, so their extents interleave; each hands out only its own columns
+/// as slices ([`Out::row`]).
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    len: usize,
+    ldc: usize,
+}
+
+/// An [`Out`] shared by the parts of a column split.
+struct Shared(Out);
+
+// SAFETY: the parts of a column split write disjoint columns of `C`
+// (see `gemm_packed`), and `C` outlives the parts (`run_parts` returns
+// when all are done).
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    fn view(&self) -> Out {
+        self.0
+    }
+}
+
+impl Out {
+    fn new(c: &mut [f32], ldc: usize) -> Self {
+        Out {
+            ptr: c.as_mut_ptr(),
+            len: c.len(),
+            ldc,
+        }
+    }
+
+    /// The view from row `i`, column `j`.
+    fn at(self, i: usize, j: usize) -> Self {
+        let offset = i * self.ldc + j;
+        assert!(offset <= self.len, "C offset {offset} of {}", self.len);
+        Out {
+            // SAFETY: inside the view (just checked).
+            ptr: unsafe { self.ptr.add(offset) },
+            len: self.len - offset,
+            ldc: self.ldc,
+        }
+    }
+
+    /// The first `cols` floats of row `i`. The caller's product must be
+    /// the only writer of those columns (true of every product
+    /// [`gemm_packed`] runs), and hold no other slice of them.
+    fn row(&mut self, i: usize, cols: usize) -> &mut [f32] {
+        let offset = i * self.ldc;
+        assert!(offset + cols <= self.len, "C row {i} ({cols} floats) of {}", self.len);
+        // SAFETY: inside the view (just checked); the columns are this
+        // product's alone, and the slice borrows `self` mutably.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.add(offset), cols) }
+    }
 }
 
 /// The operands of one product, checked by [`gemm_packed`].
@@ -229,11 +322,11 @@ struct Job<'a> {
 
 impl Job<'_> {
     /// Checks the bounds the SIMD tiles read and write within.
-    fn check(&self, c: &[f32], ldc: usize, mr_max: usize) {
+    fn check(&self, c: Out, mr_max: usize) {
         assert!(self.mr >= 1 && self.mr <= mr_max && self.nr >= 1 && self.nr <= NR);
         assert!(self.a.len() >= (self.mr - 1) * self.lda + self.kc);
         assert!(self.b.len() >= self.kc * NR);
-        assert!(c.len() >= (self.mr - 1) * ldc + self.nr);
+        assert!(c.len >= (self.mr - 1) * c.ldc + self.nr);
         assert!(self.bias.is_none_or(|b| b.len() >= self.nr));
     }
 
@@ -255,25 +348,25 @@ impl Job<'_> {
 trait Tile: Copy {
     /// Rows per tile.
     fn mr(self) -> usize;
-    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize);
+    fn run(self, job: &Job<'_>, c: Out);
 }
 
 impl Product<'_> {
     /// Runs the product with the best tile this CPU has.
-    fn dispatch(&self, c: &mut [f32], ldc: usize) {
+    fn dispatch(&self, c: Out) {
         #[cfg(target_arch = "x86_64")]
         {
             if let Some(t) = Avx512::detect() {
-                return self.run(t.for_rows(self.m), c, ldc);
+                return self.run(t.for_rows(self.m), c);
             }
             if crate::linear::has_avx2_fma() {
-                return self.run(Avx2(()), c, ldc);
+                return self.run(Avx2(()), c);
             }
         }
-        self.run(Portable, c, ldc)
+        self.run(Portable, c)
     }
 
-    fn run<T: Tile>(&self, tile: T, c: &mut [f32], ldc: usize) {
+    fn run<T: Tile>(&self, tile: T, c: Out) {
         let (m, n, k) = (self.m, self.n, self.k);
         // A few rows (a 7×7 or 14×14 image) against a large weight: each
         // strip of B, read from memory once, serves every row tile in turn
@@ -296,13 +389,13 @@ impl Product<'_> {
                                 let rows = b.len() / NR;
                                 &b[t * rows / tiles * NR..(t + 1) * rows / tiles * NR]
                             });
-                            tile.run(&self.job(tile.mr(), ir, jr, pc, share), &mut c[ir * ldc + jr..], ldc);
+                            tile.run(&self.job(tile.mr(), ir, jr, pc, share), c.at(ir, jr));
                         }
                     }
                 } else {
                     for ir in (0..m).step_by(tile.mr()) {
                         for jr in (jc..jc + nc).step_by(NR) {
-                            tile.run(&self.job(tile.mr(), ir, jr, pc, &[]), &mut c[ir * ldc + jr..], ldc);
+                            tile.run(&self.job(tile.mr(), ir, jr, pc, &[]), c.at(ir, jr));
                         }
                     }
                 }
@@ -360,7 +453,7 @@ impl Tile for Portable {
         4
     }
 
-    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
+    fn run(self, job: &Job<'_>, mut c: Out) {
         let mut acc = [[0.0f32; NR]; 4];
         for (q, brow) in job.b.chunks_exact(NR).take(job.kc).enumerate() {
             for (i, acc_row) in acc.iter_mut().enumerate().take(job.mr) {
@@ -371,7 +464,7 @@ impl Tile for Portable {
             }
         }
         for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
-            let row = &mut c[i * ldc..][..job.nr];
+            let row = c.row(i, job.nr);
             for (j, (o, &s)) in row.iter_mut().zip(acc_row).enumerate() {
                 *o = job.finish(s, *o, j);
             }
@@ -391,14 +484,14 @@ impl Tile for Avx2 {
         6
     }
 
-    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
-        job.check(c, ldc, 6);
+    fn run(self, job: &Job<'_>, c: Out) {
+        job.check(c, 6);
         for half in 0..2 {
             let col = half * 16;
             if col < job.nr {
                 // SAFETY: `Avx2` exists only when AVX2 and FMA were
                 // detected; `check` bounds every access of the tile.
-                unsafe { tile_avx2(job, col, c, ldc) };
+                unsafe { tile_avx2(job, col, c) };
             }
         }
     }
@@ -408,10 +501,10 @@ impl Tile for Avx2 {
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and `job` must pass
-/// [`Job::check`] for `c` and `ldc` with 6 rows.
+/// [`Job::check`] for `c` with 6 rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2(job: &Job<'_>, col: usize, c: &mut [f32], ldc: usize) {
+unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
     use core::arch::x86_64::*;
     const MR: usize = 6;
     let a = job.a.as_ptr();
@@ -436,7 +529,7 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, c: &mut [f32], ldc: usize) {
     let lo = _mm256_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
     let hi = _mm256_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
     for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
-        let row = &mut c[i * ldc + col..][..cols];
+        let row = &mut c.row(i, col + cols)[col..];
         if cols == 16 {
             for (v, &s) in acc_row.iter().enumerate() {
                 let dst = &mut row[v * 8..v * 8 + 8];
@@ -548,16 +641,16 @@ impl Tile for Avx512 {
         }
     }
 
-    fn run(self, job: &Job<'_>, c: &mut [f32], ldc: usize) {
-        job.check(c, ldc, self.mr());
+    fn run(self, job: &Job<'_>, c: Out) {
+        job.check(c, self.mr());
         // SAFETY: `Avx512` exists only when AVX-512F was detected; `check`
         // bounds every access of the tile (`mr` rows at most).
         unsafe {
             match (self.seven, job.nr > 16) {
-                (false, true) => tile_avx512::<8, 2>(job, c, ldc),
-                (false, false) => tile_avx512::<8, 1>(job, c, ldc),
-                (true, true) => tile_avx512::<7, 2>(job, c, ldc),
-                (true, false) => tile_avx512::<7, 1>(job, c, ldc),
+                (false, true) => tile_avx512::<8, 2>(job, c),
+                (false, false) => tile_avx512::<8, 1>(job, c),
+                (true, true) => tile_avx512::<7, 2>(job, c),
+                (true, false) => tile_avx512::<7, 1>(job, c),
             }
         }
     }
@@ -567,10 +660,10 @@ impl Tile for Avx512 {
 ///
 /// # Safety
 /// The CPU must support AVX-512F, and `job` must pass [`Job::check`] for
-/// `c` and `ldc` with `MR` rows (and `nr <= 16·NV`).
+/// `c` with `MR` rows (and `nr <= 16·NV`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [f32], ldc: usize) {
+unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: Out) {
     use core::arch::x86_64::*;
     let a = job.a.as_ptr();
     // Rows past `mr` re-read row 0; their results are not stored.
@@ -611,9 +704,10 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [
         // A whole tile written once (the common case at small depth, where
         // the epilogue costs as much as the products): straight-line code
         // over constant trip counts keeps the accumulators in registers.
-        let c = c.as_mut_ptr();
+        let (c, ldc) = (c.ptr, c.ldc);
         // SAFETY: `check` bounds the `MR` rows of `nr = 16·NV` columns at
-        // `c` (stride `ldc`) and the `nr` floats of the bias.
+        // `c` (stride `ldc`), this product's alone, and the `nr` floats of
+        // the bias.
         unsafe {
             let bias: [__m512; NV] = core::array::from_fn(|v| match job.bias {
                 Some(b) => _mm512_loadu_ps(b.as_ptr().add(v * 16)),
@@ -636,7 +730,7 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: &mut [
         return;
     }
     // SAFETY: as for this function.
-    unsafe { finish_avx512(job, acc, lo, hi, c, ldc) }
+    unsafe { finish_avx512(job, acc, lo, hi, c) }
 }
 
 /// The epilogue of a partial tile, or of a depth block after the first:
@@ -653,12 +747,11 @@ unsafe fn finish_avx512<const MR: usize, const NV: usize>(
     acc: [[core::arch::x86_64::__m512; NV]; MR],
     lo: core::arch::x86_64::__m512,
     hi: core::arch::x86_64::__m512,
-    c: &mut [f32],
-    ldc: usize,
+    mut c: Out,
 ) {
     use core::arch::x86_64::*;
     for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
-        let row = &mut c[i * ldc..][..job.nr];
+        let row = c.row(i, job.nr);
         for (v, &s) in acc_row.iter().enumerate() {
             let cols = job.nr.saturating_sub(v * 16).min(16);
             if cols == 0 {
@@ -799,19 +892,19 @@ mod tests {
                     epilogue: &e,
                 };
                 let mut c = vec![f32::NAN; m * ldc];
-                p.run(Portable, &mut c, ldc);
+                p.run(Portable, Out::new(&mut c, ldc));
                 check(&c);
                 #[cfg(target_arch = "x86_64")]
                 if crate::linear::has_avx2_fma() {
                     let mut c = vec![f32::NAN; m * ldc];
-                    p.run(Avx2(()), &mut c, ldc);
+                    p.run(Avx2(()), Out::new(&mut c, ldc));
                     check(&c);
                 }
                 #[cfg(target_arch = "x86_64")]
                 if let Some(t) = Avx512::detect() {
                     for seven in [false, true] {
                         let mut c = vec![f32::NAN; m * ldc];
-                        p.run(Avx512 { seven }, &mut c, ldc);
+                        p.run(Avx512 { seven }, Out::new(&mut c, ldc));
                         check(&c);
                     }
                     assert!(t.for_rows(49).seven && !t.for_rows(64).seven && !t.for_rows(12544).seven);

@@ -416,6 +416,22 @@ mod tests {
                 c
             });
         }
+        // A batch of 5 rows: split by columns, each part its strips, its
+        // bias and its columns of a strided C (the gaps left as they were).
+        let (m, n, k, lda, ldc) = (5, 700, 300, 301, 703);
+        let (a, b, bias) = (rng(10, m * lda), rng(11, n * k), rng(12, n));
+        let mut packed = std::vec![0.0; packed_len(k, n)];
+        pack(&b, k, n, true, &mut packed);
+        run_both(&|| {
+            let mut c = std::vec![7.0; m * ldc];
+            let e = crate::gemm::Epilogue {
+                bias: Some(&bias),
+                min: -0.5,
+                max: 0.5,
+            };
+            gemm_packed(m, n, k, &a, lda, &packed, &e, &mut c, ldc);
+            c
+        });
         let g = Conv2dNhwc::depthwise(&[2, 40, 40, 48], &[1, 3, 3, 48], [1, 1], [1, 1, 1, 1], [1, 1]).unwrap();
         let (x, w) = (rng(3, 2 * 40 * 40 * 48), rng(4, 9 * 48));
         run_both(&|| {
