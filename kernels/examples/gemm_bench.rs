@@ -4,7 +4,7 @@
 //!
 //!   cargo run --release -p ptec-kernels --example gemm_bench [-- --quick]
 use ptec_kernels::gemm::{gemm_scratch_len, sgemm, sgemm_kernel_name, Epilogue};
-use ptec_kernels::nhwc::{conv2d_nhwc, Conv2dNhwc};
+use ptec_kernels::nhwc::{conv2d_nhwc, depthwise_conv2d_nhwc, Conv2dNhwc};
 use ptec_kernels::packed;
 use std::hint::black_box;
 use std::time::Instant;
@@ -227,4 +227,33 @@ fn main() {
         "MobileNetV2 stem convolution 1x224x224x3 -> 112x112x32: {:.1} us, {r:.1} GFLOP/s, {pct:.0}% peak",
         flops / r / 1e3
     );
+    // MobileNetV2's depthwise 3×3 layers (bias, ReLU6): memory- and
+    // overhead-bound rather than FMA-bound, so times, not % of peak.
+    println!();
+    println!("MobileNetV2 depthwise 3x3 convolutions:");
+    println!("{:>5} {:>5} {:>6} {:>8}", "size", "C", "stride", "us");
+    for (size, c, stride) in [
+        (112, 32, 1),
+        (112, 96, 2),
+        (56, 144, 1),
+        (56, 144, 2),
+        (28, 192, 1),
+        (14, 384, 1),
+        (14, 576, 1),
+        (7, 960, 1),
+    ] {
+        let pad = if stride == 1 { [1, 1, 1, 1] } else { [0, 1, 1, 0] };
+        let g = Conv2dNhwc::depthwise(&[1, size, size, c], &[1, 3, 3, c], [stride, stride], pad, [1, 1])
+            .expect("a depthwise geometry");
+        let x: Vec<f32> = (0..size * size * c).map(|_| rand()).collect();
+        let w: Vec<f32> = (0..9 * c).map(|_| rand()).collect();
+        let bias: Vec<f32> = (0..c).map(|_| rand()).collect();
+        let mut out = vec![0.0f32; g.output_sizes().iter().product()];
+        let flops = 2.0 * (out.len() * 9) as f64;
+        let r = gflops(flops, budget, || {
+            depthwise_conv2d_nhwc(&g, &x, &w, Some(&bias), 0.0, 6.0, &mut out);
+            black_box(&mut out);
+        });
+        println!("{size:>5} {c:>5} {stride:>6} {:>8.1}", flops / r / 1e3);
+    }
 }

@@ -639,6 +639,11 @@ fn init_bias(o: &mut [f32], bias: Option<&[f32]>) {
     }
 }
 
+/// Fewest channels for which the AVX-512 depthwise kernel sweeps each
+/// channel block along the row (see `depthwise_avx512`).
+#[cfg(target_arch = "x86_64")]
+const SWEEP_MIN_CHANNELS: usize = 128;
+
 /// Largest window the register-accumulating depthwise kernel takes.
 const MAX_TAPS: usize = 64;
 
@@ -836,7 +841,32 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
                 hi,
             };
             let mut ow = 0;
+            // MobileNet's 3×3 windows (stride 1 or 2) over many whole
+            // channel blocks: the interior pixels go block by block, each
+            // block's nine weights held in registers across the row. With
+            // few blocks (32 or 96 channels, the 112×112 layers) pixel
+            // order is faster: it streams the image sequentially, which
+            // the hardware prefetches, and its per-pixel overhead is small.
+            let sweep = (win.kernel_h, win.kernel_w) == (3, 3)
+                && (win.dilation_h, win.dilation_w) == (1, 1)
+                && c % 16 == 0
+                && c >= SWEEP_MIN_CHANNELS;
             while ow < win.out_w {
+                if ow == first_inner && sweep && (sw == 1 || sw == 2) && end_inner > first_inner {
+                    for c0 in (0..c).step_by(16) {
+                        // SAFETY: the pixels first_inner .. end_inner are
+                        // interior; c0 + 16 <= C.
+                        unsafe {
+                            if sw == 1 {
+                                dw_sweep_avx512::<1>(&row, first_inner, end_inner, c0)
+                            } else {
+                                dw_sweep_avx512::<2>(&row, first_inner, end_inner, c0)
+                            }
+                        }
+                    }
+                    ow = end_inner;
+                    continue;
+                }
                 if ow == first_inner {
                     // SAFETY: the pixels first_inner .. end_inner are
                     // interior.
@@ -897,6 +927,121 @@ struct DwRow<'a> {
     bias: Option<&'a [f32]>,
     lo: core::arch::x86_64::__m512,
     hi: core::arch::x86_64::__m512,
+}
+
+/// Adds one undilated 3-wide kernel row (weights `w`) to the accumulators
+/// of `PX` pixels `SW` input columns apart; `column(j)` loads input column
+/// `j` counted from the first pixel's window. Neighbouring windows share
+/// columns (two at stride 1, one at stride 2): each is loaded once and
+/// kept in a register for the pixels that read it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn three_taps<const PX: usize, const SW: usize>(
+    acc: &mut [core::arch::x86_64::__m512; PX],
+    w: &[core::arch::x86_64::__m512; 3],
+    column: impl Fn(usize) -> core::arch::x86_64::__m512,
+) {
+    use core::arch::x86_64::*;
+    let (mut left, mut mid) = (column(0), column(1));
+    for (p, a) in acc.iter_mut().enumerate() {
+        let right = column(p * SW + 2);
+        *a = _mm512_fmadd_ps(left, w[0], *a);
+        *a = _mm512_fmadd_ps(mid, w[1], *a);
+        *a = _mm512_fmadd_ps(right, w[2], *a);
+        if SW == 1 {
+            (left, mid) = (mid, right);
+        } else if p + 1 < PX {
+            (left, mid) = (right, column(p * SW + 3));
+        }
+    }
+}
+
+/// Channels `c0 .. c0 + 16` of the interior output pixels `ow .. end` of
+/// one row, for an undilated 3×3 window with horizontal stride `SW`: the
+/// weights of the kernel rows inside the image and the bias are loaded
+/// once, then the pixels go 8, then 4, then 1 at a time.
+///
+/// # Safety
+/// As [`dw_interior_avx512`], and `c0 + 16 <= C`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+unsafe fn dw_sweep_avx512<const SW: usize>(r: &DwRow<'_>, ow: usize, end: usize, c0: usize) {
+    use core::arch::x86_64::*;
+    let (win, c) = (r.win, r.c);
+    let (k0, k1) = r.rows;
+    // SAFETY: as in `depthwise_avx512`: taps below kH·kW, lanes below C,
+    // input rows and columns inside the image (interior pixels, kernel
+    // rows `k0 .. k1`), output pixels inside the row.
+    unsafe {
+        let mut w = [[_mm512_setzero_ps(); 3]; 3];
+        let mut x = [r.x; 3];
+        for ki in k0..k1 {
+            let wk = r.w.add(ki * 3 * c + c0);
+            w[ki - k0] = [
+                _mm512_loadu_ps(wk),
+                _mm512_loadu_ps(wk.add(c)),
+                _mm512_loadu_ps(wk.add(2 * c)),
+            ];
+            let ih = r.oh * win.stride_h + ki - win.pad_top;
+            x[ki - k0] = r.x.add(((r.n * win.in_h + ih) * win.in_w) * c + c0);
+        }
+        let b = match r.bias {
+            Some(b) => _mm512_loadu_ps(b.as_ptr().add(c0)),
+            None => _mm512_setzero_ps(),
+        };
+        let rows = k1.saturating_sub(k0);
+        let mut ow = ow;
+        ow = dw_sweep_px::<8, SW>(r, &w, &x, rows, b, ow, end, c0);
+        ow = dw_sweep_px::<4, SW>(r, &w, &x, rows, b, ow, end, c0);
+        dw_sweep_px::<1, SW>(r, &w, &x, rows, b, ow, end, c0);
+    }
+}
+
+/// `PX` pixels at a time from column `ow` while they fit before `end`
+/// (see [`dw_sweep_avx512`]): each input column loaded once per kernel row
+/// and shared by the pixels whose windows hold it. Returns the first
+/// column left.
+///
+/// # Safety
+/// As [`dw_sweep_avx512`]; `x[i]` is the first pixel (channel `c0`) of
+/// the input row of kernel row `k0 + i`, for `i < rows`, and `w[i]` its
+/// weights.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_sweep_px<const PX: usize, const SW: usize>(
+    r: &DwRow<'_>,
+    w: &[[core::arch::x86_64::__m512; 3]; 3],
+    x: &[*const f32; 3],
+    rows: usize,
+    b: core::arch::x86_64::__m512,
+    mut ow: usize,
+    end: usize,
+    c0: usize,
+) -> usize {
+    use core::arch::x86_64::*;
+    let (win, c) = (r.win, r.c);
+    while ow + PX <= end {
+        let first = ow * SW - win.pad_left;
+        let mut acc = [b; PX];
+        // SAFETY: by the caller: columns first .. first + (PX-1)·SW + 3
+        // are inside the image (interior pixels).
+        unsafe {
+            for (xk, wk) in x.iter().zip(w).take(rows) {
+                let xk = xk.add(first * c);
+                three_taps::<PX, SW>(&mut acc, wk, |j| _mm512_loadu_ps(xk.add(j * c)));
+            }
+            for (p, a) in acc.iter().enumerate() {
+                let v = _mm512_min_ps(_mm512_max_ps(*a, r.lo), r.hi);
+                _mm512_storeu_ps(r.out.add((ow + p) * c + c0), v);
+            }
+        }
+        ow += PX;
+    }
+    ow
 }
 
 /// The interior output pixels from column `ow` to `end`, `PX` at a time
@@ -993,23 +1138,8 @@ unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const SW: usize>(
                 r.x.add(((r.n * win.in_h + ih) * win.in_w + ow * sw - win.pad_left) * c + c0);
             let mut wk = r.w.add(ki * kw * c + c0);
             if SW == 1 || SW == 2 {
-                // Neighbouring windows share input columns (two at stride
-                // 1, one at stride 2): each column is loaded once and kept
-                // in a register for the pixels that read it.
                 let w = [load(wk), load(wk.add(c)), load(wk.add(2 * c))];
-                let column = |j: usize| load(xk.add(j * c));
-                let (mut first, mut second) = (column(0), column(1));
-                for (p, a) in acc.iter_mut().enumerate() {
-                    let third = column(p * SW + 2);
-                    *a = _mm512_fmadd_ps(first, w[0], *a);
-                    *a = _mm512_fmadd_ps(second, w[1], *a);
-                    *a = _mm512_fmadd_ps(third, w[2], *a);
-                    if SW == 1 {
-                        (first, second) = (second, third);
-                    } else if p + 1 < PX {
-                        (first, second) = (third, column(p * SW + 3));
-                    }
-                }
+                three_taps::<PX, SW>(&mut acc, &w, |j| load(xk.add(j * c)));
                 continue;
             }
             for _ in 0..kw {
@@ -1228,6 +1358,10 @@ mod tests {
             ([1, 5, 21, 40], [1, 3, 3, 40], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([2, 7, 37, 19], [1, 3, 3, 19], [2, 2], [1, 1, 1, 1], [1, 1]),
             ([1, 6, 30, 70], [1, 5, 5, 70], [1, 1], [0, 2, 0, 2], [1, 1]),
+            // Many whole channel blocks: swept block by block along the
+            // row, 8, 4 and 1 pixels at a time.
+            ([1, 5, 23, 128], [1, 3, 3, 128], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([2, 7, 30, 144], [1, 3, 3, 144], [2, 2], [0, 1, 1, 0], [1, 1]),
         ];
         for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();
