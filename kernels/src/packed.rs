@@ -192,18 +192,11 @@ pub fn gemm_packed(
     // small to pay for the hand-off stay whole.
     let worth_splitting = m * n * k >= 1 << 18;
     if worth_splitting && m < 16 && n > NR && crate::parallel::threads() > 1 {
-        let parts: ([(usize, usize); crate::parallel::MAX_THREADS], usize) = {
-            let mut ranges = [(0, 0); crate::parallel::MAX_THREADS];
-            let mut count = 0;
-            for (s0, s1) in crate::parallel::split(n.div_ceil(NR), 1) {
-                ranges[count] = (s0 * NR, (s1 * NR).min(n));
-                count += 1;
-            }
-            (ranges, count)
-        };
+        let strips = || crate::parallel::split(n.div_ceil(NR), 1);
         let out = Shared(Out::new(c, ldc));
-        crate::parallel::run_parts(parts.1, &|i| {
-            let (j0, j1) = parts.0[i];
+        crate::parallel::run_parts(strips().count(), &|i| {
+            let Some((s0, s1)) = strips().nth(i) else { return };
+            let (j0, j1) = (s0 * NR, (s1 * NR).min(n));
             let shifted = Epilogue {
                 bias: epilogue.bias.map(|b| &b[j0..]),
                 ..*epilogue
