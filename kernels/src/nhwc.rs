@@ -816,6 +816,18 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
         None => _mm512_setzero_ps(),
     };
     assert!(out.len() >= rows.len() * win.out_w * c && rows.end <= win.batch * win.out_h);
+    // MobileNet's 3×3 windows (stride 1 or 2) over many whole channel
+    // blocks: the interior pixels go block by block, each block's nine
+    // weights held in registers across the row. With few blocks (32 or 96
+    // channels, the 112×112 layers) pixel order is faster: it streams the
+    // image sequentially, which the hardware prefetches, and its per-pixel
+    // overhead is small.
+    let sweep = (win.kernel_h, win.kernel_w) == (3, 3)
+        && (win.dilation_h, win.dilation_w) == (1, 1)
+        && (sw == 1 || sw == 2)
+        && c % 16 == 0
+        && c >= SWEEP_MIN_CHANNELS
+        && end_inner > first_inner;
     let first_row = rows.start;
     for r in rows {
         let (n, oh) = (r / win.out_h, r % win.out_h);
@@ -841,18 +853,8 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
                 hi,
             };
             let mut ow = 0;
-            // MobileNet's 3×3 windows (stride 1 or 2) over many whole
-            // channel blocks: the interior pixels go block by block, each
-            // block's nine weights held in registers across the row. With
-            // few blocks (32 or 96 channels, the 112×112 layers) pixel
-            // order is faster: it streams the image sequentially, which
-            // the hardware prefetches, and its per-pixel overhead is small.
-            let sweep = (win.kernel_h, win.kernel_w) == (3, 3)
-                && (win.dilation_h, win.dilation_w) == (1, 1)
-                && c % 16 == 0
-                && c >= SWEEP_MIN_CHANNELS;
             while ow < win.out_w {
-                if ow == first_inner && sweep && (sw == 1 || sw == 2) && end_inner > first_inner {
+                if ow == first_inner && sweep {
                     for c0 in (0..c).step_by(16) {
                         // SAFETY: the pixels first_inner .. end_inner are
                         // interior; c0 + 16 <= C.
