@@ -102,6 +102,8 @@ fn main() {
         println!("peak {isa:9} {p:7.1} GFLOP/s (FMA-throughput loop, one core)");
     }
     let best_peak = peaks.iter().map(|p| p.1).fold(0.0, f64::max);
+    // GFLOP/s as a percentage of the widest peak.
+    let pct = |r: f64| if best_peak > 0.0 { 100.0 * r / best_peak } else { 0.0 };
     println!("sgemm kernel: {}", sgemm_kernel_name());
     println!(
         "{:>6} {:>6} {:>6} {:>4} {:>9} {:>7} {:>10} {:>7}",
@@ -133,7 +135,6 @@ fn main() {
         let mut c = vec![0.0f32; m * n];
         let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
         let flops = 2.0 * (m * n * k) as f64;
-        let pct = |r: f64| if best_peak > 0.0 { 100.0 * r / best_peak } else { 0.0 };
         let r = gflops(flops, budget, || {
             sgemm(m, n, k, 1.0, &a, false, &b, b_trans, 0.0, &mut c, &mut scratch);
             black_box(&mut c);
@@ -199,7 +200,6 @@ fn main() {
             },
             &mut product,
         );
-        let pct = |r: f64| if best_peak > 0.0 { 100.0 * r / best_peak } else { 0.0 };
         println!(
             "{m:>6} {n:>6} {k:>6} {warm:>9.1} {:>6.0}% {cold:>9.1} {:>6.0}%",
             pct(warm),
@@ -222,10 +222,10 @@ fn main() {
         conv2d_nhwc(&stem, &x, &w, None, 0.0, 6.0, Some(&mut kept), &mut out, &mut scratch);
         black_box(&mut out);
     });
-    let pct = if best_peak > 0.0 { 100.0 * r / best_peak } else { 0.0 };
     println!(
-        "MobileNetV2 stem convolution 1x224x224x3 -> 112x112x32: {:.1} us, {r:.1} GFLOP/s, {pct:.0}% peak",
-        flops / r / 1e3
+        "MobileNetV2 stem convolution 1x224x224x3 -> 112x112x32: {:.1} us, {r:.1} GFLOP/s, {:.0}% peak",
+        flops / r / 1e3,
+        pct(r)
     );
     // MobileNetV2's depthwise 3×3 layers (bias, ReLU6): memory- and
     // overhead-bound rather than FMA-bound, so times, not % of peak.
