@@ -8,9 +8,11 @@
 //!
 //! - a 2-d convolution (ungrouped or depthwise, its weight a constant)
 //!   becomes `ptec_xnn::conv2d_folded`, which absorbs an inference batch
-//!   norm that is the only reader of its result and a clamp (`hardtanh`,
-//!   `relu`, `clamp`) after that: the filter is rearranged and rescaled on
-//!   the first run, the clamp applied as outputs are stored;
+//!   norm that is the only reader of its result, an `add` of that to
+//!   another image (a residual connection), and a clamp (`hardtanh`,
+//!   `relu`, `clamp`) after that, each the only reader of the one before:
+//!   the filter is rearranged and rescaled on the first run, the residual
+//!   added and the clamp applied as outputs are stored;
 //! - `add` of two NHWC images, and a clamp of one, stay what they are
 //!   (element-wise, they do not care about the layout);
 //! - a mean over the height and width of an NHWC image becomes a global
@@ -54,6 +56,8 @@ struct Conv {
     padding: [usize; 4],
     dilation: [usize; 2],
     bn: Option<BatchNorm>,
+    /// The image an absorbed `add` adds to the (batch-normed) result.
+    residual: Option<usize>,
     clamp: (f64, f64),
     /// The value the whole chain writes.
     out: usize,
@@ -71,8 +75,10 @@ struct BatchNorm {
 enum Role {
     /// A convolution (and the instructions it absorbs).
     Conv(Box<Conv>),
-    /// An instruction a convolution absorbed.
-    Absorbed,
+    /// An instruction absorbed by the convolution at instruction `by`.
+    Absorbed {
+        by: usize,
+    },
     /// `add(a, b)` of same-sized 4-d images, alpha 1.
     Add {
         a: usize,
@@ -225,6 +231,7 @@ fn convolution(m: &Method, args: &[usize]) -> Option<Conv> {
         padding,
         dilation,
         bn: None,
+        residual: None,
         clamp: (f64::NEG_INFINITY, f64::INFINITY),
         out,
     })
@@ -266,6 +273,41 @@ fn batch_norm_after(m: &Method, uses: &Uses, n: usize, conv_out: usize, o: usize
         eps: number(m, eps)?,
     };
     Some((bn, out))
+}
+
+/// `add(a, b)` of same-sized 4-d images, alpha 1: `(a, b, out)`.
+fn image_add(m: &Method, name: &str, args: &[usize]) -> Option<(usize, usize, usize)> {
+    match *args {
+        [a, b, alpha, out, ret]
+            if name == ADD
+                && ret == out
+                && number(m, alpha) == Some(1.0)
+                && image(m, a).is_some()
+                && image(m, a) == image(m, b)
+                && image(m, a) == image(m, out) =>
+        {
+            Some((a, b, out))
+        }
+        _ => None,
+    }
+}
+
+/// The `add` at `writer + 1` when it is the only reader of `v` (an image,
+/// written by `writer`) and adds it to another image: returns that image
+/// (the residual) and the sum.
+fn residual_add_after(m: &Method, uses: &Uses, writer: usize, v: usize) -> Option<(usize, usize)> {
+    let readers = uses.kernel_uses(v, writer)?;
+    let next = writer + 1;
+    if readers.len() != 1 || readers[0].0 != next {
+        return None;
+    }
+    let (name, args) = kernel_name(m, m.instructions.get(next)?)?;
+    let (a, b, out) = image_add(m, &name, args)?;
+    match readers[0].1 {
+        0 => Some((b, out)),
+        1 => Some((a, out)),
+        _ => None,
+    }
 }
 
 /// The clamp bounds and input/output of a `hardtanh`, `relu` or `clamp`.
@@ -369,18 +411,7 @@ fn roles(m: &Method, uses: &Uses) -> Vec<Role> {
         };
         let role = match name.as_str() {
             CONVOLUTION => convolution(m, args).map(|c| Role::Conv(Box::new(c))),
-            ADD => match *args {
-                [a, b, alpha, out, ret]
-                    if ret == out
-                        && number(m, alpha) == Some(1.0)
-                        && image(m, a).is_some()
-                        && image(m, a) == image(m, b)
-                        && image(m, a) == image(m, out) =>
-                {
-                    Some(Role::Add { a, b, out })
-                }
-                _ => None,
-            },
+            ADD => image_add(m, &name, args).map(|(a, b, out)| Role::Add { a, b, out }),
             MEAN => spatial_mean(m, args),
             "aten::max_pool2d_with_indices.out" | "aten::avg_pool2d.out" => pooling(m, uses, n, &name, args),
             _ => clamp_of(m, &name, args).map(|(_, x, out)| Role::Clamp { x, out }),
@@ -398,6 +429,11 @@ fn roles(m: &Method, uses: &Uses) -> Vec<Role> {
                 conv.out = out;
                 writer += 1;
             }
+            if let Some((residual, out)) = residual_add_after(m, uses, writer, conv.out) {
+                conv.residual = Some(residual);
+                conv.out = out;
+                writer += 1;
+            }
             if let Some((name, a)) = next_reads_only(m, uses, writer, conv.out) {
                 if let Some((bounds, _, out)) = clamp_of(m, &name, a) {
                     conv.clamp = bounds;
@@ -409,7 +445,7 @@ fn roles(m: &Method, uses: &Uses) -> Vec<Role> {
             conv.absorbed = absorbed;
         }
         roles.push(role);
-        roles.extend((0..absorbed).map(|_| Role::Absorbed));
+        roles.extend((0..absorbed).map(|_| Role::Absorbed { by: n }));
         n += 1 + absorbed;
     }
     roles
@@ -460,6 +496,7 @@ fn nhwc_images(m: &Method, uses: &Uses, roles: &[Role]) -> HashSet<usize> {
             written
                 && readers[v].iter().all(|&(r, pos)| match &roles[r] {
                     Role::Conv(c) => pos == 0 && c.x == *v,
+                    Role::Absorbed { by } => matches!(&roles[*by], Role::Conv(c) if c.residual == Some(*v)),
                     Role::Add { a, b, out } => pos <= 1 && all_in(&[*a, *b, *out]),
                     Role::Clamp { out, .. } => pos == 0 && all_in(&[*out]),
                     Role::SpatialMean { .. } => pos == 0,
@@ -514,7 +551,7 @@ fn convert_method(m: &mut Method) {
     for (n, (ins, role)) in old.iter().zip(&roles).enumerate() {
         let start = r.code.len();
         match role {
-            Role::Absorbed => {}
+            Role::Absorbed { .. } => {}
             Role::Conv(c) => r.conv(c),
             Role::SpatialMean { x, out } if r.nhwc.contains(x) => {
                 let (lo, hi) = r.bounds((f64::NEG_INFINITY, f64::INFINITY));
@@ -585,6 +622,17 @@ impl Rewrite<'_> {
         self.call("aten::permute_copy.out", vec![from, dims, to, to]);
     }
 
+    /// An image an NHWC operation reads (of NHWC sizes `sizes`): itself
+    /// when kept NHWC, else a temporary it is permuted into.
+    fn nhwc_input(&mut self, v: usize, sizes: [usize; 4]) -> usize {
+        if self.nhwc.contains(&v) {
+            return v;
+        }
+        let t = self.temp(sizes);
+        self.permute(v, TO_NHWC, t);
+        t
+    }
+
     /// Where an NHWC operation writes `out` (of NHWC sizes `sizes`):
     /// itself when kept NHWC, else a temporary that [`Self::finish`]
     /// permutes into it.
@@ -620,19 +668,17 @@ impl Rewrite<'_> {
     }
 
     fn conv(&mut self, c: &Conv) {
-        let x = if self.nhwc.contains(&c.x) {
-            c.x
-        } else {
-            let w = &c.geometry.window;
-            let t = self.temp([w.batch, w.in_h, w.in_w, c.geometry.in_c]);
-            self.permute(c.x, TO_NHWC, t);
-            t
-        };
+        let w = &c.geometry.window;
+        let x = self.nhwc_input(c.x, [w.batch, w.in_h, w.in_w, c.geometry.in_c]);
+        let residual = c.residual.map(|r| self.nhwc_input(r, c.geometry.output_sizes()));
         // The chain's output is written where the convolution runs, not
         // where its last instruction ran: bytes planned for it may still hold
         // the input then. Such an output, kept NHWC, moves to the pass's
-        // buffer.
-        if self.nhwc.contains(&c.out) && share_bytes(self.m, x, c.out) {
+        // buffer. (The residual is read as the output is written, element
+        // by element, but a kernel must not be handed the same bytes to
+        // read and to write.)
+        let clash = share_bytes(self.m, x, c.out) || residual.is_some_and(|r| share_bytes(self.m, r, c.out));
+        if self.nhwc.contains(&c.out) && clash {
             if let Some(Value::Tensor(t)) = self.m.values.get_mut(c.out) {
                 t.placement = Placement::Unplanned;
                 self.temps.push(c.out);
@@ -658,9 +704,10 @@ impl Rewrite<'_> {
         let len = c.geometry.folded_len();
         let placement = self.kept.reserve(self.m, len as u64 * 4);
         let kept = push_f32_tensor(self.m, vec![len], placement);
+        let residual = self.optional(residual);
         let mut args = vec![x, c.w, bias];
         args.extend(bn);
-        args.extend([padding, stride, dilation, groups, lo, hi, kept, out]);
+        args.extend([padding, stride, dilation, groups, lo, hi, residual, kept, out]);
         self.call("ptec_xnn::conv2d_folded.out", args);
         self.finish(out, c.out);
     }
@@ -694,7 +741,7 @@ mod tests {
     }
 
     #[test]
-    fn convolutions_absorb_batch_norms_and_clamps() {
+    fn convolutions_absorb_batch_norms_residual_adds_and_clamps() {
         let (before, after) = fixture();
         let (old, new) = (calls(&before), calls(&after));
         assert_eq!(count(&old, CONVOLUTION), 6);
@@ -703,8 +750,30 @@ mod tests {
         assert_eq!(count(&new, "ptec_xnn::conv2d_folded.out"), 5);
         assert_eq!(count(&old, BATCH_NORM), 3);
         assert_eq!(count(&new, BATCH_NORM), 0);
-        // Two relus and the clamp are absorbed; the relu after the add stays.
-        assert_eq!(count(&new, "aten::relu.out") + count(&new, "aten::clamp.out"), 1);
+        // Three relus (one after the residual add) and the clamp are
+        // absorbed, and so is the add.
+        assert_eq!(count(&old, "aten::relu.out"), 3);
+        assert_eq!(count(&new, "aten::relu.out") + count(&new, "aten::clamp.out"), 0);
+        assert_eq!((count(&old, ADD), count(&new, ADD)), (1, 0));
+        // The residual block's second convolution adds the block's input
+        // (the pooled image, kept NHWC), then clamps at zero.
+        let (_, pool) = new
+            .iter()
+            .find(|(n, _)| n == "ptec_xnn::max_pool2d_nhwc.out")
+            .expect("the pooling");
+        let pooled = *pool.last().unwrap();
+        let with_residual: Vec<&Vec<usize>> = new
+            .iter()
+            .filter(|(n, a)| n == "ptec_xnn::conv2d_folded.out" && !matches!(after.values[a[14]], Value::Null))
+            .map(|(_, a)| a)
+            .collect();
+        assert_eq!(with_residual.len(), 1);
+        let c2 = with_residual[0];
+        assert_eq!(c2[14], pooled);
+        assert_eq!(
+            (number(&after, c2[12]), number(&after, c2[13])),
+            (Some(0.0), Some(f64::INFINITY))
+        );
         assert_eq!(count(&new, "ptec_xnn::max_pool2d_nhwc.out"), 1);
         assert_eq!(count(&new, "ptec_xnn::global_avg_pool2d_nhwc.out"), 1);
         // The clamp is the depthwise convolution's bounds.
@@ -743,7 +812,7 @@ mod tests {
         // runs: then they move to the pass's buffer.
         let mut moved = 0;
         for (_, a) in new.iter().filter(|(n, _)| n == "ptec_xnn::conv2d_folded.out") {
-            let (x, out) = (a[0], a[15]);
+            let (x, out) = (a[0], a[16]);
             if out >= before.values.len() {
                 continue; // a temporary, permuted into an NCHW image
             }
@@ -755,7 +824,9 @@ mod tests {
                 assert_eq!(t.sizes, [b.sizes[0], b.sizes[2], b.sizes[3], b.sizes[1]]);
             }
             if t.placement != b.placement {
-                assert!(share_bytes(&before, x, out), "value {out} moved");
+                let residual = Some(a[14]).filter(|&r| r < before.values.len());
+                let clash = share_bytes(&before, x, out) || residual.is_some_and(|r| share_bytes(&before, r, out));
+                assert!(clash, "value {out} moved");
                 assert!(
                     matches!(t.placement, Placement::Planned { buffer, .. } if buffer >= before.buffer_sizes.len())
                 );

@@ -74,12 +74,16 @@ pub(crate) fn has_avx2_fma() -> bool {
 }
 
 /// What happens to each result as it is stored: `bias[j]` is added to
-/// column `j`, then the value is clamped to `[min, max]` (NaN stays NaN, as
-/// `relu` keeps it).
+/// column `j`, then the residual's element at the same place, then the
+/// value is clamped to `[min, max]` (NaN stays NaN, as `relu` keeps it).
 #[derive(Clone, Copy, Debug)]
 pub struct Epilogue<'a> {
     /// At least `n` elements, when present.
     pub bias: Option<&'a [f32]>,
+    /// A matrix laid out as `C` (its row stride, at least as many floats):
+    /// a residual connection added to the product. Only the packed engine
+    /// ([`crate::packed::gemm_packed`]) takes one.
+    pub residual: Option<&'a [f32]>,
     pub min: f32,
     pub max: f32,
 }
@@ -88,6 +92,7 @@ impl<'a> Epilogue<'a> {
     /// Nothing added, nothing clamped.
     pub const NONE: Epilogue<'static> = Epilogue {
         bias: None,
+        residual: None,
         min: f32::NEG_INFINITY,
         max: f32::INFINITY,
     };
@@ -96,6 +101,7 @@ impl<'a> Epilogue<'a> {
     pub fn new(bias: Option<&'a [f32]>, relu: bool) -> Self {
         Epilogue {
             bias,
+            residual: None,
             min: if relu { 0.0 } else { f32::NEG_INFINITY },
             max: f32::INFINITY,
         }
@@ -215,6 +221,7 @@ pub fn sgemm_fused(
     if let Some(bias) = epilogue.bias {
         assert!(bias.len() >= n, "a bias of {} for {n} columns", bias.len());
     }
+    assert!(epilogue.residual.is_none(), "sgemm adds no residual");
     let p = Gemm {
         m,
         n,

@@ -470,7 +470,12 @@ pub fn fully_connected(
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
-    let e = Epilogue { bias, min, max };
+    let e = Epilogue {
+        bias,
+        residual: None,
+        min,
+        max,
+    };
     let b_trans = !weight_transposed;
     match packed {
         Some(p) => {

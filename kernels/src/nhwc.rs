@@ -284,6 +284,7 @@ pub fn conv2d_nhwc(
         };
         let e = Epilogue {
             bias: bias.map(|b| &b[gi * og..][..og]),
+            residual: None,
             min,
             max,
         };
@@ -312,7 +313,15 @@ fn conv_group(
         return;
     }
     if direct::fits(g) {
-        direct::conv(g, x, filter, e, out);
+        match e.residual {
+            None => direct::conv(g, x, filter, e, out),
+            Some(r) => {
+                // The direct kernel (an image network's first layer) adds
+                // no residual: the sum and the clamp take a second pass.
+                direct::conv(g, x, filter, &Epilogue::new(e.bias, false), out);
+                add_residual(out, r, e.min, e.max);
+            }
+        }
         return;
     }
     let tile = g.tile_rows();
@@ -320,8 +329,22 @@ fn conv_group(
         let t = tile.min(pixels - p0);
         let cols = &mut cols[..t * depth];
         im2col(g, x, p0, t, gi * cg, cg, cols);
-        gemm_packed(t, og, depth, cols, depth, filter, e, &mut out[p0 * o + gi * og..], o);
+        let at = p0 * o + gi * og;
+        let e = Epilogue {
+            residual: e.residual.map(|r| &r[at..]),
+            ..*e
+        };
+        gemm_packed(t, og, depth, cols, depth, filter, &e, &mut out[at..], o);
     }
+}
+
+/// `out = clamp(out + residual)`, element by element.
+fn add_residual(out: &mut [f32], residual: &[f32], min: f32, max: f32) {
+    let residual = &residual[..out.len()];
+    for (o, &r) in out.iter_mut().zip(residual) {
+        *o += r;
+    }
+    clamp(out, min, max);
 }
 
 /// Gathers the windows of output pixels `p0 .. p0 + t` (channels
@@ -513,9 +536,10 @@ impl Conv2dNhwc {
 }
 
 /// A convolution of NHWC images whose filter is in PyTorch's layout
-/// (`[O, C / groups, kH, kW]`), with an optional batch norm folded in:
-/// `out[N, OH, OW, O] = clamp(bn(conv(x, w) + bias))`. Ungrouped and
-/// depthwise convolutions only (see [`Conv2dNhwc::regular`] and
+/// (`[O, C / groups, kH, kW]`), with an optional batch norm folded in and
+/// an optional residual (`[N, OH, OW, O]`, as `out`) added: `out[N, OH, OW,
+/// O] = clamp(bn(conv(x, w) + bias) + residual)`. Ungrouped and depthwise
+/// convolutions only (see [`Conv2dNhwc::regular`] and
 /// [`Conv2dNhwc::depthwise`] for the geometry).
 ///
 /// The first call rearranges the filter into the layout the NHWC kernels
@@ -530,12 +554,17 @@ pub fn conv2d_folded(
     w: &[f32],
     bias: Option<&[f32]>,
     bn: Option<&BatchNormFold<'_>>,
+    residual: Option<&[f32]>,
     min: f32,
     max: f32,
     kept: &mut [f32],
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
+    let out = &mut out[..g.window.out_pixels() * g.out_c];
+    if let Some(r) = residual {
+        assert!(r.len() >= out.len(), "residual of {} floats for {}", r.len(), out.len());
+    }
     assert!(
         g.groups == 1 || g.is_depthwise(),
         "{} groups of {} channels",
@@ -552,10 +581,20 @@ pub fn conv2d_folded(
     }
     let folded_bias = &folded_bias[..o];
     if g.is_depthwise() {
-        depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), min, max, out);
+        match residual {
+            None => depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), min, max, out),
+            Some(r) => {
+                // The depthwise kernels add no residual: the sum and the
+                // clamp take a second pass.
+                let (lo, hi) = (f32::NEG_INFINITY, f32::INFINITY);
+                depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), lo, hi, out);
+                add_residual(out, r, min, max);
+            }
+        }
     } else {
         let e = Epilogue {
             bias: Some(folded_bias),
+            residual,
             min,
             max,
         };
@@ -1413,9 +1452,10 @@ mod tests {
         out
     }
 
-    /// `conv2d_folded` against aten's NCHW convolution then batch norm,
-    /// ungrouped and depthwise, with and without bias and batch norm; the
-    /// second call reuses what the first kept.
+    /// `conv2d_folded` against aten's NCHW convolution then batch norm
+    /// (then a residual added), ungrouped (multiplied from the image, 1×1,
+    /// gathered) and depthwise, with and without bias, batch norm and
+    /// residual; the second call reuses what the first kept.
     #[test]
     fn folded_convolutions_match_convolution_then_batch_norm() {
         use crate::conv::{conv_scratch_len, convolution};
@@ -1427,9 +1467,16 @@ mod tests {
             ([1, 24, 7, 6], [24, 1, 3, 3], [1, 1], [1, 1], 24),
             ([1, 32, 8, 8], [32, 1, 3, 3], [2, 2], [1, 1], 32),
             ([1, 4, 6, 6], [8, 1, 3, 3], [1, 1], [0, 1], 4),
+            ([1, 24, 6, 7], [16, 24, 3, 3], [1, 1], [1, 1], 1),
         ];
         for (ci, &(xs, ws, stride, [ph, pw], groups)) in cases.iter().enumerate() {
-            for (with_bias, with_bn) in [(true, true), (false, true), (true, false)] {
+            let combinations = [
+                (true, true, false),
+                (false, true, false),
+                (true, false, false),
+                (true, true, true),
+            ];
+            for (with_bias, with_bn, with_residual) in combinations {
                 let o = ws[0];
                 let x = rng(ci as u64, xs.iter().product());
                 let w = rng(10 + ci as u64, ws.iter().product());
@@ -1476,7 +1523,13 @@ mod tests {
                 } else {
                     y
                 };
-                let want = to_last(&want, out_sizes.as_slice().try_into().unwrap());
+                let mut want = to_last(&want, out_sizes.as_slice().try_into().unwrap());
+                let residual = with_residual.then(|| rng(25, want.len()));
+                if let Some(r) = &residual {
+                    for (w, r) in want.iter_mut().zip(r) {
+                        *w += r;
+                    }
+                }
                 // NHWC, folded.
                 let nhwc = [xs[0], xs[2], xs[3], xs[1]];
                 let pad = [ph, pw, ph, pw];
@@ -1504,6 +1557,7 @@ mod tests {
                         &w,
                         bias.as_deref(),
                         with_bn.then_some(&bn),
+                        residual.as_deref(),
                         -1.5,
                         2.0,
                         &mut kept,
@@ -1514,7 +1568,7 @@ mod tests {
                         let b = b.clamp(-1.5, 2.0);
                         assert!(
                             (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                            "case {ci} ({with_bias}, {with_bn}) call {call} [{k}]: {a} vs {b}"
+                            "case {ci} ({with_bias}, {with_bn}, {with_residual}) call {call} [{k}]: {a} vs {b}"
                         );
                     }
                 }

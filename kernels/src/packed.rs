@@ -135,9 +135,10 @@ pub fn ensure_packed<'p>(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &
     packed
 }
 
-/// `C = clamp(A · B + bias)` for `A` `m × k` (row `i` at `a[i·lda..]`), `B`
-/// packed by [`pack`] (`k × n`), and `C` `m × n` (row `i` at `c[i·ldc..]`).
-/// `C`'s previous contents are ignored.
+/// `C = clamp(A · B + bias + residual)` for `A` `m × k` (row `i` at
+/// `a[i·lda..]`), `B` packed by [`pack`] (`k × n`), and `C` `m × n` (row `i`
+/// at `c[i·ldc..]`, and so is the residual's). `C`'s previous contents are
+/// ignored.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_packed(
     m: usize,
@@ -164,10 +165,16 @@ pub fn gemm_packed(
     if let Some(b) = epilogue.bias {
         assert!(b.len() >= n, "bias of {} for {n} columns", b.len());
     }
+    if let Some(r) = epilogue.residual {
+        assert!(r.len() >= (m - 1) * ldc + n, "residual of {} floats", r.len());
+    }
     if k == 0 {
         for i in 0..m {
             for (j, o) in c[i * ldc..][..n].iter_mut().enumerate() {
-                let v = epilogue.bias.map_or(0.0, |b| b[j]);
+                let mut v = epilogue.bias.map_or(0.0, |b| b[j]);
+                if let Some(r) = epilogue.residual {
+                    v += r[i * ldc + j];
+                }
                 *o = v.max(epilogue.min).min(epilogue.max);
             }
         }
@@ -193,10 +200,11 @@ pub fn gemm_packed(
     let worth_splitting = m * n * k >= 1 << 18;
     if worth_splitting && m < 16 && n > NR && crate::parallel::threads() > 1 {
         let strips = || crate::parallel::split(n.div_ceil(NR), 1);
-        let out = Shared(Out::new(c, ldc));
+        let out = Shared(Out::new(c, ldc, epilogue.residual));
         crate::parallel::run_parts(strips().count(), &|i| {
             let Some((s0, s1)) = strips().nth(i) else { return };
             let (j0, j1) = (s0 * NR, (s1 * NR).min(n));
+            // The residual goes with C (`Out::at`).
             let shifted = Epilogue {
                 bias: epilogue.bias.map(|b| &b[j0..]),
                 ..*epilogue
@@ -219,20 +227,24 @@ pub fn gemm_packed(
         8
     };
     crate::parallel::for_each_band(c, m, ldc, grain, worth_splitting && m >= 16, &|rows, c| {
-        product(n, body, epilogue, rows, Out::new(c, ldc))
+        let residual = epilogue.residual.map(|r| &r[rows.start * ldc..]);
+        product(n, body, epilogue, rows, Out::new(c, ldc, residual))
     });
 }
 
 /// Where a product writes `C`: rows `ldc` floats apart within the `len`
-/// floats from `ptr`. A raw view rather than a slice because the products
-/// of a column split (one per thread) write disjoint columns of the same
-/// rows, so their extents interleave; each hands out only its own columns
-/// as slices ([`Out::row`]).
+/// floats from `ptr`; and the residual it adds, laid out alike (`res_len`
+/// floats from `res`, none when null). A raw view rather than a slice
+/// because the products of a column split (one per thread) write disjoint
+/// columns of the same rows, so their extents interleave; each hands out
+/// only its own columns as slices ([`Out::row`]).
 #[derive(Clone, Copy)]
 struct Out {
     ptr: *mut f32,
     len: usize,
     ldc: usize,
+    res: *const f32,
+    res_len: usize,
 }
 
 /// An [`Out`] shared by the parts of a column split.
@@ -250,11 +262,13 @@ impl Shared {
 }
 
 impl Out {
-    fn new(c: &mut [f32], ldc: usize) -> Self {
+    fn new(c: &mut [f32], ldc: usize, residual: Option<&[f32]>) -> Self {
         Out {
             ptr: c.as_mut_ptr(),
             len: c.len(),
             ldc,
+            res: residual.map_or(core::ptr::null(), |r| r.as_ptr()),
+            res_len: residual.map_or(0, |r| r.len()),
         }
     }
 
@@ -262,12 +276,41 @@ impl Out {
     fn at(self, i: usize, j: usize) -> Self {
         let offset = i * self.ldc + j;
         assert!(offset <= self.len, "C offset {offset} of {}", self.len);
+        let has_res = !self.res.is_null();
+        assert!(
+            !has_res || offset <= self.res_len,
+            "residual offset {offset} of {}",
+            self.res_len
+        );
         Out {
             // SAFETY: inside the view (just checked).
             ptr: unsafe { self.ptr.add(offset) },
             len: self.len - offset,
             ldc: self.ldc,
+            // SAFETY: inside the residual (just checked).
+            res: if has_res {
+                unsafe { self.res.add(offset) }
+            } else {
+                self.res
+            },
+            res_len: self.res_len.saturating_sub(offset),
         }
+    }
+
+    /// The first `cols` floats of the residual's row `i`, if there is one.
+    fn residual_row(&self, i: usize, cols: usize) -> Option<&[f32]> {
+        if self.res.is_null() {
+            return None;
+        }
+        let offset = i * self.ldc;
+        assert!(
+            offset + cols <= self.res_len,
+            "residual row {i} ({cols} floats) of {}",
+            self.res_len
+        );
+        // SAFETY: inside the residual (just checked), which `gemm_packed`'s
+        // caller lends for the whole product and nothing writes.
+        Some(unsafe { core::slice::from_raw_parts(self.res.add(offset), cols) })
     }
 
     /// The first `cols` floats of row `i`. The caller's product must be
@@ -305,8 +348,10 @@ struct Job<'a> {
     nr: usize,
     /// Add to `C` (depth blocks after the first) instead of overwriting.
     accumulate: bool,
-    /// On the last depth block: the bias of these columns and the clamp.
+    /// On the last depth block: the bias of these columns, whether to add
+    /// the residual (from the tile's `Out`) and the clamp.
     bias: Option<&'a [f32]>,
+    residual: bool,
     clamp: Option<(f32, f32)>,
     /// Part of the block of `B` needed next, to prefetch (whole rows of
     /// `NR` floats; may be empty).
@@ -321,14 +366,19 @@ impl Job<'_> {
         assert!(self.b.len() >= self.kc * NR);
         assert!(c.len >= (self.mr - 1) * c.ldc + self.nr);
         assert!(self.bias.is_none_or(|b| b.len() >= self.nr));
+        assert!(!self.residual || (!c.res.is_null() && c.res_len >= (self.mr - 1) * c.ldc + self.nr));
     }
 
-    /// The epilogue of one output: accumulate, bias, clamp.
+    /// The epilogue of one output: accumulate, bias, residual `r` (when
+    /// added), clamp.
     #[inline(always)]
-    fn finish(&self, acc: f32, old: f32, j: usize) -> f32 {
+    fn finish(&self, acc: f32, old: f32, r: Option<&[f32]>, j: usize) -> f32 {
         let mut v = if self.accumulate { acc + old } else { acc };
         if let Some(b) = self.bias {
             v += b[j];
+        }
+        if let Some(r) = r.filter(|_| self.residual) {
+            v += r[j];
         }
         if let Some((lo, hi)) = self.clamp {
             v = v.max(lo).min(hi);
@@ -414,6 +464,7 @@ impl Product<'_> {
             nr,
             accumulate: pc > 0,
             bias: e.bias.filter(|_| last).map(|b| &b[jr..jr + nr]),
+            residual: last && e.residual.is_some(),
             clamp: (last && clamps).then_some((e.min, e.max)),
             prefetch,
         }
@@ -456,10 +507,12 @@ impl Tile for Portable {
                 }
             }
         }
+        let view = c;
         for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
+            let res = view.residual_row(i, job.nr);
             let row = c.row(i, job.nr);
             for (j, (o, &s)) in row.iter_mut().zip(acc_row).enumerate() {
-                *o = job.finish(s, *o, j);
+                *o = job.finish(s, *o, res, j);
             }
         }
     }
@@ -521,7 +574,9 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
     let cols = (job.nr - col).min(16);
     let lo = _mm256_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
     let hi = _mm256_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    let view = c;
     for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
+        let res = view.residual_row(i, col + cols).filter(|_| job.residual);
         let row = &mut c.row(i, col + cols)[col..];
         if cols == 16 {
             for (v, &s) in acc_row.iter().enumerate() {
@@ -534,6 +589,9 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
                     }
                     if let Some(bias) = job.bias {
                         r = _mm256_add_ps(r, _mm256_loadu_ps(bias[col + v * 8..col + v * 8 + 8].as_ptr()));
+                    }
+                    if let Some(res) = res {
+                        r = _mm256_add_ps(r, _mm256_loadu_ps(res[col + v * 8..col + v * 8 + 8].as_ptr()));
                     }
                     if job.clamp.is_some() {
                         r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
@@ -549,7 +607,7 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
                 _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc_row[1]);
             }
             for (j, o) in row.iter_mut().enumerate() {
-                *o = job.finish(tmp[j], *o, col + j);
+                *o = job.finish(tmp[j], *o, res, col + j);
             }
         }
     }
@@ -697,10 +755,11 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: Out) {
         // A whole tile written once (the common case at small depth, where
         // the epilogue costs as much as the products): straight-line code
         // over constant trip counts keeps the accumulators in registers.
-        let (c, ldc) = (c.ptr, c.ldc);
+        let (res, ldc) = (c.res, c.ldc);
+        let c = c.ptr;
         // SAFETY: `check` bounds the `MR` rows of `nr = 16·NV` columns at
-        // `c` (stride `ldc`), this product's alone, and the `nr` floats of
-        // the bias.
+        // `c` (stride `ldc`), this product's alone, those of the residual
+        // when added, and the `nr` floats of the bias.
         unsafe {
             let bias: [__m512; NV] = core::array::from_fn(|v| match job.bias {
                 Some(b) => _mm512_loadu_ps(b.as_ptr().add(v * 16)),
@@ -712,6 +771,9 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: Out) {
                     let mut r = s;
                     if has_bias {
                         r = _mm512_add_ps(r, bias[v]);
+                    }
+                    if job.residual {
+                        r = _mm512_add_ps(r, _mm512_loadu_ps(res.add(i * ldc + v * 16)));
                     }
                     if clamp {
                         r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
@@ -743,7 +805,9 @@ unsafe fn finish_avx512<const MR: usize, const NV: usize>(
     mut c: Out,
 ) {
     use core::arch::x86_64::*;
+    let view = c;
     for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
+        let res = view.residual_row(i, job.nr).filter(|_| job.residual);
         let row = c.row(i, job.nr);
         for (v, &s) in acc_row.iter().enumerate() {
             let cols = job.nr.saturating_sub(v * 16).min(16);
@@ -761,6 +825,9 @@ unsafe fn finish_avx512<const MR: usize, const NV: usize>(
                 }
                 if let Some(bias) = job.bias {
                     r = _mm512_add_ps(r, load16(mask, bias[v * 16..v * 16 + cols].as_ptr()));
+                }
+                if let Some(res) = res {
+                    r = _mm512_add_ps(r, load16(mask, res[v * 16..v * 16 + cols].as_ptr()));
                 }
                 if job.clamp.is_some() {
                     r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
@@ -784,24 +851,29 @@ mod tests {
     }
 
     /// Whole tiles (16 rows by 64 columns, one depth block) under each
-    /// epilogue: the straight-line store path must add the bias only when
-    /// there is one and clamp only when asked.
+    /// epilogue: the straight-line store path must add the bias and the
+    /// residual only when there are some and clamp only when asked.
     #[test]
     fn whole_tiles_apply_exactly_their_epilogue() {
         let (m, n, k) = (16, 64, 24);
         let a = rng(4, m * k);
         let b = rng(5, k * n);
         let bias = rng(6, n);
+        let residual = rng(7, m * n);
         let mut packed = vec![0.0f32; packed_len(k, n)];
         pack(&b, k, n, false, &mut packed);
-        for (with_bias, (min, max)) in [
-            (false, (f32::NEG_INFINITY, f32::INFINITY)),
-            (true, (f32::NEG_INFINITY, f32::INFINITY)),
-            (false, (-0.5, 0.5)),
-            (true, (0.0, 6.0)),
+        let unclamped = (f32::NEG_INFINITY, f32::INFINITY);
+        for (with_bias, with_residual, (min, max)) in [
+            (false, false, unclamped),
+            (true, false, unclamped),
+            (false, true, unclamped),
+            (false, false, (-0.5, 0.5)),
+            (true, false, (0.0, 6.0)),
+            (true, true, (-0.5, 0.5)),
         ] {
             let e = Epilogue {
                 bias: with_bias.then_some(&bias[..]),
+                residual: with_residual.then_some(&residual[..]),
                 min,
                 max,
             };
@@ -810,11 +882,13 @@ mod tests {
             for i in 0..m {
                 for j in 0..n {
                     let dot: f64 = (0..k).map(|q| a[i * k + q] as f64 * b[q * n + j] as f64).sum();
-                    let want = ((dot + if with_bias { bias[j] as f64 } else { 0.0 }) as f32).clamp(min, max);
+                    let added = if with_bias { bias[j] as f64 } else { 0.0 }
+                        + if with_residual { residual[i * n + j] as f64 } else { 0.0 };
+                    let want = ((dot + added) as f32).clamp(min, max);
                     let got = c[i * n + j];
                     assert!(
                         (got - want).abs() <= 1e-4,
-                        "bias {with_bias}, clamp {min}..{max}, ({i},{j}): {got} vs {want}"
+                        "bias {with_bias}, residual {with_residual}, clamp {min}..{max}, ({i},{j}): {got} vs {want}"
                     );
                 }
             }
@@ -822,7 +896,8 @@ mod tests {
     }
 
     /// Every tile kind on shapes with ragged rows, columns and depth
-    /// blocks, strided A and C, transposed and plain B.
+    /// blocks, strided A and C, transposed and plain B (the latter with a
+    /// residual, strided as C).
     #[test]
     fn products_match_a_reference() {
         for &(m, n, k) in &[
@@ -841,6 +916,7 @@ mod tests {
                 let a = rng(1, m * lda);
                 let b = rng(2, k * n);
                 let bias = rng(3, n);
+                let residual = (!b_trans).then(|| rng(4, m * ldc));
                 let mut packed = vec![0.0f32; packed_len(k, n)];
                 assert!(!is_packed(&packed, k, n));
                 pack(&b, k, n, b_trans, &mut packed);
@@ -848,7 +924,7 @@ mod tests {
                 let mut want = vec![0.0f32; m * n];
                 for i in 0..m {
                     for j in 0..n {
-                        let mut s = bias[j] as f64;
+                        let mut s = bias[j] as f64 + residual.as_ref().map_or(0.0, |r| r[i * ldc + j] as f64);
                         for q in 0..k {
                             let bv = if b_trans { b[j * k + q] } else { b[q * n + j] };
                             s += a[i * lda + q] as f64 * bv as f64;
@@ -858,6 +934,7 @@ mod tests {
                 }
                 let e = Epilogue {
                     bias: Some(&bias),
+                    residual: residual.as_deref(),
                     min: -1.0,
                     max: 2.0,
                 };
@@ -885,19 +962,19 @@ mod tests {
                     epilogue: &e,
                 };
                 let mut c = vec![f32::NAN; m * ldc];
-                p.run(Portable, Out::new(&mut c, ldc));
+                p.run(Portable, Out::new(&mut c, ldc, e.residual));
                 check(&c);
                 #[cfg(target_arch = "x86_64")]
                 if crate::linear::has_avx2_fma() {
                     let mut c = vec![f32::NAN; m * ldc];
-                    p.run(Avx2(()), Out::new(&mut c, ldc));
+                    p.run(Avx2(()), Out::new(&mut c, ldc, e.residual));
                     check(&c);
                 }
                 #[cfg(target_arch = "x86_64")]
                 if let Some(t) = Avx512::detect() {
                     for seven in [false, true] {
                         let mut c = vec![f32::NAN; m * ldc];
-                        p.run(Avx512 { seven }, Out::new(&mut c, ldc));
+                        p.run(Avx512 { seven }, Out::new(&mut c, ldc, e.residual));
                         check(&c);
                     }
                     assert!(t.for_rows(49).seven && !t.for_rows(64).seven && !t.for_rows(12544).seven);

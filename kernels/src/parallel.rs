@@ -416,16 +416,33 @@ mod tests {
                 c
             });
         }
+        // Bands of rows, each with its rows of the residual.
+        let (m, n, k) = (100, 70, 300);
+        let (a, b, residual) = (rng(1, m * k), rng(2, k * n), rng(3, m * n));
+        let mut packed = std::vec![0.0; packed_len(k, n)];
+        pack(&b, k, n, false, &mut packed);
+        run_both(&|| {
+            let mut c = std::vec![0.0; m * n];
+            let e = crate::gemm::Epilogue {
+                residual: Some(&residual),
+                ..crate::gemm::Epilogue::NONE
+            };
+            gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
+            c
+        });
         // A batch of 5 rows: split by columns, each part its strips, its
-        // bias and its columns of a strided C (the gaps left as they were).
+        // bias, its columns of the residual and of a strided C (the gaps
+        // left as they were).
         let (m, n, k, lda, ldc) = (5, 700, 300, 301, 703);
         let (a, b, bias) = (rng(10, m * lda), rng(11, n * k), rng(12, n));
+        let residual = rng(13, m * ldc);
         let mut packed = std::vec![0.0; packed_len(k, n)];
         pack(&b, k, n, true, &mut packed);
         run_both(&|| {
             let mut c = std::vec![7.0; m * ldc];
             let e = crate::gemm::Epilogue {
                 bias: Some(&bias),
+                residual: Some(&residual),
                 min: -0.5,
                 max: 0.5,
             };

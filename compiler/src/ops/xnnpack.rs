@@ -258,19 +258,21 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 
 /// `conv2d_folded.out(input, weight, bias?, bn_weight?, bn_bias?,
 /// bn_mean?, bn_var?, bn_eps?, padding, stride, dilation, groups,
-/// output_min, output_max, kept, out)`: an aten convolution run on NHWC
-/// images (see [`crate::channels_last`]). Input `[N, H, W, C]`, weight in
-/// PyTorch's layout `[O, C / groups, kH, kW]`, ungrouped or depthwise; an
-/// inference batch norm is folded in when `bn_mean` and `bn_var` are
-/// given. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
+/// output_min, output_max, residual?, kept, out)`: an aten convolution run
+/// on NHWC images (see [`crate::channels_last`]). Input `[N, H, W, C]`,
+/// weight in PyTorch's layout `[O, C / groups, kH, kW]`, ungrouped or
+/// depthwise; an inference batch norm is folded in when `bn_mean` and
+/// `bn_var` are given; `residual` (sized as `out`) is added before the
+/// clamp. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
 /// holds the prepared filter from run to run.
 fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(16)?;
-    let (x, w, bias, out) = conv_operands(ctx, 15)?;
+    ctx.arity(17)?;
+    let (x, w, bias, out) = conv_operands(ctx, 16)?;
     let (padding, stride, dilation) = (array::<4>(ctx, 8)?, array::<2>(ctx, 9)?, array::<2>(ctx, 10)?);
     let groups = super::conv::usize_arg(ctx, 11)?;
     let (min, max) = bounds(ctx, 12)?;
-    let kept = ctx.tensor(14)?;
+    let residual = ctx.opt_tensor(14)?;
+    let kept = ctx.tensor(15)?;
     f32_static(&[&kept])?;
     let &[o, cg, kh, kw] = &w.sizes[..] else {
         return Err(format!("weight {:?} is not [O, C / groups, kH, kW]", w.sizes));
@@ -292,6 +294,17 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         return Err(format!("the bias does not have {o} elements"));
     }
     require_sizes(&out, &g.output_sizes())?;
+    if let Some(r) = &residual {
+        f32_static(&[r])?;
+        if r.sizes != g.output_sizes() {
+            return Err(format!(
+                "residual value {} has sizes {:?}, expected the output's {:?}",
+                r.value,
+                r.sizes,
+                g.output_sizes()
+            ));
+        }
+    }
     check_packed(&Some(kept.clone()), g.folded_len())?;
     let params = [
         ctx.opt_tensor(3)?,
@@ -324,13 +337,14 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
     let (bi, s3) = read_opt(ctx, &bias)?;
+    let (ri, s_res) = read_opt(ctx, &residual)?;
     let (ki, s4) = ctx.write(&kept)?;
     let (oi, s5) = ctx.write(&out)?;
     let (sc, s6) = scratch(ctx, g.scratch_len(true));
     Ok(quote! {
         let geometry = #geometry;
-        #s1 #s2 #s3 #s_bn #s4 #s5 #s6
-        ::ptec_runtime::kernels::nhwc::conv2d_folded(&geometry, #xi, #wi, #bi, #bn, #min, #max, #ki, #oi, #sc);
+        #s1 #s2 #s3 #s_bn #s_res #s4 #s5 #s6
+        ::ptec_runtime::kernels::nhwc::conv2d_folded(&geometry, #xi, #wi, #bi, #bn, #ri, #min, #max, #ki, #oi, #sc);
     })
 }
 
