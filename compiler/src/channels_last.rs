@@ -33,6 +33,7 @@ use std::collections::{HashMap, HashSet};
 pub fn channels_last(program: &mut Program) {
     for m in &mut program.methods {
         convert_method(m);
+        crate::conv_pairs::fuse_pairs(m);
     }
 }
 
@@ -708,7 +709,7 @@ impl Rewrite<'_> {
         let mut args = vec![x, c.w, bias];
         args.extend(bn);
         args.extend([padding, stride, dilation, groups, lo, hi, residual, kept, out]);
-        self.call("ptec_xnn::conv2d_folded.out", args);
+        self.call(crate::conv_pairs::FOLDED, args);
         self.finish(out, c.out);
     }
 }

@@ -19,6 +19,9 @@ use crate::packed::{ensure_packed, gemm_packed, pack, pack_with, packed_len, sta
 extern crate std;
 
 mod direct;
+mod pair;
+
+pub use pair::{conv2d_folded_pair, pair_scratch_len, MAX_PAIR_PARTS};
 
 /// The windows of a 2-d convolution or pooling over `[N, H, W, ·]` images.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -537,51 +540,61 @@ impl Conv2dNhwc {
 
 /// A convolution of NHWC images whose filter is in PyTorch's layout
 /// (`[O, C / groups, kH, kW]`), with an optional batch norm folded in and
-/// an optional residual (`[N, OH, OW, O]`, as `out`) added: `out[N, OH, OW,
-/// O] = clamp(bn(conv(x, w) + bias) + residual)`. Ungrouped and depthwise
-/// convolutions only (see [`Conv2dNhwc::regular`] and
+/// an optional residual (`[N, OH, OW, O]`, as the output) added: `out[N,
+/// OH, OW, O] = clamp(bn(conv(x, w) + bias) + residual)`. Ungrouped and
+/// depthwise convolutions only (see [`Conv2dNhwc::regular`] and
 /// [`Conv2dNhwc::depthwise`] for the geometry).
-///
-/// The first call rearranges the filter into the layout the NHWC kernels
-/// read, scales it and shifts the bias by the batch norm, and keeps the
-/// result in `kept` ([`Conv2dNhwc::folded_len`] floats, serving this
-/// convolution alone); later calls find it there. `scratch`:
+#[derive(Clone, Copy, Debug)]
+pub struct FoldedConv<'a> {
+    pub geometry: Conv2dNhwc,
+    pub w: &'a [f32],
+    pub bias: Option<&'a [f32]>,
+    pub bn: Option<BatchNormFold<'a>>,
+    pub residual: Option<&'a [f32]>,
+    pub min: f32,
+    pub max: f32,
+}
+
+impl FoldedConv<'_> {
+    /// The folded bias and the prepared filter, from `kept`
+    /// ([`Conv2dNhwc::folded_len`] floats, serving this convolution
+    /// alone): prepared there on the first call, found there on later ones.
+    fn prepared<'k>(&self, kept: &'k mut [f32]) -> (&'k [f32], &'k [f32]) {
+        let g = &self.geometry;
+        assert!(
+            g.groups == 1 || g.is_depthwise(),
+            "{} groups of {} channels",
+            g.groups,
+            g.in_c
+        );
+        let o = g.out_c;
+        let (head, rest) = kept[..g.folded_len()].split_at_mut(FOLDED_HEADER);
+        let (folded_bias, filter) = rest.split_at_mut(o.div_ceil(16) * 16);
+        let header = g.folded_header();
+        if !stamped(head, &header) {
+            fold_filter(g, self.w, self.bias, self.bn.as_ref(), &mut folded_bias[..o], filter);
+            stamp(head, &header);
+        }
+        (&folded_bias[..o], filter)
+    }
+}
+
+/// Runs a [`FoldedConv`] of `x` into `out`. The first call rearranges the
+/// filter into the layout the NHWC kernels read, scales it and shifts the
+/// bias by the batch norm, and keeps the result in `kept`
+/// ([`Conv2dNhwc::folded_len`] floats, serving this convolution alone);
+/// later calls find it there. `scratch`:
 /// [`Conv2dNhwc::scratch_len`]`(true)` floats.
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_folded(
-    g: &Conv2dNhwc,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    bn: Option<&BatchNormFold<'_>>,
-    residual: Option<&[f32]>,
-    min: f32,
-    max: f32,
-    kept: &mut [f32],
-    out: &mut [f32],
-    scratch: &mut [f32],
-) {
+pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], kept: &mut [f32], out: &mut [f32], scratch: &mut [f32]) {
+    let g = &conv.geometry;
     let out = &mut out[..g.window.out_pixels() * g.out_c];
-    if let Some(r) = residual {
+    if let Some(r) = conv.residual {
         assert!(r.len() >= out.len(), "residual of {} floats for {}", r.len(), out.len());
     }
-    assert!(
-        g.groups == 1 || g.is_depthwise(),
-        "{} groups of {} channels",
-        g.groups,
-        g.in_c
-    );
-    let o = g.out_c;
-    let (head, rest) = kept[..g.folded_len()].split_at_mut(FOLDED_HEADER);
-    let (folded_bias, filter) = rest.split_at_mut(o.div_ceil(16) * 16);
-    let header = g.folded_header();
-    if !stamped(head, &header) {
-        fold_filter(g, w, bias, bn, &mut folded_bias[..o], filter);
-        stamp(head, &header);
-    }
-    let folded_bias = &folded_bias[..o];
+    let (min, max) = (conv.min, conv.max);
+    let (folded_bias, filter) = conv.prepared(kept);
     if g.is_depthwise() {
-        match residual {
+        match conv.residual {
             None => depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), min, max, out),
             Some(r) => {
                 // The depthwise kernels add no residual: the sum and the
@@ -594,7 +607,7 @@ pub fn conv2d_folded(
     } else {
         let e = Epilogue {
             bias: Some(folded_bias),
-            residual,
+            residual: conv.residual,
             min,
             max,
         };
@@ -1549,21 +1562,18 @@ mod tests {
                 let xl = to_last(&x, xs);
                 let mut kept = vec![0.0f32; g.folded_len()];
                 let mut scratch = vec![0.0f32; g.scratch_len(true)];
+                let conv = FoldedConv {
+                    geometry: g,
+                    w: &w,
+                    bias: bias.as_deref(),
+                    bn: with_bn.then_some(bn),
+                    residual: residual.as_deref(),
+                    min: -1.5,
+                    max: 2.0,
+                };
                 for call in 0..2 {
                     let mut got = vec![f32::NAN; want.len()];
-                    conv2d_folded(
-                        &g,
-                        &xl,
-                        &w,
-                        bias.as_deref(),
-                        with_bn.then_some(&bn),
-                        residual.as_deref(),
-                        -1.5,
-                        2.0,
-                        &mut kept,
-                        &mut got,
-                        &mut scratch,
-                    );
+                    conv2d_folded(&conv, &xl, &mut kept, &mut got, &mut scratch);
                     for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
                         let b = b.clamp(-1.5, 2.0);
                         assert!(

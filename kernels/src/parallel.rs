@@ -473,6 +473,28 @@ mod tests {
             crate::nhwc::conv2d_nhwc(&g, &x, &w, None, 0.0, 6.0, None, &mut out, &mut scratch);
             out
         });
+        // A pointwise-depthwise pair: each part its output rows and band
+        // buffer, two images.
+        let g1 = Conv2dNhwc::regular(&[2, 31, 20, 8], &[144, 1, 1, 8], [1, 1], [0; 4], [1, 1], 1).unwrap();
+        let g2 = Conv2dNhwc::depthwise(&[2, 31, 20, 144], &[1, 3, 3, 144], [2, 2], [1; 4], [1, 1]).unwrap();
+        let (x, w1, w2) = (rng(7, 2 * 31 * 20 * 8), rng(8, 144 * 8), rng(9, 144 * 9));
+        let conv = |geometry, w| crate::nhwc::FoldedConv {
+            geometry,
+            w,
+            bias: None,
+            bn: None,
+            residual: None,
+            min: f32::NEG_INFINITY,
+            max: f32::INFINITY,
+        };
+        let (first, second) = (conv(g1, &w1[..]), conv(g2, &w2[..]));
+        run_both(&|| {
+            let mut out = std::vec![0.0; g2.window.out_pixels() * 144];
+            let (mut k1, mut k2) = (std::vec![0.0; g1.folded_len()], std::vec![0.0; g2.folded_len()]);
+            let mut scratch = std::vec![0.0; crate::nhwc::pair_scratch_len(&g1, &g2).unwrap()];
+            crate::nhwc::conv2d_folded_pair(&first, &mut k1, &second, &mut k2, &x, &mut out, &mut scratch);
+            out
+        });
     }
 
     #[test]

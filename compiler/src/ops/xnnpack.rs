@@ -20,6 +20,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),
     ("ptec_xnn::conv2d_nhwc.out", conv2d_nhwc),
     ("ptec_xnn::conv2d_folded.out", conv2d_folded),
+    ("ptec_xnn::conv2d_folded_pair.out", conv2d_folded_pair),
     ("ptec_xnn::depthwise_conv2d_nhwc.out", depthwise_conv2d_nhwc),
     ("ptec_xnn::max_pool2d_nhwc.out", max_pool2d_nhwc),
     ("ptec_xnn::avg_pool2d_nhwc.out", avg_pool2d_nhwc),
@@ -266,34 +267,122 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// clamp. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
 /// holds the prepared filter from run to run.
 fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(17)?;
-    let (x, w, bias, out) = conv_operands(ctx, 16)?;
-    let (padding, stride, dilation) = (array::<4>(ctx, 8)?, array::<2>(ctx, 9)?, array::<2>(ctx, 10)?);
-    let groups = super::conv::usize_arg(ctx, 11)?;
-    let (min, max) = bounds(ctx, 12)?;
-    let residual = ctx.opt_tensor(14)?;
-    let kept = ctx.tensor(15)?;
+    ctx.arity(1 + FOLDED_ARGS + 1)?;
+    let x = ctx.tensor(0)?;
+    f32_static(&[&x])?;
+    let conv = folded_conv(ctx, &x.sizes, 1)?;
+    let out = ctx.tensor(1 + FOLDED_ARGS)?;
+    f32_static(&[&out])?;
+    require_sizes(&out, &conv.geometry.output_sizes())?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (oi, s2) = ctx.write(&out)?;
+    let (sc, s3) = scratch(ctx, conv.geometry.scratch_len(true));
+    let FoldedTokens { stmts, conv, kept, .. } = conv;
+    Ok(quote! {
+        #stmts #s1 #s2 #s3
+        ::ptec_runtime::kernels::nhwc::conv2d_folded(&#conv, #xi, #kept, #oi, #sc);
+    })
+}
+
+/// `conv2d_folded_pair.out(input, <the 15 arguments of a first
+/// conv2d_folded after its input>, <the 15 of a second>, out)`: a
+/// pointwise convolution whose result only a depthwise one reads, run
+/// together band by band (see [`crate::conv_pairs`]); neither takes a
+/// residual.
+fn conv2d_folded_pair(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(1 + 2 * FOLDED_ARGS + 1)?;
+    let x = ctx.tensor(0)?;
+    f32_static(&[&x])?;
+    let first = folded_conv(ctx, &x.sizes, 1)?;
+    let mid = first.geometry.output_sizes();
+    let second = folded_conv(ctx, &mid, 1 + FOLDED_ARGS)?;
+    let out = ctx.tensor(1 + 2 * FOLDED_ARGS)?;
+    f32_static(&[&out])?;
+    require_sizes(&out, &second.geometry.output_sizes())?;
+    if first.residual || second.residual {
+        return Err("a fused pair of convolutions takes no residual".into());
+    }
+    let (g1, g2) = (first.geometry, second.geometry);
+    let len = ::ptec_runtime::kernels::nhwc::pair_scratch_len(&g1, &g2)
+        .ok_or_else(|| format!("a {g1:?} and a {g2:?} cannot run as a pointwise-depthwise pair"))?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (oi, s2) = ctx.write(&out)?;
+    let (sc, s3) = scratch(ctx, len);
+    let (
+        FoldedTokens {
+            stmts: t1,
+            conv: c1,
+            kept: k1,
+            ..
+        },
+        FoldedTokens {
+            stmts: t2,
+            conv: c2,
+            kept: k2,
+            ..
+        },
+    ) = (first, second);
+    Ok(quote! {
+        #t1 #t2 #s1 #s2 #s3
+        ::ptec_runtime::kernels::nhwc::conv2d_folded_pair(&#c1, #k1, &#c2, #k2, #xi, #oi, #sc);
+    })
+}
+
+/// Arguments of one folded convolution after its input: weight, bias,
+/// four batch norm tensors and eps, padding, stride, dilation, groups, the
+/// output range, residual, kept.
+const FOLDED_ARGS: usize = 15;
+
+/// A folded convolution's checked geometry and emitted operands.
+struct FoldedTokens {
+    geometry: Conv2dNhwc,
+    /// Whether it adds a residual.
+    residual: bool,
+    /// The statements that make its views.
+    stmts: TokenStream,
+    /// A `FoldedConv` expression.
+    conv: TokenStream,
+    /// Its `kept` slice.
+    kept: Ident,
+}
+
+/// The folded convolution whose [`FOLDED_ARGS`] arguments start at `first`
+/// (the weight), reading an input of `input` sizes.
+fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<FoldedTokens, String> {
+    let arg = |i: usize| first + i;
+    let (w, bias) = (ctx.tensor(arg(0))?, ctx.opt_tensor(arg(1))?);
+    let mut all = vec![&w];
+    all.extend(bias.as_ref());
+    f32_static(&all)?;
+    let (padding, stride, dilation) = (
+        array::<4>(ctx, arg(7))?,
+        array::<2>(ctx, arg(8))?,
+        array::<2>(ctx, arg(9))?,
+    );
+    let groups = super::conv::usize_arg(ctx, arg(10))?;
+    let (min, max) = bounds(ctx, arg(11))?;
+    let residual = ctx.opt_tensor(arg(13))?;
+    let kept = ctx.tensor(arg(14))?;
     f32_static(&[&kept])?;
     let &[o, cg, kh, kw] = &w.sizes[..] else {
         return Err(format!("weight {:?} is not [O, C / groups, kH, kW]", w.sizes));
     };
     let geometry = if groups == 1 {
-        Conv2dNhwc::regular(&x.sizes, &[o, kh, kw, cg], stride, padding, dilation, 1)
-    } else if cg == 1 && x.sizes.get(3) == Some(&groups) {
-        Conv2dNhwc::depthwise(&x.sizes, &[1, kh, kw, o], stride, padding, dilation)
+        Conv2dNhwc::regular(input, &[o, kh, kw, cg], stride, padding, dilation, 1)
+    } else if cg == 1 && input.get(3) == Some(&groups) {
+        Conv2dNhwc::depthwise(input, &[1, kh, kw, o], stride, padding, dilation)
     } else {
         None
     };
     let g = geometry.ok_or_else(|| {
         format!(
-            "convolution of {:?} with weight {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid or neither ungrouped nor depthwise",
-            x.sizes, w.sizes
+            "convolution of {input:?} with weight {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid or neither ungrouped nor depthwise",
+            w.sizes
         )
     })?;
     if bias.as_ref().is_some_and(|b| b.numel() != o) {
         return Err(format!("the bias does not have {o} elements"));
     }
-    require_sizes(&out, &g.output_sizes())?;
     if let Some(r) = &residual {
         f32_static(&[r])?;
         if r.sizes != g.output_sizes() {
@@ -307,10 +396,10 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     check_packed(&Some(kept.clone()), g.folded_len())?;
     let params = [
-        ctx.opt_tensor(3)?,
-        ctx.opt_tensor(4)?,
-        ctx.opt_tensor(5)?,
-        ctx.opt_tensor(6)?,
+        ctx.opt_tensor(arg(2))?,
+        ctx.opt_tensor(arg(3))?,
+        ctx.opt_tensor(arg(4))?,
+        ctx.opt_tensor(arg(5))?,
     ];
     let given: Vec<&TArg> = params.iter().flatten().collect();
     f32_static(&given)?;
@@ -320,13 +409,13 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let [bn_weight, bn_bias, mean, var] = params;
     let (bn, s_bn) = match (mean, var) {
         (Some(mean), Some(var)) => {
-            let eps = f64_lit(ctx.double(7)?);
+            let eps = f64_lit(ctx.double(arg(6))?);
             let (wi, s1) = read_opt(ctx, &bn_weight)?;
             let (bi, s2) = read_opt(ctx, &bn_bias)?;
             let (mi, s3) = ctx.read(&mean)?;
             let (vi, s4) = ctx.read(&var)?;
             (
-                quote!(Some(&::ptec_runtime::kernels::nhwc::BatchNormFold { weight: #wi, bias: #bi, mean: #mi, var: #vi, eps: #eps })),
+                quote!(Some(::ptec_runtime::kernels::nhwc::BatchNormFold { weight: #wi, bias: #bi, mean: #mi, var: #vi, eps: #eps })),
                 quote!(#s1 #s2 #s3 #s4),
             )
         }
@@ -334,17 +423,20 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         _ => return Err("a batch norm needs its running mean and variance".into()),
     };
     let geometry = conv_tokens(&g);
-    let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = ctx.read(&w)?;
-    let (bi, s3) = read_opt(ctx, &bias)?;
-    let (ri, s_res) = read_opt(ctx, &residual)?;
+    let (wi, s1) = ctx.read(&w)?;
+    let (bi, s2) = read_opt(ctx, &bias)?;
+    let (ri, s3) = read_opt(ctx, &residual)?;
     let (ki, s4) = ctx.write(&kept)?;
-    let (oi, s5) = ctx.write(&out)?;
-    let (sc, s6) = scratch(ctx, g.scratch_len(true));
-    Ok(quote! {
-        let geometry = #geometry;
-        #s1 #s2 #s3 #s_bn #s_res #s4 #s5 #s6
-        ::ptec_runtime::kernels::nhwc::conv2d_folded(&geometry, #xi, #wi, #bi, #bn, #ri, #min, #max, #ki, #oi, #sc);
+    Ok(FoldedTokens {
+        geometry: g,
+        residual: residual.is_some(),
+        stmts: quote!(#s1 #s2 #s_bn #s3 #s4),
+        conv: quote! {
+            ::ptec_runtime::kernels::nhwc::FoldedConv {
+                geometry: #geometry, w: #wi, bias: #bi, bn: #bn, residual: #ri, min: #min, max: #max,
+            }
+        },
+        kept: ki,
     })
 }
 
