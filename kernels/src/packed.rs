@@ -193,43 +193,67 @@ pub fn gemm_packed(
         }
         .dispatch(c)
     };
-    // With threads, each takes a band of rows (whole 7- or 8-row tiles)
-    // and its band of C; a product with too few rows for that (a batch of
-    // a few vectors) splits its columns, whole strips each; products too
-    // small to pay for the hand-off stay whole.
-    let worth_splitting = m * n * k >= 1 << 18;
-    if worth_splitting && m < 16 && n > NR && crate::parallel::threads() > 1 {
-        let strips = || crate::parallel::split(n.div_ceil(NR), 1);
-        let out = Shared(Out::new(c, ldc, epilogue.residual));
-        crate::parallel::run_parts(strips().count(), &|i| {
-            let Some((s0, s1)) = strips().nth(i) else { return };
-            let (j0, j1) = (s0 * NR, (s1 * NR).min(n));
-            // The residual goes with C (`Out::at`).
-            let shifted = Epilogue {
-                bias: epilogue.bias.map(|b| &b[j0..]),
-                ..*epilogue
-            };
-            // SAFETY (of sharing `out`): part `i` writes only columns
-            // `j0 .. j1` of C, which no other part writes.
-            product(
-                j1 - j0,
-                &body[(j0 / NR) * k * NR..],
-                &shifted,
-                0..m,
-                out.view().at(0, j0),
-            );
-        });
-        return;
-    }
     let grain = if !m.is_multiple_of(8) && m.is_multiple_of(7) {
         7
     } else {
         8
     };
+    // With threads, a product whose B is larger than A (more columns than
+    // rows: a few pixels or vectors against a large weight) splits its
+    // tiles (whole strips by whole 7- or 8-row tiles) strip by strip, so
+    // each part reads its own share of B; any other takes bands of rows
+    // and its band of C. Products too small to pay for the hand-off stay
+    // whole.
+    let worth_splitting = m * n * k >= 1 << 18;
+    if worth_splitting && n > m && n > NR && crate::parallel::threads() > 1 {
+        let tiles = m.div_ceil(grain);
+        let grid = || crate::parallel::split(n.div_ceil(NR) * tiles, 1);
+        let out = Shared(Out::new(c, ldc, epilogue.residual));
+        crate::parallel::run_parts(grid().count(), &|i| {
+            let Some((t0, t1)) = grid().nth(i) else { return };
+            for (strips, tile_rows) in grid_rectangles(t0, t1, tiles) {
+                let (j0, j1) = (strips.start * NR, (strips.end * NR).min(n));
+                let rows = tile_rows.start * grain..(tile_rows.end * grain).min(m);
+                // The residual goes with C (`Out::at`).
+                let shifted = Epilogue {
+                    bias: epilogue.bias.map(|b| &b[j0..]),
+                    ..*epilogue
+                };
+                // SAFETY (of sharing `out`): part `i` writes only the
+                // tiles `t0 .. t1` of C, which no other part writes.
+                let c = out.view().at(rows.start, j0);
+                product(j1 - j0, &body[strips.start * k * NR..], &shifted, rows, c);
+            }
+        });
+        return;
+    }
     crate::parallel::for_each_band(c, m, ldc, grain, worth_splitting && m >= 16, &|rows, c| {
         let residual = epilogue.residual.map(|r| &r[rows.start * ldc..]);
         product(n, body, epilogue, rows, Out::new(c, ldc, residual))
     });
+}
+
+/// The tiles `t0 .. t1` of a product, counted strip by strip (`tiles` row
+/// tiles each), as at most three rectangles `(strips, row tiles)`: the
+/// rest of a first strip begun, whole strips, the start of a last one.
+fn grid_rectangles(
+    t0: usize,
+    t1: usize,
+    tiles: usize,
+) -> impl Iterator<Item = (core::ops::Range<usize>, core::ops::Range<usize>)> {
+    let (s0, r0, s1, r1) = (t0 / tiles, t0 % tiles, t1 / tiles, t1 % tiles);
+    let rectangles = if s0 == s1 {
+        [(s0..s0 + 1, r0..r1), (0..0, 0..0), (0..0, 0..0)]
+    } else {
+        let whole = s0 + usize::from(r0 > 0)..s1;
+        [(s0..s0 + 1, r0..tiles), (whole, 0..tiles), (s1..s1 + 1, 0..r1)]
+    };
+    rectangles.into_iter().enumerate().filter_map(move |(i, (s, r))| {
+        // The first rectangle is whole strips' business when it starts at
+        // row tile 0.
+        let skip = s.is_empty() || r.is_empty() || (i == 0 && s0 != s1 && r0 == 0);
+        (!skip).then_some((s, r))
+    })
 }
 
 /// Where a product writes `C`: rows `ldc` floats apart within the `len`
@@ -890,6 +914,28 @@ mod tests {
                         (got - want).abs() <= 1e-4,
                         "bias {with_bias}, residual {with_residual}, clamp {min}..{max}, ({i},{j}): {got} vs {want}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grid_rectangles_cover_each_tile_once() {
+        for tiles in 1..5 {
+            let all = 4 * tiles;
+            for t0 in 0..=all {
+                for t1 in t0..=all {
+                    let mut seen = vec![0u8; all];
+                    for (strips, rows) in grid_rectangles(t0, t1, tiles) {
+                        assert!(strips.end <= 4 && rows.end <= tiles && !strips.is_empty() && !rows.is_empty());
+                        for s in strips {
+                            for r in rows.clone() {
+                                seen[s * tiles + r] += 1;
+                            }
+                        }
+                    }
+                    let want: std::vec::Vec<u8> = (0..all).map(|t| u8::from(t0 <= t && t < t1)).collect();
+                    assert_eq!(seen, want, "tiles {t0}..{t1} of {tiles} per strip");
                 }
             }
         }

@@ -416,6 +416,23 @@ mod tests {
                 c
             });
         }
+        // 49 rows against a wider B: split by tiles, strip by strip (some
+        // strips shared by two parts), with bias and residual.
+        let (m, n, k) = (49, 160, 960);
+        let (a, b, bias, residual) = (rng(4, m * k), rng(5, k * n), rng(6, n), rng(7, m * n));
+        let mut packed = std::vec![0.0; packed_len(k, n)];
+        pack(&b, k, n, false, &mut packed);
+        run_both(&|| {
+            let mut c = std::vec![0.0; m * n];
+            let e = crate::gemm::Epilogue {
+                bias: Some(&bias),
+                residual: Some(&residual),
+                min: -3.0,
+                max: 3.0,
+            };
+            gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
+            c
+        });
         // Bands of rows, each with its rows of the residual.
         let (m, n, k) = (100, 70, 300);
         let (a, b, residual) = (rng(1, m * k), rng(2, k * n), rng(3, m * n));
