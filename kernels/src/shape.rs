@@ -198,31 +198,45 @@ fn batched_transpose(sizes: &[usize], dims: &[usize]) -> Option<(usize, usize, u
     Some((prod(&sizes[..lead]), prod(&sizes[lead..split]), prod(&sizes[split..])))
 }
 
-/// `batch` transposes of `rows × cols` matrices, `cols` 16 at a time so
-/// that each group's writes stay within a few cache lines (a few rows are
-/// simply interleaved).
+/// `batch` transposes of `rows × cols` matrices (a few rows are simply
+/// interleaved).
 fn transpose_blocks<T: Copy>(src: &[T], batch: usize, rows: usize, cols: usize, dst: &mut [T]) {
-    const BLOCK: usize = 16;
     let size = rows * cols;
     for b in 0..batch {
         let (s, d) = (&src[b * size..][..size], &mut dst[b * size..][..size]);
-        if rows <= 4 {
-            // A few long rows (the channels of an NCHW image): read them
-            // side by side, write the output in order.
-            for (col, out) in d.chunks_exact_mut(rows.max(1)).enumerate() {
-                for (r, o) in out.iter_mut().enumerate() {
-                    *o = s[r * cols + col];
-                }
-            }
-            continue;
+        // A few long rows (the channels of an NCHW image): read them side
+        // by side, write the output in order.
+        match rows {
+            1 => d.copy_from_slice(s),
+            2 => interleave::<T, 2>(s, cols, d),
+            3 => interleave::<T, 3>(s, cols, d),
+            4 => interleave::<T, 4>(s, cols, d),
+            _ => transpose_tiles(s, rows, cols, d),
         }
-        for c0 in (0..cols).step_by(BLOCK) {
-            let w = BLOCK.min(cols - c0);
-            for r in 0..rows {
-                let from = &s[r * cols + c0..][..w];
-                for (i, &v) in from.iter().enumerate() {
-                    d[(c0 + i) * rows + r] = v;
-                }
+    }
+}
+
+/// Interleaves the `R` rows of `s` (`cols` each) into `d`: groups of a
+/// fixed size, which the compiler turns into vector shuffles.
+fn interleave<T: Copy, const R: usize>(s: &[T], cols: usize, d: &mut [T]) {
+    let rows: [&[T]; R] = core::array::from_fn(|r| &s[r * cols..][..cols]);
+    for (col, out) in d[..R * cols].chunks_exact_mut(R).enumerate() {
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = rows[r][col];
+        }
+    }
+}
+
+/// One `rows × cols` transpose, `cols` 16 at a time so that each group's
+/// writes stay within a few cache lines.
+fn transpose_tiles<T: Copy>(s: &[T], rows: usize, cols: usize, d: &mut [T]) {
+    const BLOCK: usize = 16;
+    for c0 in (0..cols).step_by(BLOCK) {
+        let w = BLOCK.min(cols - c0);
+        for r in 0..rows {
+            let from = &s[r * cols + c0..][..w];
+            for (i, &v) in from.iter().enumerate() {
+                d[(c0 + i) * rows + r] = v;
             }
         }
     }
@@ -847,6 +861,12 @@ mod tests {
             (vec![2, 3, 5, 7], vec![0, 3, 1, 2]),
             (vec![20, 37], vec![1, 0]),
             (vec![3, 40, 2], vec![1, 2, 0]),
+            // One to four channels, interleaved; five, by tiles.
+            (vec![2, 1, 3, 5], vec![0, 2, 3, 1]),
+            (vec![2, 2, 3, 5], vec![0, 2, 3, 1]),
+            (vec![1, 3, 9, 7], vec![0, 2, 3, 1]),
+            (vec![2, 4, 3, 5], vec![0, 2, 3, 1]),
+            (vec![1, 5, 4, 9], vec![0, 2, 3, 1]),
         ] {
             assert!(batched_transpose(&sizes, &perm).is_some());
             let x = iota(numel(&sizes));
