@@ -123,7 +123,7 @@ fn f32_tensor(m: &Method, v: usize) -> Option<&Tensor> {
         .filter(|t| t.dtype == ScalarType::Float && t.dynamism == Dynamism::Static && t.is_contiguous())
 }
 
-fn image(m: &Method, v: usize) -> Option<[usize; 4]> {
+pub(crate) fn image(m: &Method, v: usize) -> Option<[usize; 4]> {
     f32_tensor(m, v)?.sizes.as_slice().try_into().ok()
 }
 
@@ -145,7 +145,7 @@ fn optional_vector(m: &Method, v: usize, len: usize) -> Option<Option<usize>> {
     }
 }
 
-fn int(m: &Method, v: usize) -> Option<i64> {
+pub(crate) fn int(m: &Method, v: usize) -> Option<i64> {
     match m.values.get(v)? {
         Value::Int(i) => Some(*i),
         _ => None,
@@ -160,7 +160,7 @@ fn number(m: &Method, v: usize) -> Option<f64> {
     }
 }
 
-fn ints(m: &Method, v: usize) -> Option<Vec<i64>> {
+pub(crate) fn ints(m: &Method, v: usize) -> Option<Vec<i64>> {
     match m.values.get(v)? {
         Value::IntList(items) => items.iter().map(|&i| int(m, i)).collect(),
         _ => None,
@@ -210,14 +210,7 @@ fn convolution(m: &Method, args: &[usize]) -> Option<Conv> {
         return None;
     }
     let padding = [ph, pw, ph, pw];
-    let nhwc = [n, h, wd, c];
-    let geometry = if groups == 1 {
-        Conv2dNhwc::regular(&nhwc, &[o, kh, kw, cg], stride, padding, dilation, 1)?
-    } else if groups == c && cg == 1 {
-        Conv2dNhwc::depthwise(&nhwc, &[1, kh, kw, o], stride, padding, dilation)?
-    } else {
-        return None;
-    };
+    let geometry = Conv2dNhwc::folded(&[n, h, wd, c], &[o, cg, kh, kw], stride, padding, dilation, groups)?;
     let [on, oh, ow, oc] = geometry.output_sizes();
     if image(m, out)? != [on, oc, oh, ow] {
         return None;

@@ -5,6 +5,7 @@
 //! for the L2 cache. The pair runs band by band (see
 //! `ptec_runtime::kernels::nhwc::conv2d_folded_pair`), so the result never
 //! goes to memory; its planned bytes are left unused.
+use crate::channels_last::{image, int, ints};
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, Uses};
 use ptec_runtime::kernels::nhwc::{pair_scratch_len, Conv2dNhwc};
@@ -76,7 +77,7 @@ fn pair_args(m: &Method, uses: &Uses, code: &[Instruction], n: usize) -> Option<
     if !(only_reader && no_residual) {
         return None;
     }
-    let g1 = geometry(m, a, sizes(m, a[X])?)?;
+    let g1 = geometry(m, a, image(m, a[X])?)?;
     let g2 = geometry(m, b, g1.output_sizes())?;
     let bytes = g1.output_sizes().iter().product::<usize>() * 4;
     if bytes < PAIR_MIN_BYTES || pair_scratch_len(&g1, &g2).is_none() {
@@ -87,20 +88,11 @@ fn pair_args(m: &Method, uses: &Uses, code: &[Instruction], n: usize) -> Option<
     Some(args)
 }
 
-fn sizes(m: &Method, v: usize) -> Option<[usize; 4]> {
-    m.values.get(v)?.as_tensor()?.sizes.as_slice().try_into().ok()
-}
-
-fn ints<const N: usize>(m: &Method, v: usize) -> Option<[usize; N]> {
-    let Some(Value::IntList(items)) = m.values.get(v) else {
-        return None;
-    };
-    let xs: Vec<usize> = items
-        .iter()
-        .map(|&i| match m.values.get(i) {
-            Some(Value::Int(x)) => usize::try_from(*x).ok(),
-            _ => None,
-        })
+/// A list of exactly `N` non-negative integers.
+fn usizes<const N: usize>(m: &Method, v: usize) -> Option<[usize; N]> {
+    let xs: Vec<usize> = ints(m, v)?
+        .into_iter()
+        .map(|x| usize::try_from(x).ok())
         .collect::<Option<_>>()?;
     xs.try_into().ok()
 }
@@ -108,20 +100,15 @@ fn ints<const N: usize>(m: &Method, v: usize) -> Option<[usize; N]> {
 /// The geometry of the `conv2d_folded` with arguments `args` over an input
 /// of `input` sizes (as its emitter checks it).
 fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc> {
-    let [o, cg, kh, kw] = sizes(m, args[WEIGHT])?;
-    let (padding, stride, dilation) = (
-        ints::<4>(m, args[PADDING])?,
-        ints::<2>(m, args[STRIDE])?,
-        ints::<2>(m, args[DILATION])?,
-    );
-    let Some(&Value::Int(groups)) = m.values.get(args[GROUPS]) else {
-        return None;
-    };
-    match usize::try_from(groups).ok()? {
-        1 => Conv2dNhwc::regular(&input, &[o, kh, kw, cg], stride, padding, dilation, 1),
-        g if cg == 1 && input[3] == g => Conv2dNhwc::depthwise(&input, &[1, kh, kw, o], stride, padding, dilation),
-        _ => None,
-    }
+    let groups = usize::try_from(int(m, args[GROUPS])?).ok()?;
+    Conv2dNhwc::folded(
+        &input,
+        &image(m, args[WEIGHT])?,
+        usizes(m, args[STRIDE])?,
+        usizes(m, args[PADDING])?,
+        usizes(m, args[DILATION])?,
+        groups,
+    )
 }
 
 #[cfg(test)]

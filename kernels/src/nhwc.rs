@@ -169,6 +169,30 @@ impl Conv2dNhwc {
         Self::checked(window, c, o, c, filter)
     }
 
+    /// The convolution [`conv2d_folded`] runs for a PyTorch weight of
+    /// sizes `[O, C / groups, kH, kW]` over an `input` of `[N, H, W, C]`:
+    /// ungrouped ([`Self::regular`]) or depthwise ([`Self::depthwise`],
+    /// `groups == C`); `None` for other groupings or invalid geometry.
+    pub fn folded(
+        input: &[usize],
+        weight: &[usize],
+        stride: [usize; 2],
+        padding: [usize; 4],
+        dilation: [usize; 2],
+        groups: usize,
+    ) -> Option<Self> {
+        let &[o, cg, kh, kw] = weight else {
+            return None;
+        };
+        if groups == 1 {
+            Self::regular(input, &[o, kh, kw, cg], stride, padding, dilation, 1)
+        } else if cg == 1 && input.get(3) == Some(&groups) {
+            Self::depthwise(input, &[1, kh, kw, o], stride, padding, dilation)
+        } else {
+            None
+        }
+    }
+
     fn checked(window: Window2d, in_c: usize, out_c: usize, groups: usize, filter: &[usize]) -> Option<Self> {
         let limit = isize::MAX as usize / 64;
         let counts = [

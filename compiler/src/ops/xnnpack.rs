@@ -364,17 +364,10 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     let residual = ctx.opt_tensor(arg(13))?;
     let kept = ctx.tensor(arg(14))?;
     f32_static(&[&kept])?;
-    let &[o, cg, kh, kw] = &w.sizes[..] else {
+    let &[o, ..] = &w.sizes[..] else {
         return Err(format!("weight {:?} is not [O, C / groups, kH, kW]", w.sizes));
     };
-    let geometry = if groups == 1 {
-        Conv2dNhwc::regular(input, &[o, kh, kw, cg], stride, padding, dilation, 1)
-    } else if cg == 1 && input.get(3) == Some(&groups) {
-        Conv2dNhwc::depthwise(input, &[1, kh, kw, o], stride, padding, dilation)
-    } else {
-        None
-    };
-    let g = geometry.ok_or_else(|| {
+    let g = Conv2dNhwc::folded(input, &w.sizes, stride, padding, dilation, groups).ok_or_else(|| {
         format!(
             "convolution of {input:?} with weight {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid or neither ungrouped nor depthwise",
             w.sizes

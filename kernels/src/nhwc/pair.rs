@@ -205,17 +205,36 @@ impl Pair<'_> {
     }
 }
 
-/// The right padding of a window (not stored): the least that gives its
-/// output width.
-fn pad_right(win: &super::Window2d) -> usize {
-    let span = win.dilation_w * (win.kernel_w - 1) + 1;
-    ((win.out_w - 1) * win.stride_w + span).saturating_sub(win.in_w + win.pad_left)
+/// The padding after the input along one dimension (not stored in a
+/// window): the least that gives `out` outputs of a `kernel`-tap window,
+/// `stride` and `dilation`, over `input` elements padded by `before`.
+fn pad_after(out: usize, stride: usize, kernel: usize, dilation: usize, input: usize, before: usize) -> usize {
+    let span = dilation * (kernel - 1) + 1;
+    ((out - 1) * stride + span).saturating_sub(input + before)
 }
 
-/// The bottom padding of a window: the least that gives its output height.
+/// The bottom padding of a window.
 fn pad_bottom(win: &super::Window2d) -> usize {
-    let span = win.dilation_h * (win.kernel_h - 1) + 1;
-    ((win.out_h - 1) * win.stride_h + span).saturating_sub(win.in_h + win.pad_top)
+    pad_after(
+        win.out_h,
+        win.stride_h,
+        win.kernel_h,
+        win.dilation_h,
+        win.in_h,
+        win.pad_top,
+    )
+}
+
+/// The right padding of a window.
+fn pad_right(win: &super::Window2d) -> usize {
+    pad_after(
+        win.out_w,
+        win.stride_w,
+        win.kernel_w,
+        win.dilation_w,
+        win.in_w,
+        win.pad_left,
+    )
 }
 
 #[cfg(test)]
