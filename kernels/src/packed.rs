@@ -151,6 +151,55 @@ pub fn gemm_packed(
     c: &mut [f32],
     ldc: usize,
 ) {
+    assert!(
+        m == 0 || n == 0 || is_packed(packed, k, n),
+        "B is not a {k}×{n} packing"
+    );
+    multiply(m, n, k, a, lda, strips(packed), false, epilogue, c, ldc);
+}
+
+/// One depth block of a product whose `B` is packed as it goes (see
+/// [`crate::gemm::sgemm`]): `C (+)= A · B`, then the epilogue, for `A`
+/// `m × kc` (row stride `lda`), `B`'s `kc` rows packed as [`pack`]'s strips
+/// (without the header: strip `s`, row `q`, column `j` at `s·kc·NR + q·NR +
+/// j`), and `C` `m × n` (row stride `ldc`). With `accumulate` the product
+/// adds to `C`; without, `C`'s previous contents are ignored.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_block(
+    m: usize,
+    n: usize,
+    kc: usize,
+    a: &[f32],
+    lda: usize,
+    strips: &[f32],
+    accumulate: bool,
+    epilogue: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    assert!(
+        strips.len() >= kc * n.div_ceil(NR) * NR,
+        "strips of {} floats for {kc}×{n}",
+        strips.len()
+    );
+    multiply(m, n, kc, a, lda, strips, accumulate, epilogue, c, ldc);
+}
+
+/// The product behind [`gemm_packed`] and [`gemm_block`]: `B`'s strips
+/// hold `k` rows each.
+#[allow(clippy::too_many_arguments)]
+fn multiply(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    body: &[f32],
+    accumulate: bool,
+    epilogue: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -161,7 +210,6 @@ pub fn gemm_packed(
     );
     assert!(a.len() >= (m - 1) * lda + k, "A of {} floats", a.len());
     assert!(c.len() >= (m - 1) * ldc + n, "C of {} floats", c.len());
-    assert!(is_packed(packed, k, n), "B is not a {k}×{n} packing");
     if let Some(b) = epilogue.bias {
         assert!(b.len() >= n, "bias of {} for {n} columns", b.len());
     }
@@ -172,6 +220,9 @@ pub fn gemm_packed(
         for i in 0..m {
             for (j, o) in c[i * ldc..][..n].iter_mut().enumerate() {
                 let mut v = epilogue.bias.map_or(0.0, |b| b[j]);
+                if accumulate {
+                    v += *o;
+                }
                 if let Some(r) = epilogue.residual {
                     v += r[i * ldc + j];
                 }
@@ -180,7 +231,6 @@ pub fn gemm_packed(
         }
         return;
     }
-    let body = strips(packed);
     let product = |n: usize, b: &'_ [f32], epilogue: &'_ Epilogue<'_>, rows: core::ops::Range<usize>, c: Out| {
         Product {
             m: rows.len(),
@@ -189,6 +239,7 @@ pub fn gemm_packed(
             a: &a[rows.start * lda..],
             lda,
             b,
+            accumulate,
             epilogue,
         }
         .dispatch(c)
@@ -358,6 +409,8 @@ struct Product<'a> {
     lda: usize,
     /// The strips (after the header).
     b: &'a [f32],
+    /// Add to `C` rather than overwrite it.
+    accumulate: bool,
     epilogue: &'a Epilogue<'a>,
 }
 
@@ -486,7 +539,7 @@ impl Product<'_> {
             mr: mr.min(m - ir),
             b: &self.b[(jr / NR) * k * NR + pc * NR..][..kc * NR],
             nr,
-            accumulate: pc > 0,
+            accumulate: pc > 0 || self.accumulate,
             bias: e.bias.filter(|_| last).map(|b| &b[jr..jr + nr]),
             residual: last && e.residual.is_some(),
             clamp: (last && clamps).then_some((e.min, e.max)),
@@ -1005,6 +1058,7 @@ mod tests {
                     a: &a,
                     lda,
                     b: &packed[HEADER..],
+                    accumulate: false,
                     epilogue: &e,
                 };
                 let mut c = vec![f32::NAN; m * ldc];

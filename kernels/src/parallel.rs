@@ -481,6 +481,25 @@ mod tests {
             crate::gemm::sgemm_fused(1, 1000, 300, 1.0, &a, false, &b, true, 0.0, &e, &mut c, &mut []);
             c
         });
+        // Products of two run-time operands (sgemm packs B as it goes):
+        // bands of rows per depth block, with alpha, beta, bias and clamp;
+        // A stored transposed too.
+        let (m, n, k) = (90, 600, 700);
+        let (a, b, bias, c0) = (rng(14, m * k), rng(15, k * n), rng(16, n), rng(17, m * n));
+        for (a_trans, b_trans) in [(false, false), (false, true), (true, false)] {
+            run_both(&|| {
+                let mut c = c0.clone();
+                let mut scratch = std::vec![0.0; crate::gemm::gemm_scratch_len(m, n, k)];
+                let e = crate::gemm::Epilogue {
+                    bias: Some(&bias),
+                    residual: None,
+                    min: -4.0,
+                    max: 4.0,
+                };
+                crate::gemm::sgemm_fused(m, n, k, 0.5, &a, a_trans, &b, b_trans, 0.25, &e, &mut c, &mut scratch);
+                c
+            });
+        }
         // A stem convolution, multiplied from the image (nhwc::direct).
         let g = Conv2dNhwc::regular(&[1, 64, 64, 3], &[32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1).unwrap();
         let (x, w) = (rng(5, 64 * 64 * 3), rng(6, 32 * 27));
