@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 pub fn channels_last(program: &mut Program) {
     for m in &mut program.methods {
         convert_method(m);
-        crate::conv_pairs::fuse_pairs(m);
+        crate::conv_chains::fuse_chains(m);
     }
 }
 
@@ -189,7 +189,7 @@ fn planned_bytes(m: &Method, v: usize) -> Option<(usize, u64, u64)> {
     }
 }
 
-fn share_bytes(m: &Method, a: usize, b: usize) -> bool {
+pub(crate) fn share_bytes(m: &Method, a: usize, b: usize) -> bool {
     match (planned_bytes(m, a), planned_bytes(m, b)) {
         (Some((ba, sa, ea)), Some((bb, sb, eb))) => ba == bb && sa < eb && sb < ea,
         _ => false,
@@ -702,7 +702,7 @@ impl Rewrite<'_> {
         let mut args = vec![x, c.w, bias];
         args.extend(bn);
         args.extend([padding, stride, dilation, groups, lo, hi, residual, kept, out]);
-        self.call(crate::conv_pairs::FOLDED, args);
+        self.call(crate::conv_chains::FOLDED, args);
         self.finish(out, c.out);
     }
 }

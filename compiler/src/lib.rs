@@ -14,7 +14,7 @@ pub mod check;
 pub mod codegen;
 mod compile;
 pub mod container;
-pub mod conv_pairs;
+pub mod conv_chains;
 pub mod coverage;
 pub mod error;
 mod frontend;

@@ -18,10 +18,10 @@ use crate::packed::{ensure_packed, gemm_packed, pack, pack_with, packed_len, sta
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
 
+mod chain;
 mod direct;
-mod pair;
 
-pub use pair::{conv2d_folded_pair, pair_scratch_len, MAX_PAIR_PARTS};
+pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MAX_CHAIN_PARTS};
 
 /// The windows of a 2-d convolution or pooling over `[N, H, W, ·]` images.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

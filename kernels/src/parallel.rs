@@ -509,26 +509,38 @@ mod tests {
             crate::nhwc::conv2d_nhwc(&g, &x, &w, None, 0.0, 6.0, None, &mut out, &mut scratch);
             out
         });
-        // A pointwise-depthwise pair: each part its output rows and band
-        // buffer, two images.
+        // An expansion, depthwise and projection chain with a residual:
+        // each part its output rows and band buffers, two images.
         let g1 = Conv2dNhwc::regular(&[2, 31, 20, 8], &[144, 1, 1, 8], [1, 1], [0; 4], [1, 1], 1).unwrap();
         let g2 = Conv2dNhwc::depthwise(&[2, 31, 20, 144], &[1, 3, 3, 144], [2, 2], [1; 4], [1, 1]).unwrap();
-        let (x, w1, w2) = (rng(7, 2 * 31 * 20 * 8), rng(8, 144 * 8), rng(9, 144 * 9));
-        let conv = |geometry, w| crate::nhwc::FoldedConv {
+        let g3 = Conv2dNhwc::regular(&g2.output_sizes(), &[24, 1, 1, 144], [1, 1], [0; 4], [1, 1], 1).unwrap();
+        let (x, w1, w2, w3) = (
+            rng(7, 2 * 31 * 20 * 8),
+            rng(8, 144 * 8),
+            rng(9, 144 * 9),
+            rng(10, 24 * 144),
+        );
+        let residual = rng(11, g3.window.out_pixels() * 24);
+        let conv = |geometry, w, residual| crate::nhwc::FoldedConv {
             geometry,
             w,
             bias: None,
             bn: None,
-            residual: None,
+            residual,
             min: f32::NEG_INFINITY,
             max: f32::INFINITY,
         };
-        let (first, second) = (conv(g1, &w1[..]), conv(g2, &w2[..]));
+        let stages = [
+            conv(g1, &w1[..], None),
+            conv(g2, &w2[..], None),
+            conv(g3, &w3[..], Some(&residual[..])),
+        ];
         run_both(&|| {
-            let mut out = std::vec![0.0; g2.window.out_pixels() * 144];
-            let (mut k1, mut k2) = (std::vec![0.0; g1.folded_len()], std::vec![0.0; g2.folded_len()]);
-            let mut scratch = std::vec![0.0; crate::nhwc::pair_scratch_len(&g1, &g2).unwrap()];
-            crate::nhwc::conv2d_folded_pair(&first, &mut k1, &second, &mut k2, &x, &mut out, &mut scratch);
+            let mut out = std::vec![0.0; g3.window.out_pixels() * 24];
+            let mut kept: Vec<Vec<f32>> = [g1, g2, g3].iter().map(|g| std::vec![0.0; g.folded_len()]).collect();
+            let mut kept: Vec<&mut [f32]> = kept.iter_mut().map(|k| &mut k[..]).collect();
+            let mut scratch = std::vec![0.0; crate::nhwc::chain_scratch_len(&[g1, g2, g3]).unwrap()];
+            crate::nhwc::conv2d_folded_chain(&stages, &mut kept, &x, &mut out, &mut scratch);
             out
         });
     }

@@ -20,7 +20,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),
     ("ptec_xnn::conv2d_nhwc.out", conv2d_nhwc),
     ("ptec_xnn::conv2d_folded.out", conv2d_folded),
-    ("ptec_xnn::conv2d_folded_pair.out", conv2d_folded_pair),
+    ("ptec_xnn::conv2d_folded_chain.out", conv2d_folded_chain),
     ("ptec_xnn::depthwise_conv2d_nhwc.out", depthwise_conv2d_nhwc),
     ("ptec_xnn::max_pool2d_nhwc.out", max_pool2d_nhwc),
     ("ptec_xnn::avg_pool2d_nhwc.out", avg_pool2d_nhwc),
@@ -284,47 +284,49 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     })
 }
 
-/// `conv2d_folded_pair.out(input, <the 15 arguments of a first
-/// conv2d_folded after its input>, <the 15 of a second>, out)`: a
-/// pointwise convolution whose result only a depthwise one reads, run
-/// together band by band (see [`crate::conv_pairs`]); neither takes a
-/// residual.
-fn conv2d_folded_pair(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(1 + 2 * FOLDED_ARGS + 1)?;
+/// `conv2d_folded_chain.out(input, <the 15 arguments of a
+/// conv2d_folded after its input> for each of 2 or 3 convolutions, out)`:
+/// a pointwise then a depthwise convolution, a depthwise then a pointwise
+/// one, or all three, each reading the previous one's result, run together
+/// band by band (see [`crate::conv_chains`]); only a last pointwise one
+/// (a projection) may add a residual.
+fn conv2d_folded_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    let count = ctx.args.len().saturating_sub(2) / FOLDED_ARGS;
+    if !(2..=3).contains(&count) {
+        return Err(format!(
+            "a chain of 2 or 3 convolutions has 32 or 47 arguments, not {}",
+            ctx.args.len()
+        ));
+    }
+    ctx.arity(1 + count * FOLDED_ARGS + 1)?;
     let x = ctx.tensor(0)?;
     f32_static(&[&x])?;
-    let first = folded_conv(ctx, &x.sizes, 1)?;
-    let mid = first.geometry.output_sizes();
-    let second = folded_conv(ctx, &mid, 1 + FOLDED_ARGS)?;
-    let out = ctx.tensor(1 + 2 * FOLDED_ARGS)?;
-    f32_static(&[&out])?;
-    require_sizes(&out, &second.geometry.output_sizes())?;
-    if first.residual || second.residual {
-        return Err("a fused pair of convolutions takes no residual".into());
+    let mut sizes = x.sizes.clone();
+    let mut stages = Vec::with_capacity(count);
+    for i in 0..count {
+        let stage = folded_conv(ctx, &sizes, 1 + i * FOLDED_ARGS)?;
+        sizes = stage.geometry.output_sizes().to_vec();
+        stages.push(stage);
     }
-    let (g1, g2) = (first.geometry, second.geometry);
-    let len = ::ptec_runtime::kernels::nhwc::pair_scratch_len(&g1, &g2)
-        .ok_or_else(|| format!("a {g1:?} and a {g2:?} cannot run as a pointwise-depthwise pair"))?;
+    let out = ctx.tensor(1 + count * FOLDED_ARGS)?;
+    f32_static(&[&out])?;
+    require_sizes(&out, &stages[count - 1].geometry.output_sizes())?;
+    let geometries: Vec<Conv2dNhwc> = stages.iter().map(|s| s.geometry).collect();
+    let len = ::ptec_runtime::kernels::nhwc::chain_scratch_len(&geometries)
+        .ok_or_else(|| format!("convolutions {geometries:?} cannot run as a chain"))?;
+    let residual_at = stages.iter().position(|s| s.residual);
+    if residual_at.is_some_and(|i| i + 1 < count || !::ptec_runtime::kernels::nhwc::chain_takes_residual(&geometries)) {
+        return Err("only a chain's last convolution, a pointwise one, adds a residual".into());
+    }
     let (xi, s1) = ctx.read(&x)?;
     let (oi, s2) = ctx.write(&out)?;
     let (sc, s3) = scratch(ctx, len);
-    let (
-        FoldedTokens {
-            stmts: t1,
-            conv: c1,
-            kept: k1,
-            ..
-        },
-        FoldedTokens {
-            stmts: t2,
-            conv: c2,
-            kept: k2,
-            ..
-        },
-    ) = (first, second);
+    let stmts = stages.iter().map(|s| &s.stmts);
+    let convs = stages.iter().map(|s| &s.conv);
+    let kept = stages.iter().map(|s| &s.kept);
     Ok(quote! {
-        #t1 #t2 #s1 #s2 #s3
-        ::ptec_runtime::kernels::nhwc::conv2d_folded_pair(&#c1, #k1, &#c2, #k2, #xi, #oi, #sc);
+        #(#stmts)* #s1 #s2 #s3
+        ::ptec_runtime::kernels::nhwc::conv2d_folded_chain(&[#(#convs),*], &mut [#(#kept),*], #xi, #oi, #sc);
     })
 }
 

@@ -1,0 +1,508 @@
+//! Chains of convolutions run band by band: a pointwise convolution whose
+//! result only a depthwise one reads, a depthwise one whose result only a
+//! pointwise one reads, or all three (the expansion, depthwise and
+//! projection layers of an inverted residual block).
+//!
+//! Run one after the other, each convolution writes its whole result (4.8
+//! MB for MobileNetV2's first expansion, 112 × 112 pixels of 96 channels)
+//! and the next reads it back: beyond the L2 cache, both run at the speed
+//! of the memory, not of the arithmetic. Here each band of the depthwise
+//! convolution's output rows is computed from the few rows of the
+//! expansion it needs, computed just before into a buffer that stays in
+//! L2, and the projection multiplies the band while it is still there.
+//! Expansion rows a band shares with the next (the taps' overlap) move to
+//! the front of the buffer instead of being recomputed.
+use super::{depthwise_conv2d_nhwc, Conv2dNhwc, FoldedConv};
+use crate::gemm::Epilogue;
+use crate::packed::gemm_packed;
+
+/// About how many bytes of intermediate result a band keeps (the
+/// expansion's rows, else the depthwise convolution's): a few rows, so
+/// that the rows carried over to the next band are a small share (192 KiB
+/// measured 5% slower on the 112 × 112 layer, 640 KiB no faster).
+const BAND_BYTES: usize = 384 * 1024;
+
+/// The most parts the output rows are split into across threads (each
+/// needs its own band buffers in the scratch).
+pub const MAX_CHAIN_PARTS: usize = 4;
+
+/// How a chain runs: which stages surround the depthwise convolution,
+/// output rows per band, and the rows of the expansion a band's buffer
+/// holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    expand: bool,
+    project: bool,
+    out_rows: usize,
+    buffer_rows: usize,
+}
+
+impl Plan {
+    /// The depthwise stage's index.
+    fn depthwise(&self) -> usize {
+        usize::from(self.expand)
+    }
+
+    /// Floats of one part's buffers: the expansion's rows, then the
+    /// depthwise convolution's output rows (when projected).
+    fn buffers(&self, dw: &Conv2dNhwc) -> Option<(usize, usize)> {
+        let win = &dw.window;
+        let expansion = if self.expand {
+            self.buffer_rows.checked_mul(win.in_w)?.checked_mul(dw.in_c)?
+        } else {
+            0
+        };
+        let band = if self.project {
+            self.out_rows.checked_mul(win.out_w)?.checked_mul(dw.out_c)?
+        } else {
+            0
+        };
+        Some((expansion, band))
+    }
+}
+
+/// Whether `next` reads exactly what `conv` writes.
+fn feeds(conv: &Conv2dNhwc, next: &Conv2dNhwc) -> bool {
+    let w = &next.window;
+    [w.batch, w.in_h, w.in_w, next.in_c] == conv.output_sizes()
+}
+
+/// How `stages` run as a chain, or `None` when they are not a pointwise
+/// then a depthwise convolution, a depthwise then a pointwise one, or all
+/// three, each reading the previous one's result.
+fn plan(stages: &[Conv2dNhwc]) -> Option<Plan> {
+    let (expand, project) = match stages {
+        [first, _] if first.is_pointwise() => (true, false),
+        [_, _] => (false, true),
+        [_, _, _] => (true, true),
+        _ => return None,
+    };
+    let d = usize::from(expand);
+    let dw = &stages[d];
+    let win = &dw.window;
+    let links = stages.windows(2).all(|w| feeds(&w[0], &w[1]));
+    let ends = (!expand || stages[0].is_pointwise()) && (!project || stages[d + 1].is_pointwise());
+    let span = win.dilation_h * (win.kernel_h - 1) + 1;
+    // Padding no deeper than the window keeps every band's first row
+    // inside the image (see `Chain::rows`).
+    let shallow = win.pad_top < span && pad_bottom(win) < span;
+    if !(dw.is_depthwise() && links && ends && shallow && win.in_w > 0 && win.out_h > 0) {
+        return None;
+    }
+    let s = win.stride_h;
+    let out_rows = if expand {
+        // The rows output rows o0 .. o0 + n need: (n - 1)·s + span.
+        let row_bytes = (win.in_w * dw.in_c * 4).max(1);
+        (BAND_BYTES / row_bytes).saturating_sub(span) / s + 1
+    } else {
+        BAND_BYTES / (win.out_w * dw.out_c * 4).max(1)
+    };
+    let out_rows = out_rows.min(win.out_h).max(1);
+    Some(Plan {
+        expand,
+        project,
+        out_rows,
+        buffer_rows: if expand { (out_rows - 1) * s + span } else { 0 },
+    })
+}
+
+/// Scratch, in floats, [`conv2d_folded_chain`] needs for `stages`, or
+/// `None` when they do not make a chain (see the module docs).
+pub fn chain_scratch_len(stages: &[Conv2dNhwc]) -> Option<usize> {
+    let plan = plan(stages)?;
+    let (expansion, band) = plan.buffers(&stages[plan.depthwise()])?;
+    expansion.checked_add(band)?.checked_mul(MAX_CHAIN_PARTS)
+}
+
+/// Whether the last of `stages`, a chain, may add a residual: whether it
+/// is a projection.
+pub fn chain_takes_residual(stages: &[Conv2dNhwc]) -> bool {
+    plan(stages).is_some_and(|p| p.project)
+}
+
+/// `out = stages[last](… stages[0](x))` for a chain of [`FoldedConv`]s
+/// (see the module docs); only a projection may add a residual. `kept[i]`
+/// keeps stage `i`'s prepared filter (see [`super::conv2d_folded`]).
+/// `scratch`: [`chain_scratch_len`] floats. Output rows are split across
+/// threads (at most [`MAX_CHAIN_PARTS`]).
+pub fn conv2d_folded_chain(
+    stages: &[FoldedConv<'_>],
+    kept: &mut [&mut [f32]],
+    x: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    assert!(
+        (2..=3).contains(&stages.len()),
+        "a chain of {} convolutions",
+        stages.len()
+    );
+    let geometries: [Conv2dNhwc; 3] = core::array::from_fn(|i| stages[i.min(stages.len() - 1)].geometry);
+    let plan = plan(&geometries[..stages.len()]).expect("a chain of convolutions");
+    let d = plan.depthwise();
+    assert!(
+        stages
+            .iter()
+            .take(stages.len() - usize::from(plan.project))
+            .all(|s| s.residual.is_none()),
+        "only a chain's projection adds a residual"
+    );
+    assert_eq!(kept.len(), stages.len(), "a kept filter per stage");
+    let mut prepared: [(&[f32], &[f32]); 3] = [(&[], &[]); 3];
+    for ((p, stage), k) in prepared.iter_mut().zip(stages).zip(kept.iter_mut()) {
+        *p = stage.prepared(k);
+    }
+    let (first, last) = (&stages[0].geometry, &stages[stages.len() - 1].geometry);
+    let win = &stages[d].geometry.window;
+    let image_in = win.in_h * win.in_w * first.in_c;
+    let image_out = win.out_h * win.out_w * last.out_c;
+    let x = &x[..win.batch * image_in];
+    let out = &mut out[..win.batch * image_out];
+    let (expansion, band) = plan.buffers(&stages[d].geometry).expect("sizes checked by the plan");
+    let part_len = expansion + band;
+    let scratch = &mut scratch[..MAX_CHAIN_PARTS * part_len];
+    let stage = |i: usize| Stage {
+        conv: &stages[i],
+        filter: prepared[i].1,
+        bias: prepared[i].0,
+    };
+    let chain = Chain {
+        expansion: plan.expand.then(|| stage(0)),
+        depthwise: stage(d),
+        projection: plan.project.then(|| stage(d + 1)),
+        plan,
+        buffers: (expansion, band),
+    };
+    let parts = crate::parallel::threads().min(MAX_CHAIN_PARTS).min(win.out_h).max(1);
+    let per = win.out_h.div_ceil(parts);
+    let row_len = win.out_w * last.out_c;
+    for (image, (xi, oi)) in x
+        .chunks_exact(image_in)
+        .zip(out.chunks_exact_mut(image_out))
+        .enumerate()
+    {
+        let starts = || (0..parts).map(|p| (p * per).min(win.out_h));
+        let outs = crate::parallel::Pieces::new(oi, starts().map(|r| r * row_len));
+        let buffers = crate::parallel::Pieces::new(&mut *scratch, (0..parts).map(|p| p * part_len));
+        crate::parallel::run_parts(parts, &|p| {
+            let (r0, r1) = (p * per, ((p + 1) * per).min(win.out_h));
+            if let (true, Some(o), Some(buffer)) = (r0 < r1, outs.take(p), buffers.take(p)) {
+                chain.rows(image, xi, r0..r1, o, &mut buffer[..part_len]);
+            }
+        });
+    }
+}
+
+/// One stage of a chain with its prepared filter and folded bias.
+struct Stage<'a> {
+    conv: &'a FoldedConv<'a>,
+    filter: &'a [f32],
+    bias: &'a [f32],
+}
+
+impl Stage<'_> {
+    /// The epilogue of a pointwise stage, with its residual from
+    /// `residual_at` on.
+    fn epilogue(&self, residual_at: usize) -> Epilogue<'_> {
+        Epilogue {
+            bias: Some(self.bias),
+            residual: self.conv.residual.map(|r| &r[residual_at..]),
+            min: self.conv.min,
+            max: self.conv.max,
+        }
+    }
+
+    /// `out = this stage (a pointwise convolution) of `pixels` pixels of
+    /// `x`, its residual taken from `residual_at`.
+    fn pointwise(&self, pixels: usize, x: &[f32], residual_at: usize, out: &mut [f32]) {
+        let g = &self.conv.geometry;
+        let e = self.epilogue(residual_at);
+        gemm_packed(pixels, g.out_c, g.in_c, x, g.in_c, self.filter, &e, out, g.out_c);
+    }
+}
+
+/// A chain's stages and how it runs.
+struct Chain<'a> {
+    expansion: Option<Stage<'a>>,
+    depthwise: Stage<'a>,
+    projection: Option<Stage<'a>>,
+    plan: Plan,
+    /// Floats of a part's expansion and depthwise-band buffers.
+    buffers: (usize, usize),
+}
+
+impl Chain<'_> {
+    /// Output rows `rows` of image `image` (`x` its input, `out` from row
+    /// `rows.start`), band by band, through `buffer` (one part's).
+    fn rows(&self, image: usize, x: &[f32], rows: core::ops::Range<usize>, out: &mut [f32], buffer: &mut [f32]) {
+        let dw = &self.depthwise.conv.geometry;
+        let win = &dw.window;
+        let (h, w, c) = (win.in_h, win.in_w, dw.in_c);
+        let (s, pad) = (win.stride_h, win.pad_top);
+        let span = win.dilation_h * (win.kernel_h - 1) + 1;
+        let row = w * c;
+        let dw_row = win.out_w * dw.out_c;
+        let out_row = self
+            .projection
+            .as_ref()
+            .map_or(dw_row, |p| win.out_w * p.conv.geometry.out_c);
+        let (expanded, band_out) = buffer.split_at_mut(self.buffers.0);
+        let band_out = &mut band_out[..self.buffers.1];
+        // Rows of the expansion in `expanded`, from its start.
+        let mut held = 0..0;
+        for o0 in rows.clone().step_by(self.plan.out_rows) {
+            let o1 = (o0 + self.plan.out_rows).min(rows.end);
+            // The input rows these output rows' taps reach, within the
+            // image.
+            let lo = (o0 * s).saturating_sub(pad);
+            let hi = ((o1 - 1) * s + span).saturating_sub(pad).min(h).max(lo);
+            let input: &[f32] = match &self.expansion {
+                Some(e) => {
+                    let mut from = lo;
+                    if lo < held.end && held.start <= lo {
+                        expanded.copy_within((lo - held.start) * row..(held.end - held.start) * row, 0);
+                        from = held.end;
+                    }
+                    if from < hi {
+                        let in_c = e.conv.geometry.in_c;
+                        let dst = &mut expanded[(from - lo) * row..(hi - lo) * row];
+                        e.pointwise((hi - from) * w, &x[from * w * in_c..], 0, dst);
+                    }
+                    held = lo..hi;
+                    &expanded[..(hi - lo) * row]
+                }
+                None => &x[lo * row..hi * row],
+            };
+            // The depthwise convolution of output rows o0 .. o1 over
+            // input rows lo .. hi: rows above `lo` and below `hi` are the
+            // image's padding.
+            let top = pad + lo - o0 * s;
+            let bottom = ((o1 - o0 - 1) * s + span) - top - (hi - lo);
+            let band = Conv2dNhwc::depthwise(
+                &[1, hi - lo, w, c],
+                &[1, win.kernel_h, win.kernel_w, dw.out_c],
+                [s, win.stride_w],
+                [top, pad_right(win), bottom, win.pad_left],
+                [win.dilation_h, win.dilation_w],
+            )
+            .expect("a band of a valid depthwise convolution");
+            debug_assert_eq!((band.window.out_h, band.window.out_w), (o1 - o0, win.out_w));
+            let dst = &mut out[(o0 - rows.start) * out_row..(o1 - rows.start) * out_row];
+            let d = &self.depthwise;
+            let (min, max) = (d.conv.min, d.conv.max);
+            match &self.projection {
+                Some(p) => {
+                    let mid = &mut band_out[..(o1 - o0) * dw_row];
+                    depthwise_conv2d_nhwc(&band, input, d.filter, Some(d.bias), min, max, mid);
+                    let residual_at = image * win.out_h * out_row + o0 * out_row;
+                    p.pointwise((o1 - o0) * win.out_w, mid, residual_at, dst);
+                }
+                None => depthwise_conv2d_nhwc(&band, input, d.filter, Some(d.bias), min, max, dst),
+            }
+        }
+    }
+}
+
+/// The padding after the input along one dimension (not stored in a
+/// window): the least that gives `out` outputs of a `kernel`-tap window,
+/// `stride` and `dilation`, over `input` elements padded by `before`.
+fn pad_after(out: usize, stride: usize, kernel: usize, dilation: usize, input: usize, before: usize) -> usize {
+    let span = dilation * (kernel - 1) + 1;
+    ((out - 1) * stride + span).saturating_sub(input + before)
+}
+
+/// The bottom padding of a window.
+fn pad_bottom(win: &super::Window2d) -> usize {
+    pad_after(
+        win.out_h,
+        win.stride_h,
+        win.kernel_h,
+        win.dilation_h,
+        win.in_h,
+        win.pad_top,
+    )
+}
+
+/// The right padding of a window.
+fn pad_right(win: &super::Window2d) -> usize {
+    pad_after(
+        win.out_w,
+        win.stride_w,
+        win.kernel_w,
+        win.dilation_w,
+        win.in_w,
+        win.pad_left,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::super::{conv2d_folded, BatchNormFold};
+    use super::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Builds the stages of a chain and checks it against its
+    /// convolutions run one after the other, twice (the second run finds
+    /// its filters prepared).
+    struct Case {
+        /// N, H, W, and the channels into each stage and out of the last.
+        n: usize,
+        h: usize,
+        w: usize,
+        channels: Vec<usize>,
+        /// Which stages are pointwise (the others depthwise).
+        pointwise: Vec<bool>,
+        /// The depthwise window: kernel, stride, padding, dilation.
+        window: [usize; 4],
+        residual: bool,
+    }
+
+    fn check(case: &Case, seed: u64) {
+        let rng = |s: u64, n: usize| crate::testing::Lcg(seed * 100 + s).vec(n);
+        let [k, st, p, d] = case.window;
+        let mut sizes = [case.n, case.h, case.w, case.channels[0]];
+        let mut geometries = Vec::new();
+        for (i, &pw) in case.pointwise.iter().enumerate() {
+            let (cin, cout) = (case.channels[i], case.channels[i + 1]);
+            let g = if pw {
+                Conv2dNhwc::regular(&sizes, &[cout, 1, 1, cin], [1, 1], [0; 4], [1, 1], 1)
+            } else {
+                Conv2dNhwc::depthwise(&sizes, &[1, k, k, cout], [st, st], [p; 4], [d, d])
+            };
+            let g = g.unwrap();
+            sizes = g.output_sizes();
+            geometries.push(g);
+        }
+        let weights: Vec<Vec<f32>> = geometries
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                rng(
+                    10 + i as u64,
+                    g.out_c * g.window.kernel_h * g.window.kernel_w * (g.in_c / g.groups),
+                )
+            })
+            .collect();
+        let biases: Vec<Vec<f32>> = geometries
+            .iter()
+            .enumerate()
+            .map(|(i, g)| rng(20 + i as u64, g.out_c))
+            .collect();
+        let mean = rng(5, case.channels[1]);
+        let var: Vec<f32> = rng(6, case.channels[1]).iter().map(|v| v.abs() + 0.5).collect();
+        let out_len: usize = sizes.iter().product();
+        let residual = rng(7, out_len);
+        let last = geometries.len() - 1;
+        let stages: Vec<FoldedConv<'_>> = geometries
+            .iter()
+            .enumerate()
+            .map(|(i, &geometry)| FoldedConv {
+                geometry,
+                w: &weights[i],
+                bias: Some(&biases[i]),
+                // The first stage folds a batch norm.
+                bn: (i == 0).then_some(BatchNormFold {
+                    weight: None,
+                    bias: None,
+                    mean: &mean,
+                    var: &var,
+                    eps: 1e-5,
+                }),
+                residual: (i == last && case.residual).then_some(&residual[..]),
+                min: [0.0, -1.0, -2.0][i],
+                max: [6.0, 1.0, 2.0][i],
+            })
+            .collect();
+        let x = rng(8, case.n * case.h * case.w * case.channels[0]);
+        let mut want = x.clone();
+        for (stage, g) in stages.iter().zip(&geometries) {
+            let mut next = vec![0.0; g.output_sizes().iter().product()];
+            let mut kept = vec![0.0; g.folded_len()];
+            conv2d_folded(stage, &want, &mut kept, &mut next, &mut []);
+            want = next;
+        }
+        let mut scratch = vec![f32::NAN; chain_scratch_len(&geometries).unwrap()];
+        let mut kept: Vec<Vec<f32>> = geometries.iter().map(|g| vec![0.0; g.folded_len()]).collect();
+        for call in 0..2 {
+            let mut kept: Vec<&mut [f32]> = kept.iter_mut().map(|k| &mut k[..]).collect();
+            let mut got = vec![f32::NAN; out_len];
+            conv2d_folded_chain(&stages, &mut kept, &x, &mut got, &mut scratch);
+            for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{:?} {:?} call {call} [{i}]: {a} vs {b}",
+                    case.channels,
+                    case.window
+                );
+            }
+        }
+    }
+
+    /// Chains against their convolutions run one after the other, on
+    /// shapes that take one band and several, strides 1 and 2, a 5×5 and a
+    /// dilated window, a channel multiplier and two images; expansion and
+    /// depthwise, depthwise and projection, all three, with and without a
+    /// residual.
+    #[test]
+    fn chains_match_their_convolutions_one_after_the_other() {
+        // (N, H, W, C in, C mid, C out, kernel, stride, padding, dilation)
+        let shapes: &[[usize; 10]] = &[
+            [1, 9, 7, 5, 16, 16, 3, 1, 1, 1],
+            [2, 12, 10, 8, 24, 24, 3, 2, 1, 1],
+            // Rows of 40 KiB: bands of a few rows, carried over.
+            [1, 23, 40, 16, 256, 256, 3, 1, 1, 1],
+            [1, 24, 40, 16, 256, 256, 3, 2, 1, 1],
+            [1, 21, 30, 8, 200, 200, 5, 2, 2, 1],
+            [1, 20, 33, 8, 320, 320, 3, 1, 2, 2],
+            [1, 11, 9, 4, 12, 24, 3, 1, 1, 1],
+        ];
+        for (seed, &[n, h, w, cin, cmid, cout, k, s, p, d]) in shapes.iter().enumerate() {
+            let window = [k, s, p, d];
+            let seed = seed as u64;
+            // Expansion, depthwise.
+            let case = |channels: Vec<usize>, pointwise: Vec<bool>, residual| Case {
+                n,
+                h,
+                w,
+                channels,
+                pointwise,
+                window,
+                residual,
+            };
+            check(&case(vec![cin, cmid, cout], vec![true, false], false), seed);
+            // Depthwise, projection; all three; each with and without a
+            // residual.
+            for residual in [false, true] {
+                check(&case(vec![cmid, cout, cin], vec![false, true], residual), seed);
+                check(&case(vec![cin, cmid, cout, 7], vec![true, false, true], residual), seed);
+            }
+        }
+    }
+
+    #[test]
+    fn only_chains_of_pointwise_and_depthwise_convolutions() {
+        let pw = Conv2dNhwc::regular(&[1, 8, 8, 4], &[16, 1, 1, 4], [1, 1], [0; 4], [1, 1], 1).unwrap();
+        let dw = Conv2dNhwc::depthwise(&[1, 8, 8, 16], &[1, 3, 3, 16], [1, 1], [1; 4], [1, 1]).unwrap();
+        let project = Conv2dNhwc::regular(&[1, 8, 8, 16], &[4, 1, 1, 16], [1, 1], [0; 4], [1, 1], 1).unwrap();
+        assert!(chain_scratch_len(&[pw, dw]).is_some());
+        assert!(chain_scratch_len(&[dw, project]).is_some());
+        assert!(chain_scratch_len(&[pw, dw, project]).is_some());
+        // Too short or long, not depthwise, not pointwise, not chained,
+        // padded past the window.
+        assert!(chain_scratch_len(&[dw]).is_none());
+        assert!(chain_scratch_len(&[pw, dw, project, pw]).is_none());
+        assert!(chain_scratch_len(&[pw, project]).is_none());
+        let full = Conv2dNhwc::regular(&[1, 8, 8, 16], &[16, 3, 3, 16], [1, 1], [1; 4], [1, 1], 1).unwrap();
+        assert!(chain_scratch_len(&[pw, full]).is_none());
+        assert!(chain_scratch_len(&[full, dw]).is_none());
+        assert!(chain_scratch_len(&[dw, full]).is_none());
+        assert!(chain_scratch_len(&[pw, dw, full]).is_none());
+        let other = Conv2dNhwc::depthwise(&[1, 8, 9, 16], &[1, 3, 3, 16], [1, 1], [1; 4], [1, 1]).unwrap();
+        assert!(chain_scratch_len(&[pw, other]).is_none());
+        assert!(chain_scratch_len(&[other, project]).is_none());
+        let deep = Conv2dNhwc::depthwise(&[1, 8, 8, 16], &[1, 3, 3, 16], [1, 1], [3; 4], [1, 1]).unwrap();
+        assert!(chain_scratch_len(&[pw, deep]).is_none());
+    }
+}
