@@ -288,6 +288,50 @@ mod tests {
         assert_eq!((args[0], args[args.len() - 1]), (x, out));
     }
 
+    /// ExecuTorch's plan may put the last output where the first input was
+    /// (dead once the first convolution ran); a chain reads one while it
+    /// writes the other, so the output moves to a buffer of its own.
+    #[test]
+    fn an_output_planned_over_the_input_moves() {
+        let mut m = method();
+        let x = planned(&mut m, [1, 48, 48, 64], 0);
+        let dw = planned(&mut m, [1, 48, 48, 64], 1 << 24);
+        let out = planned(&mut m, [1, 48, 48, 16], 0);
+        let next = planned(&mut m, [1, 48, 48, 16], 1 << 26);
+        folded(&mut m, x, 64, 1, 3, 64, None, dw);
+        folded(&mut m, dw, 16, 64, 1, 1, None, out);
+        folded(&mut m, out, 16, 16, 1, 1, None, next);
+        m.inputs.push(x);
+        m.outputs.push(next);
+        let buffers = m.buffer_sizes.len();
+        fuse_chains(&mut m);
+        assert_eq!(m.instructions.len(), 2);
+        assert!(!share_bytes(&m, x, out));
+        let t = m.values[out].as_tensor().unwrap();
+        assert_eq!(
+            t.placement,
+            Placement::Planned {
+                buffer: buffers,
+                offset: 0
+            }
+        );
+        assert_eq!(m.buffer_sizes.len(), buffers + 1);
+        assert!(m.buffer_sizes[buffers] >= t.nbytes() as u64);
+        // Planned elsewhere, it stays where it was.
+        let mut m = method();
+        let x = planned(&mut m, [1, 48, 48, 64], 0);
+        let dw = planned(&mut m, [1, 48, 48, 64], 1 << 24);
+        let out = planned(&mut m, [1, 48, 48, 16], 1 << 26);
+        folded(&mut m, x, 64, 1, 3, 64, None, dw);
+        folded(&mut m, dw, 16, 64, 1, 1, None, out);
+        m.inputs.push(x);
+        m.outputs.push(out);
+        let before = m.values[out].clone();
+        fuse_chains(&mut m);
+        assert_eq!(m.instructions.len(), 1);
+        assert_eq!(m.values[out], before);
+    }
+
     #[test]
     fn other_pairs_stay_apart() {
         // A result that fits in L2 (32 × 32 × 64 floats: 256 KiB).
