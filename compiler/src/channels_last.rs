@@ -180,6 +180,32 @@ fn pair(m: &Method, v: usize) -> Option<[usize; 2]> {
     }
 }
 
+/// `ptec_xnn::conv2d_folded`, the call this pass makes of a convolution,
+/// and its arguments' positions: this pass writes them, `conv_chains` and
+/// the call's emitter read them.
+pub(crate) mod folded {
+    pub(crate) const NAME: &str = "ptec_xnn::conv2d_folded.out";
+    pub(crate) const X: usize = 0;
+    pub(crate) const WEIGHT: usize = 1;
+    pub(crate) const BIAS: usize = 2;
+    pub(crate) const BN_WEIGHT: usize = 3;
+    pub(crate) const BN_BIAS: usize = 4;
+    pub(crate) const MEAN: usize = 5;
+    pub(crate) const VAR: usize = 6;
+    pub(crate) const EPS: usize = 7;
+    pub(crate) const PADDING: usize = 8;
+    pub(crate) const STRIDE: usize = 9;
+    pub(crate) const DILATION: usize = 10;
+    pub(crate) const GROUPS: usize = 11;
+    pub(crate) const MIN: usize = 12;
+    pub(crate) const MAX: usize = 13;
+    pub(crate) const RESIDUAL: usize = 14;
+    pub(crate) const KEPT: usize = 15;
+    pub(crate) const OUT: usize = 16;
+    /// Arguments in all.
+    pub(crate) const COUNT: usize = OUT + 1;
+}
+
 /// `(buffer, start, end)` of a planned tensor's bytes.
 fn planned_bytes(m: &Method, v: usize) -> Option<(usize, u64, u64)> {
     let t = m.values.get(v)?.as_tensor()?;
@@ -699,10 +725,30 @@ impl Rewrite<'_> {
         let placement = self.kept.reserve(self.m, len as u64 * 4);
         let kept = push_f32_tensor(self.m, vec![len], placement);
         let residual = self.optional(residual);
-        let mut args = vec![x, c.w, bias];
-        args.extend(bn);
-        args.extend([padding, stride, dilation, groups, lo, hi, residual, kept, out]);
-        self.call(crate::conv_chains::FOLDED, args);
+        let [bn_weight, bn_bias, mean, var, eps] = bn;
+        let mut args = vec![0; folded::COUNT];
+        for (at, v) in [
+            (folded::X, x),
+            (folded::WEIGHT, c.w),
+            (folded::BIAS, bias),
+            (folded::BN_WEIGHT, bn_weight),
+            (folded::BN_BIAS, bn_bias),
+            (folded::MEAN, mean),
+            (folded::VAR, var),
+            (folded::EPS, eps),
+            (folded::PADDING, padding),
+            (folded::STRIDE, stride),
+            (folded::DILATION, dilation),
+            (folded::GROUPS, groups),
+            (folded::MIN, lo),
+            (folded::MAX, hi),
+            (folded::RESIDUAL, residual),
+            (folded::KEPT, kept),
+            (folded::OUT, out),
+        ] {
+            args[at] = v;
+        }
+        self.call(folded::NAME, args);
         self.finish(out, c.out);
     }
 }
@@ -741,7 +787,7 @@ mod tests {
         assert_eq!(count(&old, CONVOLUTION), 6);
         // The grouped convolution stays; the others run NHWC.
         assert_eq!(count(&new, CONVOLUTION), 1);
-        assert_eq!(count(&new, "ptec_xnn::conv2d_folded.out"), 5);
+        assert_eq!(count(&new, folded::NAME), 5);
         assert_eq!(count(&old, BATCH_NORM), 3);
         assert_eq!(count(&new, BATCH_NORM), 0);
         // Three relus (one after the residual add) and the clamp are
@@ -758,7 +804,7 @@ mod tests {
         let pooled = *pool.last().unwrap();
         let with_residual: Vec<&Vec<usize>> = new
             .iter()
-            .filter(|(n, a)| n == "ptec_xnn::conv2d_folded.out" && !matches!(after.values[a[14]], Value::Null))
+            .filter(|(n, a)| n == folded::NAME && !matches!(after.values[a[folded::RESIDUAL]], Value::Null))
             .map(|(_, a)| a)
             .collect();
         assert_eq!(with_residual.len(), 1);
@@ -773,7 +819,7 @@ mod tests {
         // The clamp is the depthwise convolution's bounds.
         let dw = new
             .iter()
-            .filter(|(n, _)| n == "ptec_xnn::conv2d_folded.out")
+            .filter(|(n, _)| n == folded::NAME)
             .find(|(_, a)| int(&after, a[11]) == Some(8))
             .expect("the depthwise convolution");
         assert_eq!(
@@ -805,8 +851,8 @@ mod tests {
         // bytes, unless those may still hold the convolution's input when it
         // runs: then they move to the pass's buffer.
         let mut moved = 0;
-        for (_, a) in new.iter().filter(|(n, _)| n == "ptec_xnn::conv2d_folded.out") {
-            let (x, out) = (a[0], a[16]);
+        for (_, a) in new.iter().filter(|(n, _)| n == folded::NAME) {
+            let (x, out) = (a[folded::X], a[folded::OUT]);
             if out >= before.values.len() {
                 continue; // a temporary, permuted into an NCHW image
             }
@@ -818,7 +864,7 @@ mod tests {
                 assert_eq!(t.sizes, [b.sizes[0], b.sizes[2], b.sizes[3], b.sizes[1]]);
             }
             if t.placement != b.placement {
-                let residual = Some(a[14]).filter(|&r| r < before.values.len());
+                let residual = Some(a[folded::RESIDUAL]).filter(|&r| r < before.values.len());
                 let clash = share_bytes(&before, x, out) || residual.is_some_and(|r| share_bytes(&before, r, out));
                 assert!(clash, "value {out} moved");
                 assert!(

@@ -11,23 +11,13 @@
 //! share bytes, though ExecuTorch's plan may put the last convolution's
 //! output where the first one's input was (dead by then): such an output
 //! moves to a buffer of the pass's own.
+use crate::channels_last::folded::{self, DILATION, GROUPS, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::channels_last::{image, int, ints, share_bytes};
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, AddedBuffer, Uses};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
 
-pub(crate) const FOLDED: &str = "ptec_xnn::conv2d_folded.out";
 const CHAIN: &str = "ptec_xnn::conv2d_folded_chain.out";
-
-/// Positions of `conv2d_folded`'s arguments this pass reads.
-const X: usize = 0;
-const WEIGHT: usize = 1;
-const PADDING: usize = 8;
-const STRIDE: usize = 9;
-const DILATION: usize = 10;
-const GROUPS: usize = 11;
-const RESIDUAL: usize = 14;
-const OUT: usize = 16;
 
 /// Smallest result between two convolutions worth a chain: below it the
 /// result stays in the L2 cache between them anyway.
@@ -96,7 +86,7 @@ fn chain_args(m: &Method, uses: &Uses, code: &[Instruction], n: usize, len: usiz
     let mut calls = Vec::with_capacity(len);
     for i in n..n + len {
         let (name, args) = kernel_name(m, code.get(i)?)?;
-        if name != FOLDED || args.len() != OUT + 1 {
+        if name != folded::NAME || args.len() != folded::COUNT {
             return None;
         }
         calls.push(args);
@@ -195,7 +185,7 @@ mod tests {
         args.push(push_value(m, Value::Double(6.0)));
         args.push(residual.unwrap_or(null));
         args.extend([kept, out]);
-        let call = kernel_call(m, FOLDED, args);
+        let call = kernel_call(m, folded::NAME, args);
         m.instructions.push(call);
         kept
     }

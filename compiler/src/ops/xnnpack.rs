@@ -12,6 +12,7 @@
 //! return). Every tensor is a static, contiguous `f32` tensor.
 use super::conv::usize_list;
 use super::*;
+use crate::channels_last::folded;
 use ptec_runtime::kernels::gemm::gemm_scratch_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
 use ptec_runtime::kernels::packed::packed_len;
@@ -19,7 +20,7 @@ use ptec_runtime::kernels::packed::packed_len;
 pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),
     ("ptec_xnn::conv2d_nhwc.out", conv2d_nhwc),
-    ("ptec_xnn::conv2d_folded.out", conv2d_folded),
+    (folded::NAME, conv2d_folded),
     ("ptec_xnn::conv2d_folded_chain.out", conv2d_folded_chain),
     ("ptec_xnn::depthwise_conv2d_nhwc.out", depthwise_conv2d_nhwc),
     ("ptec_xnn::max_pool2d_nhwc.out", max_pool2d_nhwc),
@@ -267,11 +268,11 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// clamp. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
 /// holds the prepared filter from run to run.
 fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(1 + FOLDED_ARGS + 1)?;
-    let x = ctx.tensor(0)?;
+    ctx.arity(folded::COUNT)?;
+    let x = ctx.tensor(folded::X)?;
     f32_static(&[&x])?;
-    let conv = folded_conv(ctx, &x.sizes, 1)?;
-    let out = ctx.tensor(1 + FOLDED_ARGS)?;
+    let conv = folded_conv(ctx, &x.sizes, folded::WEIGHT)?;
+    let out = ctx.tensor(folded::OUT)?;
     f32_static(&[&out])?;
     require_sizes(&out, &conv.geometry.output_sizes())?;
     let (xi, s1) = ctx.read(&x)?;
@@ -330,10 +331,10 @@ fn conv2d_folded_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     })
 }
 
-/// Arguments of one folded convolution after its input: weight, bias,
-/// four batch norm tensors and eps, padding, stride, dilation, groups, the
-/// output range, residual, kept.
-const FOLDED_ARGS: usize = 15;
+/// Arguments of one folded convolution after its input (see
+/// [`folded`]): weight, bias, four batch norm tensors and eps, padding,
+/// stride, dilation, groups, the output range, residual, kept.
+const FOLDED_ARGS: usize = folded::OUT - folded::WEIGHT;
 
 /// A folded convolution's checked geometry and emitted operands.
 struct FoldedTokens {
@@ -351,20 +352,20 @@ struct FoldedTokens {
 /// The folded convolution whose [`FOLDED_ARGS`] arguments start at `first`
 /// (the weight), reading an input of `input` sizes.
 fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<FoldedTokens, String> {
-    let arg = |i: usize| first + i;
-    let (w, bias) = (ctx.tensor(arg(0))?, ctx.opt_tensor(arg(1))?);
+    let arg = |pos: usize| first + pos - folded::WEIGHT;
+    let (w, bias) = (ctx.tensor(arg(folded::WEIGHT))?, ctx.opt_tensor(arg(folded::BIAS))?);
     let mut all = vec![&w];
     all.extend(bias.as_ref());
     f32_static(&all)?;
     let (padding, stride, dilation) = (
-        array::<4>(ctx, arg(7))?,
-        array::<2>(ctx, arg(8))?,
-        array::<2>(ctx, arg(9))?,
+        array::<4>(ctx, arg(folded::PADDING))?,
+        array::<2>(ctx, arg(folded::STRIDE))?,
+        array::<2>(ctx, arg(folded::DILATION))?,
     );
-    let groups = super::conv::usize_arg(ctx, arg(10))?;
-    let (min, max) = bounds(ctx, arg(11))?;
-    let residual = ctx.opt_tensor(arg(13))?;
-    let kept = ctx.tensor(arg(14))?;
+    let groups = super::conv::usize_arg(ctx, arg(folded::GROUPS))?;
+    let (min, max) = bounds(ctx, arg(folded::MIN))?;
+    let residual = ctx.opt_tensor(arg(folded::RESIDUAL))?;
+    let kept = ctx.tensor(arg(folded::KEPT))?;
     f32_static(&[&kept])?;
     let &[o, ..] = &w.sizes[..] else {
         return Err(format!("weight {:?} is not [O, C / groups, kH, kW]", w.sizes));
@@ -391,10 +392,10 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     }
     check_packed(&Some(kept.clone()), g.folded_len())?;
     let params = [
-        ctx.opt_tensor(arg(2))?,
-        ctx.opt_tensor(arg(3))?,
-        ctx.opt_tensor(arg(4))?,
-        ctx.opt_tensor(arg(5))?,
+        ctx.opt_tensor(arg(folded::BN_WEIGHT))?,
+        ctx.opt_tensor(arg(folded::BN_BIAS))?,
+        ctx.opt_tensor(arg(folded::MEAN))?,
+        ctx.opt_tensor(arg(folded::VAR))?,
     ];
     let given: Vec<&TArg> = params.iter().flatten().collect();
     f32_static(&given)?;
@@ -404,7 +405,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     let [bn_weight, bn_bias, mean, var] = params;
     let (bn, s_bn) = match (mean, var) {
         (Some(mean), Some(var)) => {
-            let eps = f64_lit(ctx.double(arg(6))?);
+            let eps = f64_lit(ctx.double(arg(folded::EPS))?);
             let (wi, s1) = read_opt(ctx, &bn_weight)?;
             let (bi, s2) = read_opt(ctx, &bn_bias)?;
             let (mi, s3) = ctx.read(&mean)?;
