@@ -386,7 +386,7 @@ fn blocked(p: &Gemm<'_>, c: &mut [f32], scratch: &mut [f32], e: &Epilogue<'_>) {
         let nc = NC.min(n - jc);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
-            pack_b_block(p, (jc, nc), (pc, kc), bpack);
+            crate::packed::pack_block(p.b, p.b_trans, (k, n), p.alpha, (jc, nc), (pc, kc), bpack);
             let accumulate = keep_c || pc > 0;
             let epilogue = if pc + kc == k {
                 Epilogue {
@@ -413,57 +413,6 @@ fn blocked(p: &Gemm<'_>, c: &mut [f32], scratch: &mut [f32], e: &Epilogue<'_>) {
                 }
                 let c = &mut c[ic * n..];
                 crate::packed::gemm_block(mc, nc, kc, a, kc, bpack, accumulate, &epilogue, c, n);
-            }
-        }
-    }
-}
-
-/// Packs `alpha ·` columns `jc..jc+nc`, depth `pc..pc+kc` of `B` into
-/// [`NR`]-column strips: strip `s` holds `alpha · B(pc + q, jc + s·NR + j)`
-/// at `s·kc·NR + q·NR + j`, zero past `nc`.
-fn pack_b_block(p: &Gemm<'_>, (jc, nc): (usize, usize), (pc, kc): (usize, usize), out: &mut [f32]) {
-    let (k, n, alpha) = (p.k, p.n, p.alpha);
-    for (s, strip) in out[..nc.div_ceil(NR) * kc * NR].chunks_exact_mut(kc * NR).enumerate() {
-        let j0 = jc + s * NR;
-        let cols = NR.min(jc + nc - j0);
-        if !p.b_trans {
-            for (q, d) in strip.chunks_exact_mut(NR).enumerate() {
-                let src = &p.b[(pc + q) * n + j0..][..cols];
-                for (x, &v) in d.iter_mut().zip(src) {
-                    *x = alpha * v;
-                }
-                d[cols..].fill(0.0);
-            }
-            continue;
-        }
-        // Stored transposed: column j of the strip is row j0 + j of `b`.
-        // Eight of those rows at a time, eight deep, go through a
-        // fixed-size tile: contiguous reads, contiguous writes.
-        const T: usize = 8;
-        if cols < NR {
-            strip.fill(0.0);
-        }
-        for jj0 in (0..cols).step_by(T) {
-            let rows = T.min(cols - jj0);
-            let src: [&[f32]; T] = core::array::from_fn(|r| {
-                let row = j0 + jj0 + r.min(rows - 1);
-                &p.b[row * k + pc..][..kc]
-            });
-            let mut q0 = 0;
-            while q0 + T <= kc {
-                let tile: [[f32; T]; T] = core::array::from_fn(|r| src[r][q0..q0 + T].try_into().expect("8 floats"));
-                for t in 0..T {
-                    let d: &mut [f32; T] = (&mut strip[(q0 + t) * NR + jj0..][..T]).try_into().expect("8 floats");
-                    for (r, x) in d.iter_mut().enumerate().take(rows) {
-                        *x = alpha * tile[r][t];
-                    }
-                }
-                q0 += T;
-            }
-            for q in q0..kc {
-                for r in 0..rows {
-                    strip[q * NR + jj0 + r] = alpha * src[r][q];
-                }
             }
         }
     }

@@ -85,26 +85,68 @@ pub fn pack(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &mut [f32]) {
     let b = &b[..k * n];
     let (head, body) = packed.split_at_mut(HEADER);
     if k > 0 {
-        for (s, strip) in body.chunks_exact_mut(k * NR).enumerate() {
-            let j0 = s * NR;
-            let cols = NR.min(n - j0);
-            if b_trans {
-                // Column j of the strip is row j0 + j of `b`.
-                strip.fill(0.0);
-                for (jj, src) in b[j0 * k..(j0 + cols) * k].chunks_exact(k).enumerate() {
-                    for (q, &v) in src.iter().enumerate() {
-                        strip[q * NR + jj] = v;
+        pack_block(b, b_trans, (k, n), 1.0, (0, n), (0, k), body);
+    }
+    stamp(head, &header(k, n));
+}
+
+/// Packs `alpha ·` columns `jc..jc+nc`, depth `pc..pc+kc` of `B` (`b`:
+/// `k × n` row-major, or `n × k` when `b_trans`) into [`NR`]-column
+/// strips: strip `s` holds `alpha · B(pc + q, jc + s·NR + j)`
+/// at `s·kc·NR + q·NR + j`, zero past `nc`.
+pub(crate) fn pack_block(
+    b: &[f32],
+    b_trans: bool,
+    (k, n): (usize, usize),
+    alpha: f32,
+    (jc, nc): (usize, usize),
+    (pc, kc): (usize, usize),
+    out: &mut [f32],
+) {
+    for (s, strip) in out[..nc.div_ceil(NR) * kc * NR].chunks_exact_mut(kc * NR).enumerate() {
+        let j0 = jc + s * NR;
+        let cols = NR.min(jc + nc - j0);
+        if !b_trans {
+            for (q, d) in strip.chunks_exact_mut(NR).enumerate() {
+                let src = &b[(pc + q) * n + j0..][..cols];
+                for (x, &v) in d.iter_mut().zip(src) {
+                    *x = alpha * v;
+                }
+                d[cols..].fill(0.0);
+            }
+            continue;
+        }
+        // Stored transposed: column j of the strip is row j0 + j of `b`.
+        // Eight of those rows at a time, eight deep, go through a
+        // fixed-size tile: contiguous reads, contiguous writes.
+        const T: usize = 8;
+        if cols < NR {
+            strip.fill(0.0);
+        }
+        for jj0 in (0..cols).step_by(T) {
+            let rows = T.min(cols - jj0);
+            let src: [&[f32]; T] = core::array::from_fn(|r| {
+                let row = j0 + jj0 + r.min(rows - 1);
+                &b[row * k + pc..][..kc]
+            });
+            let mut q0 = 0;
+            while q0 + T <= kc {
+                let tile: [[f32; T]; T] = core::array::from_fn(|r| src[r][q0..q0 + T].try_into().expect("8 floats"));
+                for t in 0..T {
+                    let d: &mut [f32; T] = (&mut strip[(q0 + t) * NR + jj0..][..T]).try_into().expect("8 floats");
+                    for (r, x) in d.iter_mut().enumerate().take(rows) {
+                        *x = alpha * tile[r][t];
                     }
                 }
-            } else {
-                for (q, row) in strip.chunks_exact_mut(NR).enumerate() {
-                    row[..cols].copy_from_slice(&b[q * n + j0..][..cols]);
-                    row[cols..].fill(0.0);
+                q0 += T;
+            }
+            for q in q0..kc {
+                for r in 0..rows {
+                    strip[q * NR + jj0 + r] = alpha * src[r][q];
                 }
             }
         }
     }
-    stamp(head, &header(k, n));
 }
 
 /// Packs the `k × n` matrix whose row `q`, column `j` is `b(q, j)` into
