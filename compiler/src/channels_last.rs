@@ -595,12 +595,11 @@ fn convert_method(m: &mut Method) {
     let Rewrite {
         m,
         code,
-        mut temps,
+        temps,
         mut scratch,
         kept,
         ..
     } = r;
-    temps.sort_unstable();
     scratch.place_temporaries(m, &code, &temps);
     scratch.install(m);
     kept.install(m);

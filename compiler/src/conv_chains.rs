@@ -66,12 +66,6 @@ pub fn fuse_chains(m: &mut Method) {
     m.instructions = code;
     m.stacktraces = traces;
     if !moved.is_empty() {
-        for &v in &moved {
-            if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
-                t.placement = Placement::Unplanned;
-            }
-        }
-        moved.sort_unstable();
         let mut buffer = AddedBuffer::default();
         let code = m.instructions.clone();
         buffer.place_temporaries(m, &code, &moved);

@@ -99,14 +99,24 @@ impl AddedBuffer {
         }
     }
 
-    /// Lays out `temps` (tensor values, in increasing order) in this
-    /// buffer, given the instructions that use them (a straight run, no
-    /// jumps): a value lives from the first instruction that names it to
-    /// the last, and values whose lives overlap get disjoint bytes
-    /// (largest first, each at the lowest offset that fits).
+    /// Lays out `temps` (tensor values) in this buffer, given the
+    /// instructions that use them (a straight run, no jumps): a value lives
+    /// from the first instruction that names it to the last, and values
+    /// whose lives overlap get disjoint bytes (largest first, each at the
+    /// lowest offset that fits). A value no instruction names is left
+    /// unplanned.
     pub(crate) fn place_temporaries(&mut self, m: &mut Method, code: &[Instruction], temps: &[usize]) {
         if temps.is_empty() {
             return;
+        }
+        let mut temps = temps.to_vec();
+        temps.sort_unstable();
+        temps.dedup();
+        let temps = &temps[..];
+        for &v in temps {
+            if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
+                t.placement = Placement::Unplanned;
+            }
         }
         let id = self.id(m);
         let mut life: Vec<Option<(usize, usize)>> = vec![None; temps.len()];
