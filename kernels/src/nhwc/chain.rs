@@ -82,7 +82,7 @@ fn plan(stages: &[Conv2dNhwc]) -> Option<Plan> {
     let win = &dw.window;
     let links = stages.windows(2).all(|w| feeds(&w[0], &w[1]));
     let ends = (!expand || stages[0].is_pointwise()) && (!project || stages[d + 1].is_pointwise());
-    let span = win.dilation_h * (win.kernel_h - 1) + 1;
+    let span = rows_spanned(win);
     // Padding no deeper than the window keeps every band's first row
     // inside the image (see `Chain::rows`).
     let shallow = win.pad_top < span && pad_bottom(win) < span;
@@ -239,7 +239,7 @@ impl Chain<'_> {
         let win = &dw.window;
         let (h, w, c) = (win.in_h, win.in_w, dw.in_c);
         let (s, pad) = (win.stride_h, win.pad_top);
-        let span = win.dilation_h * (win.kernel_h - 1) + 1;
+        let span = rows_spanned(win);
         let row = w * c;
         let dw_row = win.out_w * dw.out_c;
         let out_row = self
@@ -301,6 +301,11 @@ impl Chain<'_> {
             }
         }
     }
+}
+
+/// Input rows one output row's window spans.
+fn rows_spanned(win: &super::Window2d) -> usize {
+    win.dilation_h * (win.kernel_h - 1) + 1
 }
 
 /// The padding after the input along one dimension (not stored in a
