@@ -212,6 +212,20 @@ mod tests {
         (m, mid)
     }
 
+    /// A method input `[1, 48, 48, 64]` through a 3×3 depthwise
+    /// convolution (a 576 KiB result) and a pointwise one to 16 channels,
+    /// whose output is planned at `out_offset` (the input is at 0):
+    /// the input and that output.
+    fn dw_then_pw(m: &mut Method, out_offset: u64) -> (usize, usize) {
+        let x = planned(m, [1, 48, 48, 64], 0);
+        let dw = planned(m, [1, 48, 48, 64], 1 << 24);
+        let out = planned(m, [1, 48, 48, 16], out_offset);
+        folded(m, x, 64, 1, 3, 64, None, dw);
+        folded(m, dw, 16, 64, 1, 1, None, out);
+        m.inputs.push(x);
+        (x, out)
+    }
+
     /// The one instruction of `m`, a chain: its arguments.
     fn the_chain(m: &Method) -> Vec<usize> {
         assert_eq!(m.instructions.len(), 1);
@@ -260,13 +274,8 @@ mod tests {
     #[test]
     fn a_large_depthwise_result_read_only_by_a_pointwise_convolution_chains() {
         let mut m = method();
-        let x = planned(&mut m, [1, 48, 48, 64], 0);
-        let dw = planned(&mut m, [1, 48, 48, 64], 1 << 24);
-        let out = planned(&mut m, [1, 48, 48, 16], 1 << 26);
-        m.inputs.push(x);
+        let (x, out) = dw_then_pw(&mut m, 1 << 26);
         m.outputs.push(out);
-        folded(&mut m, x, 64, 1, 3, 64, None, dw);
-        folded(&mut m, dw, 16, 64, 1, 1, None, out);
         fuse_chains(&mut m);
         let args = the_chain(&m);
         assert_eq!((args[0], args[args.len() - 1]), (x, out));
@@ -278,14 +287,9 @@ mod tests {
     #[test]
     fn an_output_planned_over_the_input_moves() {
         let mut m = method();
-        let x = planned(&mut m, [1, 48, 48, 64], 0);
-        let dw = planned(&mut m, [1, 48, 48, 64], 1 << 24);
-        let out = planned(&mut m, [1, 48, 48, 16], 0);
+        let (x, out) = dw_then_pw(&mut m, 0);
         let next = planned(&mut m, [1, 48, 48, 16], 1 << 26);
-        folded(&mut m, x, 64, 1, 3, 64, None, dw);
-        folded(&mut m, dw, 16, 64, 1, 1, None, out);
         folded(&mut m, out, 16, 16, 1, 1, None, next);
-        m.inputs.push(x);
         m.outputs.push(next);
         let buffers = m.buffer_sizes.len();
         fuse_chains(&mut m);
@@ -303,12 +307,7 @@ mod tests {
         assert!(m.buffer_sizes[buffers] >= t.nbytes() as u64);
         // Planned elsewhere, it stays where it was.
         let mut m = method();
-        let x = planned(&mut m, [1, 48, 48, 64], 0);
-        let dw = planned(&mut m, [1, 48, 48, 64], 1 << 24);
-        let out = planned(&mut m, [1, 48, 48, 16], 1 << 26);
-        folded(&mut m, x, 64, 1, 3, 64, None, dw);
-        folded(&mut m, dw, 16, 64, 1, 1, None, out);
-        m.inputs.push(x);
+        let (_, out) = dw_then_pw(&mut m, 1 << 26);
         m.outputs.push(out);
         let before = m.values[out].clone();
         fuse_chains(&mut m);
