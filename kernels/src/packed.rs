@@ -12,7 +12,7 @@
 //! `C = clamp(A · B + bias)`. `B` (`k × n`, usually a weight matrix) is
 //! packed by [`pack`] into strips of [`NR`] columns, each holding all `k`
 //! rows (strip `s`, row `q`, column `j` at `HEADER + s·k·NR + q·NR + j`,
-//! zero past `n`). The packing starts with a header naming its shape, so a
+//! zero past `n`, but see [`repeat_tail`]). The packing starts with a header naming its shape, so a
 //! buffer packed on a model's first run is recognised ([`is_packed`]) and
 //! reused by later runs: weights are rearranged once, as XNNPACK does when
 //! it creates its runtime. `A` is read in place, row-major with any row
@@ -39,8 +39,9 @@ const NC: usize = 512;
 /// Largest depth block of `A` (bytes) for which the strips of `B` go
 /// outermost: it stays in L2 while a strip sweeps all the rows.
 const STRIP_OUTER_BYTES: usize = 256 << 10;
-/// First header word of a packing ("PKP1").
-const MAGIC: u32 = 0x3150_4b50;
+/// First header word of a packing ("PKP2": strips of 17 to 24 columns
+/// repeat their last 8, see [`repeat_tail`]).
+const MAGIC: u32 = 0x3250_4b50;
 
 /// Length, in `f32`, of a `k × n` matrix packed by [`pack`].
 pub fn packed_len(k: usize, n: usize) -> usize {
@@ -93,7 +94,7 @@ pub fn pack(b: &[f32], k: usize, n: usize, b_trans: bool, packed: &mut [f32]) {
 /// Packs `alpha ·` columns `jc..jc+nc`, depth `pc..pc+kc` of `B` (`b`:
 /// `k × n` row-major, or `n × k` when `b_trans`) into [`NR`]-column
 /// strips: strip `s` holds `alpha · B(pc + q, jc + s·NR + j)`
-/// at `s·kc·NR + q·NR + j`, zero past `nc`.
+/// at `s·kc·NR + q·NR + j`, zero past `nc` (but see [`repeat_tail`]).
 pub(crate) fn pack_block(
     b: &[f32],
     b_trans: bool,
@@ -114,6 +115,7 @@ pub(crate) fn pack_block(
                 }
                 d[cols..].fill(0.0);
             }
+            repeat_tail(strip, cols);
             continue;
         }
         // Stored transposed: column j of the strip is row j0 + j of `b`.
@@ -146,6 +148,21 @@ pub(crate) fn pack_block(
                 }
             }
         }
+        repeat_tail(strip, cols);
+    }
+}
+
+/// The columns 16.. of a strip holding 17 to 24 (a product 24 columns
+/// wide, MobileNetV2's projections) are copied into lanes 24..32 of each
+/// row: one vector of the strip then serves two rows of `A` at once (see
+/// [`tile_avx512_pairs`]) instead of wasting half its lanes. The other
+/// tiles never store columns past the strip's, so the copy is harmless to
+/// them.
+fn repeat_tail(strip: &mut [f32], cols: usize) {
+    if (17..=24).contains(&cols) {
+        for row in strip.chunks_exact_mut(NR) {
+            row.copy_within(16..24, 24);
+        }
     }
 }
 
@@ -163,6 +180,7 @@ pub fn pack_with(k: usize, n: usize, packed: &mut [f32], b: impl Fn(usize, usize
                     *v = if j < n { b(q, j) } else { 0.0 };
                 }
             }
+            repeat_tail(strip, NR.min(n - s * NR));
         }
     }
     stamp(head, &header(k, n));
@@ -456,48 +474,124 @@ struct Product<'a> {
     epilogue: &'a Epilogue<'a>,
 }
 
-/// One tile's work: `mr` rows of `A` (from `a`, stride `lda`, `kc` deep),
-/// a strip of `B` (`kc × NR`, from `b`), `nr` columns of `C`.
+/// One block of a product: rows `0..m` of `A` (from `a`, stride `lda`,
+/// `kc` deep) by the strips of `B` from `b` (`kc × NR` each, strip `s` at
+/// `s·b_stride`) make `nr` columns of `C`: [`NR`] per strip, fewer in the
+/// last. A tile kernel sweeps a whole block in one call, its tiles named
+/// by row and strip ([`At`]): MobileNet's products are 16 to 32 deep, and
+/// a job built and checked per tile cost a quarter of the arithmetic.
+#[derive(Clone, Copy)]
 struct Job<'a> {
     kc: usize,
     a: &'a [f32],
     lda: usize,
-    mr: usize,
+    m: usize,
     b: &'a [f32],
+    b_stride: usize,
     nr: usize,
     /// Add to `C` (depth blocks after the first) instead of overwriting.
     accumulate: bool,
     /// On the last depth block: the bias of these columns, whether to add
-    /// the residual (from the tile's `Out`) and the clamp.
+    /// the residual (from the block's `Out`) and the clamp.
     bias: Option<&'a [f32]>,
     residual: bool,
     clamp: Option<(f32, f32)>,
-    /// Part of the block of `B` needed next, to prefetch (whole rows of
-    /// `NR` floats; may be empty).
+    /// Strips outermost: each strip sweeps all the rows, whose row tiles
+    /// share out the prefetching of the next strip (of `after`, the block
+    /// the product multiplies next, for the last strip).
+    strip_outer: bool,
+    after: &'a [f32],
+}
+
+/// One tile of a [`Job`]: rows `ir .. ir + mr` by the `nr` columns of
+/// strip `s`, and rows of `B` (whole rows of `NR` floats; may be none) to
+/// prefetch as it goes.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    ir: usize,
+    s: usize,
+    mr: usize,
+    nr: usize,
     prefetch: &'a [f32],
 }
 
-impl Job<'_> {
-    /// Checks the bounds the SIMD tiles read and write within.
-    fn check(&self, c: Out, mr_max: usize) {
-        assert!(self.mr >= 1 && self.mr <= mr_max && self.nr >= 1 && self.nr <= NR);
-        assert!(self.a.len() >= (self.mr - 1) * self.lda + self.kc);
-        assert!(self.b.len() >= self.kc * NR);
-        assert!(c.len >= (self.mr - 1) * c.ldc + self.nr);
-        assert!(self.bias.is_none_or(|b| b.len() >= self.nr));
-        assert!(!self.residual || (!c.res.is_null() && c.res_len >= (self.mr - 1) * c.ldc + self.nr));
+impl<'a> Job<'a> {
+    fn strips(&self) -> usize {
+        self.nr.div_ceil(NR)
     }
 
-    /// The epilogue of one output: accumulate, bias, residual `r` (when
-    /// added), clamp.
+    /// Strip `s` of the block of `B`.
+    fn strip(&self, s: usize) -> &'a [f32] {
+        &self.b[s * self.b_stride..][..self.kc * NR]
+    }
+
+    /// Checks the bounds the SIMD tiles read and write within, for every
+    /// tile of the job.
+    fn check(&self, c: Out) {
+        assert!(self.m >= 1 && self.nr >= 1);
+        assert!(self.a.len() >= (self.m - 1) * self.lda + self.kc);
+        assert!(self.b_stride >= self.kc * NR);
+        assert!(self.b.len() >= (self.strips() - 1) * self.b_stride + self.kc * NR);
+        assert!(c.len >= (self.m - 1) * c.ldc + self.nr);
+        assert!(self.bias.is_none_or(|b| b.len() >= self.nr));
+        assert!(!self.residual || (!c.res.is_null() && c.res_len >= (self.m - 1) * c.ldc + self.nr));
+    }
+
+    /// Calls `tile` with each tile of `mr` rows (fewer in the last), row
+    /// tile by row tile (a row tile stays in L1 across the strips) or, for
+    /// a strip-outer job, strip by strip.
     #[inline(always)]
-    fn finish(&self, acc: f32, old: f32, r: Option<&[f32]>, j: usize) -> f32 {
+    fn for_each_tile(&self, mr: usize, mut tile: impl FnMut(At<'a>)) {
+        let (m, nr) = (self.m, self.nr);
+        let at = |ir: usize, s: usize, prefetch| At {
+            ir,
+            s,
+            mr: mr.min(m - ir),
+            nr: NR.min(nr - s * NR),
+            prefetch,
+        };
+        if !self.strip_outer {
+            for ir in (0..m).step_by(mr) {
+                for s in 0..self.strips() {
+                    tile(at(ir, s, &[]));
+                }
+            }
+            return;
+        }
+        let tiles = m.div_ceil(mr);
+        for s in 0..self.strips() {
+            let next = if s + 1 < self.strips() {
+                self.strip(s + 1)
+            } else {
+                self.after
+            };
+            for (t, ir) in (0..m).step_by(mr).enumerate() {
+                let rows = next.len() / NR;
+                let share = if tiles > 1 {
+                    &next[t * rows / tiles * NR..(t + 1) * rows / tiles * NR]
+                } else {
+                    &[]
+                };
+                tile(at(ir, s, share));
+            }
+        }
+    }
+
+    /// The bias of tile `at`'s columns, on the last depth block.
+    fn bias_of(&self, at: At<'_>) -> Option<&'a [f32]> {
+        self.bias.map(|b| &b[at.s * NR..][..at.nr])
+    }
+
+    /// The epilogue of one output: accumulate, bias `b` (when added),
+    /// residual `r` (when added), clamp.
+    #[inline(always)]
+    fn finish(&self, acc: f32, old: f32, b: Option<f32>, r: Option<f32>) -> f32 {
         let mut v = if self.accumulate { acc + old } else { acc };
-        if let Some(b) = self.bias {
-            v += b[j];
+        if let Some(b) = b {
+            v += b;
         }
         if let Some(r) = r.filter(|_| self.residual) {
-            v += r[j];
+            v += r;
         }
         if let Some((lo, hi)) = self.clamp {
             v = v.max(lo).min(hi);
@@ -506,10 +600,9 @@ impl Job<'_> {
     }
 }
 
-/// A register-blocked tile of [`Tile::mr`] rows by up to [`NR`] columns.
+/// A register-blocked tile kernel: rows by up to [`NR`] columns.
 trait Tile: Copy {
-    /// Rows per tile.
-    fn mr(self) -> usize;
+    /// Runs every tile of `job`, whose block of `C` is `c`.
     fn run(self, job: &Job<'_>, c: Out);
 }
 
@@ -537,73 +630,46 @@ impl Product<'_> {
         // Many rows keep the row tile outermost (it stays in L1 across the
         // strips).
         let strip_outer = m * KC.min(k) * 4 <= STRIP_OUTER_BYTES && k * n * 4 > STRIP_OUTER_BYTES;
-        let tiles = m.div_ceil(tile.mr());
         for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
             for pc in (0..k).step_by(KC) {
-                if strip_outer {
-                    for jr in (jc..jc + nc).step_by(NR) {
-                        // The block of B the loop reaches next, its rows
-                        // shared out among this strip's row tiles.
-                        let next = self.next_block(jc, pc, jr).filter(|_| tiles > 1);
-                        for (t, ir) in (0..m).step_by(tile.mr()).enumerate() {
-                            let share = next.map_or(&[][..], |b| {
-                                let rows = b.len() / NR;
-                                &b[t * rows / tiles * NR..(t + 1) * rows / tiles * NR]
-                            });
-                            tile.run(&self.job(tile.mr(), ir, jr, pc, share), c.at(ir, jr));
-                        }
-                    }
-                } else {
-                    for ir in (0..m).step_by(tile.mr()) {
-                        for jr in (jc..jc + nc).step_by(NR) {
-                            tile.run(&self.job(tile.mr(), ir, jr, pc, &[]), c.at(ir, jr));
-                        }
-                    }
-                }
+                tile.run(&self.job(jc, pc, strip_outer), c.at(0, jc));
             }
         }
     }
 
-    /// The tile of rows from `ir` (`mr` at most) by the strip at column
-    /// `jr`, over the depth block from `pc`.
-    fn job<'s>(&'s self, mr: usize, ir: usize, jr: usize, pc: usize, prefetch: &'s [f32]) -> Job<'s> {
+    /// The block of columns from `jc` (up to [`NC`]) over the depth block
+    /// from `pc`.
+    fn job(&self, jc: usize, pc: usize, strip_outer: bool) -> Job<'_> {
         let (m, n, k) = (self.m, self.n, self.k);
-        let kc = KC.min(k - pc);
+        let (kc, nc) = (KC.min(k - pc), NC.min(n - jc));
         let last = pc + kc == k;
-        let nr = NR.min(n - jr);
         let e = self.epilogue;
         let clamps = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
         Job {
             kc,
-            a: &self.a[ir * self.lda + pc..],
+            a: &self.a[pc..],
             lda: self.lda,
-            mr: mr.min(m - ir),
-            b: &self.b[(jr / NR) * k * NR + pc * NR..][..kc * NR],
-            nr,
+            m,
+            b: self.block(jc, pc),
+            b_stride: k * NR,
+            nr: nc,
             accumulate: pc > 0 || self.accumulate,
-            bias: e.bias.filter(|_| last).map(|b| &b[jr..jr + nr]),
+            bias: e.bias.filter(|_| last).map(|b| &b[jc..jc + nc]),
             residual: last && e.residual.is_some(),
             clamp: (last && clamps).then_some((e.min, e.max)),
-            prefetch,
+            strip_outer,
+            after: match (pc + KC < k, jc + NC < n) {
+                _ if !strip_outer => &[],
+                (true, _) => &self.block(jc, pc + KC)[..KC.min(k - pc - KC) * NR],
+                (false, true) => &self.block(jc + NC, 0)[..KC.min(k) * NR],
+                (false, false) => &[],
+            },
         }
     }
 
-    /// The strip block (`kc × NR` floats) the strip-outer loop multiplies
-    /// after the strip at column `jr` of depth block `pc` (column block
-    /// `jc`), or `None` after the last.
-    fn next_block(&self, jc: usize, pc: usize, jr: usize) -> Option<&[f32]> {
-        let (n, k) = (self.n, self.k);
-        let (jr, pc) = if jr + NR < (jc + NC).min(n) {
-            (jr + NR, pc)
-        } else if pc + KC < k {
-            (jc, pc + KC)
-        } else if jc + NC < n {
-            (jc + NC, 0)
-        } else {
-            return None;
-        };
-        Some(&self.b[(jr / NR) * k * NR + pc * NR..][..KC.min(k - pc) * NR])
+    /// The strips of `B` from column `jc`, from depth `pc`.
+    fn block(&self, jc: usize, pc: usize) -> &[f32] {
+        &self.b[(jc / NR) * self.k * NR + pc * NR..]
     }
 }
 
@@ -612,26 +678,31 @@ impl Product<'_> {
 struct Portable;
 
 impl Tile for Portable {
-    fn mr(self) -> usize {
-        4
+    fn run(self, job: &Job<'_>, c: Out) {
+        job.check(c);
+        job.for_each_tile(4, |at| Self::tile(job, at, c.at(at.ir, at.s * NR)));
     }
+}
 
-    fn run(self, job: &Job<'_>, mut c: Out) {
+impl Portable {
+    fn tile(job: &Job<'_>, at: At<'_>, mut c: Out) {
         let mut acc = [[0.0f32; NR]; 4];
-        for (q, brow) in job.b.chunks_exact(NR).take(job.kc).enumerate() {
-            for (i, acc_row) in acc.iter_mut().enumerate().take(job.mr) {
-                let x = job.a[i * job.lda + q];
+        let a = &job.a[at.ir * job.lda..];
+        for (q, brow) in job.strip(at.s).chunks_exact(NR).enumerate() {
+            for (i, acc_row) in acc.iter_mut().enumerate().take(at.mr) {
+                let x = a[i * job.lda + q];
                 for (s, &bv) in acc_row.iter_mut().zip(brow) {
                     *s += x * bv;
                 }
             }
         }
         let view = c;
-        for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
-            let res = view.residual_row(i, job.nr);
-            let row = c.row(i, job.nr);
+        let bias = job.bias_of(at);
+        for (i, acc_row) in acc.iter().enumerate().take(at.mr) {
+            let res = view.residual_row(i, at.nr);
+            let row = c.row(i, at.nr);
             for (j, (o, &s)) in row.iter_mut().zip(acc_row).enumerate() {
-                *o = job.finish(s, *o, res, j);
+                *o = job.finish(s, *o, bias.map(|b| b[j]), res.map(|r| r[j]));
             }
         }
     }
@@ -645,39 +716,36 @@ struct Avx2(());
 
 #[cfg(target_arch = "x86_64")]
 impl Tile for Avx2 {
-    fn mr(self) -> usize {
-        6
-    }
-
     fn run(self, job: &Job<'_>, c: Out) {
-        job.check(c, 6);
-        for half in 0..2 {
-            let col = half * 16;
-            if col < job.nr {
-                // SAFETY: `Avx2` exists only when AVX2 and FMA were
-                // detected; `check` bounds every access of the tile.
-                unsafe { tile_avx2(job, col, c) };
+        job.check(c);
+        job.for_each_tile(6, |at| {
+            for col in [0, 16] {
+                if col < at.nr {
+                    // SAFETY: `Avx2` exists only when AVX2 and FMA were
+                    // detected; `check` bounds every access of the tile.
+                    unsafe { tile_avx2(job, at, col, c.at(at.ir, at.s * NR)) };
+                }
             }
-        }
+        });
     }
 }
 
 /// Columns `col .. col + 16` (those below `nr`) of a 6-row tile.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA, and `job` must pass
-/// [`Job::check`] for `c` with 6 rows.
+/// The CPU must support AVX2 and FMA, `job` must pass [`Job::check`] for
+/// the block of `C` that `c` is tile `at`'s part of, and `at.mr <= 6`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
+unsafe fn tile_avx2(job: &Job<'_>, at: At<'_>, col: usize, mut c: Out) {
     use core::arch::x86_64::*;
     const MR: usize = 6;
-    let a = job.a.as_ptr();
+    let a = job.a[at.ir * job.lda..].as_ptr();
     // Rows past `mr` re-read row 0; their results are not stored.
-    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < job.mr { a.wrapping_add(i * job.lda) } else { a });
-    let b = job.b.as_ptr().wrapping_add(col);
+    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * job.lda) } else { a });
+    let b = job.strip(at.s)[col..].as_ptr();
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-    // SAFETY: for q < kc, rows[i] + q is inside `a` (check: (mr-1)·lda + kc
+    // SAFETY: for q < kc, rows[i] + q is inside `a` (check: (m-1)·lda + kc
     // floats) and b + q·NR + 16 <= kc·NR floats of the strip.
     unsafe {
         for q in 0..job.kc {
@@ -690,11 +758,12 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
             }
         }
     }
-    let cols = (job.nr - col).min(16);
+    let cols = (at.nr - col).min(16);
     let lo = _mm256_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
     let hi = _mm256_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
     let view = c;
-    for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
+    let bias = job.bias_of(at);
+    for (i, acc_row) in acc.iter().enumerate().take(at.mr) {
         let res = view.residual_row(i, col + cols).filter(|_| job.residual);
         let row = &mut c.row(i, col + cols)[col..];
         if cols == 16 {
@@ -706,7 +775,7 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
                     if job.accumulate {
                         r = _mm256_add_ps(r, _mm256_loadu_ps(dst.as_ptr()));
                     }
-                    if let Some(bias) = job.bias {
+                    if let Some(bias) = bias {
                         r = _mm256_add_ps(r, _mm256_loadu_ps(bias[col + v * 8..col + v * 8 + 8].as_ptr()));
                     }
                     if let Some(res) = res {
@@ -726,7 +795,8 @@ unsafe fn tile_avx2(job: &Job<'_>, col: usize, mut c: Out) {
                 _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc_row[1]);
             }
             for (j, o) in row.iter_mut().enumerate() {
-                *o = job.finish(tmp[j], *o, res, col + j);
+                let (b, r) = (bias.map(|b| b[col + j]), res.map(|r| r[col + j]));
+                *o = job.finish(tmp[j], *o, b, r);
             }
         }
     }
@@ -803,44 +873,59 @@ impl Avx512 {
 
 #[cfg(target_arch = "x86_64")]
 impl Tile for Avx512 {
-    fn mr(self) -> usize {
-        if self.seven {
-            7
-        } else {
-            8
-        }
-    }
-
     fn run(self, job: &Job<'_>, c: Out) {
-        job.check(c, self.mr());
+        job.check(c);
         // SAFETY: `Avx512` exists only when AVX-512F was detected; `check`
-        // bounds every access of the tile (`mr` rows at most).
+        // bounds every access of every tile.
         unsafe {
-            match (self.seven, job.nr > 16) {
-                (false, true) => tile_avx512::<8, 2>(job, c),
-                (false, false) => tile_avx512::<8, 1>(job, c),
-                (true, true) => tile_avx512::<7, 2>(job, c),
-                (true, false) => tile_avx512::<7, 1>(job, c),
+            if self.seven {
+                tiles_avx512::<7>(job, c)
+            } else {
+                tiles_avx512::<8>(job, c)
             }
         }
     }
 }
 
-/// `NV` vectors of 16 columns by `MR` rows.
+/// Every tile of `job` (block of `C`: `c`), each strip with the tile that
+/// fits its width.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, and `job` must pass [`Job::check`] for
-/// `c` with `MR` rows (and `nr <= 16·NV`).
+/// `c`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: Out) {
+unsafe fn tiles_avx512<const MR: usize>(job: &Job<'_>, c: Out) {
+    job.for_each_tile(MR, |at| {
+        let c = c.at(at.ir, at.s * NR);
+        // SAFETY: by the caller (`check` bounds every tile).
+        unsafe {
+            match at.nr {
+                25.. => tile_avx512::<MR, 2>(job, at, c),
+                17..=24 => tile_avx512_pairs::<MR>(job, at, c),
+                _ => tile_avx512::<MR, 1>(job, at, c),
+            }
+        }
+    });
+}
+
+/// Tile `at` of `job`, `NV` vectors of 16 columns by `MR` rows; `c` is
+/// its view of `C`.
+///
+/// # Safety
+/// The CPU must support AVX-512F, `job` must pass [`Job::check`] for the
+/// block of `C` that `c` is tile `at`'s part of, `at.mr <= MR` and
+/// `at.nr <= 16·NV`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_>, c: Out) {
     use core::arch::x86_64::*;
-    let a = job.a.as_ptr();
+    let a = job.a.as_ptr().wrapping_add(at.ir * job.lda);
     // Rows past `mr` re-read row 0; their results are not stored.
-    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < job.mr { a.wrapping_add(i * job.lda) } else { a });
-    let b = job.b.as_ptr();
+    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * job.lda) } else { a });
+    let b = job.b.as_ptr().wrapping_add(at.s * job.b_stride);
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-    let step = |acc: &mut [[__m512; NV]; MR], q: usize| {
+    sweep_depth(job.kc, at.prefetch, |q| {
         // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
         // <= kc·NR floats of the strip (`check`).
         unsafe {
@@ -852,36 +937,22 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: Out) {
                 }
             }
         }
-    };
-    // The first rows of the product also fetch a row (two lines) of the
-    // block needed next, each.
-    let fetch = (job.prefetch.len() / NR).min(job.kc);
-    let next = job.prefetch.as_ptr();
-    for q in 0..fetch {
-        // SAFETY: row q of `prefetch` is inside it (q < len / NR).
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(next.add(q * NR) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(next.add(q * NR + 16) as *const i8);
-        }
-        step(&mut acc, q);
-    }
-    for q in fetch..job.kc {
-        step(&mut acc, q);
-    }
+    });
     let lo = _mm512_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
     let hi = _mm512_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
-    if job.mr == MR && job.nr == 16 * NV && !job.accumulate {
+    if at.mr == MR && at.nr == 16 * NV && !job.accumulate {
         // A whole tile written once (the common case at small depth, where
         // the epilogue costs as much as the products): straight-line code
         // over constant trip counts keeps the accumulators in registers.
         let (res, ldc) = (c.res, c.ldc);
         let c = c.ptr;
+        let bias = job.bias.map(|b| b.as_ptr().wrapping_add(at.s * NR));
         // SAFETY: `check` bounds the `MR` rows of `nr = 16·NV` columns at
         // `c` (stride `ldc`), this product's alone, those of the residual
         // when added, and the `nr` floats of the bias.
         unsafe {
-            let bias: [__m512; NV] = core::array::from_fn(|v| match job.bias {
-                Some(b) => _mm512_loadu_ps(b.as_ptr().add(v * 16)),
+            let bias: [__m512; NV] = core::array::from_fn(|v| match bias {
+                Some(b) => _mm512_loadu_ps(b.add(v * 16)),
                 None => _mm512_setzero_ps(),
             });
             let (has_bias, clamp) = (job.bias.is_some(), job.clamp.is_some());
@@ -904,12 +975,87 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: Out) {
         return;
     }
     // SAFETY: as for this function.
-    unsafe { finish_avx512(job, acc, lo, hi, c) }
+    unsafe { finish_avx512(job, at, acc, lo, hi, c) }
 }
 
-/// The epilogue of a partial tile, or of a depth block after the first:
-/// kept out of line so the whole-tile path keeps its accumulators in
-/// registers.
+/// Runs `step` for each row `q < kc` of a strip's depth block; the first
+/// rows also fetch a row (two lines) each of `prefetch`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn sweep_depth(kc: usize, prefetch: &[f32], mut step: impl FnMut(usize)) {
+    use core::arch::x86_64::*;
+    let fetch = (prefetch.len() / NR).min(kc);
+    let next = prefetch.as_ptr();
+    for q in 0..fetch {
+        // SAFETY: row q of `prefetch` is inside it (q < len / NR); a
+        // prefetch reads nothing the program sees.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(next.add(q * NR) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(next.add(q * NR + 16) as *const i8);
+        }
+        step(q);
+    }
+    for q in fetch..kc {
+        step(q);
+    }
+}
+
+/// Tile `at` of a strip of 17 to 24 columns (a product 24 wide:
+/// MobileNetV2's projections), `MR` rows: columns 0..16 as
+/// [`tile_avx512`] does them; columns 16.. of rows `2p` and `2p + 1` share
+/// one vector (lanes 0..8 and 8..16) against the strip's lanes 16..32,
+/// which hold those columns twice ([`repeat_tail`]). Twelve vectors of
+/// products instead of sixteen, none of them wasted.
+///
+/// # Safety
+/// As for [`tile_avx512`], with `17 <= at.nr <= 24` and `MR <= 8`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512_pairs<const MR: usize>(job: &Job<'_>, at: At<'_>, c: Out) {
+    use core::arch::x86_64::*;
+    const PAIRS: usize = 4;
+    debug_assert!(MR <= 2 * PAIRS && (17..=24).contains(&at.nr));
+    let a = job.a.as_ptr().wrapping_add(at.ir * job.lda);
+    // Rows past `mr` re-read row 0; their results are not stored.
+    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * job.lda) } else { a });
+    let b = job.b.as_ptr().wrapping_add(at.s * job.b_stride);
+    let mut acc = [_mm512_setzero_ps(); MR];
+    let mut pairs = [_mm512_setzero_ps(); PAIRS];
+    sweep_depth(job.kc, at.prefetch, |q| {
+        // SAFETY: as in `tile_avx512` (two vectors of the strip's row q).
+        unsafe {
+            let head = _mm512_loadu_ps(b.add(q * NR));
+            let tail = _mm512_loadu_ps(b.add(q * NR + 16));
+            let x: [__m512; MR] = core::array::from_fn(|i| _mm512_set1_ps(*rows[i].add(q)));
+            for i in 0..MR {
+                acc[i] = _mm512_fmadd_ps(x[i], head, acc[i]);
+            }
+            for (p, pair) in pairs.iter_mut().enumerate().take(MR.div_ceil(2)) {
+                let both = _mm512_mask_blend_ps(0xff00, x[2 * p], x[(2 * p + 1).min(MR - 1)]);
+                *pair = _mm512_fmadd_ps(both, tail, *pair);
+            }
+        }
+    });
+    // Rows of 16 + 8 lanes, for the shared epilogue: the odd rows' lanes
+    // 8..16 move down to 0..8.
+    let tiles: [[__m512; 2]; MR] = core::array::from_fn(|i| {
+        let pair = pairs[i / 2];
+        let tail = if i % 2 == 0 {
+            pair
+        } else {
+            _mm512_shuffle_f32x4::<0b01_00_11_10>(pair, pair)
+        };
+        [acc[i], tail]
+    });
+    let lo = _mm512_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
+    let hi = _mm512_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    // SAFETY: as for this function.
+    unsafe { finish_avx512(job, at, tiles, lo, hi, c) }
+}
+
+/// The epilogue of a partial tile, of a depth block after the first, or of
+/// [`tile_avx512_pairs`]: kept out of line so the whole-tile path keeps
+/// its accumulators in registers.
 ///
 /// # Safety
 /// As for [`tile_avx512`].
@@ -918,6 +1064,7 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, c: Out) {
 #[inline(never)]
 unsafe fn finish_avx512<const MR: usize, const NV: usize>(
     job: &Job<'_>,
+    at: At<'_>,
     acc: [[core::arch::x86_64::__m512; NV]; MR],
     lo: core::arch::x86_64::__m512,
     hi: core::arch::x86_64::__m512,
@@ -925,11 +1072,12 @@ unsafe fn finish_avx512<const MR: usize, const NV: usize>(
 ) {
     use core::arch::x86_64::*;
     let view = c;
-    for (i, acc_row) in acc.iter().enumerate().take(job.mr) {
-        let res = view.residual_row(i, job.nr).filter(|_| job.residual);
-        let row = c.row(i, job.nr);
+    let bias = job.bias_of(at);
+    for (i, acc_row) in acc.iter().enumerate().take(at.mr) {
+        let res = view.residual_row(i, at.nr).filter(|_| job.residual);
+        let row = c.row(i, at.nr);
         for (v, &s) in acc_row.iter().enumerate() {
-            let cols = job.nr.saturating_sub(v * 16).min(16);
+            let cols = at.nr.saturating_sub(v * 16).min(16);
             if cols == 0 {
                 continue;
             }
@@ -942,7 +1090,7 @@ unsafe fn finish_avx512<const MR: usize, const NV: usize>(
                 if job.accumulate {
                     r = _mm512_add_ps(r, load16(mask, dst));
                 }
-                if let Some(bias) = job.bias {
+                if let Some(bias) = bias {
                     r = _mm512_add_ps(r, load16(mask, bias[v * 16..v * 16 + cols].as_ptr()));
                 }
                 if let Some(res) = res {
@@ -1049,8 +1197,14 @@ mod tests {
             (2, 600, 20),
             (17, 48, 513),
             // Few rows against a large B: strips outermost, prefetching
-            // across column and depth blocks.
+            // across column and depth blocks (the last strip 24 wide).
             (20, 600, 300),
+            // Strips 17 to 24 wide, two rows to a vector: whole pairs,
+            // an odd row left over (7-row tiles), after a whole strip.
+            (16, 24, 10),
+            (7, 20, 3),
+            (15, 56, 33),
+            (49, 24, 144),
         ] {
             for b_trans in [false, true] {
                 let (lda, ldc) = (k + 3, n + 5);
