@@ -12,8 +12,9 @@
 //! `C = clamp(A · B + bias)`. `B` (`k × n`, usually a weight matrix) is
 //! packed by [`pack`] into strips of [`NR`] columns, each holding all `k`
 //! rows (strip `s`, row `q`, column `j` at `HEADER + s·k·NR + q·NR + j`,
-//! zero past `n`, but see [`repeat_tail`]). The packing starts with a header naming its shape, so a
-//! buffer packed on a model's first run is recognised ([`is_packed`]) and
+//! zero past `n`, but see [`repeat_tail`]). The packing starts with a
+//! header naming its shape, so a buffer packed on a model's first run is
+//! recognised ([`is_packed`]) and
 //! reused by later runs: weights are rearranged once, as XNNPACK does when
 //! it creates its runtime. `A` is read in place, row-major with any row
 //! stride, so a 1×1 convolution runs straight on NHWC pixels; `C` may have
@@ -480,7 +481,6 @@ struct Product<'a> {
 /// last. A tile kernel sweeps a whole block in one call, its tiles named
 /// by row and strip ([`At`]): MobileNet's products are 16 to 32 deep, and
 /// a job built and checked per tile cost a quarter of the arithmetic.
-#[derive(Clone, Copy)]
 struct Job<'a> {
     kc: usize,
     a: &'a [f32],
@@ -523,6 +523,18 @@ impl<'a> Job<'a> {
     /// Strip `s` of the block of `B`.
     fn strip(&self, s: usize) -> &'a [f32] {
         &self.b[s * self.b_stride..][..self.kc * NR]
+    }
+
+    /// The `MR` rows of `A` that tile `at` multiplies; rows past its `mr`
+    /// repeat its first (their results are not stored).
+    fn rows<const MR: usize>(&self, at: At<'_>) -> [*const f32; MR] {
+        let a = self.a[at.ir * self.lda..].as_ptr();
+        core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * self.lda) } else { a })
+    }
+
+    /// The clamp's bounds (infinite when there is none).
+    fn bounds(&self) -> (f32, f32) {
+        self.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY))
     }
 
     /// Checks the bounds the SIMD tiles read and write within, for every
@@ -658,11 +670,16 @@ impl Product<'_> {
             residual: last && e.residual.is_some(),
             clamp: (last && clamps).then_some((e.min, e.max)),
             strip_outer,
-            after: match (pc + KC < k, jc + NC < n) {
-                _ if !strip_outer => &[],
-                (true, _) => &self.block(jc, pc + KC)[..KC.min(k - pc - KC) * NR],
-                (false, true) => &self.block(jc + NC, 0)[..KC.min(k) * NR],
-                (false, false) => &[],
+            // The block after this one: the next depth block, else the
+            // next column block.
+            after: if !strip_outer {
+                &[]
+            } else if pc + KC < k {
+                &self.block(jc, pc + KC)[..KC.min(k - pc - KC) * NR]
+            } else if jc + NC < n {
+                &self.block(jc + NC, 0)[..KC.min(k) * NR]
+            } else {
+                &[]
             },
         }
     }
@@ -719,11 +736,12 @@ impl Tile for Avx2 {
     fn run(self, job: &Job<'_>, c: Out) {
         job.check(c);
         job.for_each_tile(6, |at| {
+            let c = c.at(at.ir, at.s * NR);
             for col in [0, 16] {
                 if col < at.nr {
                     // SAFETY: `Avx2` exists only when AVX2 and FMA were
                     // detected; `check` bounds every access of the tile.
-                    unsafe { tile_avx2(job, at, col, c.at(at.ir, at.s * NR)) };
+                    unsafe { tile_avx2(job, at, col, c) };
                 }
             }
         });
@@ -740,9 +758,7 @@ impl Tile for Avx2 {
 unsafe fn tile_avx2(job: &Job<'_>, at: At<'_>, col: usize, mut c: Out) {
     use core::arch::x86_64::*;
     const MR: usize = 6;
-    let a = job.a[at.ir * job.lda..].as_ptr();
-    // Rows past `mr` re-read row 0; their results are not stored.
-    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * job.lda) } else { a });
+    let rows = job.rows::<MR>(at);
     let b = job.strip(at.s)[col..].as_ptr();
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
     // SAFETY: for q < kc, rows[i] + q is inside `a` (check: (m-1)·lda + kc
@@ -759,8 +775,8 @@ unsafe fn tile_avx2(job: &Job<'_>, at: At<'_>, col: usize, mut c: Out) {
         }
     }
     let cols = (at.nr - col).min(16);
-    let lo = _mm256_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
-    let hi = _mm256_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    let (lo, hi) = job.bounds();
+    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
     let view = c;
     let bias = job.bias_of(at);
     for (i, acc_row) in acc.iter().enumerate().take(at.mr) {
@@ -920,10 +936,8 @@ unsafe fn tiles_avx512<const MR: usize>(job: &Job<'_>, c: Out) {
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_>, c: Out) {
     use core::arch::x86_64::*;
-    let a = job.a.as_ptr().wrapping_add(at.ir * job.lda);
-    // Rows past `mr` re-read row 0; their results are not stored.
-    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * job.lda) } else { a });
-    let b = job.b.as_ptr().wrapping_add(at.s * job.b_stride);
+    let rows = job.rows::<MR>(at);
+    let b = job.strip(at.s).as_ptr();
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
     sweep_depth(job.kc, at.prefetch, |q| {
         // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
@@ -938,8 +952,8 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
             }
         }
     });
-    let lo = _mm512_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
-    let hi = _mm512_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    let (lo, hi) = job.bounds();
+    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
     if at.mr == MR && at.nr == 16 * NV && !job.accumulate {
         // A whole tile written once (the common case at small depth, where
         // the epilogue costs as much as the products): straight-line code
@@ -1015,10 +1029,8 @@ unsafe fn tile_avx512_pairs<const MR: usize>(job: &Job<'_>, at: At<'_>, c: Out) 
     use core::arch::x86_64::*;
     const PAIRS: usize = 4;
     debug_assert!(MR <= 2 * PAIRS && (17..=24).contains(&at.nr));
-    let a = job.a.as_ptr().wrapping_add(at.ir * job.lda);
-    // Rows past `mr` re-read row 0; their results are not stored.
-    let rows: [*const f32; MR] = core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * job.lda) } else { a });
-    let b = job.b.as_ptr().wrapping_add(at.s * job.b_stride);
+    let rows = job.rows::<MR>(at);
+    let b = job.strip(at.s).as_ptr();
     let mut acc = [_mm512_setzero_ps(); MR];
     let mut pairs = [_mm512_setzero_ps(); PAIRS];
     sweep_depth(job.kc, at.prefetch, |q| {
@@ -1047,8 +1059,8 @@ unsafe fn tile_avx512_pairs<const MR: usize>(job: &Job<'_>, at: At<'_>, c: Out) 
         };
         [acc[i], tail]
     });
-    let lo = _mm512_set1_ps(job.clamp.map_or(f32::NEG_INFINITY, |c| c.0));
-    let hi = _mm512_set1_ps(job.clamp.map_or(f32::INFINITY, |c| c.1));
+    let (lo, hi) = job.bounds();
+    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
     // SAFETY: as for this function.
     unsafe { finish_avx512(job, at, tiles, lo, hi, c) }
 }
