@@ -20,6 +20,8 @@ extern crate std;
 
 mod chain;
 mod direct;
+#[cfg(target_arch = "x86_64")]
+mod dw3x3;
 
 pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MAX_CHAIN_PARTS};
 
@@ -493,7 +495,13 @@ pub fn depthwise_conv2d_nhwc(
             // SAFETY: AVX-512F was detected on this CPU; the slices above
             // have the lengths the geometry implies, and `band` holds the
             // output rows `rows`.
-            unsafe { depthwise_avx512(&d, band, rows) };
+            unsafe {
+                if dw3x3::fits(win) {
+                    dw3x3::depthwise3x3_avx512(&d, band, rows)
+                } else {
+                    depthwise_avx512(&d, band, rows)
+                }
+            };
         });
         return;
     }
@@ -847,7 +855,8 @@ unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
 /// pixels whose windows lie inside the image horizontally go 8 (or 4) at
 /// a time per 16-channel block, so that many independent FMA chains share
 /// each weight load; other pixels go one at a time, eight channel blocks
-/// at once. Channel tails use masked loads and stores.
+/// at once. Channel tails use masked loads and stores. (Undilated 3×3
+/// windows of stride 1 across go to [`dw3x3`] instead.)
 ///
 /// # Safety
 /// The CPU must support AVX-512F; `d` must have the lengths its geometry
@@ -887,14 +896,14 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
         None => _mm512_setzero_ps(),
     };
     assert!(out.len() >= rows.len() * win.out_w * c && rows.end <= win.batch * win.out_h);
-    // MobileNet's 3×3 windows (stride 1 or 2) over whole channel blocks:
-    // the interior pixels go block by block, each block's nine weights
-    // held in registers across the row. (Pixel order, all blocks of a
-    // pixel at a time, ran 10-15% slower even on the 32 and 96 channels of
-    // the 112×112 layers.)
+    // MobileNet's 3×3 stride-2 windows over whole channel blocks (stride 1
+    // goes to `dw3x3`): the interior pixels go block by block, each
+    // block's nine weights held in registers across the row. (Pixel order,
+    // all blocks of a pixel at a time, ran 10-15% slower even on the 96
+    // channels of the 112×112 layer.)
     let sweep = (win.kernel_h, win.kernel_w) == (3, 3)
         && (win.dilation_h, win.dilation_w) == (1, 1)
-        && (sw == 1 || sw == 2)
+        && sw == 2
         && c % 16 == 0
         && end_inner > first_inner;
     let first_row = rows.start;
@@ -927,13 +936,7 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
                     for c0 in (0..c).step_by(16) {
                         // SAFETY: the pixels first_inner .. end_inner are
                         // interior; c0 + 16 <= C.
-                        unsafe {
-                            if sw == 1 {
-                                dw_sweep_avx512::<1>(&row, first_inner, end_inner, c0)
-                            } else {
-                                dw_sweep_avx512::<2>(&row, first_inner, end_inner, c0)
-                            }
-                        }
+                        unsafe { dw_sweep_avx512::<2>(&row, first_inner, end_inner, c0) }
                     }
                     ow = end_inner;
                     continue;
@@ -1433,6 +1436,14 @@ mod tests {
             // row, 8, 4 and 1 pixels at a time.
             ([1, 5, 23, 128], [1, 3, 3, 128], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([2, 7, 30, 144], [1, 3, 3, 144], [2, 2], [0, 1, 1, 0], [1, 1]),
+            // Stride 1 across, through the ring of copied rows: rows in
+            // three segments and two images; a block of one output row at
+            // a time, stride 2 down, a partial channel block; padding of
+            // two and none.
+            ([2, 6, 300, 40], [1, 3, 3, 40], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 7, 150, 200], [1, 3, 3, 200], [2, 1], [2, 0, 1, 1], [1, 1]),
+            ([1, 4, 9, 17], [1, 3, 3, 17], [1, 1], [0, 2, 2, 2], [1, 1]),
+            ([1, 7, 7, 960], [1, 3, 3, 960], [1, 1], [1, 1, 1, 1], [1, 1]),
         ];
         for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();
