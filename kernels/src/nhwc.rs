@@ -488,6 +488,12 @@ pub fn depthwise_conv2d_nhwc(
     };
     #[cfg(target_arch = "x86_64")]
     if c == o && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
+        if dw3x3::fits(win) {
+            // SAFETY: AVX-512F was detected on this CPU; the slices above
+            // have the lengths the geometry implies.
+            unsafe { dw3x3::depthwise3x3_avx512(&d, out) };
+            return;
+        }
         // With threads, each takes a band of output rows.
         let worth_splitting = out.len() * win.kernel_h * win.kernel_w >= 1 << 17;
         let (rows, row_len) = (win.batch * win.out_h, win.out_w * o);
@@ -495,13 +501,7 @@ pub fn depthwise_conv2d_nhwc(
             // SAFETY: AVX-512F was detected on this CPU; the slices above
             // have the lengths the geometry implies, and `band` holds the
             // output rows `rows`.
-            unsafe {
-                if dw3x3::fits(win) {
-                    dw3x3::depthwise3x3_avx512(&d, band, rows)
-                } else {
-                    depthwise_avx512(&d, band, rows)
-                }
-            };
+            unsafe { depthwise_avx512(&d, band, rows) };
         });
         return;
     }

@@ -466,13 +466,18 @@ mod tests {
             gemm_packed(m, n, k, &a, lda, &packed, &e, &mut c, ldc);
             c
         });
-        let g = Conv2dNhwc::depthwise(&[2, 40, 40, 48], &[1, 3, 3, 48], [1, 1], [1, 1, 1, 1], [1, 1]).unwrap();
-        let (x, w) = (rng(3, 2 * 40 * 40 * 48), rng(4, 9 * 48));
-        run_both(&|| {
-            let mut out = std::vec![0.0; 2 * 40 * 40 * 48];
-            depthwise_conv2d_nhwc(&g, &x, &w, None, -1.0, 1.0, &mut out);
-            out
-        });
+        // Depthwise: stride 1 splits channel blocks (the last one partial
+        // here), stride 2 output rows.
+        for (input, stride) in [([2, 40, 40, 48], 1), ([1, 30, 30, 40], 1), ([2, 41, 37, 48], 2)] {
+            let c = input[3];
+            let g = Conv2dNhwc::depthwise(&input, &[1, 3, 3, c], [stride; 2], [1, 1, 1, 1], [1, 1]).unwrap();
+            let (x, w) = (rng(3, input.iter().product()), rng(4, 9 * c));
+            run_both(&|| {
+                let mut out = std::vec![0.0; g.window.out_pixels() * c];
+                depthwise_conv2d_nhwc(&g, &x, &w, None, -1.0, 1.0, &mut out);
+                out
+            });
+        }
         // A classifier: one row times a Linear weight, split by columns.
         let (a, b, bias) = (rng(7, 300), rng(8, 1000 * 300), rng(9, 1000));
         run_both(&|| {

@@ -44,33 +44,71 @@ pub(super) fn fits(win: &Window2d) -> bool {
 #[repr(C, align(64))]
 struct Ring([f32; RING * COLUMNS * 16]);
 
-/// Output rows `rows` (over all images) of a depthwise convolution whose
-/// window [`fits`]; `out` starts at row `rows.start`.
+/// A depthwise convolution whose window [`fits`], all of `out`: with
+/// threads, each takes a share of the channel blocks (a share of the rows
+/// would copy the rows where the shares meet twice, 2 in 9 of them on 14
+/// × 14 pixels split in two).
 ///
 /// # Safety
 /// The CPU must support AVX-512F; `d` must have the lengths its geometry
-/// implies (see [`Depthwise`]) with `O = C`, and `out` hold
-/// `rows.len()·OW·C` floats.
+/// implies (see [`Depthwise`]) with `O = C`.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn depthwise3x3_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::Range<usize>) {
+pub(super) unsafe fn depthwise3x3_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
     let (win, c) = (d.win, d.c);
-    assert!(fits(win) && d.o == c);
-    assert!(out.len() >= rows.len() * win.out_w * c && rows.end <= win.batch * win.out_h);
+    let rows = win.batch * win.out_h;
+    assert!(fits(win) && d.o == c && out.len() >= rows * win.out_w * c);
+    let blocks = c.div_ceil(16);
+    let worth_splitting = out.len() * 9 >= 1 << 17;
+    let parts = || crate::parallel::split(if worth_splitting { blocks } else { 1 }, 1);
+    let out = Shared(out.as_mut_ptr());
+    crate::parallel::run_parts(parts().count(), &|i| {
+        let Some((b0, b1)) = parts().nth(i) else { return };
+        let blocks = if worth_splitting { b0..b1 } else { 0..blocks };
+        // SAFETY: AVX-512F, and the lengths, by the caller; part `i`
+        // writes only the channels of its blocks, which no other part
+        // writes, and `out` outlives the parts.
+        unsafe { blocks_avx512(d, out.ptr(), blocks) }
+    });
+}
+
+/// The output of the parts of a channel split.
+struct Shared(*mut f32);
+
+// SAFETY: the parts write disjoint channel blocks (see
+// `depthwise3x3_avx512`).
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    fn ptr(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Channel blocks `blocks` (of 16 channels) of every output pixel.
+///
+/// # Safety
+/// As [`depthwise3x3_avx512`]; `out` holds `N·OH·OW·C` floats, and no
+/// other thread accesses the channels of `blocks` meanwhile.
+#[target_feature(enable = "avx512f")]
+unsafe fn blocks_avx512(d: &Depthwise<'_>, out: *mut f32, blocks: core::ops::Range<usize>) {
+    let (win, c) = (d.win, d.c);
+    let rows = win.batch * win.out_h;
     assert!(d.x.len() >= win.batch * win.in_h * win.in_w * c && d.w.len() >= 9 * c);
     assert!(d.bias.is_none_or(|b| b.len() >= c));
     let mut ring = MaybeUninit::<Ring>::uninit();
     let ring = ring.as_mut_ptr().cast::<f32>();
     let segments = win.out_w.div_ceil(SEGMENT);
     let segment = win.out_w.div_ceil(segments).next_multiple_of(8);
-    let in_row_bytes = (win.in_w * c * 4).max(1);
+    // The lines of an input row this part reads.
+    let in_row_bytes = (win.in_w * c.min(blocks.len() * 16) * 4).max(1);
     let block_rows = ((ROW_BLOCK_BYTES / in_row_bytes).saturating_sub(2) / win.stride_h).max(1);
-    let mut r = rows.start;
-    while r < rows.end {
+    let mut r = 0;
+    while r < rows {
         // Rows of one image, at most a row block.
         let n = r / win.out_h;
-        let end = rows.end.min((n + 1) * win.out_h).min(r + block_rows);
+        let end = rows.min((n + 1) * win.out_h).min(r + block_rows);
         let image = d.x.as_ptr().wrapping_add(n * win.in_h * win.in_w * c);
-        for c0 in (0..c).step_by(16) {
+        for c0 in blocks.clone().map(|b| b * 16).take_while(|&c0| c0 < c) {
             let m: __mmask16 = if c - c0 >= 16 { 0xffff } else { (1 << (c - c0)) - 1 };
             // SAFETY: taps below 9, lanes below C by the mask.
             let sweep = unsafe {
@@ -113,13 +151,12 @@ pub(super) unsafe fn depthwise3x3_avx512(d: &Depthwise<'_>, out: &mut [f32], row
                         }
                         *s = dst;
                     }
-                    let o = out
-                        .as_mut_ptr()
-                        .wrapping_add(((oh_all - rows.start) * win.out_w + s0) * c + c0);
+                    let o = out.wrapping_add((oh_all * win.out_w + s0) * c + c0);
                     // SAFETY: the ring rows hold `columns` written pixels,
                     // all a sweep of `outputs` pixels reads; the outputs
                     // are pixels s0 .. s0 + outputs of an output row of
-                    // `out`, lanes below C by the mask.
+                    // `out`, lanes below C by the mask, in this part's
+                    // blocks.
                     unsafe { sweep.row(&src, o, outputs) }
                 }
             }
