@@ -1432,8 +1432,9 @@ mod tests {
             ([1, 5, 21, 40], [1, 3, 3, 40], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([2, 7, 37, 19], [1, 3, 3, 19], [2, 2], [1, 1, 1, 1], [1, 1]),
             ([1, 6, 30, 70], [1, 5, 5, 70], [1, 1], [0, 2, 0, 2], [1, 1]),
-            // Many whole channel blocks: swept block by block along the
-            // row, 8, 4 and 1 pixels at a time.
+            // Many whole channel blocks: at stride 1 through the ring (see
+            // `dw3x3`), at stride 2 swept block by block along the row, 8,
+            // 4 and 1 pixels at a time.
             ([1, 5, 23, 128], [1, 3, 3, 128], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([2, 7, 30, 144], [1, 3, 3, 144], [2, 2], [0, 1, 1, 0], [1, 1]),
             // Stride 1 across, through the ring of copied rows: rows in
