@@ -20,19 +20,11 @@
 
 use crate::cpu::Isa;
 
-use crate::packed::NR;
+// Blocks of `B` as the packed engine multiplies them: `KC` deep, `NC` wide.
+use crate::packed::{KC, NC, NR};
 
-/// Rows of `B` (depth) packed per block.
-const KC: usize = 256;
 /// Rows of `A` copied per block when it is stored transposed.
 const MC: usize = 192;
-/// Columns of `B` packed per block (a `KC × NC` block stays in L2).
-const NC: usize = 512;
-
-#[inline(always)]
-fn round_up(x: usize, a: usize) -> usize {
-    x.div_ceil(a) * a
-}
 
 /// Whether a product is small (or thin) enough that packing does not pay.
 #[inline(always)]
@@ -50,7 +42,7 @@ pub fn gemm_scratch_len(m: usize, n: usize, k: usize) -> usize {
         return 0;
     }
     let kc = k.min(KC);
-    kc * (round_up(n.min(NC), NR) + m.min(MC))
+    kc * (n.min(NC).next_multiple_of(NR) + m.min(MC))
 }
 
 /// The micro-kernel [`sgemm`] uses on this CPU, for reports.
@@ -380,7 +372,7 @@ fn blocked(p: &Gemm<'_>, c: &mut [f32], scratch: &mut [f32], e: &Epilogue<'_>) {
         scale_row(c, p.beta);
     }
     let kc_max = k.min(KC);
-    let (bpack, rest) = scratch.split_at_mut(kc_max * round_up(n.min(NC), NR));
+    let (bpack, rest) = scratch.split_at_mut(kc_max * n.min(NC).next_multiple_of(NR));
     let apack = &mut rest[..kc_max * m.min(MC)];
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);

@@ -865,7 +865,7 @@ unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::Range<usize>) {
-    use crate::packed::{load16, store16};
+    use crate::packed::{lanes, load16, store16};
     use core::arch::x86_64::*;
     let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
     let (min, max) = (d.min, d.max);
@@ -878,14 +878,6 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
     let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out.as_mut_ptr());
     let lo = _mm512_set1_ps(min);
     let hi = _mm512_set1_ps(max);
-    let mask_at = |c0: usize| -> __mmask16 {
-        let left = c - c0;
-        if left >= 16 {
-            0xffff
-        } else {
-            (1u16 << left) - 1
-        }
-    };
     // SAFETY (every load and store below): rows and columns come from the
     // checked window (`in_row`/`in_col`, or interior columns), so each
     // pixel offset is below N·H·W (for outputs, below the rows of `out`,
@@ -955,7 +947,7 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
                 for c0 in (0..c).step_by(128) {
                     let blocks = (c - c0).div_ceil(16).min(8);
                     let masks: [__mmask16; 8] =
-                        core::array::from_fn(|v| if v < blocks { mask_at(c0 + v * 16) } else { 0 });
+                        core::array::from_fn(|v| if v < blocks { lanes(c - c0 - v * 16) } else { 0 });
                     let mut acc: [__m512; 8] = core::array::from_fn(|v| {
                         if v < blocks {
                             bias_at(c0 + v * 16, masks[v])
@@ -1154,7 +1146,7 @@ unsafe fn dw_pixels_avx512<const PX: usize>(r: &DwRow<'_>, ow: usize) {
                 (true, true, 1) => dw_block_avx512::<PX, true, 1>(r, ow, c0, 0xffff),
                 (true, true, 2) => dw_block_avx512::<PX, true, 2>(r, ow, c0, 0xffff),
                 (true, _, _) => dw_block_avx512::<PX, true, 0>(r, ow, c0, 0xffff),
-                (false, _, _) => dw_block_avx512::<PX, false, 0>(r, ow, c0, (1u16 << left) - 1),
+                (false, _, _) => dw_block_avx512::<PX, false, 0>(r, ow, c0, crate::packed::lanes(left)),
             }
         }
     }

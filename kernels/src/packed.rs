@@ -34,9 +34,9 @@ pub const NR: usize = 32;
 /// Floats before the strips: the header.
 const HEADER: usize = 16;
 /// Rows of `B` per depth block (an `8 × KC` tile of `A` stays in L1).
-const KC: usize = 256;
+pub(crate) const KC: usize = 256;
 /// Columns per block (a `KC × NC` block of packed `B` stays in L2).
-const NC: usize = 512;
+pub(crate) const NC: usize = 512;
 /// Largest depth block of `A` (bytes) for which the strips of `B` go
 /// outermost: it stays in L2 while a strip sweeps all the rows.
 const STRIP_OUTER_BYTES: usize = 256 << 10;
@@ -320,7 +320,9 @@ fn multiply(
     if worth_splitting && n > m && n > NR && crate::parallel::threads() > 1 {
         let tiles = m.div_ceil(grain);
         let grid = || crate::parallel::split(n.div_ceil(NR) * tiles, 1);
-        let out = Shared(Out::new(c, ldc, epilogue.residual));
+        // SAFETY: each part below writes only its tiles of C (and reads
+        // the residual, which nothing writes); C outlives `run_parts`.
+        let out = unsafe { crate::parallel::Shared::new(Out::new(c, ldc, epilogue.residual)) };
         crate::parallel::run_parts(grid().count(), &|i| {
             let Some((t0, t1)) = grid().nth(i) else { return };
             for (strips, tile_rows) in grid_rectangles(t0, t1, tiles) {
@@ -331,9 +333,9 @@ fn multiply(
                     bias: epilogue.bias.map(|b| &b[j0..]),
                     ..*epilogue
                 };
-                // SAFETY (of sharing `out`): part `i` writes only the
-                // tiles `t0 .. t1` of C, which no other part writes.
-                let c = out.view().at(rows.start, j0);
+                // Part `i` writes only the tiles `t0 .. t1` of C, which no
+                // other part writes.
+                let c = out.get().at(rows.start, j0);
                 product(j1 - j0, &body[strips.start * k * NR..], &shifted, rows, c);
             }
         });
@@ -381,20 +383,6 @@ struct Out {
     ldc: usize,
     res: *const f32,
     res_len: usize,
-}
-
-/// An [`Out`] shared by the parts of a column split.
-struct Shared(Out);
-
-// SAFETY: the parts of a column split write disjoint columns of `C`
-// (see `gemm_packed`), and `C` outlives the parts (`run_parts` returns
-// when all are done).
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    fn view(&self) -> Out {
-        self.0
-    }
 }
 
 impl Out {
@@ -857,6 +845,17 @@ pub(crate) unsafe fn load16(m: core::arch::x86_64::__mmask16, p: *const f32) -> 
     }
 }
 
+/// The mask of the first `n` of 16 lanes (all of them from 16 on).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn lanes(n: usize) -> core::arch::x86_64::__mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        (1u16 << n) - 1
+    }
+}
+
 /// Stores the lanes of `m` of `v` at `p` (see [`load16`]).
 ///
 /// # Safety
@@ -1093,7 +1092,7 @@ unsafe fn finish_avx512<const MR: usize, const NV: usize>(
             if cols == 0 {
                 continue;
             }
-            let mask: __mmask16 = if cols == 16 { 0xffff } else { (1u16 << cols) - 1 };
+            let mask = lanes(cols);
             let dst = row[v * 16..v * 16 + cols].as_mut_ptr();
             // SAFETY: the masked loads and stores touch only the `cols`
             // floats of `dst` and of the bias slice (`check`: nr of each).

@@ -51,6 +51,29 @@ pub fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     (0..parts).for_each(part);
 }
 
+/// A raw view of an output (pointers, which are not `Sync`) handed to all
+/// the parts of a split whose parts each write their own pieces of it:
+/// columns of the same rows, channels of the same pixels, whose extents
+/// interleave, so that no part can hold a slice of its share.
+pub(crate) struct Shared<T>(T);
+
+// SAFETY: made only by `Shared::new`, whose caller vouches for the parts.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T: Copy> Shared<T> {
+    /// # Safety
+    /// The parts that share `view` must write disjoint pieces of what it
+    /// points to and read none another part writes; what it points to must
+    /// outlive them ([`run_parts`] returns when all are done).
+    pub(crate) unsafe fn new(view: T) -> Self {
+        Shared(view)
+    }
+
+    pub(crate) fn get(&self) -> T {
+        self.0
+    }
+}
+
 /// Splits `items` into at most [`threads`] contiguous ranges of whole
 /// `grain`s, at most [`MAX_THREADS`]; each range's `(start, end)`.
 pub fn split(items: usize, grain: usize) -> impl Iterator<Item = (usize, usize)> {

@@ -181,7 +181,7 @@ unsafe fn tile(
     count: usize,
     out: &mut [f32],
 ) {
-    use crate::packed::{load16, store16, NR};
+    use crate::packed::{lanes, load16, store16, NR};
     use core::arch::x86_64::*;
     let depth = offset.len();
     assert!((1..=PX).contains(&count) && out.len() >= count * o);
@@ -192,15 +192,7 @@ unsafe fn tile(
     let xs: [*const f32; PX] = core::array::from_fn(|p| xp.wrapping_add(base[p]));
     for j0 in (0..o).step_by(NR) {
         let strip = strips.as_ptr().wrapping_add(j0 * depth);
-        let mask = |v: usize| -> __mmask16 {
-            let left = o.saturating_sub(j0 + 16 * v);
-            if left >= 16 {
-                0xffff
-            } else {
-                ((1u32 << left) - 1) as __mmask16
-            }
-        };
-        let masks = [mask(0), mask(1)];
+        let masks = [lanes(o.saturating_sub(j0)), lanes(o.saturating_sub(j0 + 16))];
         // SAFETY: by the caller: the strip holds `depth` rows of NR floats,
         // the window elements are readable, the bias lanes below `o`
         // (masked), and the stores write pixels below `count`, lanes

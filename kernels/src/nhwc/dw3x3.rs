@@ -18,7 +18,7 @@
 //! are copied per output (4.0 → 4.9 µs on 7 rows of 112 × 96), so those
 //! layers read the input directly (see `depthwise_avx512`).
 use super::{Depthwise, Window2d};
-use crate::packed::{load16, store16};
+use crate::packed::{lanes, load16, store16};
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 
@@ -60,28 +60,17 @@ pub(super) unsafe fn depthwise3x3_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
     let blocks = c.div_ceil(16);
     let worth_splitting = out.len() * 9 >= 1 << 17;
     let parts = || crate::parallel::split(if worth_splitting { blocks } else { 1 }, 1);
-    let out = Shared(out.as_mut_ptr());
+    // SAFETY: each part writes only the channels of its own blocks (and
+    // reads only the input); `out` outlives `run_parts`.
+    let out = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
     crate::parallel::run_parts(parts().count(), &|i| {
         let Some((b0, b1)) = parts().nth(i) else { return };
         let blocks = if worth_splitting { b0..b1 } else { 0..blocks };
         // SAFETY: AVX-512F, and the lengths, by the caller; part `i`
         // writes only the channels of its blocks, which no other part
         // writes, and `out` outlives the parts.
-        unsafe { blocks_avx512(d, out.ptr(), blocks) }
+        unsafe { blocks_avx512(d, out.get(), blocks) }
     });
-}
-
-/// The output of the parts of a channel split.
-struct Shared(*mut f32);
-
-// SAFETY: the parts write disjoint channel blocks (see
-// `depthwise3x3_avx512`).
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    fn ptr(&self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// Channel blocks `blocks` (of 16 channels) of every output pixel.
@@ -109,7 +98,7 @@ unsafe fn blocks_avx512(d: &Depthwise<'_>, out: *mut f32, blocks: core::ops::Ran
         let end = rows.min((n + 1) * win.out_h).min(r + block_rows);
         let image = d.x.as_ptr().wrapping_add(n * win.in_h * win.in_w * c);
         for c0 in blocks.clone().map(|b| b * 16).take_while(|&c0| c0 < c) {
-            let m: __mmask16 = if c - c0 >= 16 { 0xffff } else { (1 << (c - c0)) - 1 };
+            let m = lanes(c - c0);
             // SAFETY: taps below 9, lanes below C by the mask.
             let sweep = unsafe {
                 Sweep {
