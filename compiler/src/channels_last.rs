@@ -160,20 +160,21 @@ fn number(m: &Method, v: usize) -> Option<f64> {
     }
 }
 
-pub(crate) fn ints(m: &Method, v: usize) -> Option<Vec<i64>> {
+fn ints(m: &Method, v: usize) -> Option<Vec<i64>> {
     match m.values.get(v)? {
         Value::IntList(items) => items.iter().map(|&i| int(m, i)).collect(),
         _ => None,
     }
 }
 
+/// A list of non-negative integers.
+pub(crate) fn usizes(m: &Method, v: usize) -> Option<Vec<usize>> {
+    ints(m, v)?.into_iter().map(|x| usize::try_from(x).ok()).collect()
+}
+
 /// A pair of non-negative integers, given as one (for both) or two.
 fn pair(m: &Method, v: usize) -> Option<[usize; 2]> {
-    let xs: Vec<usize> = ints(m, v)?
-        .into_iter()
-        .map(|x| usize::try_from(x).ok())
-        .collect::<Option<_>>()?;
-    match xs[..] {
+    match usizes(m, v)?[..] {
         [a] => Some([a, a]),
         [a, b] => Some([a, b]),
         _ => None,
@@ -808,9 +809,9 @@ mod tests {
             .collect();
         assert_eq!(with_residual.len(), 1);
         let c2 = with_residual[0];
-        assert_eq!(c2[14], pooled);
+        assert_eq!(c2[folded::RESIDUAL], pooled);
         assert_eq!(
-            (number(&after, c2[12]), number(&after, c2[13])),
+            (number(&after, c2[folded::MIN]), number(&after, c2[folded::MAX])),
             (Some(0.0), Some(f64::INFINITY))
         );
         assert_eq!(count(&new, "ptec_xnn::max_pool2d_nhwc.out"), 1);

@@ -12,12 +12,13 @@
 //! output where the first one's input was (dead by then): such an output
 //! moves to a buffer of the pass's own.
 use crate::channels_last::folded::{self, DILATION, GROUPS, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
-use crate::channels_last::{image, int, ints, share_bytes};
+use crate::channels_last::{image, int, share_bytes, usizes};
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, AddedBuffer, Uses};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
 
-const CHAIN: &str = "ptec_xnn::conv2d_folded_chain.out";
+/// The call a chain becomes; `ops::xnnpack` emits it.
+pub(crate) const CHAIN: &str = "ptec_xnn::conv2d_folded_chain.out";
 
 /// Smallest result between two convolutions worth a chain: below it the
 /// result stays in the L2 cache between them anyway.
@@ -123,12 +124,8 @@ fn chain_args(m: &Method, uses: &Uses, code: &[Instruction], n: usize, len: usiz
 }
 
 /// A list of exactly `N` non-negative integers.
-fn usizes<const N: usize>(m: &Method, v: usize) -> Option<[usize; N]> {
-    let xs: Vec<usize> = ints(m, v)?
-        .into_iter()
-        .map(|x| usize::try_from(x).ok())
-        .collect::<Option<_>>()?;
-    xs.try_into().ok()
+fn fixed<const N: usize>(m: &Method, v: usize) -> Option<[usize; N]> {
+    usizes(m, v)?.try_into().ok()
 }
 
 /// The geometry of the `conv2d_folded` with arguments `args` over an input
@@ -138,9 +135,9 @@ fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc>
     Conv2dNhwc::folded(
         &input,
         &image(m, args[WEIGHT])?,
-        usizes(m, args[STRIDE])?,
-        usizes(m, args[PADDING])?,
-        usizes(m, args[DILATION])?,
+        fixed(m, args[STRIDE])?,
+        fixed(m, args[PADDING])?,
+        fixed(m, args[DILATION])?,
         groups,
     )
 }
@@ -315,6 +312,14 @@ mod tests {
         assert_eq!(m.values[out], before);
     }
 
+    /// The arguments of instruction `i`, a kernel call.
+    fn kernel_args(m: &mut Method, i: usize) -> &mut Vec<usize> {
+        let Instruction::Kernel { args, .. } = &mut m.instructions[i] else {
+            unreachable!("instruction {i} is not a kernel call")
+        };
+        args
+    }
+
     #[test]
     fn other_pairs_stay_apart() {
         // A result that fits in L2 (32 × 32 × 64 floats: 256 KiB).
@@ -332,10 +337,7 @@ mod tests {
         let (mut m, _) = block(48);
         let residual = m.values.len();
         m.values.push(m.values[m.outputs[0]].clone());
-        let Instruction::Kernel { args, .. } = &mut m.instructions[1] else {
-            unreachable!()
-        };
-        args[RESIDUAL] = residual;
+        kernel_args(&mut m, 1)[RESIDUAL] = residual;
         let want = m.clone();
         fuse_chains(&mut m);
         assert_eq!(m, want);
@@ -343,10 +345,7 @@ mod tests {
         let (mut m, mid) = block(48);
         let residual = m.values.len();
         m.values.push(m.values[mid].clone());
-        let Instruction::Kernel { args, .. } = &mut m.instructions[0] else {
-            unreachable!()
-        };
-        args[RESIDUAL] = residual;
+        kernel_args(&mut m, 0)[RESIDUAL] = residual;
         let want = m.clone();
         fuse_chains(&mut m);
         assert_eq!(m, want);
@@ -354,9 +353,7 @@ mod tests {
         let (mut m, _) = block(48);
         let weight = push_f32_tensor(&mut m, vec![64, 8, 3, 3], Placement::Unplanned);
         let padding = push_int_list(&mut m, &[1; 4]);
-        let Instruction::Kernel { args, .. } = &mut m.instructions[0] else {
-            unreachable!()
-        };
+        let args = kernel_args(&mut m, 0);
         (args[WEIGHT], args[PADDING]) = (weight, padding);
         let want = m.clone();
         fuse_chains(&mut m);

@@ -21,7 +21,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),
     ("ptec_xnn::conv2d_nhwc.out", conv2d_nhwc),
     (folded::NAME, conv2d_folded),
-    ("ptec_xnn::conv2d_folded_chain.out", conv2d_folded_chain),
+    (crate::conv_chains::CHAIN, conv2d_folded_chain),
     ("ptec_xnn::depthwise_conv2d_nhwc.out", depthwise_conv2d_nhwc),
     ("ptec_xnn::max_pool2d_nhwc.out", max_pool2d_nhwc),
     ("ptec_xnn::avg_pool2d_nhwc.out", avg_pool2d_nhwc),
