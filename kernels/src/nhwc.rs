@@ -1388,6 +1388,9 @@ mod tests {
             ([1, 11, 10, 2], [5, 3, 3, 2], [1, 2], [2, 0, 1, 2], [2, 2], 1),
             ([1, 3, 3, 3], [33, 3, 3, 3], [1, 1], [2, 2, 2, 2], [1, 1], 1),
             ([1, 6, 6, 20], [16, 3, 3, 20], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+            // MobileNet's 3×3 stride-2 stem: one border pixel per row
+            // (gathered), the rest multiplied in place, 8 then fewer.
+            ([1, 20, 36, 3], [32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
         ];
         for (i, &(input, filter, stride, padding, dilation, groups)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::regular(&input, &filter, stride, padding, dilation, groups).unwrap();

@@ -398,6 +398,25 @@ mod tests {
         set_threads(1);
     }
 
+    /// Jobs back to back, so that workers come late to many of them: each
+    /// part of each job runs once, and only for its own job.
+    #[test]
+    fn back_to_back_jobs_run_their_own_parts_once() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        set_threads(3);
+        let sum = AtomicUsize::new(0);
+        let mut want = 0;
+        for job in 0..20_000usize {
+            let parts = 1 + job % 4;
+            run_parts(parts, &|i| {
+                sum.fetch_add(job * 4 + i, Ordering::Relaxed);
+            });
+            want += (0..parts).map(|i| job * 4 + i).sum::<usize>();
+            assert_eq!(sum.load(Ordering::Relaxed), want, "job {job}");
+        }
+        set_threads(1);
+    }
+
     #[test]
     fn split_covers_the_items_in_whole_grains() {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
