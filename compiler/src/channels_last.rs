@@ -820,10 +820,10 @@ mod tests {
         let dw = new
             .iter()
             .filter(|(n, _)| n == folded::NAME)
-            .find(|(_, a)| int(&after, a[11]) == Some(8))
+            .find(|(_, a)| int(&after, a[folded::GROUPS]) == Some(8))
             .expect("the depthwise convolution");
         assert_eq!(
-            (number(&after, dw.1[12]), number(&after, dw.1[13])),
+            (number(&after, dw.1[folded::MIN]), number(&after, dw.1[folded::MAX])),
             (Some(-1.0), Some(1.0))
         );
     }
