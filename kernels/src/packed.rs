@@ -305,11 +305,7 @@ fn multiply(
         }
         .dispatch(c)
     };
-    let grain = if !m.is_multiple_of(8) && m.is_multiple_of(7) {
-        7
-    } else {
-        8
-    };
+    let grain = tile_rows(m);
     // With threads, a product whose B is larger than A (more columns than
     // rows: a few pixels or vectors against a large weight) splits its
     // tiles (whole strips by whole 7- or 8-row tiles) strip by strip, so
@@ -345,6 +341,20 @@ fn multiply(
         let residual = epilogue.residual.map(|r| &r[rows.start * ldc..]);
         product(n, body, epilogue, rows, Out::new(c, ldc, residual))
     });
+}
+
+/// Rows per tile of the tile kernel this CPU runs, for `m` rows: bands of
+/// rows split across threads are whole tiles.
+fn tile_rows(m: usize) -> usize {
+    match crate::cpu::Isa::detect() {
+        #[cfg(target_arch = "x86_64")]
+        crate::cpu::Isa::Avx512 if !m.is_multiple_of(8) && m.is_multiple_of(7) => 7,
+        #[cfg(target_arch = "x86_64")]
+        crate::cpu::Isa::Avx512 => 8,
+        #[cfg(target_arch = "x86_64")]
+        crate::cpu::Isa::Avx2Fma => 6,
+        crate::cpu::Isa::Portable => 4,
+    }
 }
 
 /// The tiles `t0 .. t1` of a product, counted strip by strip (`tiles` row
@@ -537,42 +547,55 @@ impl<'a> Job<'a> {
         assert!(!self.residual || (!c.res.is_null() && c.res_len >= (self.m - 1) * c.ldc + self.nr));
     }
 
-    /// Calls `tile` with each tile of `mr` rows (fewer in the last), row
-    /// tile by row tile (a row tile stays in L1 across the strips) or, for
-    /// a strip-outer job, strip by strip.
+    /// Calls `tile` with each tile of `mr` rows, row tile by row tile (a
+    /// row tile stays in L1 across the strips) or, for a strip-outer job,
+    /// strip by strip. The last row tile has fewer rows; or, `balanced`,
+    /// the `⌈m / mr⌉` row tiles differ in height by one at most.
     #[inline(always)]
-    fn for_each_tile(&self, mr: usize, mut tile: impl FnMut(At<'a>)) {
+    fn for_each_tile(&self, mr: usize, balanced: bool, mut tile: impl FnMut(At<'a>)) {
         let (m, nr) = (self.m, self.nr);
-        let at = |ir: usize, s: usize, prefetch| At {
-            ir,
-            s,
-            mr: mr.min(m - ir),
-            nr: NR.min(nr - s * NR),
-            prefetch,
+        let tiles = m.div_ceil(mr);
+        // Row tile `t`: its first row and height.
+        let row_tile = |t: usize| {
+            if balanced {
+                let (height, taller) = (m / tiles, m % tiles);
+                (t * height + t.min(taller), height + usize::from(t < taller))
+            } else {
+                (t * mr, mr.min(m - t * mr))
+            }
+        };
+        let at = |t: usize, s: usize, prefetch| {
+            let (ir, mr) = row_tile(t);
+            At {
+                ir,
+                s,
+                mr,
+                nr: NR.min(nr - s * NR),
+                prefetch,
+            }
         };
         if !self.strip_outer {
-            for ir in (0..m).step_by(mr) {
+            for t in 0..tiles {
                 for s in 0..self.strips() {
-                    tile(at(ir, s, &[]));
+                    tile(at(t, s, &[]));
                 }
             }
             return;
         }
-        let tiles = m.div_ceil(mr);
         for s in 0..self.strips() {
             let next = if s + 1 < self.strips() {
                 self.strip(s + 1)
             } else {
                 self.after
             };
-            for (t, ir) in (0..m).step_by(mr).enumerate() {
+            for t in 0..tiles {
                 let rows = next.len() / NR;
                 let share = if tiles > 1 {
                     &next[t * rows / tiles * NR..(t + 1) * rows / tiles * NR]
                 } else {
                     &[]
                 };
-                tile(at(ir, s, share));
+                tile(at(t, s, share));
             }
         }
     }
@@ -685,7 +708,7 @@ struct Portable;
 impl Tile for Portable {
     fn run(self, job: &Job<'_>, c: Out) {
         job.check(c);
-        job.for_each_tile(4, |at| Self::tile(job, at, c.at(at.ir, at.s * NR)));
+        job.for_each_tile(4, false, |at| Self::tile(job, at, c.at(at.ir, at.s * NR)));
     }
 }
 
@@ -713,8 +736,10 @@ impl Portable {
     }
 }
 
-/// The AVX2+FMA 6×16 tile, run twice per strip. A value exists only when
-/// the CPU has both features.
+/// The AVX2+FMA tile: up to 6 rows by 16 columns (12 accumulators, two
+/// vectors of `B` and a broadcast of `A` fill the 16 registers), run on
+/// each half of a strip. A value exists only when the CPU has both
+/// features.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct Avx2(());
@@ -723,85 +748,169 @@ struct Avx2(());
 impl Tile for Avx2 {
     fn run(self, job: &Job<'_>, c: Out) {
         job.check(c);
-        job.for_each_tile(6, |at| {
-            let c = c.at(at.ir, at.s * NR);
-            for col in [0, 16] {
-                if col < at.nr {
-                    // SAFETY: `Avx2` exists only when AVX2 and FMA were
-                    // detected; `check` bounds every access of the tile.
-                    unsafe { tile_avx2(job, at, col, c) };
-                }
-            }
-        });
+        // SAFETY: `Avx2` exists only when AVX2 and FMA were detected;
+        // `check` bounds every access of every tile.
+        unsafe { tiles_avx2(job, c) }
     }
 }
 
-/// Columns `col .. col + 16` (those below `nr`) of a 6-row tile.
+/// Every tile of `job` (block of `C`: `c`). Row tiles are balanced (8 rows
+/// go as 4 + 4, not 6 + 2): a tile of one or two rows has too few
+/// independent sums to keep both FMA units busy, and each tile computes
+/// exactly its rows.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA, `job` must pass [`Job::check`] for
-/// the block of `C` that `c` is tile `at`'s part of, and `at.mr <= 6`.
+/// The CPU must support AVX2 and FMA, and `job` must pass [`Job::check`]
+/// for `c`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2(job: &Job<'_>, at: At<'_>, col: usize, mut c: Out) {
+unsafe fn tiles_avx2(job: &Job<'_>, c: Out) {
+    job.for_each_tile(6, true, |at| {
+        let c = c.at(at.ir, at.s * NR);
+        // SAFETY: by the caller (`check` bounds every tile); each call
+        // gets the tile height it was instantiated for.
+        unsafe {
+            match at.mr {
+                6 => strip_avx2::<6>(job, at, c),
+                5 => strip_avx2::<5>(job, at, c),
+                4 => strip_avx2::<4>(job, at, c),
+                3 => strip_avx2::<3>(job, at, c),
+                2 => strip_avx2::<2>(job, at, c),
+                _ => strip_avx2::<1>(job, at, c),
+            }
+        }
+    });
+}
+
+/// Tile `at` (exactly `MR` rows) across its strip: 16 columns at a time,
+/// 8 for a last 8 or fewer.
+///
+/// # Safety
+/// As for [`tiles_avx2`], and `at.mr == MR`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn strip_avx2<const MR: usize>(job: &Job<'_>, at: At<'_>, c: Out) {
+    // SAFETY: by the caller; the first half alone prefetches the tile's
+    // share of the next strip.
+    unsafe {
+        if at.nr <= 8 {
+            return tile_avx2::<MR, 1>(job, at, 0, at.prefetch, c);
+        }
+        tile_avx2::<MR, 2>(job, at, 0, at.prefetch, c);
+        match at.nr {
+            25.. => tile_avx2::<MR, 2>(job, at, 16, &[], c),
+            17..=24 => tile_avx2::<MR, 1>(job, at, 16, &[], c),
+            _ => {}
+        }
+    }
+}
+
+/// Columns `col .. col + 8·NV` (those below `at.nr`) of tile `at`, `MR`
+/// rows; `c` is the tile's view of `C`.
+///
+/// # Safety
+/// As for [`strip_avx2`], with `col < at.nr`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_avx2<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_>, col: usize, prefetch: &[f32], c: Out) {
     use core::arch::x86_64::*;
-    const MR: usize = 6;
     let rows = job.rows::<MR>(at);
     let b = job.strip(at.s)[col..].as_ptr();
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-    // SAFETY: for q < kc, rows[i] + q is inside `a` (check: (m-1)·lda + kc
-    // floats) and b + q·NR + 16 <= kc·NR floats of the strip.
-    unsafe {
-        for q in 0..job.kc {
-            let b0 = _mm256_loadu_ps(b.add(q * NR));
-            let b1 = _mm256_loadu_ps(b.add(q * NR + 8));
+    let bias = job.bias.map(|b| b.as_ptr().wrapping_add(at.s * NR + col));
+    // A product of one depth block starts from its bias: the epilogue of
+    // a shallow product (MobileNet's are 16 to 32 deep) costs as much as
+    // its arithmetic.
+    let start = match bias {
+        Some(b) if !job.accumulate && at.nr - col >= 8 * NV => {
+            // SAFETY: the tile's `nr` columns of the bias (`check`),
+            // these vectors below `nr`.
+            core::array::from_fn(|v| unsafe { _mm256_loadu_ps(b.add(v * 8)) })
+        }
+        _ => [_mm256_setzero_ps(); NV],
+    };
+    let mut acc = [start; MR];
+    sweep_depth(job.kc, prefetch, |q| {
+        // SAFETY: for q < kc, rows[i] + q is inside `a` (check: (m-1)·lda
+        // + kc floats) and b + q·NR + 8·NV <= kc·NR floats of the strip.
+        unsafe {
+            let bv: [__m256; NV] = core::array::from_fn(|v| _mm256_loadu_ps(b.add(q * NR + v * 8)));
             for i in 0..MR {
                 let x = _mm256_broadcast_ss(&*rows[i].add(q));
-                acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
+                for v in 0..NV {
+                    acc[i][v] = _mm256_fmadd_ps(x, bv[v], acc[i][v]);
+                }
+            }
+        }
+    });
+    if at.nr - col < 8 * NV {
+        // SAFETY: as for this function.
+        return unsafe { finish_avx2(job, at, col, acc, c) };
+    }
+    // Whole vectors, stored straight from registers.
+    let (lo, hi) = job.bounds();
+    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    let (res, ldc) = (c.res.wrapping_add(col), c.ldc);
+    let out = c.ptr.wrapping_add(col);
+    // SAFETY: `check` bounds the `mr` rows of `nr` columns at the tile's
+    // view `c` (stride `ldc`), this product's alone, those of the residual
+    // when added, and the `nr` floats of the bias; these vectors lie below
+    // `nr`.
+    unsafe {
+        for (i, acc_row) in acc.iter().enumerate() {
+            for (v, &s) in acc_row.iter().enumerate() {
+                let dst = out.add(i * ldc + v * 8);
+                let mut r = s;
+                if job.accumulate {
+                    r = _mm256_add_ps(r, _mm256_loadu_ps(dst));
+                    if let Some(b) = bias {
+                        r = _mm256_add_ps(r, _mm256_loadu_ps(b.add(v * 8)));
+                    }
+                }
+                if job.residual {
+                    r = _mm256_add_ps(r, _mm256_loadu_ps(res.add(i * ldc + v * 8)));
+                }
+                if job.clamp.is_some() {
+                    r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+                }
+                _mm256_storeu_ps(dst, r);
             }
         }
     }
-    let cols = (at.nr - col).min(16);
-    let (lo, hi) = job.bounds();
-    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+}
+
+/// The epilogue of a tile's last, partial vectors (a product's last
+/// columns): out of line, so that the whole-tile path keeps its
+/// accumulators in registers.
+///
+/// # Safety
+/// As for [`tile_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn finish_avx2<const MR: usize, const NV: usize>(
+    job: &Job<'_>,
+    at: At<'_>,
+    col: usize,
+    acc: [[core::arch::x86_64::__m256; NV]; MR],
+    mut c: Out,
+) {
+    use core::arch::x86_64::*;
+    let cols = (at.nr - col).min(8 * NV);
     let view = c;
     let bias = job.bias_of(at);
-    for (i, acc_row) in acc.iter().enumerate().take(at.mr) {
+    for (i, acc_row) in acc.iter().enumerate() {
+        let mut sums = [0.0f32; 16];
+        for (v, &s) in acc_row.iter().enumerate() {
+            // SAFETY: `sums` holds 16 ≥ 8·NV floats.
+            unsafe { _mm256_storeu_ps(sums.as_mut_ptr().add(v * 8), s) };
+        }
         let res = view.residual_row(i, col + cols).filter(|_| job.residual);
         let row = &mut c.row(i, col + cols)[col..];
-        if cols == 16 {
-            for (v, &s) in acc_row.iter().enumerate() {
-                let dst = &mut row[v * 8..v * 8 + 8];
-                // SAFETY: `dst` (and the bias slice) hold 8 floats.
-                unsafe {
-                    let mut r = s;
-                    if job.accumulate {
-                        r = _mm256_add_ps(r, _mm256_loadu_ps(dst.as_ptr()));
-                    }
-                    if let Some(bias) = bias {
-                        r = _mm256_add_ps(r, _mm256_loadu_ps(bias[col + v * 8..col + v * 8 + 8].as_ptr()));
-                    }
-                    if let Some(res) = res {
-                        r = _mm256_add_ps(r, _mm256_loadu_ps(res[col + v * 8..col + v * 8 + 8].as_ptr()));
-                    }
-                    if job.clamp.is_some() {
-                        r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
-                    }
-                    _mm256_storeu_ps(dst.as_mut_ptr(), r);
-                }
-            }
-        } else {
-            let mut tmp = [0.0f32; 16];
-            // SAFETY: `tmp` holds 16 floats.
-            unsafe {
-                _mm256_storeu_ps(tmp.as_mut_ptr(), acc_row[0]);
-                _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc_row[1]);
-            }
-            for (j, o) in row.iter_mut().enumerate() {
-                let (b, r) = (bias.map(|b| b[col + j]), res.map(|r| r[col + j]));
-                *o = job.finish(tmp[j], *o, b, r);
-            }
+        for (j, o) in row.iter_mut().enumerate() {
+            let (b, r) = (bias.map(|b| b[col + j]), res.map(|r| r[col + j]));
+            *o = job.finish(sums[j], *o, b, r);
         }
     }
 }
@@ -911,7 +1020,7 @@ impl Tile for Avx512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tiles_avx512<const MR: usize>(job: &Job<'_>, c: Out) {
-    job.for_each_tile(MR, |at| {
+    job.for_each_tile(MR, false, |at| {
         let c = c.at(at.ir, at.s * NR);
         // SAFETY: by the caller (`check` bounds every tile).
         unsafe {
@@ -1216,6 +1325,11 @@ mod tests {
             (7, 20, 3),
             (15, 56, 33),
             (49, 24, 144),
+            // A batch of 8 (two row tiles of 4 on AVX2) against a last
+            // strip of 8 columns, and products 8 and fewer wide.
+            (8, 1000, 70),
+            (11, 8, 40),
+            (6, 5, 9),
         ] {
             for b_trans in [false, true] {
                 let (lda, ldc) = (k + 3, n + 5);
