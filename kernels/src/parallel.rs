@@ -173,35 +173,54 @@ impl<'a, T> Pieces<'a, T> {
 #[cfg(feature = "std")]
 mod pool {
     extern crate std;
-    use core::cell::UnsafeCell;
-    use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-    use std::sync::{Condvar, Mutex, OnceLock};
+    use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+    use std::boxed::Box;
+    use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
     use std::time::{Duration, Instant};
 
-    /// How long an idle worker spins before it sleeps.
+    /// How long an idle worker spins for the next job before it sleeps.
     const SPIN: Duration = Duration::from_millis(2);
+    /// The claim word holds the job's generation above its next unclaimed
+    /// part, which takes the low `PART_BITS`.
+    const PART_BITS: u32 = 24;
+    const PART_MASK: u64 = (1 << PART_BITS) - 1;
 
-    /// The job of one generation: a part function, its lifetime erased.
-    #[derive(Clone, Copy)]
-    struct Job {
-        part: *const (dyn Fn(usize) + Sync + 'static),
-        parts: usize,
+    /// A CPU number no CPU has.
+    const NO_CPU: usize = usize::MAX;
+
+    /// The CPU this thread runs on, where the system tells.
+    fn current_cpu() -> usize {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: no arguments; fails with -1.
+            let cpu = unsafe { libc::sched_getcpu() };
+            if let Ok(cpu) = usize::try_from(cpu) {
+                return cpu;
+            }
+        }
+        NO_CPU
     }
+
+    /// A job's part function, its lifetime erased.
+    type Part = &'static (dyn Fn(usize) + Sync);
 
     struct Pool {
         /// Threads kernels use (the caller and `threads - 1` workers).
         threads: AtomicUsize,
         /// Workers started.
         workers: AtomicUsize,
-        /// Bumped for each job; workers run each generation once.
-        generation: AtomicU64,
-        /// The current job. Written only by the holder of `submit`, before
-        /// bumping `generation`; read by workers after they see the bump.
-        job: UnsafeCell<Job>,
-        /// The next part to take.
-        next: AtomicUsize,
-        /// Workers that have not finished the current generation.
-        pending: AtomicUsize,
+        /// The current job's generation (bumped for each job) and its next
+        /// part to take; a part is claimed by advancing this word, so no
+        /// thread claims a part of a job that has finished.
+        claim: AtomicU64,
+        /// The current job's part count and its part function (a pointer
+        /// to the caller's [`Part`]), written before its generation is
+        /// published. The function is called only by a thread that has
+        /// claimed a part, which the caller waits for.
+        parts: AtomicUsize,
+        job: AtomicPtr<Part>,
+        /// Parts of the current job finished.
+        done: AtomicUsize,
         panicked: AtomicBool,
         /// Held while a job runs (one job at a time).
         submit: Mutex<()>,
@@ -209,37 +228,114 @@ mod pool {
         sleep: Mutex<()>,
         wake: Condvar,
         sleepers: AtomicUsize,
+        /// The CPU each thread was last seen on (the caller's first, then
+        /// the workers'), `NO_CPU` when not known.
+        cpus: [AtomicUsize; super::MAX_THREADS],
     }
-
-    // SAFETY: `job` is only written by the holder of `submit` while no
-    // worker reads it (every worker of the previous generation has
-    // decremented `pending`), and the part it points to is `Sync`.
-    unsafe impl Sync for Pool {}
-    // SAFETY: as above; the raw pointer is only dereferenced under that
-    // protocol.
-    unsafe impl Send for Pool {}
-
-    /// The part of no job, before the first.
-    static NOTHING: fn(usize) = |_| {};
 
     fn pool() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| Pool {
             threads: AtomicUsize::new(1),
             workers: AtomicUsize::new(0),
-            generation: AtomicU64::new(0),
-            job: UnsafeCell::new(Job {
-                part: &NOTHING,
-                parts: 0,
-            }),
-            next: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            claim: AtomicU64::new(0),
+            parts: AtomicUsize::new(0),
+            job: AtomicPtr::new(core::ptr::null_mut()),
+            done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             submit: Mutex::new(()),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
             sleepers: AtomicUsize::new(0),
+            cpus: core::array::from_fn(|_| AtomicUsize::new(NO_CPU)),
         })
+    }
+
+    /// Locks ignoring poison: nothing the pool's mutexes guard can be left
+    /// half-written.
+    fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    impl Pool {
+        /// Spins until `ready()`, for at most `longest`; false if it gave
+        /// up. Thread `me` of the pool gives up its CPU whenever a thread
+        /// it waits for (`others`) was last seen on that CPU: when the host
+        /// has more runnable threads than CPUs, two threads of the pool can
+        /// share one, and spinning there only keeps the other from running.
+        fn spin_until(
+            &self,
+            me: usize,
+            others: core::ops::Range<usize>,
+            longest: Duration,
+            ready: impl Fn() -> bool,
+        ) -> bool {
+            let start = Instant::now();
+            loop {
+                for _ in 0..32 {
+                    if ready() {
+                        return true;
+                    }
+                    core::hint::spin_loop();
+                }
+                let cpu = self.seen_on(me);
+                if cpu != NO_CPU && self.cpus[others.clone()].iter().any(|c| c.load(Relaxed) == cpu) {
+                    std::thread::yield_now();
+                }
+                if start.elapsed() >= longest {
+                    return false;
+                }
+            }
+        }
+
+        /// Records the CPU thread `me` runs on, and returns it.
+        fn seen_on(&self, me: usize) -> usize {
+            let cpu = current_cpu();
+            self.cpus[me].store(cpu, Relaxed);
+            cpu
+        }
+
+        /// Claims the next part of the current job: its index and function;
+        /// else the job's generation, all of whose parts are claimed.
+        fn claim(&self) -> Result<(usize, Part), u64> {
+            let mut word = self.claim.load(Acquire);
+            loop {
+                // Read between loading `word` and advancing it: if the
+                // advance succeeds, its job was current all along, so these
+                // are its values (the next job's are written after this
+                // part finishes).
+                let parts = self.parts.load(Relaxed);
+                let job = self.job.load(Relaxed);
+                let next = (word & PART_MASK) as usize;
+                if next >= parts {
+                    return Err(word >> PART_BITS);
+                }
+                match self.claim.compare_exchange_weak(word, word + 1, Acquire, Acquire) {
+                    // SAFETY: `job` points to the caller's `Part`, which
+                    // outlives its job's parts (see `run`).
+                    Ok(_) => return Ok((next, unsafe { *job })),
+                    Err(now) => word = now,
+                }
+            }
+        }
+
+        /// Takes parts of the current job until none are left; its
+        /// generation, and the first panic of a part run here.
+        fn work(&self, me: usize) -> (u64, Option<Box<dyn core::any::Any + Send>>) {
+            let mut first_panic = None;
+            loop {
+                let (i, part) = match self.claim() {
+                    Ok(claimed) => claimed,
+                    Err(generation) => return (generation, first_panic),
+                };
+                self.seen_on(me);
+                if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| part(i))) {
+                    self.panicked.store(true, Relaxed);
+                    first_panic.get_or_insert(e);
+                }
+                self.done.fetch_add(1, Release);
+            }
+        }
     }
 
     pub(super) fn threads() -> usize {
@@ -250,12 +346,13 @@ mod pool {
         let p = pool();
         let n = n.clamp(1, super::MAX_THREADS);
         // Workers start between jobs: they begin at the current generation.
-        let _guard = p.submit.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = lock(&p.submit);
         while p.workers.load(Relaxed) < n - 1 {
-            let seen = p.generation.load(Acquire);
+            let seen = p.claim.load(Acquire) >> PART_BITS;
+            let me = p.workers.load(Relaxed) + 1;
             let started = std::thread::Builder::new()
                 .name("ptec-worker".into())
-                .spawn(move || worker(pool(), seen));
+                .spawn(move || worker(pool(), me, seen));
             if started.is_err() {
                 break;
             }
@@ -264,50 +361,20 @@ mod pool {
         p.threads.store(n.min(p.workers.load(Relaxed) + 1), Relaxed);
     }
 
-    /// Takes parts of the current job until none are left.
-    fn work(p: &Pool, job: Job) {
+    /// Worker `me` (from 1; the caller is 0).
+    fn worker(p: &'static Pool, me: usize, mut seen: u64) {
         loop {
-            let i = p.next.fetch_add(1, Relaxed);
-            if i >= job.parts {
-                return;
-            }
-            // SAFETY: the submitter keeps the part alive until `pending`
-            // reaches zero, which this worker has not yet signalled.
-            let part = unsafe { &*job.part };
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| part(i))).is_err() {
-                p.panicked.store(true, Relaxed);
-            }
-        }
-    }
-
-    fn worker(p: &'static Pool, mut seen: u64) {
-        loop {
-            let start = Instant::now();
-            let mut spins = 0u32;
-            let generation = loop {
-                let g = p.generation.load(Acquire);
-                if g != seen {
-                    break g;
-                }
-                spins = spins.wrapping_add(1);
-                if !spins.is_multiple_of(1024) || start.elapsed() < SPIN {
-                    core::hint::spin_loop();
-                    continue;
-                }
-                let mut guard = p.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh = || p.claim.load(SeqCst) >> PART_BITS != seen;
+            if !p.spin_until(me, 0..1, SPIN, fresh) {
+                let mut guard = lock(&p.sleep);
                 p.sleepers.fetch_add(1, SeqCst);
-                while p.generation.load(SeqCst) == seen {
+                while !fresh() {
                     guard = p.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
                 }
                 p.sleepers.fetch_sub(1, SeqCst);
-            };
-            seen = generation;
-            // SAFETY: written before the generation bump observed above
-            // (Release/Acquire), and not again until this worker has
-            // decremented `pending`.
-            let job = unsafe { *p.job.get() };
-            work(p, job);
-            p.pending.fetch_sub(1, Release);
+            }
+            // A panic here is already recorded for the job's caller.
+            seen = p.work(me).0;
         }
     }
 
@@ -327,36 +394,37 @@ mod pool {
 
     /// Runs a job on the pool; false when the pool is busy (the caller then
     /// runs the parts itself).
+    ///
+    /// The caller takes parts too, and waits only for the parts workers
+    /// have taken: a worker that comes late (switched out, or asleep) finds
+    /// none left.
     pub(super) fn run(parts: usize, part: &(dyn Fn(usize) + Sync)) -> bool {
         let p = pool();
         let Ok(_guard) = p.submit.try_lock() else {
             return false;
         };
-        let workers = p.workers.load(Relaxed).min(p.threads.load(Relaxed) - 1);
-        if workers == 0 {
+        if p.workers.load(Relaxed).min(p.threads.load(Relaxed) - 1) == 0 || parts as u64 > PART_MASK {
             return false;
         }
         // SAFETY: erases the part's lifetime; this function does not return
-        // before every worker is done with it (`pending` reaches zero).
-        let part: *const (dyn Fn(usize) + Sync + 'static) = unsafe { core::mem::transmute(part) };
-        // SAFETY: no worker reads `job` now: all finished the previous
-        // generation before the previous submitter returned.
-        unsafe { *p.job.get() = Job { part, parts } };
-        p.next.store(0, Relaxed);
+        // before every claimed part is done, and no part is claimed after.
+        let part: Part = unsafe { core::mem::transmute(part) };
+        p.parts.store(parts, Relaxed);
+        p.job.store(&part as *const Part as *mut Part, Relaxed);
+        p.done.store(0, Relaxed);
         p.panicked.store(false, Relaxed);
-        // All started workers take part (the extra ones find no parts left).
-        let started = p.workers.load(Relaxed);
-        p.pending.store(started, Relaxed);
-        p.generation.fetch_add(1, SeqCst);
+        let generation = (p.claim.load(Relaxed) >> PART_BITS) + 1;
+        p.claim.store(generation << PART_BITS, SeqCst);
         if p.sleepers.load(SeqCst) > 0 {
-            let _sleep = p.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            let _sleep = lock(&p.sleep);
             p.wake.notify_all();
         }
-        let caller = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(p, Job { part, parts })));
-        while p.pending.load(Acquire) > 0 {
-            core::hint::spin_loop();
-        }
-        if let Err(e) = caller {
+        p.seen_on(0);
+        let (_, caller_panic) = p.work(0);
+        p.spin_until(0, 1..super::MAX_THREADS, Duration::MAX, || {
+            p.done.load(Acquire) == parts
+        });
+        if let Some(e) = caller_panic {
             std::panic::resume_unwind(e);
         }
         if p.panicked.load(Relaxed) {
@@ -398,21 +466,24 @@ mod tests {
         set_threads(1);
     }
 
-    /// Jobs back to back, so that workers come late to many of them: each
-    /// part of each job runs once, and only for its own job.
+    /// Jobs back to back, so that workers come late to many of them (with
+    /// more threads than CPUs, most do): each part of each job runs once,
+    /// and only for its own job.
     #[test]
     fn back_to_back_jobs_run_their_own_parts_once() {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-        set_threads(3);
-        let sum = AtomicUsize::new(0);
-        let mut want = 0;
-        for job in 0..20_000usize {
-            let parts = 1 + job % 4;
-            run_parts(parts, &|i| {
-                sum.fetch_add(job * 4 + i, Ordering::Relaxed);
-            });
-            want += (0..parts).map(|i| job * 4 + i).sum::<usize>();
-            assert_eq!(sum.load(Ordering::Relaxed), want, "job {job}");
+        for threads in [3, MAX_THREADS] {
+            set_threads(threads);
+            let sum = AtomicUsize::new(0);
+            let mut want = 0;
+            for job in 0..20_000usize {
+                let parts = 1 + job % 4;
+                run_parts(parts, &|i| {
+                    sum.fetch_add(job * 4 + i, Ordering::Relaxed);
+                });
+                want += (0..parts).map(|i| job * 4 + i).sum::<usize>();
+                assert_eq!(sum.load(Ordering::Relaxed), want, "{threads} threads, job {job}");
+            }
         }
         set_threads(1);
     }
