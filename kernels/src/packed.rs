@@ -315,12 +315,12 @@ fn multiply(
     let worth_splitting = m * n * k >= 1 << 18;
     if worth_splitting && n > m && n > NR && crate::parallel::threads() > 1 {
         let tiles = m.div_ceil(grain);
-        let grid = || crate::parallel::split(n.div_ceil(NR) * tiles, 1);
+        let grid = crate::parallel::split(n.div_ceil(NR) * tiles, 1);
         // SAFETY: each part below writes only its tiles of C (and reads
         // the residual, which nothing writes); C outlives `run_parts`.
         let out = unsafe { crate::parallel::Shared::new(Out::new(c, ldc, epilogue.residual)) };
-        crate::parallel::run_parts(grid().count(), &|i| {
-            let Some((t0, t1)) = grid().nth(i) else { return };
+        crate::parallel::run_parts(grid.parts(), &|i| {
+            let Some((t0, t1)) = grid.range(i) else { return };
             for (strips, tile_rows) in grid_rectangles(t0, t1, tiles) {
                 let (j0, j1) = (strips.start * NR, (strips.end * NR).min(n));
                 let rows = tile_rows.start * grain..(tile_rows.end * grain).min(m);

@@ -74,18 +74,46 @@ impl<T: Copy> Shared<T> {
     }
 }
 
-/// Splits `items` into at most [`threads`] contiguous ranges of whole
-/// `grain`s, at most [`MAX_THREADS`]; each range's `(start, end)`.
-pub fn split(items: usize, grain: usize) -> impl Iterator<Item = (usize, usize)> {
+/// `items` split into at most [`threads`] contiguous ranges of whole
+/// `grain`s (at most [`MAX_THREADS`]), one per part. The thread count is
+/// read once, when the split is made: every part of a job must see the
+/// same ranges, even if [`set_threads`] is called meanwhile.
+pub fn split(items: usize, grain: usize) -> Split {
     let grain = grain.max(1);
     let grains = items.div_ceil(grain);
-    let parts = threads().min(grains).clamp(1, MAX_THREADS);
-    let per = grains.div_ceil(parts);
-    (0..parts).filter_map(move |p| {
-        let start = (p * per * grain).min(items);
-        let end = ((p + 1) * per * grain).min(items);
-        (start < end || (p == 0 && items == 0)).then_some((start, end))
-    })
+    let per = grains.div_ceil(threads().min(grains).clamp(1, MAX_THREADS)).max(1);
+    Split {
+        items,
+        span: per * grain,
+        parts: grains.div_ceil(per).max(1),
+    }
+}
+
+/// A [`split`]: its parts' ranges, fixed.
+#[derive(Clone, Copy, Debug)]
+pub struct Split {
+    items: usize,
+    /// Items per part (the last may have fewer).
+    span: usize,
+    parts: usize,
+}
+
+impl Split {
+    /// How many parts (at least one; one empty range when there are no
+    /// items).
+    pub fn parts(&self) -> usize {
+        self.parts
+    }
+
+    /// Part `p`'s range `(start, end)`, if there is such a part.
+    pub fn range(&self, p: usize) -> Option<(usize, usize)> {
+        (p < self.parts).then(|| ((p * self.span).min(self.items), ((p + 1) * self.span).min(self.items)))
+    }
+
+    /// Every part's range, in order.
+    pub fn ranges(self) -> impl Iterator<Item = (usize, usize)> {
+        (0..self.parts).filter_map(move |p| self.range(p))
+    }
 }
 
 /// Calls `band(rows, piece)` for bands of the `rows` rows of `out` (each
@@ -100,14 +128,13 @@ pub fn for_each_band<T: Send>(
     split_up: bool,
     band: &(dyn Fn(core::ops::Range<usize>, &mut [T]) + Sync),
 ) {
-    let bands = || split(rows, grain);
-    let parts = if split_up { bands().count() } else { 1 };
-    if parts <= 1 {
+    let bands = split(rows, grain);
+    if !split_up || bands.parts() <= 1 {
         return band(0..rows, out);
     }
-    let pieces = Pieces::new(out, bands().map(|(r0, _)| r0 * row_len));
-    run_parts(parts, &|i| {
-        if let (Some((r0, r1)), Some(piece)) = (bands().nth(i), pieces.take(i)) {
+    let pieces = Pieces::new(out, bands.ranges().map(|(r0, _)| r0 * row_len));
+    run_parts(bands.parts(), &|i| {
+        if let (Some((r0, r1)), Some(piece)) = (bands.range(i), pieces.take(i)) {
             band(r0..r1, piece);
         }
     });
@@ -184,6 +211,8 @@ mod pool {
     /// part, which takes the low `PART_BITS`.
     const PART_BITS: u32 = 24;
     const PART_MASK: u64 = (1 << PART_BITS) - 1;
+    /// The next part of a closed claim word: past every job's parts.
+    const CLOSED: u64 = PART_MASK;
 
     /// A CPU number no CPU has.
     const NO_CPU: usize = usize::MAX;
@@ -209,13 +238,17 @@ mod pool {
         threads: AtomicUsize,
         /// Workers started.
         workers: AtomicUsize,
-        /// The current job's generation (bumped for each job) and its next
-        /// part to take; a part is claimed by advancing this word, so no
-        /// thread claims a part of a job that has finished.
+        /// The current job's generation and its next part to take; a part
+        /// is claimed by advancing this word, so no thread claims a part of
+        /// a job that has finished. A new job first closes the word (a new
+        /// generation whose next part is [`CLOSED`]), then writes its part
+        /// count and function, then opens it under the generation after:
+        /// a claim succeeds only on an open word, whose job is the one
+        /// written before it was opened.
         claim: AtomicU64,
         /// The current job's part count and its part function (a pointer
-        /// to the caller's [`Part`]), written before its generation is
-        /// published. The function is called only by a thread that has
+        /// to the caller's [`Part`]), written while the claim word is
+        /// closed. The function is called only by a thread that has
         /// claimed a part, which the caller waits for.
         parts: AtomicUsize,
         job: AtomicPtr<Part>,
@@ -300,12 +333,14 @@ mod pool {
         fn claim(&self) -> Result<(usize, Part), u64> {
             let mut word = self.claim.load(Acquire);
             loop {
-                // Read between loading `word` and advancing it: if the
-                // advance succeeds, its job was current all along, so these
-                // are its values (the next job's are written after this
-                // part finishes).
-                let parts = self.parts.load(Relaxed);
-                let job = self.job.load(Relaxed);
+                // Read between loading `word` and advancing it. A job's
+                // values are written while the word is closed (Release,
+                // after closing it): values read here that a later job
+                // wrote make the advance below fail, as the word was
+                // closed since; if it succeeds, `word`'s job was current
+                // all along and these are its values.
+                let parts = self.parts.load(Acquire);
+                let job = self.job.load(Acquire);
                 let next = (word & PART_MASK) as usize;
                 if next >= parts {
                     return Err(word >> PART_BITS);
@@ -409,12 +444,14 @@ mod pool {
         // SAFETY: erases the part's lifetime; this function does not return
         // before every claimed part is done, and no part is claimed after.
         let part: Part = unsafe { core::mem::transmute(part) };
-        p.parts.store(parts, Relaxed);
-        p.job.store(&part as *const Part as *mut Part, Relaxed);
+        // Close the claim word, write the job, open the word (see `claim`).
+        let generation = (p.claim.load(Relaxed) >> PART_BITS) + 1;
+        p.claim.store(generation << PART_BITS | CLOSED, SeqCst);
+        p.parts.store(parts, Release);
+        p.job.store(&part as *const Part as *mut Part, Release);
         p.done.store(0, Relaxed);
         p.panicked.store(false, Relaxed);
-        let generation = (p.claim.load(Relaxed) >> PART_BITS) + 1;
-        p.claim.store(generation << PART_BITS, SeqCst);
+        p.claim.store((generation + 1) << PART_BITS, SeqCst);
         if p.sleepers.load(SeqCst) > 0 {
             let _sleep = lock(&p.sleep);
             p.wake.notify_all();
@@ -492,12 +529,19 @@ mod tests {
     fn split_covers_the_items_in_whole_grains() {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         set_threads(2);
-        let ranges: Vec<_> = split(100, 8).collect();
-        assert_eq!(ranges, [(0, 56), (56, 100)]);
-        assert_eq!(split(5, 8).collect::<Vec<_>>(), [(0, 5)]);
-        assert_eq!(split(0, 8).collect::<Vec<_>>(), [(0, 0)]);
+        let two = split(100, 8);
+        assert_eq!(two.ranges().collect::<Vec<_>>(), [(0, 56), (56, 100)]);
+        assert_eq!(split(5, 8).ranges().collect::<Vec<_>>(), [(0, 5)]);
+        assert_eq!(split(0, 8).ranges().collect::<Vec<_>>(), [(0, 0)]);
+        set_threads(3);
+        // 5 grains over 3 threads: 2 + 2 + 1.
+        assert_eq!(split(10, 2).ranges().collect::<Vec<_>>(), [(0, 4), (4, 8), (8, 10)]);
+        // 4 grains over 3 threads: 2 + 2, no empty third part.
+        assert_eq!(split(8, 2).ranges().collect::<Vec<_>>(), [(0, 4), (4, 8)]);
         set_threads(1);
-        assert_eq!(split(100, 8).collect::<Vec<_>>(), [(0, 100)]);
+        assert_eq!(split(100, 8).ranges().collect::<Vec<_>>(), [(0, 100)]);
+        // A split made on two threads keeps its parts.
+        assert_eq!((two.parts(), two.range(1), two.range(2)), (2, Some((56, 100)), None));
     }
 
     /// The kernels that split their work give the same bits on one thread

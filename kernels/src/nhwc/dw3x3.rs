@@ -59,12 +59,12 @@ pub(super) unsafe fn depthwise3x3_avx512(d: &Depthwise<'_>, out: &mut [f32]) {
     assert!(fits(win) && d.o == c && out.len() >= rows * win.out_w * c);
     let blocks = c.div_ceil(16);
     let worth_splitting = out.len() * 9 >= 1 << 17;
-    let parts = || crate::parallel::split(if worth_splitting { blocks } else { 1 }, 1);
+    let parts = crate::parallel::split(if worth_splitting { blocks } else { 1 }, 1);
     // SAFETY: each part writes only the channels of its own blocks (and
     // reads only the input); `out` outlives `run_parts`.
     let out = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
-    crate::parallel::run_parts(parts().count(), &|i| {
-        let Some((b0, b1)) = parts().nth(i) else { return };
+    crate::parallel::run_parts(parts.parts(), &|i| {
+        let Some((b0, b1)) = parts.range(i) else { return };
         let blocks = if worth_splitting { b0..b1 } else { 0..blocks };
         // SAFETY: AVX-512F, and the lengths, by the caller; part `i`
         // writes only the channels of its blocks, which no other part
