@@ -22,6 +22,8 @@ mod chain;
 mod direct;
 #[cfg(target_arch = "x86_64")]
 mod dw3x3;
+#[cfg(target_arch = "x86_64")]
+mod dw_avx2;
 
 pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MAX_CHAIN_PARTS};
 
@@ -506,12 +508,25 @@ pub fn depthwise_conv2d_nhwc(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if c == o && crate::linear::has_avx2_fma() && win.kernel_h * win.kernel_w <= MAX_TAPS {
-        // SAFETY: AVX2 and FMA were detected on this CPU.
-        unsafe { depthwise_avx2(&d, out) };
+    if c == o && crate::linear::has_avx2_fma() && dw_avx2::fits(win) {
+        // SAFETY: AVX2 and FMA were detected on this CPU; the slices above
+        // have the lengths the geometry implies.
+        unsafe { dw_avx2::depthwise_avx2(&d, out) };
         return;
     }
     depthwise_portable(&d, out);
+}
+
+/// Pixels a sweep of `outputs` output pixels computes in the ring kernels
+/// ([`dw3x3`], [`dw_avx2`]): whole groups of 8, and a last group of 8 or
+/// 4.
+#[cfg(target_arch = "x86_64")]
+fn swept(outputs: usize) -> usize {
+    match outputs % 8 {
+        0 => outputs,
+        1..=4 => outputs / 8 * 8 + 4,
+        _ => outputs.next_multiple_of(8),
+    }
 }
 
 /// An inference-mode batch norm after a convolution, folded into it:
@@ -723,9 +738,6 @@ fn init_bias(o: &mut [f32], bias: Option<&[f32]>) {
     }
 }
 
-/// Largest window the register-accumulating depthwise kernel takes.
-const MAX_TAPS: usize = 64;
-
 /// The taps of output pixel `(oh, ow)` that fall inside the image, as
 /// `(input pixel index within its image, tap index)`, passed to `f`.
 #[inline(always)]
@@ -763,91 +775,6 @@ fn depthwise_portable(d: &Depthwise<'_>, out: &mut [f32]) {
             }
         });
         clamp(dst, min, max);
-    });
-}
-
-/// Depthwise with multiplier 1, AVX2 + FMA: 32 channels (four vectors) of
-/// a pixel accumulate in registers over all its taps before one store.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
-    use core::arch::x86_64::*;
-    let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
-    let (min, max) = (d.min, d.max);
-    let image = win.in_h * win.in_w;
-    // Taps of the current pixel: (input offset, weight offset).
-    let mut taps = [(0usize, 0usize); MAX_TAPS];
-    let lo = _mm256_set1_ps(min);
-    let hi = _mm256_set1_ps(max);
-    for_each_output(win, out, c, |n, oh, ow, o| {
-        let mut count = 0usize;
-        for_each_tap(win, oh, ow, |pix, tap| {
-            // At most kH · kW <= MAX_TAPS taps (the caller checked).
-            taps[count] = ((n * image + pix) * c, tap * c);
-            count += 1;
-        });
-        let taps = &taps[..count];
-        let mut c0 = 0;
-        // SAFETY (all loads and stores below): every tap's input offset
-        // plus `c` is at most `x.len()` and weight offset plus `c` at most
-        // `w.len()` (checked slices above bound the geometry), and
-        // `c0 + width <= c` for each block, so the pointers stay in bounds.
-        while c0 + 32 <= c {
-            let mut acc = [_mm256_setzero_ps(); 4];
-            if let Some(b) = bias {
-                let b = &b[c0..c0 + 32];
-                for (v, a) in acc.iter_mut().enumerate() {
-                    *a = unsafe { _mm256_loadu_ps(b.as_ptr().add(v * 8)) };
-                }
-            }
-            for &(xo, wo) in taps {
-                let xs = &x[xo + c0..xo + c0 + 32];
-                let ws = &w[wo + c0..wo + c0 + 32];
-                for (v, a) in acc.iter_mut().enumerate() {
-                    unsafe {
-                        let xv = _mm256_loadu_ps(xs.as_ptr().add(v * 8));
-                        let wv = _mm256_loadu_ps(ws.as_ptr().add(v * 8));
-                        *a = _mm256_fmadd_ps(xv, wv, *a);
-                    }
-                }
-            }
-            let dst = &mut o[c0..c0 + 32];
-            for (v, a) in acc.iter().enumerate() {
-                unsafe {
-                    let r = _mm256_min_ps(_mm256_max_ps(*a, lo), hi);
-                    _mm256_storeu_ps(dst.as_mut_ptr().add(v * 8), r);
-                }
-            }
-            c0 += 32;
-        }
-        while c0 + 8 <= c {
-            let mut acc = match bias {
-                Some(b) => unsafe { _mm256_loadu_ps(b[c0..c0 + 8].as_ptr()) },
-                None => _mm256_setzero_ps(),
-            };
-            for &(xo, wo) in taps {
-                unsafe {
-                    let xv = _mm256_loadu_ps(x[xo + c0..xo + c0 + 8].as_ptr());
-                    let wv = _mm256_loadu_ps(w[wo + c0..wo + c0 + 8].as_ptr());
-                    acc = _mm256_fmadd_ps(xv, wv, acc);
-                }
-            }
-            unsafe {
-                let r = _mm256_min_ps(_mm256_max_ps(acc, lo), hi);
-                _mm256_storeu_ps(o[c0..c0 + 8].as_mut_ptr(), r);
-            }
-            c0 += 8;
-        }
-        for ch in c0..c {
-            let mut acc = bias.map_or(0.0, |b| b[ch]);
-            for &(xo, wo) in taps {
-                acc += x[xo + ch] * w[wo + ch];
-            }
-            o[ch] = acc.max(min).min(max);
-        }
     });
 }
 
@@ -1440,6 +1367,20 @@ mod tests {
             ([1, 7, 150, 200], [1, 3, 3, 200], [2, 1], [2, 0, 1, 1], [1, 1]),
             ([1, 4, 9, 17], [1, 3, 3, 17], [1, 1], [0, 2, 2, 2], [1, 1]),
             ([1, 7, 7, 960], [1, 3, 3, 960], [1, 1], [1, 1, 1, 1], [1, 1]),
+            // The AVX2 ring (`dw_avx2`): stride 2 in three segments of 15;
+            // dilation with strides apart and padding of three; partial
+            // blocks of one and of five vectors, one short; three images;
+            // bands of two and three rows (padding above, none below, as
+            // `chain` cuts them); a 7×7 window of stride 2; a window of
+            // 70 taps, too many for the ring (the portable path).
+            ([1, 5, 90, 64], [1, 3, 3, 64], [2, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 13, 40, 24], [1, 3, 3, 24], [1, 2], [2, 3, 2, 3], [2, 3]),
+            ([3, 5, 9, 36], [1, 3, 3, 36], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 6, 11, 5], [1, 3, 3, 5], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 2, 15, 32], [1, 3, 3, 32], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 3, 20, 48], [1, 3, 3, 48], [1, 1], [2, 1, 0, 1], [1, 1]),
+            ([1, 20, 19, 16], [1, 7, 7, 16], [2, 2], [3, 3, 3, 3], [1, 1]),
+            ([1, 3, 80, 8], [1, 1, 70, 8], [1, 1], [0, 0, 0, 0], [1, 1]),
         ];
         for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();
@@ -1465,10 +1406,10 @@ mod tests {
                 depthwise_portable(&d, &mut out);
                 close(&out, &want);
                 #[cfg(target_arch = "x86_64")]
-                if g.in_c == g.out_c && crate::linear::has_avx2_fma() && filter[1] * filter[2] <= MAX_TAPS {
+                if g.in_c == g.out_c && crate::linear::has_avx2_fma() && dw_avx2::fits(&g.window) {
                     let mut out = vec![f32::NAN; want.len()];
                     // SAFETY: AVX2 and FMA are present; the lengths fit the geometry.
-                    unsafe { depthwise_avx2(&d, &mut out) };
+                    unsafe { dw_avx2::depthwise_avx2(&d, &mut out) };
                     close(&out, &want);
                 }
             }
