@@ -1338,6 +1338,20 @@ mod tests {
                     conv2d_nhwc(&g, &x, &w, bias, min, max, Some(&mut kept), &mut out, &mut scratch);
                     close(&out, &want);
                 }
+                // The AVX2 tile of the direct path, on a CPU that would
+                // take the AVX-512 one too.
+                #[cfg(target_arch = "x86_64")]
+                if direct::fits(&g) {
+                    let mut out = vec![f32::NAN; want.len()];
+                    let e = Epilogue {
+                        bias,
+                        residual: None,
+                        min,
+                        max,
+                    };
+                    direct::conv_on(false, &g, &x, &kept, &e, &mut out);
+                    close(&out, &want);
+                }
             }
         }
     }
