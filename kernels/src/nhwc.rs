@@ -923,25 +923,26 @@ struct DwRow<'a> {
 }
 
 /// Adds one undilated 3-wide kernel row (weights `w`) to the accumulators
-/// of `PX` pixels `SW` input columns apart; `column(j)` loads input column
-/// `j` counted from the first pixel's window. Neighbouring windows share
+/// of `PX` pixels `SW` input columns apart, vectors of any width;
+/// `column(j)` loads input column `j` counted from the first pixel's
+/// window, `fma(x, w, acc)` is `x · w + acc`. Neighbouring windows share
 /// columns (two at stride 1, one at stride 2): each is loaded once and
-/// kept in a register for the pixels that read it.
+/// kept in a register for the pixels that read it, so that only three are
+/// live at a time.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn three_taps<const PX: usize, const SW: usize>(
-    acc: &mut [core::arch::x86_64::__m512; PX],
-    w: &[core::arch::x86_64::__m512; 3],
-    column: impl Fn(usize) -> core::arch::x86_64::__m512,
+#[inline(always)]
+fn three_taps<V: Copy, const PX: usize, const SW: usize>(
+    acc: &mut [V; PX],
+    w: &[V; 3],
+    column: impl Fn(usize) -> V,
+    fma: impl Fn(V, V, V) -> V,
 ) {
-    use core::arch::x86_64::*;
     let (mut left, mut mid) = (column(0), column(1));
     for (p, a) in acc.iter_mut().enumerate() {
         let right = column(p * SW + 2);
-        *a = _mm512_fmadd_ps(left, w[0], *a);
-        *a = _mm512_fmadd_ps(mid, w[1], *a);
-        *a = _mm512_fmadd_ps(right, w[2], *a);
+        *a = fma(left, w[0], *a);
+        *a = fma(mid, w[1], *a);
+        *a = fma(right, w[2], *a);
         if SW == 1 {
             (left, mid) = (mid, right);
         } else if p + 1 < PX {
@@ -1025,7 +1026,12 @@ unsafe fn dw_sweep_px<const PX: usize, const SW: usize>(
         unsafe {
             for (xk, wk) in x.iter().zip(w).take(rows) {
                 let xk = xk.add(first * c);
-                three_taps::<PX, SW>(&mut acc, wk, |j| _mm512_loadu_ps(xk.add(j * c)));
+                three_taps::<_, PX, SW>(
+                    &mut acc,
+                    wk,
+                    |j| _mm512_loadu_ps(xk.add(j * c)),
+                    |x, w, a| _mm512_fmadd_ps(x, w, a),
+                );
             }
             for (p, a) in acc.iter().enumerate() {
                 let v = _mm512_min_ps(_mm512_max_ps(*a, r.lo), r.hi);
@@ -1132,7 +1138,12 @@ unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const SW: usize>(
             let mut wk = r.w.add(ki * kw * c + c0);
             if SW == 1 || SW == 2 {
                 let w = [load(wk), load(wk.add(c)), load(wk.add(2 * c))];
-                three_taps::<PX, SW>(&mut acc, &w, |j| load(xk.add(j * c)));
+                three_taps::<_, PX, SW>(
+                    &mut acc,
+                    &w,
+                    |j| load(xk.add(j * c)),
+                    |x, w, a| _mm512_fmadd_ps(x, w, a),
+                );
                 continue;
             }
             for _ in 0..kw {

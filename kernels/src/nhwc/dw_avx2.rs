@@ -21,7 +21,7 @@
 //! Threads split the channel blocks, or the rows when there are fewer
 //! blocks than threads: each output is computed the same way whatever the
 //! thread count.
-use super::{swept, Depthwise, Window2d};
+use super::{swept, three_taps, Depthwise, Window2d};
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 use core::ops::Range;
@@ -73,6 +73,15 @@ impl Plan {
         // Even segments: no longer than `most`, so they fit too.
         let segment = win.out_w.div_ceil(win.out_w.div_ceil(most));
         Some(Plan { rows, segment, pitch })
+    }
+}
+
+/// `x` modulo `n`, for `x < 2n`.
+fn wrap(x: usize, n: usize) -> usize {
+    if x >= n {
+        x - n
+    } else {
+        x
     }
 }
 
@@ -235,10 +244,20 @@ impl Block<'_> {
         // Padded input row held by each ring row.
         let mut held = [usize::MAX; MAX_ROWS];
         let mut src = [self.ring.cast_const(); MAX_ROWS];
+        // Ring rows go by padded row modulo `plan.rows`, stepped rather
+        // than divided per row (a division costs as much as a few groups
+        // on a row of 7 pixels): the ring row of the output row's first
+        // padded row, and the offsets of the kernel rows from it.
+        let step = win.stride_h % plan.rows;
+        let mut slot0 = rows.start * win.stride_h % plan.rows;
+        let mut offsets = [0; MAX_ROWS];
+        for (ki, off) in offsets.iter_mut().enumerate().take(win.kernel_h) {
+            *off = ki * win.dilation_h % plan.rows;
+        }
         for oh in rows {
             for (ki, s) in src.iter_mut().enumerate().take(win.kernel_h) {
                 let padded = oh * win.stride_h + ki * win.dilation_h;
-                let slot = padded % plan.rows;
+                let slot = wrap(slot0 + offsets[ki], plan.rows);
                 let to = self.ring.wrapping_add(slot * plan.pitch * PIXEL);
                 if held[slot] != padded {
                     held[slot] = padded;
@@ -258,6 +277,7 @@ impl Block<'_> {
                 // reads; the outputs are within the row, lanes below C.
                 unsafe { sweep.row(&src[..win.kernel_h], o, outputs) }
             }
+            slot0 = wrap(slot0 + step, plan.rows);
         }
     }
 
@@ -448,6 +468,17 @@ impl Sweep<'_> {
             let mut w = self.w;
             for row in &src[..kh] {
                 let row = row.add(g * sw * PIXEL + self.lane);
+                if K == 3 {
+                    let wk = [*w, *w.add(1), *w.add(2)];
+                    three_taps::<_, N, SW>(
+                        &mut acc,
+                        &wk,
+                        |j| _mm256_load_ps(row.add(j * PIXEL)),
+                        |x, w, a| _mm256_fmadd_ps(x, w, a),
+                    );
+                    w = w.add(3);
+                    continue;
+                }
                 for kj in 0..kw {
                     let wv = *w;
                     let col = row.add(kj * dw * PIXEL);
@@ -457,22 +488,21 @@ impl Sweep<'_> {
                     w = w.add(1);
                 }
             }
-            let store = |p: usize, a: __m256| {
-                let v = _mm256_min_ps(_mm256_max_ps(a, self.lo), self.hi);
-                let dst = out.add((g + p) * self.c + self.lane);
+            // Every pixel is stored, those past `valid` into `spare`:
+            // with a branch on `valid`, the compiler sank the last pixels'
+            // FMAs past it, a chain of nine FMAs after the others.
+            let mut spare = _mm256_setzero_ps();
+            let spare = (&raw mut spare).cast::<f32>();
+            for (p, a) in acc.iter().enumerate() {
+                let v = _mm256_min_ps(_mm256_max_ps(*a, self.lo), self.hi);
+                let dst = if p < valid {
+                    out.add((g + p) * self.c + self.lane)
+                } else {
+                    spare
+                };
                 match self.tail {
                     None => _mm256_storeu_ps(dst, v),
                     Some(m) => _mm256_maskstore_ps(dst, m, v),
-                }
-            };
-            // Full groups unrolled; the last, partial, a loop.
-            if valid == N {
-                for (p, a) in acc.iter().enumerate() {
-                    store(p, *a);
-                }
-            } else {
-                for (p, a) in acc.iter().enumerate().take(valid) {
-                    store(p, *a);
                 }
             }
         }
