@@ -1392,12 +1392,13 @@ mod tests {
             ([1, 7, 150, 200], [1, 3, 3, 200], [2, 1], [2, 0, 1, 1], [1, 1]),
             ([1, 4, 9, 17], [1, 3, 3, 17], [1, 1], [0, 2, 2, 2], [1, 1]),
             ([1, 7, 7, 960], [1, 3, 3, 960], [1, 1], [1, 1, 1, 1], [1, 1]),
-            // The AVX2 ring (`dw_avx2`): stride 2 in three segments of 15;
-            // dilation with strides apart and padding of three; partial
-            // blocks of one and of five vectors, one short; three images;
-            // bands of two and three rows (padding above, none below, as
-            // `chain` cuts them); a 7×7 window of stride 2; a window of
-            // 70 taps, too many for the ring (the portable path).
+            // The AVX2 ring (`dw_avx2`): stride 2, the top and bottom rows
+            // in three segments of 15; dilation with strides apart and
+            // padding of three; partial blocks of one and of five vectors,
+            // one short; three images; bands of two and three rows
+            // (padding above, none below, as `chain` cuts them); a 7×7
+            // window of stride 2; a window of 70 taps, too many for the
+            // ring (the portable path).
             ([1, 5, 90, 64], [1, 3, 3, 64], [2, 2], [1, 1, 1, 1], [1, 1]),
             ([1, 13, 40, 24], [1, 3, 3, 24], [1, 2], [2, 3, 2, 3], [2, 3]),
             ([3, 5, 9, 36], [1, 3, 3, 36], [1, 1], [1, 1, 1, 1], [1, 1]),
@@ -1406,6 +1407,11 @@ mod tests {
             ([1, 3, 20, 48], [1, 3, 3, 48], [1, 1], [2, 1, 0, 1], [1, 1]),
             ([1, 20, 19, 16], [1, 7, 7, 16], [2, 2], [3, 3, 3, 3], [1, 1]),
             ([1, 3, 80, 8], [1, 1, 70, 8], [1, 1], [0, 0, 0, 0], [1, 1]),
+            // Stride 2 across, read from the image where the windows lie
+            // inside it: a partial vector up to the image's last float,
+            // and rows with padding on either side.
+            ([1, 9, 41, 13], [1, 3, 3, 13], [2, 2], [0, 0, 0, 0], [1, 1]),
+            ([2, 8, 45, 40], [1, 3, 3, 40], [2, 2], [1, 1, 1, 1], [1, 1]),
         ];
         for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();

@@ -18,6 +18,14 @@
 //! two blocks share a line, so nothing is gained by sweeping a few rows
 //! for every block in turn: each block sweeps the whole image.
 //!
+//! At stride 2 across, the copy costs more than it saves (twice as many
+//! input pixels per output, and an input row shared by fewer output
+//! rows): there the pixels whose windows lie inside the image, whole
+//! groups of them, read the image directly (245 → 220 µs on 112 × 112 ×
+//! 96), and only those at the edges go through the ring. At stride 1 the
+//! direct reads ran no faster on 112 × 112 × 32 and slower on more
+//! channels and on short rows.
+//!
 //! Threads split the channel blocks, or the rows when there are fewer
 //! blocks than threads: each output is computed the same way whatever the
 //! thread count.
@@ -37,6 +45,8 @@ const PIXEL: usize = WIDE * LANES;
 const RING_PIXELS: usize = 128;
 /// Most rows in the ring.
 const MAX_ROWS: usize = 16;
+/// Fewest inner pixels of a row read directly from the image.
+const MIN_DIRECT: usize = 16;
 /// Most taps in a window: the weights of a block are held on the stack.
 const MAX_TAPS: usize = 64;
 
@@ -74,6 +84,31 @@ impl Plan {
         let segment = win.out_w.div_ceil(win.out_w.div_ceil(most));
         Some(Plan { rows, segment, pitch })
     }
+}
+
+/// The output columns (`across`) or rows whose windows lie inside the
+/// image that way: one range, empty when there are none.
+fn inside(win: &Window2d, across: bool) -> Range<usize> {
+    let (outs, input, pad, stride, span) = if across {
+        (
+            win.out_w,
+            win.in_w,
+            win.pad_left,
+            win.stride_w,
+            (win.kernel_w - 1) * win.dilation_w + 1,
+        )
+    } else {
+        (
+            win.out_h,
+            win.in_h,
+            win.pad_top,
+            win.stride_h,
+            (win.kernel_h - 1) * win.dilation_h + 1,
+        )
+    };
+    let inner = |o: usize| o * stride >= pad && o * stride - pad + span <= input;
+    let start = (0..outs).find(|&o| inner(o)).unwrap_or(outs);
+    start..(start..outs).find(|&o| !inner(o)).unwrap_or(outs)
 }
 
 /// `x` modulo `n`, for `x < 2n`.
@@ -203,13 +238,9 @@ unsafe fn blocks_avx2(d: &Depthwise<'_>, plan: &Plan, out: *mut f32, blocks: Ran
                 vectors,
                 tail,
             };
-            for s0 in (0..win.out_w).step_by(plan.segment) {
-                let outputs = plan.segment.min(win.out_w - s0);
-                let o = out_image.wrapping_add(s0 * c + c0);
-                // SAFETY: by the caller: the block's lanes below C, the
-                // rows and pixels within the image's output, this part's.
-                unsafe { block.segment(&sweeps[..vectors], image_rows.clone(), s0, outputs, o) };
-            }
+            // SAFETY: by the caller: the block's lanes below C, the rows
+            // and pixels within the image's output, this part's.
+            unsafe { block.rows(&sweeps[..vectors], image_rows.clone(), out_image.wrapping_add(c0)) };
         }
         r = n * win.out_h + image_rows.end;
     }
@@ -228,6 +259,73 @@ struct Block<'a> {
 }
 
 impl Block<'_> {
+    /// The output rows `rows` of the image (row `oh` at `out + oh·OW·C`):
+    /// the pixels whose windows lie inside the image read it directly,
+    /// whole groups at a time; the others, at its edges, go through the
+    /// ring.
+    ///
+    /// # Safety
+    /// As [`Self::segment`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows(&self, sweeps: &[Sweep<'_>], rows: Range<usize>, out: *mut f32) {
+        let (win, plan) = (self.win, self.plan);
+        let (inner_rows, inner) = (inside(win, false), inside(win, true));
+        let mid = rows.start.max(inner_rows.start)..rows.end.min(inner_rows.end).max(rows.start);
+        // Whole groups of the inner columns, read directly.
+        let n = inner.len();
+        let direct = inner.start..inner.start + n / 8 * 8 + if n % 8 >= 4 { 4 } else { 0 };
+        let ring = |rows: Range<usize>, cols: Range<usize>| {
+            for s0 in cols.clone().step_by(plan.segment) {
+                let outputs = plan.segment.min(cols.end - s0);
+                // SAFETY: by the caller.
+                unsafe { self.segment(sweeps, rows.clone(), s0, outputs, out.wrapping_add(s0 * self.c)) };
+            }
+        };
+        if mid.is_empty() || direct.len() < MIN_DIRECT || win.stride_w == 1 {
+            return ring(rows, 0..win.out_w);
+        }
+        ring(rows.start..mid.start, 0..win.out_w);
+        ring(mid.clone(), 0..direct.start);
+        // Segments of whole groups, which keep the input rows they read
+        // in L1 from one output row to the next.
+        for s0 in direct.clone().step_by((plan.segment / 8 * 8).max(8)) {
+            let outputs = (plan.segment / 8 * 8).max(8).min(direct.end - s0);
+            // SAFETY: by the caller; the pixels are inner ones, their
+            // windows inside the image.
+            unsafe { self.direct(sweeps, mid.clone(), s0, outputs, out.wrapping_add(s0 * self.c)) };
+        }
+        ring(mid.clone(), direct.end..win.out_w);
+        ring(mid.end..rows.end, 0..win.out_w);
+    }
+
+    /// Output pixels `s0 .. s0 + outputs` (whole groups of 8, then one of
+    /// 8 or 4) of the output rows `rows`, read from the image: pixel `s0`
+    /// of row `oh` at `out + oh·OW·C`.
+    ///
+    /// # Safety
+    /// As [`Self::segment`]; the windows of the pixels lie inside the
+    /// image.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn direct(&self, sweeps: &[Sweep<'_>], rows: Range<usize>, s0: usize, outputs: usize, out: *mut f32) {
+        let win = self.win;
+        assert!(swept(outputs) == outputs);
+        let first = s0 * win.stride_w - win.pad_left;
+        let mut src = [self.image; MAX_ROWS];
+        for oh in rows {
+            for (ki, s) in src.iter_mut().enumerate().take(win.kernel_h) {
+                let ih = oh * win.stride_h + ki * win.dilation_h - win.pad_top;
+                *s = self.image.wrapping_add((ih * win.in_w + first) * self.c);
+            }
+            let o = out.wrapping_add(oh * win.out_w * self.c);
+            for sweep in sweeps {
+                // SAFETY: the pixels' windows lie inside the image, so
+                // every column a group reads is a pixel of the row; the
+                // outputs are within the row, lanes below C.
+                unsafe { sweep.row::<true>(&src[..win.kernel_h], o, outputs) }
+            }
+        }
+    }
+
     /// Output pixels `s0 .. s0 + outputs` of the output rows `rows`: pixel
     /// `s0` of row `oh` at `out + oh·OW·C`, one vector per sweep.
     ///
@@ -275,7 +373,7 @@ impl Block<'_> {
                 // rows at most, so they sit in distinct ring rows, each
                 // holding the `columns` pixels a sweep of `outputs` pixels
                 // reads; the outputs are within the row, lanes below C.
-                unsafe { sweep.row(&src[..win.kernel_h], o, outputs) }
+                unsafe { sweep.row::<false>(&src[..win.kernel_h], o, outputs) }
             }
             slot0 = wrap(slot0 + step, plan.rows);
         }
@@ -403,15 +501,15 @@ impl Sweep<'_> {
     /// `outputs` pixels `c` floats apart, whose lanes stored are writable.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn row(&self, src: &[*const f32], out: *mut f32, outputs: usize) {
+    unsafe fn row<const DIRECT: bool>(&self, src: &[*const f32], out: *mut f32, outputs: usize) {
         let win = self.win;
         let three = (win.kernel_h, win.kernel_w, win.dilation_h, win.dilation_w) == (3, 3, 1, 1);
         // SAFETY: by the caller.
         unsafe {
             match (three, win.stride_w) {
-                (true, 1) => self.row_of::<3, 1>(src, out, outputs),
-                (true, 2) => self.row_of::<3, 2>(src, out, outputs),
-                _ => self.row_of::<0, 0>(src, out, outputs),
+                (true, 1) => self.row_of::<3, 1, DIRECT>(src, out, outputs),
+                (true, 2) => self.row_of::<3, 2, DIRECT>(src, out, outputs),
+                _ => self.row_of::<0, 0, DIRECT>(src, out, outputs),
             }
         }
     }
@@ -423,7 +521,12 @@ impl Sweep<'_> {
     /// As [`Self::row`].
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn row_of<const K: usize, const SW: usize>(&self, src: &[*const f32], out: *mut f32, outputs: usize) {
+    unsafe fn row_of<const K: usize, const SW: usize, const DIRECT: bool>(
+        &self,
+        src: &[*const f32],
+        out: *mut f32,
+        outputs: usize,
+    ) {
         let mut g = 0;
         while g < outputs {
             let left = outputs - g;
@@ -431,10 +534,10 @@ impl Sweep<'_> {
             // `swept(outputs)`, its stores within `outputs`.
             unsafe {
                 if left > 4 {
-                    self.group::<8, K, SW>(src, out, g, left.min(8));
+                    self.group::<8, K, SW, DIRECT>(src, out, g, left.min(8));
                     g += 8;
                 } else {
-                    self.group::<4, K, SW>(src, out, g, left);
+                    self.group::<4, K, SW, DIRECT>(src, out, g, left);
                     g += 4;
                 }
             }
@@ -447,7 +550,7 @@ impl Sweep<'_> {
     /// As [`Self::row`], for pixels `g .. g + N`.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn group<const N: usize, const K: usize, const SW: usize>(
+    unsafe fn group<const N: usize, const K: usize, const SW: usize, const DIRECT: bool>(
         &self,
         src: &[*const f32],
         out: *mut f32,
@@ -460,20 +563,26 @@ impl Sweep<'_> {
         } else {
             (src.len(), win.kernel_w, win.stride_w, win.dilation_w)
         };
+        // Floats from one column to the next: of the ring, or the image.
+        let pitch = if DIRECT { self.c } else { PIXEL };
         let mut acc = [self.bias; N];
         // SAFETY: by the caller: pixel p of the group reads columns
         // (g + p)·sw + kj·dw of each ring row, within those a sweep reads;
         // taps below kH·kW.
         unsafe {
+            // The ring's pixels are aligned and zero past C; the image's
+            // are neither, and a partial vector of its last pixel is its
+            // last floats.
+            let load = |p: *const f32| if DIRECT { load8(self.tail, p) } else { _mm256_load_ps(p) };
             let mut w = self.w;
             for row in &src[..kh] {
-                let row = row.add(g * sw * PIXEL + self.lane);
+                let row = row.add(g * sw * pitch + self.lane);
                 if K == 3 {
                     let wk = [*w, *w.add(1), *w.add(2)];
                     three_taps::<_, N, SW>(
                         &mut acc,
                         &wk,
-                        |j| _mm256_load_ps(row.add(j * PIXEL)),
+                        |j| load(row.add(j * pitch)),
                         |x, w, a| _mm256_fmadd_ps(x, w, a),
                     );
                     w = w.add(3);
@@ -481,9 +590,9 @@ impl Sweep<'_> {
                 }
                 for kj in 0..kw {
                     let wv = *w;
-                    let col = row.add(kj * dw * PIXEL);
+                    let col = row.add(kj * dw * pitch);
                     for (p, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(_mm256_load_ps(col.add(p * sw * PIXEL)), wv, *a);
+                        *a = _mm256_fmadd_ps(load(col.add(p * sw * pitch)), wv, *a);
                     }
                     w = w.add(1);
                 }
