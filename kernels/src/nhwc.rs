@@ -1407,6 +1407,10 @@ mod tests {
             ([1, 3, 20, 48], [1, 3, 3, 48], [1, 1], [2, 1, 0, 1], [1, 1]),
             ([1, 20, 19, 16], [1, 7, 7, 16], [2, 2], [3, 3, 3, 3], [1, 1]),
             ([1, 3, 80, 8], [1, 1, 70, 8], [1, 1], [0, 0, 0, 0], [1, 1]),
+            // Windows so wide that a segment of 4 outputs fills a ring
+            // row, and one column wider (the portable path).
+            ([1, 2, 200, 8], [1, 1, 2, 8], [1, 1], [0, 0, 0, 0], [1, 124]),
+            ([1, 2, 200, 8], [1, 1, 2, 8], [1, 1], [0, 0, 0, 0], [1, 125]),
             // Stride 2 across, read from the image where the windows lie
             // inside it: a partial vector up to the image's last float,
             // and rows with padding on either side.

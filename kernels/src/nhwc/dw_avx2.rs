@@ -65,16 +65,17 @@ impl Plan {
     /// The ring's layout for `win`, or `None` when its window is too tall,
     /// too wide or has too many taps for the ring.
     fn new(win: &Window2d) -> Option<Plan> {
-        let span_h = (win.kernel_h - 1) * win.dilation_h + 1;
-        let rows = span_h;
+        let rows = (win.kernel_h - 1) * win.dilation_h + 1;
         if rows > MAX_ROWS || win.kernel_h * win.kernel_w > MAX_TAPS {
             return None;
         }
         let pitch = RING_PIXELS / rows;
-        // The most outputs whose sweep's columns fit a ring row.
-        let fits = |n: usize| columns(win, n) <= pitch;
-        let mut most = (pitch.checked_sub((win.kernel_w - 1) * win.dilation_w)? - 1) / win.stride_w + 1;
-        while most > 0 && !fits(most) {
+        // The most outputs whose sweep's columns fit a ring row: n outputs
+        // span (n - 1)·stride + (kW - 1)·dilation + 1 columns, and a sweep
+        // rounds n up to whole groups.
+        let span_w = (win.kernel_w - 1) * win.dilation_w + 1;
+        let mut most = pitch.checked_sub(span_w)? / win.stride_w + 1;
+        while most > 0 && columns(win, most) > pitch {
             most -= 1;
         }
         if most == 0 {
