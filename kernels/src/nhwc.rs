@@ -517,18 +517,6 @@ pub fn depthwise_conv2d_nhwc(
     depthwise_portable(&d, out);
 }
 
-/// Pixels a sweep of `outputs` output pixels computes in the ring kernels
-/// ([`dw3x3`], [`dw_avx2`]): whole groups of 8, and a last group of 8 or
-/// 4.
-#[cfg(target_arch = "x86_64")]
-fn swept(outputs: usize) -> usize {
-    match outputs % 8 {
-        0 => outputs,
-        1..=4 => outputs / 8 * 8 + 4,
-        _ => outputs.next_multiple_of(8),
-    }
-}
-
 /// An inference-mode batch norm after a convolution, folded into it:
 /// output channel `o` becomes `(y − mean[o]) / sqrt(var[o] + eps) ·
 /// weight[o] + bias[o]`, which scales the channel's filter and shifts its
