@@ -207,8 +207,8 @@ fn main() {
         );
     }
     // The first layer (3×3 over RGB, stride 2): its window is 27 floats,
-    // multiplied from the image where the CPU has AVX-512 (nhwc/direct.rs),
-    // through gathered windows (im2col) elsewhere.
+    // multiplied from the image where the CPU has AVX-512 or AVX2 + FMA
+    // (nhwc/direct.rs), through gathered windows (im2col) elsewhere.
     println!();
     let stem = Conv2dNhwc::regular(&[1, 224, 224, 3], &[32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1)
         .expect("MobileNetV2's stem geometry");

@@ -22,6 +22,8 @@ mod chain;
 mod direct;
 #[cfg(target_arch = "x86_64")]
 mod dw3x3;
+#[cfg(target_arch = "x86_64")]
+mod dw_avx2;
 
 pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MAX_CHAIN_PARTS};
 
@@ -506,9 +508,10 @@ pub fn depthwise_conv2d_nhwc(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if c == o && crate::linear::has_avx2_fma() && win.kernel_h * win.kernel_w <= MAX_TAPS {
-        // SAFETY: AVX2 and FMA were detected on this CPU.
-        unsafe { depthwise_avx2(&d, out) };
+    if c == o && crate::linear::has_avx2_fma() && dw_avx2::fits(win) {
+        // SAFETY: AVX2 and FMA were detected on this CPU; the slices above
+        // have the lengths the geometry implies.
+        unsafe { dw_avx2::depthwise_avx2(&d, out) };
         return;
     }
     depthwise_portable(&d, out);
@@ -723,9 +726,6 @@ fn init_bias(o: &mut [f32], bias: Option<&[f32]>) {
     }
 }
 
-/// Largest window the register-accumulating depthwise kernel takes.
-const MAX_TAPS: usize = 64;
-
 /// The taps of output pixel `(oh, ow)` that fall inside the image, as
 /// `(input pixel index within its image, tap index)`, passed to `f`.
 #[inline(always)]
@@ -763,91 +763,6 @@ fn depthwise_portable(d: &Depthwise<'_>, out: &mut [f32]) {
             }
         });
         clamp(dst, min, max);
-    });
-}
-
-/// Depthwise with multiplier 1, AVX2 + FMA: 32 channels (four vectors) of
-/// a pixel accumulate in registers over all its taps before one store.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
-    use core::arch::x86_64::*;
-    let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
-    let (min, max) = (d.min, d.max);
-    let image = win.in_h * win.in_w;
-    // Taps of the current pixel: (input offset, weight offset).
-    let mut taps = [(0usize, 0usize); MAX_TAPS];
-    let lo = _mm256_set1_ps(min);
-    let hi = _mm256_set1_ps(max);
-    for_each_output(win, out, c, |n, oh, ow, o| {
-        let mut count = 0usize;
-        for_each_tap(win, oh, ow, |pix, tap| {
-            // At most kH · kW <= MAX_TAPS taps (the caller checked).
-            taps[count] = ((n * image + pix) * c, tap * c);
-            count += 1;
-        });
-        let taps = &taps[..count];
-        let mut c0 = 0;
-        // SAFETY (all loads and stores below): every tap's input offset
-        // plus `c` is at most `x.len()` and weight offset plus `c` at most
-        // `w.len()` (checked slices above bound the geometry), and
-        // `c0 + width <= c` for each block, so the pointers stay in bounds.
-        while c0 + 32 <= c {
-            let mut acc = [_mm256_setzero_ps(); 4];
-            if let Some(b) = bias {
-                let b = &b[c0..c0 + 32];
-                for (v, a) in acc.iter_mut().enumerate() {
-                    *a = unsafe { _mm256_loadu_ps(b.as_ptr().add(v * 8)) };
-                }
-            }
-            for &(xo, wo) in taps {
-                let xs = &x[xo + c0..xo + c0 + 32];
-                let ws = &w[wo + c0..wo + c0 + 32];
-                for (v, a) in acc.iter_mut().enumerate() {
-                    unsafe {
-                        let xv = _mm256_loadu_ps(xs.as_ptr().add(v * 8));
-                        let wv = _mm256_loadu_ps(ws.as_ptr().add(v * 8));
-                        *a = _mm256_fmadd_ps(xv, wv, *a);
-                    }
-                }
-            }
-            let dst = &mut o[c0..c0 + 32];
-            for (v, a) in acc.iter().enumerate() {
-                unsafe {
-                    let r = _mm256_min_ps(_mm256_max_ps(*a, lo), hi);
-                    _mm256_storeu_ps(dst.as_mut_ptr().add(v * 8), r);
-                }
-            }
-            c0 += 32;
-        }
-        while c0 + 8 <= c {
-            let mut acc = match bias {
-                Some(b) => unsafe { _mm256_loadu_ps(b[c0..c0 + 8].as_ptr()) },
-                None => _mm256_setzero_ps(),
-            };
-            for &(xo, wo) in taps {
-                unsafe {
-                    let xv = _mm256_loadu_ps(x[xo + c0..xo + c0 + 8].as_ptr());
-                    let wv = _mm256_loadu_ps(w[wo + c0..wo + c0 + 8].as_ptr());
-                    acc = _mm256_fmadd_ps(xv, wv, acc);
-                }
-            }
-            unsafe {
-                let r = _mm256_min_ps(_mm256_max_ps(acc, lo), hi);
-                _mm256_storeu_ps(o[c0..c0 + 8].as_mut_ptr(), r);
-            }
-            c0 += 8;
-        }
-        for ch in c0..c {
-            let mut acc = bias.map_or(0.0, |b| b[ch]);
-            for &(xo, wo) in taps {
-                acc += x[xo + ch] * w[wo + ch];
-            }
-            o[ch] = acc.max(min).min(max);
-        }
     });
 }
 
@@ -996,25 +911,26 @@ struct DwRow<'a> {
 }
 
 /// Adds one undilated 3-wide kernel row (weights `w`) to the accumulators
-/// of `PX` pixels `SW` input columns apart; `column(j)` loads input column
-/// `j` counted from the first pixel's window. Neighbouring windows share
+/// of `PX` pixels `SW` input columns apart, vectors of any width;
+/// `column(j)` loads input column `j` counted from the first pixel's
+/// window, `fma(x, w, acc)` is `x · w + acc`. Neighbouring windows share
 /// columns (two at stride 1, one at stride 2): each is loaded once and
-/// kept in a register for the pixels that read it.
+/// kept in a register for the pixels that read it, so that only three are
+/// live at a time.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn three_taps<const PX: usize, const SW: usize>(
-    acc: &mut [core::arch::x86_64::__m512; PX],
-    w: &[core::arch::x86_64::__m512; 3],
-    column: impl Fn(usize) -> core::arch::x86_64::__m512,
+#[inline(always)]
+fn three_taps<V: Copy, const PX: usize, const SW: usize>(
+    acc: &mut [V; PX],
+    w: &[V; 3],
+    column: impl Fn(usize) -> V,
+    fma: impl Fn(V, V, V) -> V,
 ) {
-    use core::arch::x86_64::*;
     let (mut left, mut mid) = (column(0), column(1));
     for (p, a) in acc.iter_mut().enumerate() {
         let right = column(p * SW + 2);
-        *a = _mm512_fmadd_ps(left, w[0], *a);
-        *a = _mm512_fmadd_ps(mid, w[1], *a);
-        *a = _mm512_fmadd_ps(right, w[2], *a);
+        *a = fma(left, w[0], *a);
+        *a = fma(mid, w[1], *a);
+        *a = fma(right, w[2], *a);
         if SW == 1 {
             (left, mid) = (mid, right);
         } else if p + 1 < PX {
@@ -1098,7 +1014,12 @@ unsafe fn dw_sweep_px<const PX: usize, const SW: usize>(
         unsafe {
             for (xk, wk) in x.iter().zip(w).take(rows) {
                 let xk = xk.add(first * c);
-                three_taps::<PX, SW>(&mut acc, wk, |j| _mm512_loadu_ps(xk.add(j * c)));
+                three_taps::<_, PX, SW>(
+                    &mut acc,
+                    wk,
+                    |j| _mm512_loadu_ps(xk.add(j * c)),
+                    |x, w, a| _mm512_fmadd_ps(x, w, a),
+                );
             }
             for (p, a) in acc.iter().enumerate() {
                 let v = _mm512_min_ps(_mm512_max_ps(*a, r.lo), r.hi);
@@ -1205,7 +1126,12 @@ unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const SW: usize>(
             let mut wk = r.w.add(ki * kw * c + c0);
             if SW == 1 || SW == 2 {
                 let w = [load(wk), load(wk.add(c)), load(wk.add(2 * c))];
-                three_taps::<PX, SW>(&mut acc, &w, |j| load(xk.add(j * c)));
+                three_taps::<_, PX, SW>(
+                    &mut acc,
+                    &w,
+                    |j| load(xk.add(j * c)),
+                    |x, w, a| _mm512_fmadd_ps(x, w, a),
+                );
                 continue;
             }
             for _ in 0..kw {
@@ -1411,6 +1337,20 @@ mod tests {
                     conv2d_nhwc(&g, &x, &w, bias, min, max, Some(&mut kept), &mut out, &mut scratch);
                     close(&out, &want);
                 }
+                // The AVX2 tile of the direct path, on a CPU that would
+                // take the AVX-512 one too.
+                #[cfg(target_arch = "x86_64")]
+                if direct::fits(&g) {
+                    let mut out = vec![f32::NAN; want.len()];
+                    let e = Epilogue {
+                        bias,
+                        residual: None,
+                        min,
+                        max,
+                    };
+                    direct::conv_on(false, &g, &x, &kept, &e, &mut out);
+                    close(&out, &want);
+                }
             }
         }
     }
@@ -1440,6 +1380,30 @@ mod tests {
             ([1, 7, 150, 200], [1, 3, 3, 200], [2, 1], [2, 0, 1, 1], [1, 1]),
             ([1, 4, 9, 17], [1, 3, 3, 17], [1, 1], [0, 2, 2, 2], [1, 1]),
             ([1, 7, 7, 960], [1, 3, 3, 960], [1, 1], [1, 1, 1, 1], [1, 1]),
+            // The AVX2 ring (`dw_avx2`): stride 2, the top and bottom rows
+            // in three segments of 15; dilation with strides apart and
+            // padding of three; partial blocks of one and of five vectors,
+            // one short; three images; bands of two and three rows
+            // (padding above, none below, as `chain` cuts them); a 7×7
+            // window of stride 2; a window of 70 taps, too many for the
+            // ring (the portable path).
+            ([1, 5, 90, 64], [1, 3, 3, 64], [2, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 13, 40, 24], [1, 3, 3, 24], [1, 2], [2, 3, 2, 3], [2, 3]),
+            ([3, 5, 9, 36], [1, 3, 3, 36], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 6, 11, 5], [1, 3, 3, 5], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 2, 15, 32], [1, 3, 3, 32], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 3, 20, 48], [1, 3, 3, 48], [1, 1], [2, 1, 0, 1], [1, 1]),
+            ([1, 20, 19, 16], [1, 7, 7, 16], [2, 2], [3, 3, 3, 3], [1, 1]),
+            ([1, 3, 80, 8], [1, 1, 70, 8], [1, 1], [0, 0, 0, 0], [1, 1]),
+            // Windows so wide that a segment of 4 outputs fills a ring
+            // row, and one column wider (the portable path).
+            ([1, 2, 200, 8], [1, 1, 2, 8], [1, 1], [0, 0, 0, 0], [1, 124]),
+            ([1, 2, 200, 8], [1, 1, 2, 8], [1, 1], [0, 0, 0, 0], [1, 125]),
+            // Stride 2 across, read from the image where the windows lie
+            // inside it: a partial vector up to the image's last float,
+            // and rows with padding on either side.
+            ([1, 9, 41, 13], [1, 3, 3, 13], [2, 2], [0, 0, 0, 0], [1, 1]),
+            ([2, 8, 45, 40], [1, 3, 3, 40], [2, 2], [1, 1, 1, 1], [1, 1]),
         ];
         for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
             let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();
@@ -1465,10 +1429,10 @@ mod tests {
                 depthwise_portable(&d, &mut out);
                 close(&out, &want);
                 #[cfg(target_arch = "x86_64")]
-                if g.in_c == g.out_c && crate::linear::has_avx2_fma() && filter[1] * filter[2] <= MAX_TAPS {
+                if g.in_c == g.out_c && crate::linear::has_avx2_fma() && dw_avx2::fits(&g.window) {
                     let mut out = vec![f32::NAN; want.len()];
                     // SAFETY: AVX2 and FMA are present; the lengths fit the geometry.
-                    unsafe { depthwise_avx2(&d, &mut out) };
+                    unsafe { dw_avx2::depthwise_avx2(&d, &mut out) };
                     close(&out, &want);
                 }
             }

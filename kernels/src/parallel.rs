@@ -624,8 +624,16 @@ mod tests {
             c
         });
         // Depthwise: stride 1 splits channel blocks (the last one partial
-        // here), stride 2 output rows.
-        for (input, stride) in [([2, 40, 40, 48], 1), ([1, 30, 30, 40], 1), ([2, 41, 37, 48], 2)] {
+        // here), stride 2 output rows (on AVX2, channel blocks of 32, or
+        // the rows when there are fewer blocks than threads).
+        let cases = [
+            ([2, 40, 40, 48], 1),
+            ([1, 30, 30, 40], 1),
+            ([2, 41, 37, 48], 2),
+            ([2, 33, 30, 24], 1),
+            ([1, 60, 60, 19], 2),
+        ];
+        for (input, stride) in cases {
             let c = input[3];
             let g = Conv2dNhwc::depthwise(&input, &[1, 3, 3, c], [stride; 2], [1, 1, 1, 1], [1, 1]).unwrap();
             let (x, w) = (rng(3, input.iter().product()), rng(4, 9 * c));

@@ -9,7 +9,8 @@
 //! offsets for every pixel whose window lies inside the image. Pixels at
 //! the borders have their windows gathered (zeros outside, by the general
 //! path's im2col) into a small block on the stack and go through the same
-//! micro-kernel.
+//! micro-kernel. One driver serves each instruction set, with its tile:
+//! AVX-512 8 pixels × 32 columns, AVX2 + FMA 6 × 16 (twice per strip).
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 use super::Conv2dNhwc;
 use crate::gemm::Epilogue;
@@ -18,14 +19,14 @@ use crate::gemm::Epilogue;
 pub(crate) const MAX_DEPTH: usize = 160;
 
 /// Whether [`conv`] takes `g` on this CPU: ungrouped, not 1×1, a window of
-/// at most [`MAX_DEPTH`] floats, and AVX-512.
+/// at most [`MAX_DEPTH`] floats, and AVX-512 or AVX2 + FMA.
 pub(crate) fn fits(g: &Conv2dNhwc) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         g.groups == 1
             && !g.is_pointwise()
             && g.depth() <= MAX_DEPTH
-            && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512
+            && crate::cpu::Isa::detect() != crate::cpu::Isa::Portable
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -40,9 +41,30 @@ pub(crate) fn fits(g: &Conv2dNhwc) -> bool {
 /// rows are split across threads.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn conv(g: &Conv2dNhwc, x: &[f32], filter: &[f32], e: &Epilogue<'_>, out: &mut [f32]) {
+    assert!(fits(g));
+    conv_on(
+        crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512,
+        g,
+        x,
+        filter,
+        e,
+        out,
+    );
+}
+
+/// [`conv`] with the AVX-512 tile, or the AVX2 one, which the CPU must
+/// have.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn conv_on(avx512: bool, g: &Conv2dNhwc, x: &[f32], filter: &[f32], e: &Epilogue<'_>, out: &mut [f32]) {
     let win = &g.window;
     let (c, o, depth) = (g.in_c, g.out_c, g.depth());
-    assert!(fits(g));
+    let isa = crate::cpu::Isa::detect();
+    assert!(if avx512 {
+        isa == crate::cpu::Isa::Avx512
+    } else {
+        isa != crate::cpu::Isa::Portable
+    });
+    assert!(g.groups == 1 && depth <= MAX_DEPTH);
     assert!(
         x.len() >= win.batch * win.in_h * win.in_w * c,
         "input of {} floats",
@@ -66,9 +88,17 @@ pub(crate) fn conv(g: &Conv2dNhwc, x: &[f32], filter: &[f32], e: &Epilogue<'_>, 
     let strips = crate::packed::strips(filter);
     let worth_splitting = out.len() * depth >= 1 << 18;
     crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|rows, band| {
-        // SAFETY: AVX-512F was detected (`fits`); the asserts above bound
-        // the input, filter and bias the geometry implies.
-        unsafe { conv_rows_avx512(g, x, strips, &offset[..depth], e, rows, band) }
+        let offset = &offset[..depth];
+        // SAFETY: AVX-512F, else AVX2 and FMA, were detected (asserted
+        // above), as were the lengths of the input, filter and bias that
+        // the geometry implies.
+        unsafe {
+            if avx512 {
+                conv_rows::<8>(g, x, strips, offset, e, rows, band, tile_avx512)
+            } else {
+                conv_rows::<6>(g, x, strips, offset, e, rows, band, tile_avx2)
+            }
+        }
     });
 }
 
@@ -77,17 +107,20 @@ pub(crate) fn conv(_: &Conv2dNhwc, _: &[f32], _: &[f32], _: &Epilogue<'_>, _: &m
     unreachable!("fits() is false off x86-64")
 }
 
-/// Pixels per tile: eight independent rows of accumulators.
-const PX: usize = 8;
+/// A tile of up to `PX` output pixels, all `o` channels, into `out`
+/// (see [`tile_avx512`]).
+type Tile<const PX: usize> =
+    unsafe fn(*const f32, &[usize; PX], &[usize], &[f32], usize, &Epilogue<'_>, usize, &mut [f32]);
 
-/// Output rows `rows` (over all images) into `band`.
+/// Output rows `rows` (over all images) into `band`, `PX` pixels a `tile`.
 ///
 /// # Safety
-/// AVX-512F; `x`, `strips` and the bias hold what `g` implies (checked by
-/// [`conv`]); `offset` is `g`'s window offsets; `band` holds `rows`.
+/// The CPU runs `tile`; `x`, `strips` and the bias hold what `g` implies
+/// (checked by [`conv`]); `offset` is `g`'s window offsets; `band` holds
+/// `rows`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn conv_rows_avx512(
+#[allow(clippy::too_many_arguments)]
+unsafe fn conv_rows<const PX: usize>(
     g: &Conv2dNhwc,
     x: &[f32],
     strips: &[f32],
@@ -95,6 +128,7 @@ unsafe fn conv_rows_avx512(
     e: &Epilogue<'_>,
     rows: core::ops::Range<usize>,
     band: &mut [f32],
+    tile: Tile<PX>,
 ) {
     let win = &g.window;
     let (c, o, depth) = (g.in_c, g.out_c, offset.len());
@@ -106,7 +140,8 @@ unsafe fn conv_rows_avx512(
     // Identity offsets, for windows gathered onto the stack.
     let packed_offset: [usize; MAX_DEPTH] = core::array::from_fn(|q| q);
     let max_offset = offset.iter().copied().max().unwrap_or(0);
-    let mut gathered = [0.0f32; PX * MAX_DEPTH];
+    let mut gathered = [0.0f32; MAX_PX * MAX_DEPTH];
+    assert!(PX <= MAX_PX);
     let first_row = rows.start;
     for r in rows {
         let (n, oh) = (r / win.out_h, r % win.out_h);
@@ -161,8 +196,34 @@ unsafe fn conv_rows_avx512(
     }
 }
 
-/// `count` (≤ [`PX`]) output pixels, all `o` channels, into `out`: pixel
-/// `p`'s window element `q` is `xp[base[p] + offset[q]]`.
+/// Most pixels per tile, of any instruction set.
+const MAX_PX: usize = 8;
+
+/// Checks a tile's arguments (see [`tile_avx512`]); returns where each
+/// pixel's window starts, and whether the outputs are clamped (as in the
+/// packed engine: no clamp asked, none applied, so NaN stays NaN).
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tile_start<const PX: usize>(
+    xp: *const f32,
+    base: &[usize; PX],
+    offset: &[usize],
+    strips: &[f32],
+    o: usize,
+    e: &Epilogue<'_>,
+    count: usize,
+    out: &[f32],
+) -> ([*const f32; PX], bool) {
+    assert!((1..=PX).contains(&count) && out.len() >= count * o);
+    assert!(strips.len() >= offset.len() * o.div_ceil(crate::packed::NR) * crate::packed::NR);
+    let clamps = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
+    (core::array::from_fn(|p| xp.wrapping_add(base[p])), clamps)
+}
+
+/// `count` (≤ 8) output pixels, all `o` channels, into `out`: pixel `p`'s
+/// window element `q` is `xp[base[p] + offset[q]]`. Eight independent
+/// rows of accumulators, 32 columns each.
 ///
 /// # Safety
 /// AVX-512F; every `xp[base[p] + offset[q]]` is readable; `strips` holds
@@ -171,9 +232,9 @@ unsafe fn conv_rows_avx512(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile(
+unsafe fn tile_avx512(
     xp: *const f32,
-    base: &[usize; PX],
+    base: &[usize; 8],
     offset: &[usize],
     strips: &[f32],
     o: usize,
@@ -183,13 +244,9 @@ unsafe fn tile(
 ) {
     use crate::packed::{lanes, load16, store16, NR};
     use core::arch::x86_64::*;
+    let (xs, clamps) = tile_start(xp, base, offset, strips, o, e, count, out);
     let depth = offset.len();
-    assert!((1..=PX).contains(&count) && out.len() >= count * o);
-    assert!(strips.len() >= depth * o.div_ceil(NR) * NR);
     let (lo, hi) = (_mm512_set1_ps(e.min), _mm512_set1_ps(e.max));
-    // As the packed engine: no clamp asked, none applied (NaN stays NaN).
-    let clamps = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
-    let xs: [*const f32; PX] = core::array::from_fn(|p| xp.wrapping_add(base[p]));
     for j0 in (0..o).step_by(NR) {
         let strip = strips.as_ptr().wrapping_add(j0 * depth);
         let masks = [lanes(o.saturating_sub(j0)), lanes(o.saturating_sub(j0 + 16))];
@@ -208,7 +265,7 @@ unsafe fn tile(
                 }),
                 None => [_mm512_setzero_ps(); 2],
             };
-            let mut acc = [b; PX];
+            let mut acc = [b; 8];
             for (q, &off) in offset.iter().enumerate() {
                 let w0 = _mm512_loadu_ps(strip.add(q * NR));
                 let w1 = _mm512_loadu_ps(strip.add(q * NR + 16));
@@ -227,6 +284,80 @@ unsafe fn tile(
                             a[v]
                         };
                         store16(m, out.as_mut_ptr().add(p * o + j0 + 16 * v), r);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// As [`tile_avx512`], on AVX2 + FMA: `count` (≤ 6) pixels, 6 rows of
+/// accumulators 16 columns wide (12 registers), run twice per strip; each
+/// window element is broadcast from the image and meets two vectors of
+/// the filter.
+///
+/// # Safety
+/// AVX2 and FMA; otherwise as [`tile_avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_avx2(
+    xp: *const f32,
+    base: &[usize; 6],
+    offset: &[usize],
+    strips: &[f32],
+    o: usize,
+    e: &Epilogue<'_>,
+    count: usize,
+    out: &mut [f32],
+) {
+    use crate::packed::NR;
+    use core::arch::x86_64::*;
+    let (xs, clamps) = tile_start(xp, base, offset, strips, o, e, count, out);
+    let depth = offset.len();
+    let (lo, hi) = (_mm256_set1_ps(e.min), _mm256_set1_ps(e.max));
+    for j0 in (0..o).step_by(16) {
+        let strip = strips.as_ptr().wrapping_add((j0 / NR) * NR * depth + j0 % NR);
+        let cols = (o - j0).min(16);
+        let bias = e.bias.map(|b| &b[j0..j0 + cols]);
+        // SAFETY: by the caller: the strip holds `depth` rows of NR floats
+        // (this half's 16 at `strip`), the window elements are readable,
+        // and a full half's bias and outputs hold 16 floats.
+        unsafe {
+            // A full half starts from its bias; a partial one adds it as
+            // it stores.
+            let b = match bias {
+                Some(b) if cols == 16 => [_mm256_loadu_ps(b.as_ptr()), _mm256_loadu_ps(b.as_ptr().add(8))],
+                _ => [_mm256_setzero_ps(); 2],
+            };
+            let mut acc = [b; 6];
+            for (q, &off) in offset.iter().enumerate() {
+                let w0 = _mm256_loadu_ps(strip.add(q * NR));
+                let w1 = _mm256_loadu_ps(strip.add(q * NR + 8));
+                for (a, x) in acc.iter_mut().zip(&xs) {
+                    let v = _mm256_broadcast_ss(&*x.add(off));
+                    a[0] = _mm256_fmadd_ps(v, w0, a[0]);
+                    a[1] = _mm256_fmadd_ps(v, w1, a[1]);
+                }
+            }
+            for (p, a) in acc.iter().enumerate().take(count) {
+                let dst = &mut out[p * o + j0..p * o + j0 + cols];
+                if cols == 16 {
+                    for (h, &a) in a.iter().enumerate() {
+                        let r = if clamps {
+                            _mm256_min_ps(_mm256_max_ps(a, lo), hi)
+                        } else {
+                            a
+                        };
+                        _mm256_storeu_ps(dst.as_mut_ptr().add(8 * h), r);
+                    }
+                } else {
+                    let mut v = [0.0f32; 16];
+                    _mm256_storeu_ps(v.as_mut_ptr(), a[0]);
+                    _mm256_storeu_ps(v.as_mut_ptr().add(8), a[1]);
+                    for (j, d) in dst.iter_mut().enumerate() {
+                        let r = v[j] + bias.map_or(0.0, |b| b[j]);
+                        *d = if clamps { r.max(e.min).min(e.max) } else { r };
                     }
                 }
             }

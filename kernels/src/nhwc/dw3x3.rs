@@ -269,7 +269,12 @@ impl Sweep {
         unsafe {
             for (row, wk) in src.iter().zip(&self.w) {
                 let row = row.add(g * 16);
-                super::three_taps::<PX, 1>(&mut acc, wk, |j| _mm512_load_ps(row.add(j * 16)));
+                super::three_taps::<_, PX, 1>(
+                    &mut acc,
+                    wk,
+                    |j| _mm512_load_ps(row.add(j * 16)),
+                    |x, w, a| _mm512_fmadd_ps(x, w, a),
+                );
             }
             for (p, a) in acc.iter().enumerate().take(valid) {
                 let v = _mm512_min_ps(_mm512_max_ps(*a, self.lo), self.hi);
