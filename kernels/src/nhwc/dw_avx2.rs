@@ -174,12 +174,12 @@ pub(super) unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
         (true, true) => blocks,
         (true, false) => rows,
     };
-    let parts = || crate::parallel::split(items, 1);
+    let parts = crate::parallel::split(items, 1);
     // SAFETY: each part writes only its own blocks' channels or its own
     // rows (and reads only the input); `out` outlives `run_parts`.
     let out = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
-    crate::parallel::run_parts(parts().count(), &|i| {
-        let Some((a, b)) = parts().nth(i) else { return };
+    crate::parallel::run_parts(parts.parts(), &|i| {
+        let Some((a, b)) = parts.range(i) else { return };
         let (blocks, rows) = match (worth_splitting, by_blocks) {
             (false, _) => (0..blocks, 0..rows),
             (true, true) => (a..b, 0..rows),
