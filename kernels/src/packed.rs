@@ -765,10 +765,64 @@ impl Tile for Avx2 {
     }
 }
 
+/// What the AVX2 tiles of a job do with their sums, decided once per job.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Finish {
+    /// Add to `C` (a depth block after the first).
+    accumulate: bool,
+    /// The job adds the bias: sums start from it when the job writes `C`
+    /// afresh (a product of one depth block), else it is added last.
+    bias: bool,
+    residual: bool,
+    clamp: bool,
+    lo: f32,
+    hi: f32,
+}
+
+/// Where one tile of a job reads and writes, from its first row and
+/// column: row 0 of its `A` (depth 0), its strip's row 0 of `B`, and `C`,
+/// the residual and the bias (null when the job adds none).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct TilePtrs {
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    res: *const f32,
+    bias: *const f32,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl TilePtrs {
+    /// The same tile from `cols` columns further right.
+    fn right(self, cols: usize) -> Self {
+        TilePtrs {
+            b: self.b.wrapping_add(cols),
+            c: self.c.wrapping_add(cols),
+            res: if self.res.is_null() {
+                self.res
+            } else {
+                self.res.wrapping_add(cols)
+            },
+            bias: if self.bias.is_null() {
+                self.bias
+            } else {
+                self.bias.wrapping_add(cols)
+            },
+            ..self
+        }
+    }
+}
+
 /// Every tile of `job` (block of `C`: `c`). Row tiles are balanced (8 rows
 /// go as 4 + 4, not 6 + 2): a tile of one or two rows has too few
 /// independent sums to keep both FMA units busy, and each tile computes
-/// exactly its rows.
+/// exactly its rows. The tiles take raw pointers, worked out here once
+/// per tile: at MobileNet's depths (16 to 32) a tile's setup through the
+/// job's slices cost as many instructions as its arithmetic.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA, and `job` must pass [`Job::check`]
@@ -776,152 +830,209 @@ impl Tile for Avx2 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tiles_avx2(job: &Job<'_>, c: Out) {
+    let (lo, hi) = job.bounds();
+    let finish = Finish {
+        accumulate: job.accumulate,
+        bias: job.bias.is_some(),
+        residual: job.residual,
+        clamp: job.clamp.is_some(),
+        lo,
+        hi,
+    };
+    let bias = job.bias.map_or(core::ptr::null(), |b| b.as_ptr());
+    let res = if job.residual { c.res } else { core::ptr::null() };
+    let (a, b, kc) = (job.a.as_ptr(), job.b.as_ptr(), job.kc);
     job.for_each_tile(6, true, |at| {
-        let c = c.at(at.ir, at.s * NR);
-        // SAFETY: by the caller (`check` bounds every tile); each call
-        // gets the tile height it was instantiated for.
+        let (row, col) = (at.ir * c.ldc, at.s * NR);
+        let p = TilePtrs {
+            a: a.wrapping_add(at.ir * job.lda),
+            lda: job.lda,
+            b: b.wrapping_add(at.s * job.b_stride),
+            c: c.ptr.wrapping_add(row + col),
+            ldc: c.ldc,
+            res: if res.is_null() {
+                res
+            } else {
+                res.wrapping_add(row + col)
+            },
+            bias: if bias.is_null() { bias } else { bias.wrapping_add(col) },
+        };
+        // SAFETY: by the caller (`check` bounds the `at.mr` rows and
+        // `at.nr` columns of every tile, in `A`, `B`, `C`, the residual
+        // and the bias); each call gets the tile height it was compiled
+        // for.
         unsafe {
             match at.mr {
-                6 => strip_avx2::<6>(job, at, c),
-                5 => strip_avx2::<5>(job, at, c),
-                4 => strip_avx2::<4>(job, at, c),
-                3 => strip_avx2::<3>(job, at, c),
-                2 => strip_avx2::<2>(job, at, c),
-                _ => strip_avx2::<1>(job, at, c),
+                6 => strip_avx2::<6>(kc, &finish, p, at.nr, at.prefetch),
+                5 => strip_avx2::<5>(kc, &finish, p, at.nr, at.prefetch),
+                4 => strip_avx2::<4>(kc, &finish, p, at.nr, at.prefetch),
+                3 => strip_avx2::<3>(kc, &finish, p, at.nr, at.prefetch),
+                2 => strip_avx2::<2>(kc, &finish, p, at.nr, at.prefetch),
+                _ => strip_avx2::<1>(kc, &finish, p, at.nr, at.prefetch),
             }
         }
     });
 }
 
-/// Tile `at` (exactly `MR` rows) across its strip: 16 columns at a time,
-/// 8 for a last 8 or fewer.
+/// A tile of exactly `MR` rows across the `nr` columns of its strip: 16
+/// columns at a time, 8 for a last 8 or fewer.
 ///
 /// # Safety
-/// As for [`tiles_avx2`], and `at.mr == MR`.
+/// AVX2 and FMA; `p` is a tile of a job that passed [`Job::check`], `kc`
+/// deep, `MR` rows by `nr` (1 ..= [`NR`]) columns; `prefetch` holds
+/// whole rows of `NR` floats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn strip_avx2<const MR: usize>(job: &Job<'_>, at: At<'_>, c: Out) {
+unsafe fn strip_avx2<const MR: usize>(kc: usize, f: &Finish, p: TilePtrs, nr: usize, prefetch: &[f32]) {
     // SAFETY: by the caller; the first half alone prefetches the tile's
     // share of the next strip.
     unsafe {
-        if at.nr <= 8 {
-            return tile_avx2::<MR, 1>(job, at, 0, at.prefetch, c);
+        if nr <= 8 {
+            return tile_avx2::<MR, 1>(kc, f, p, nr, prefetch);
         }
-        tile_avx2::<MR, 2>(job, at, 0, at.prefetch, c);
-        match at.nr {
-            25.. => tile_avx2::<MR, 2>(job, at, 16, &[], c),
-            17..=24 => tile_avx2::<MR, 1>(job, at, 16, &[], c),
+        tile_avx2::<MR, 2>(kc, f, p, nr.min(16), prefetch);
+        match nr {
+            25.. => tile_avx2::<MR, 2>(kc, f, p.right(16), nr - 16, &[]),
+            17..=24 => tile_avx2::<MR, 1>(kc, f, p.right(16), nr - 16, &[]),
             _ => {}
         }
     }
 }
 
-/// Columns `col .. col + 8·NV` (those below `at.nr`) of tile `at`, `MR`
-/// rows; `c` is the tile's view of `C`.
+/// The first `cols` (1 ..= 8·NV) columns of an `MR`-row tile at `p`.
 ///
 /// # Safety
-/// As for [`strip_avx2`], with `col < at.nr`.
+/// As for [`strip_avx2`], with `cols` columns of the tile left from `p`,
+/// and `p.b` the strip's row 0 at `p`'s column (`NR` floats a row).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn tile_avx2<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_>, col: usize, prefetch: &[f32], c: Out) {
+unsafe fn tile_avx2<const MR: usize, const NV: usize>(
+    kc: usize,
+    f: &Finish,
+    p: TilePtrs,
+    cols: usize,
+    prefetch: &[f32],
+) {
     use core::arch::x86_64::*;
-    let rows = job.rows::<MR>(at);
-    let b = job.strip(at.s)[col..].as_ptr();
-    let bias = job.bias.map(|b| b.as_ptr().wrapping_add(at.s * NR + col));
-    // A product of one depth block starts from its bias: the epilogue of
-    // a shallow product (MobileNet's are 16 to 32 deep) costs as much as
-    // its arithmetic.
-    let start = match bias {
-        Some(b) if !job.accumulate && at.nr - col >= 8 * NV => {
-            // SAFETY: the tile's `nr` columns of the bias (`check`),
-            // these vectors below `nr`.
-            core::array::from_fn(|v| unsafe { _mm256_loadu_ps(b.add(v * 8)) })
-        }
-        _ => [_mm256_setzero_ps(); NV],
+    let whole = cols == 8 * NV;
+    let rows: [*const f32; MR] = core::array::from_fn(|i| p.a.wrapping_add(i * p.lda));
+    // A product of one depth block starts from its bias.
+    let start = if f.bias && !f.accumulate && whole {
+        // SAFETY: the tile's `cols` = 8·NV floats of the bias.
+        core::array::from_fn(|v| unsafe { _mm256_loadu_ps(p.bias.add(v * 8)) })
+    } else {
+        [_mm256_setzero_ps(); NV]
     };
     let mut acc = [start; MR];
-    sweep_depth(job.kc, prefetch, |q| {
-        // SAFETY: for q < kc, rows[i] + q is inside `a` (check: (m-1)·lda
-        // + kc floats) and b + q·NR + 8·NV <= kc·NR floats of the strip.
-        unsafe {
-            let bv: [__m256; NV] = core::array::from_fn(|v| _mm256_loadu_ps(b.add(q * NR + v * 8)));
-            for i in 0..MR {
-                let x = _mm256_broadcast_ss(&*rows[i].add(q));
-                for v in 0..NV {
-                    acc[i][v] = _mm256_fmadd_ps(x, bv[v], acc[i][v]);
-                }
-            }
-        }
-    });
-    if at.nr - col < 8 * NV {
-        // SAFETY: as for this function.
-        return unsafe { finish_avx2(job, at, col, acc, c) };
-    }
-    // Whole vectors, stored straight from registers.
-    let (lo, hi) = job.bounds();
-    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-    let (res, ldc) = (c.res.wrapping_add(col), c.ldc);
-    let out = c.ptr.wrapping_add(col);
-    // SAFETY: `check` bounds the `mr` rows of `nr` columns at the tile's
-    // view `c` (stride `ldc`), this product's alone, those of the residual
-    // when added, and the `nr` floats of the bias; these vectors lie below
-    // `nr`.
+    // SAFETY: for q < kc, rows[i] + q is a float of the tile's rows of
+    // `A` and b + q·NR + 8·NV is within the strip's row q (the tile's
+    // column plus 8·NV is at most NR); row q of `prefetch` is inside it
+    // (q < len / NR), and a prefetch reads nothing the program sees.
     unsafe {
-        for (i, acc_row) in acc.iter().enumerate() {
-            for (v, &s) in acc_row.iter().enumerate() {
-                let dst = out.add(i * ldc + v * 8);
-                let mut r = s;
-                if job.accumulate {
-                    r = _mm256_add_ps(r, _mm256_loadu_ps(dst));
-                    if let Some(b) = bias {
-                        r = _mm256_add_ps(r, _mm256_loadu_ps(b.add(v * 8)));
+        // One row of `B` into the sums (a macro, not a closure: a closure
+        // borrowing the sums kept them in memory).
+        macro_rules! step {
+            ($q:expr) => {{
+                let q = $q;
+                let bv: [__m256; NV] = core::array::from_fn(|v| _mm256_loadu_ps(p.b.add(q * NR + v * 8)));
+                for i in 0..MR {
+                    let x = _mm256_broadcast_ss(&*rows[i].add(q));
+                    for v in 0..NV {
+                        acc[i][v] = _mm256_fmadd_ps(x, bv[v], acc[i][v]);
                     }
                 }
-                if job.residual {
-                    r = _mm256_add_ps(r, _mm256_loadu_ps(res.add(i * ldc + v * 8)));
+            }};
+        }
+        // The first rows also fetch their row (two lines) of `prefetch`.
+        let fetch = (prefetch.len() / NR).min(kc);
+        for q in 0..fetch {
+            let next = prefetch.as_ptr().add(q * NR);
+            _mm_prefetch::<_MM_HINT_T0>(next as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(next.add(16) as *const i8);
+            step!(q);
+        }
+        for q in fetch..kc {
+            step!(q);
+        }
+    }
+    if !whole {
+        // SAFETY: as for this function.
+        return unsafe { finish_partial_avx2(f, p, cols, acc) };
+    }
+    let (lo, hi) = (_mm256_set1_ps(f.lo), _mm256_set1_ps(f.hi));
+    let plain = !f.accumulate && !f.residual;
+    for (i, acc_row) in acc.iter().enumerate() {
+        for (v, &s) in acc_row.iter().enumerate() {
+            let at = i * p.ldc + v * 8;
+            let mut r = s;
+            // SAFETY: the tile's 8·NV = cols floats of row i < MR of `C`,
+            // of the residual when it is added, and of the bias.
+            unsafe {
+                // The usual case skips these: the bias is in the sums.
+                if !plain {
+                    if f.accumulate {
+                        r = _mm256_add_ps(r, _mm256_loadu_ps(p.c.add(at)));
+                        if f.bias {
+                            r = _mm256_add_ps(r, _mm256_loadu_ps(p.bias.add(v * 8)));
+                        }
+                    }
+                    if f.residual {
+                        r = _mm256_add_ps(r, _mm256_loadu_ps(p.res.add(at)));
+                    }
                 }
-                if job.clamp.is_some() {
+                if f.clamp {
                     r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
                 }
-                _mm256_storeu_ps(dst, r);
+                _mm256_storeu_ps(p.c.add(at), r);
             }
         }
     }
 }
 
-/// The epilogue of a tile's last, partial vectors (a product's last
-/// columns): out of line, so that the whole-tile path keeps its
-/// accumulators in registers.
+/// The epilogue of a tile's last `cols` (fewer than 8·NV) columns, a
+/// product's last: out of line, so that the whole-tile path keeps its
+/// accumulators in registers. The sums started from zero.
 ///
 /// # Safety
 /// As for [`tile_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline(never)]
-unsafe fn finish_avx2<const MR: usize, const NV: usize>(
-    job: &Job<'_>,
-    at: At<'_>,
-    col: usize,
+unsafe fn finish_partial_avx2<const MR: usize, const NV: usize>(
+    f: &Finish,
+    p: TilePtrs,
+    cols: usize,
     acc: [[core::arch::x86_64::__m256; NV]; MR],
-    mut c: Out,
 ) {
     use core::arch::x86_64::*;
-    let cols = (at.nr - col).min(8 * NV);
-    let view = c;
-    let bias = job.bias_of(at);
     for (i, acc_row) in acc.iter().enumerate() {
         let mut sums = [0.0f32; 16];
         for (v, &s) in acc_row.iter().enumerate() {
             // SAFETY: `sums` holds 16 ≥ 8·NV floats.
             unsafe { _mm256_storeu_ps(sums.as_mut_ptr().add(v * 8), s) };
         }
-        let res = view.residual_row(i, col + cols).filter(|_| job.residual);
-        let row = &mut c.row(i, col + cols)[col..];
-        for (j, o) in row.iter_mut().enumerate() {
-            let (b, r) = (bias.map(|b| b[col + j]), res.map(|r| r[col + j]));
-            *o = job.finish(sums[j], *o, b, r);
+        for (j, &sum) in sums.iter().enumerate().take(cols) {
+            let at = i * p.ldc + j;
+            // SAFETY: column j < cols of row i of the tile, in `C`, the
+            // residual when added and the bias when added.
+            unsafe {
+                let mut v = sum;
+                if f.accumulate {
+                    v += *p.c.add(at);
+                }
+                if f.bias {
+                    v += *p.bias.add(j);
+                }
+                if f.residual {
+                    v += *p.res.add(at);
+                }
+                if f.clamp {
+                    v = v.max(f.lo).min(f.hi);
+                }
+                *p.c.add(at) = v;
+            }
         }
     }
 }
