@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times ptec against ExecuTorch on the bench corpus, in one run:
 #
-#   bench/run.sh [--iters N] [--rounds N] [--threads N] [--et-dir DIR] [--no-gemm] [MODEL.bpte...]
+#   bench/run.sh [--iters N] [--et-iters N] [--rounds N] [--threads N] [--et-dir DIR] [--no-gemm] [MODEL.bpte...]
 #
 # For each model (default: ../shared/corpus/bench/*.bpte) it times
 #   - ExecuTorch's portable/optimized kernels on MODEL.bpte   (et_runner)
@@ -10,7 +10,12 @@
 #   - ptec on MODEL_xnnpack.pte, its XNNPACK delegates compiled by ptec
 #     (the "ptec xnn" columns)
 # in ROUNDS interleaved rounds, so machine noise hits them all alike, and
-# prints the median over rounds of each one's median latency, with ratios.
+# prints the median over rounds of each one's median latency, with ratios,
+# then ptec / XNNPACK taken within each round (median and range): on a
+# shared machine the ratio of two runs made side by side is steadier than
+# either time. --et-iters N (default: --iters) runs ExecuTorch's portable
+# kernels, a hundred times slower than the rest, for fewer iterations, so
+# that a round is short and its runs see the same machine.
 # --threads N (default 1) is given to every run: ExecuTorch's threadpool
 # and ptec's kernels both use N threads.
 # Then the GEMM micro-benchmark (GFLOP/s against the measured FMA peak).
@@ -23,6 +28,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 iters=10
+et_iters=""
 rounds=3
 threads=1
 et_dir="$target/et-runner"
@@ -31,11 +37,12 @@ models=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) iters="$2"; shift 2 ;;
+    --et-iters) et_iters="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --et-dir) et_dir="$2"; shift 2 ;;
     --no-gemm) gemm=0; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -71,7 +78,7 @@ record() {
   local tool="$1" model="$2"; shift 2
   local line
   if line="$("$@" 2>/dev/null | tail -n 1)" && [ -n "$line" ]; then
-    echo "$line" | jq -c --arg tool "$tool" --arg m "$model" '. + {tool: $tool, name: $m}' >>"$results"
+    echo "$line" | jq -c --arg tool "$tool" --arg m "$model" --argjson r "$r" '. + {tool: $tool, name: $m, round: $r}' >>"$results"
   else
     echo "NOTE: $tool failed on $model" >&2
   fi
@@ -84,7 +91,7 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r/$rounds: $name" >&2
     xnn="$(dirname "$m")/${name}_xnnpack.pte"
     if [ -n "$et" ]; then
-      record et "$name" "$et" "$m" --iters "$iters" --threads "$threads"
+      record et "$name" "$et" "$m" --iters "${et_iters:-$iters}" --threads "$threads"
       [ -f "$xnn" ] && record xnnpack "$name" "$et" "$xnn" --iters "$iters" --threads "$threads"
     fi
     record ptec "$name" "$ptec" bench "$m" --iters "$iters" --threads "$threads"
@@ -119,6 +126,22 @@ for k, r in enumerate(table):
     print("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r)))
     if k == 0:
         print("  ".join("-" * x for x in w))
+print()
+print("ptec / XNNPACK within each round (median, lowest..highest, each round's ratio):")
+for n in names:
+    for tool, label in (("ptec", "ptec"), ("ptec_xnn", "ptec xnn")):
+        per_round = []
+        for r in sorted({row["round"] for row in rows}):
+            def at(t):
+                return next((row["median_us"] for row in rows
+                             if row["name"] == n and row["tool"] == t and row["round"] == r), None)
+            p, x = at(tool), at("xnnpack")
+            if p is not None and x:
+                per_round.append(p / x)
+        if per_round:
+            print(f"  {n:12s} {label:8s} {statistics.median(per_round):.2f}x  "
+                  f"{min(per_round):.2f}..{max(per_round):.2f}  "
+                  + " ".join(f"{v:.2f}" for v in per_round))
 PY
 
 if [ "$gemm" = 1 ]; then
