@@ -121,6 +121,30 @@ impl Window2d {
             .checked_sub(self.pad_left)
             .filter(|&c| c < self.in_w)
     }
+
+    /// The output columns whose window rows lie wholly inside the image
+    /// across: one range (the windows move one way), empty when none do.
+    fn inner_cols(&self) -> core::ops::Range<usize> {
+        let last = self.kernel_w - 1;
+        inner_range(self.out_w, |ow| {
+            self.in_col(ow, 0).is_some() && self.in_col(ow, last).is_some()
+        })
+    }
+
+    /// The output rows whose windows lie wholly inside the image down, as
+    /// [`Self::inner_cols`] across.
+    fn inner_rows(&self) -> core::ops::Range<usize> {
+        let last = self.kernel_h - 1;
+        inner_range(self.out_h, |oh| {
+            self.in_row(oh, 0).is_some() && self.in_row(oh, last).is_some()
+        })
+    }
+}
+
+/// The first run of `0..outs` for which `inner` holds.
+fn inner_range(outs: usize, inner: impl Fn(usize) -> bool) -> core::ops::Range<usize> {
+    let start = (0..outs).find(|&o| inner(o)).unwrap_or(outs);
+    start..(start..outs).find(|&o| !inner(o)).unwrap_or(outs)
 }
 
 /// A checked 2-d convolution over NHWC images.
@@ -784,12 +808,12 @@ unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::
     use core::arch::x86_64::*;
     let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
     let (min, max) = (d.min, d.max);
-    let (kw, sw, dw) = (win.kernel_w, win.stride_w, win.dilation_w);
-    // Output columns whose whole window row is inside the image: the
-    // range first_inner .. end_inner (empty when there are none).
-    let interior = |ow: usize| ow * sw >= win.pad_left && ow * sw - win.pad_left + (kw - 1) * dw < win.in_w;
-    let first_inner = (0..win.out_w).find(|&q| interior(q)).unwrap_or(win.out_w);
-    let end_inner = (first_inner..win.out_w).find(|&q| !interior(q)).unwrap_or(win.out_w);
+    let sw = win.stride_w;
+    // Output columns whose whole window row is inside the image.
+    let core::ops::Range {
+        start: first_inner,
+        end: end_inner,
+    } = win.inner_cols();
     let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out.as_mut_ptr());
     let lo = _mm512_set1_ps(min);
     let hi = _mm512_set1_ps(max);

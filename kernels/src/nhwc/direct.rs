@@ -132,11 +132,12 @@ unsafe fn conv_rows<const PX: usize>(
 ) {
     let win = &g.window;
     let (c, o, depth) = (g.in_c, g.out_c, offset.len());
-    let (kh, kw) = (win.kernel_h, win.kernel_w);
-    // Columns whose window rows lie inside the image horizontally.
-    let inside_w = |ow: usize| win.in_col(ow, 0).is_some() && win.in_col(ow, kw - 1).is_some();
-    let first_inner = (0..win.out_w).find(|&q| inside_w(q)).unwrap_or(win.out_w);
-    let end_inner = (first_inner..win.out_w).find(|&q| !inside_w(q)).unwrap_or(win.out_w);
+    // Columns and rows whose windows lie inside the image.
+    let core::ops::Range {
+        start: first_inner,
+        end: end_inner,
+    } = win.inner_cols();
+    let inner_rows = win.inner_rows();
     // Identity offsets, for windows gathered onto the stack.
     let packed_offset: [usize; MAX_DEPTH] = core::array::from_fn(|q| q);
     let max_offset = offset.iter().copied().max().unwrap_or(0);
@@ -145,7 +146,7 @@ unsafe fn conv_rows<const PX: usize>(
     let first_row = rows.start;
     for r in rows {
         let (n, oh) = (r / win.out_h, r % win.out_h);
-        let inside_h = win.in_row(oh, 0).is_some() && win.in_row(oh, kh - 1).is_some();
+        let inside_h = inner_rows.contains(&oh);
         let out_row = &mut band[(r - first_row) * win.out_w * o..][..win.out_w * o];
         let mut ow = 0;
         while ow < win.out_w {

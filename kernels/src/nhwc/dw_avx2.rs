@@ -91,31 +91,6 @@ impl Plan {
     }
 }
 
-/// The output columns (`across`) or rows whose windows lie inside the
-/// image that way: one range, empty when there are none.
-fn inside(win: &Window2d, across: bool) -> Range<usize> {
-    let (outs, input, pad, stride, span) = if across {
-        (
-            win.out_w,
-            win.in_w,
-            win.pad_left,
-            win.stride_w,
-            (win.kernel_w - 1) * win.dilation_w + 1,
-        )
-    } else {
-        (
-            win.out_h,
-            win.in_h,
-            win.pad_top,
-            win.stride_h,
-            (win.kernel_h - 1) * win.dilation_h + 1,
-        )
-    };
-    let inner = |o: usize| o * stride >= pad && o * stride - pad + span <= input;
-    let start = (0..outs).find(|&o| inner(o)).unwrap_or(outs);
-    start..(start..outs).find(|&o| !inner(o)).unwrap_or(outs)
-}
-
 /// `x` modulo `n`, for `x < 2n`.
 fn wrap(x: usize, n: usize) -> usize {
     if x >= n {
@@ -286,7 +261,7 @@ impl Block<'_> {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn rows(&self, sweeps: &[Sweep<'_>], rows: Range<usize>, out: *mut f32) {
         let (win, plan) = (self.win, self.plan);
-        let (inner_rows, inner) = (inside(win, false), inside(win, true));
+        let (inner_rows, inner) = (win.inner_rows(), win.inner_cols());
         let mid = rows.start.max(inner_rows.start)..rows.end.min(inner_rows.end).max(rows.start);
         // Whole groups of the inner columns, read directly.
         let n = inner.len();
