@@ -842,11 +842,31 @@ unsafe fn tiles_avx2(job: &Job<'_>, c: Out) {
     let bias = job.bias.map_or(core::ptr::null(), |b| b.as_ptr());
     let res = if job.residual { c.res } else { core::ptr::null() };
     let (a, b, kc) = (job.a.as_ptr(), job.b.as_ptr(), job.kc);
+    // Rows of `A` a multiple of 4 KB apart fall in the same L1 sets, where
+    // the tile's six rows and the strip of `B` evict each other: such rows
+    // are copied together, once per row tile, when the tile then sweeps
+    // several strips (1024³, alternated in one process: 51 → 54 GFLOP/s
+    // median on a loaded host).
+    let copy_rows = !job.strip_outer && job.lda > kc && job.lda.is_multiple_of(1024) && job.strips() > 1;
+    let mut panel = core::mem::MaybeUninit::<[f32; 6 * KC]>::uninit();
+    let panel = panel.as_mut_ptr() as *mut f32;
     job.for_each_tile(6, true, |at| {
         let (row, col) = (at.ir * c.ldc, at.s * NR);
+        let (a, lda) = if copy_rows {
+            if at.s == 0 {
+                for i in 0..at.mr {
+                    // SAFETY: row `at.ir + i` of the job's `A` holds `kc`
+                    // floats (`check`); the panel holds 6 rows of `KC`.
+                    unsafe { core::ptr::copy_nonoverlapping(a.add((at.ir + i) * job.lda), panel.add(i * kc), kc) };
+                }
+            }
+            (panel as *const f32, kc)
+        } else {
+            (a.wrapping_add(at.ir * job.lda), job.lda)
+        };
         let p = TilePtrs {
-            a: a.wrapping_add(at.ir * job.lda),
-            lda: job.lda,
+            a,
+            lda,
             b: b.wrapping_add(at.s * job.b_stride),
             c: c.ptr.wrapping_add(row + col),
             ldc: c.ldc,
@@ -1431,7 +1451,7 @@ mod tests {
     /// residual, strided as C).
     #[test]
     fn products_match_a_reference() {
-        for &(m, n, k) in &[
+        for (m, n, k, lda) in [
             (1, 1, 1),
             (3, 17, 5),
             (9, 33, 300),
@@ -1452,9 +1472,15 @@ mod tests {
             (8, 1000, 70),
             (11, 8, 40),
             (6, 5, 9),
-        ] {
+        ]
+        .iter()
+        .map(|&(m, n, k)| (m, n, k, k + 3))
+        // Rows of A 4 KB apart, many of them, two depth blocks: the AVX2
+        // tiles copy each row tile together.
+        .chain([(300, 70, 300, 1024)])
+        {
             for b_trans in [false, true] {
-                let (lda, ldc) = (k + 3, n + 5);
+                let ldc = n + 5;
                 let a = rng(1, m * lda);
                 let b = rng(2, k * n);
                 let bias = rng(3, n);
