@@ -26,13 +26,14 @@
 //! Methods with jumps are left as they are.
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, push_f32_tensor, push_int_list, push_value, AddedBuffer, Uses};
-use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
 use std::collections::{HashMap, HashSet};
 
 /// Rewrites every method of `program` (see the module docs).
 pub fn channels_last(program: &mut Program) {
     for m in &mut program.methods {
         convert_method(m);
+        crate::conv_chains::fuse_residual_adds(m);
         crate::conv_chains::fuse_chains(m);
     }
 }
@@ -152,7 +153,7 @@ pub(crate) fn int(m: &Method, v: usize) -> Option<i64> {
     }
 }
 
-fn number(m: &Method, v: usize) -> Option<f64> {
+pub(crate) fn number(m: &Method, v: usize) -> Option<f64> {
     match m.values.get(v)? {
         Value::Int(i) => Some(*i as f64),
         Value::Double(d) => Some(*d),
@@ -202,9 +203,79 @@ pub(crate) mod folded {
     pub(crate) const MAX: usize = 13;
     pub(crate) const RESIDUAL: usize = 14;
     pub(crate) const KEPT: usize = 15;
-    pub(crate) const OUT: usize = 16;
+    /// The weight's layout, an integer ([`layout_code`]).
+    pub(crate) const LAYOUT: usize = 16;
+    pub(crate) const OUT: usize = 17;
     /// Arguments in all.
     pub(crate) const COUNT: usize = OUT + 1;
+
+    use ptec_runtime::kernels::nhwc::FilterLayout;
+
+    /// The integer a call holds for `layout`.
+    pub(crate) fn layout_code(layout: FilterLayout) -> i64 {
+        match layout {
+            FilterLayout::Torch => 0,
+            FilterLayout::Xnnpack => 1,
+        }
+    }
+
+    /// The layout `code` stands for.
+    pub(crate) fn layout(code: i64) -> Option<FilterLayout> {
+        [FilterLayout::Torch, FilterLayout::Xnnpack]
+            .into_iter()
+            .find(|&l| layout_code(l) == code)
+    }
+
+    /// The values a call takes, by name (an absent optional is a null
+    /// value; `bn` is the batch norm's weight, bias, mean, variance and
+    /// eps).
+    pub(crate) struct Args {
+        pub x: usize,
+        pub weight: usize,
+        pub bias: usize,
+        pub bn: [usize; 5],
+        pub padding: usize,
+        pub stride: usize,
+        pub dilation: usize,
+        pub groups: usize,
+        pub min: usize,
+        pub max: usize,
+        pub residual: usize,
+        pub kept: usize,
+        pub layout: usize,
+        pub out: usize,
+    }
+
+    impl Args {
+        /// In the call's order.
+        pub(crate) fn to_vec(&self) -> Vec<usize> {
+            let [bn_weight, bn_bias, mean, var, eps] = self.bn;
+            let mut args = vec![0; COUNT];
+            for (at, v) in [
+                (X, self.x),
+                (WEIGHT, self.weight),
+                (BIAS, self.bias),
+                (BN_WEIGHT, bn_weight),
+                (BN_BIAS, bn_bias),
+                (MEAN, mean),
+                (VAR, var),
+                (EPS, eps),
+                (PADDING, self.padding),
+                (STRIDE, self.stride),
+                (DILATION, self.dilation),
+                (GROUPS, self.groups),
+                (MIN, self.min),
+                (MAX, self.max),
+                (RESIDUAL, self.residual),
+                (KEPT, self.kept),
+                (LAYOUT, self.layout),
+                (OUT, self.out),
+            ] {
+                args[at] = v;
+            }
+            args
+        }
+    }
 }
 
 /// `(buffer, start, end)` of a planned tensor's bytes.
@@ -216,6 +287,7 @@ fn planned_bytes(m: &Method, v: usize) -> Option<(usize, u64, u64)> {
     }
 }
 
+/// Whether planned tensors `a` and `b` share bytes.
 pub(crate) fn share_bytes(m: &Method, a: usize, b: usize) -> bool {
     match (planned_bytes(m, a), planned_bytes(m, b)) {
         (Some((ba, sa, ea)), Some((bb, sb, eb))) => ba == bb && sa < eb && sb < ea,
@@ -237,7 +309,15 @@ fn convolution(m: &Method, args: &[usize]) -> Option<Conv> {
         return None;
     }
     let padding = [ph, pw, ph, pw];
-    let geometry = Conv2dNhwc::folded(&[n, h, wd, c], &[o, cg, kh, kw], stride, padding, dilation, groups)?;
+    let geometry = Conv2dNhwc::folded(
+        FilterLayout::Torch,
+        &[n, h, wd, c],
+        &[o, cg, kh, kw],
+        stride,
+        padding,
+        dilation,
+        groups,
+    )?;
     let [on, oh, ow, oc] = geometry.output_sizes();
     if image(m, out)? != [on, oc, oh, ow] {
         return None;
@@ -316,7 +396,7 @@ fn image_add(m: &Method, name: &str, args: &[usize]) -> Option<(usize, usize, us
 /// The `add` at `writer + 1` when it is the only reader of `v` (an image,
 /// written by `writer`) and adds it to another image: returns that image
 /// (the residual) and the sum.
-fn residual_add_after(m: &Method, uses: &Uses, writer: usize, v: usize) -> Option<(usize, usize)> {
+pub(crate) fn residual_add_after(m: &Method, uses: &Uses, writer: usize, v: usize) -> Option<(usize, usize)> {
     let readers = uses.kernel_uses(v, writer)?;
     let next = writer + 1;
     if readers.len() != 1 || readers[0].0 != next {
@@ -725,30 +805,24 @@ impl Rewrite<'_> {
         let placement = self.kept.reserve(self.m, len as u64 * 4);
         let kept = push_f32_tensor(self.m, vec![len], placement);
         let residual = self.optional(residual);
-        let [bn_weight, bn_bias, mean, var, eps] = bn;
-        let mut args = vec![0; folded::COUNT];
-        for (at, v) in [
-            (folded::X, x),
-            (folded::WEIGHT, c.w),
-            (folded::BIAS, bias),
-            (folded::BN_WEIGHT, bn_weight),
-            (folded::BN_BIAS, bn_bias),
-            (folded::MEAN, mean),
-            (folded::VAR, var),
-            (folded::EPS, eps),
-            (folded::PADDING, padding),
-            (folded::STRIDE, stride),
-            (folded::DILATION, dilation),
-            (folded::GROUPS, groups),
-            (folded::MIN, lo),
-            (folded::MAX, hi),
-            (folded::RESIDUAL, residual),
-            (folded::KEPT, kept),
-            (folded::OUT, out),
-        ] {
-            args[at] = v;
-        }
-        self.call(folded::NAME, args);
+        let layout = push_value(self.m, Value::Int(folded::layout_code(FilterLayout::Torch)));
+        let args = folded::Args {
+            x,
+            weight: c.w,
+            bias,
+            bn,
+            padding,
+            stride,
+            dilation,
+            groups,
+            min: lo,
+            max: hi,
+            residual,
+            kept,
+            layout,
+            out,
+        };
+        self.call(folded::NAME, args.to_vec());
         self.finish(out, c.out);
     }
 }

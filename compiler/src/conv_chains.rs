@@ -1,4 +1,9 @@
-//! Convolution chains (an IR-to-IR pass, after [`crate::channels_last`]):
+//! Passes over `ptec_xnn::conv2d_folded` calls (those the channels-last
+//! pass makes of aten convolutions and the XNNPACK lowering of its own),
+//! after [`crate::channels_last`]: residual adds ([`fuse_residual_adds`]),
+//! then chains.
+//!
+//! Convolution chains:
 //! a pointwise `ptec_xnn::conv2d_folded` then a depthwise one, a depthwise
 //! one then a pointwise one, or all three (an inverted residual block's
 //! expansion, depthwise and projection), each result read only by the
@@ -11,8 +16,8 @@
 //! share bytes, though ExecuTorch's plan may put the last convolution's
 //! output where the first one's input was (dead by then): such an output
 //! moves to a buffer of the pass's own.
-use crate::channels_last::folded::{self, DILATION, GROUPS, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
-use crate::channels_last::{image, int, share_bytes, usizes};
+use crate::channels_last::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
+use crate::channels_last::{image, int, number, residual_add_after, share_bytes, usizes};
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, AddedBuffer, Uses};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
@@ -27,6 +32,54 @@ const CHAIN_MIN_BYTES: usize = 512 * 1024;
 /// Fuses the chains of `m` (see the module docs), longest first. Methods
 /// with jumps are left as they are (fusing renumbers instructions).
 pub fn fuse_chains(m: &mut Method) {
+    fuse_runs(m, |m, uses, n| {
+        let (len, args) = [3, 2]
+            .into_iter()
+            .find_map(|len| Some((len, chain_args(m, uses, &m.instructions, n, len)?)))?;
+        Some(Fused {
+            len,
+            name: CHAIN,
+            reads: vec![args[0]],
+            out: args[args.len() - 1],
+            args,
+        })
+    })
+}
+
+/// A `conv2d_folded` without a residual or a clamp followed by the `add`
+/// of its result (read by nothing else) to another image becomes one call
+/// that adds the residual as it stores (the XNNPACK lowering leaves them
+/// apart; the channels-last pass makes such calls of aten convolutions
+/// itself). The sum moves to a buffer of the pass's own when its bytes
+/// are the input's or the residual's, as a chain's output does.
+pub fn fuse_residual_adds(m: &mut Method) {
+    fuse_runs(m, |m, uses, n| {
+        let args = residual_args(m, uses, n)?;
+        Some(Fused {
+            len: 2,
+            name: folded::NAME,
+            reads: vec![args[X], args[RESIDUAL]],
+            out: args[OUT],
+            args,
+        })
+    })
+}
+
+/// A run of instructions that becomes one call.
+struct Fused {
+    len: usize,
+    name: &'static str,
+    args: Vec<usize>,
+    /// What the call reads as it writes `out`: an `out` planned on the
+    /// bytes of one of them moves to a buffer of the pass's own.
+    reads: Vec<usize>,
+    out: usize,
+}
+
+/// Replaces the runs `find` finds (scanning from the first instruction,
+/// past each run found) by their calls; the call keeps its first
+/// instruction's stack frames. Methods with jumps are left as they are.
+fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> Option<Fused>) {
     if m.instructions
         .iter()
         .any(|i| matches!(i, Instruction::JumpFalse { .. }))
@@ -34,36 +87,40 @@ pub fn fuse_chains(m: &mut Method) {
         return;
     }
     let uses = Uses::of(m);
+    let mut runs = Vec::new();
+    let mut n = 0;
+    while n < m.instructions.len() {
+        match find(m, &uses, n) {
+            Some(run) => {
+                let len = run.len;
+                runs.push((n, run));
+                n += len;
+            }
+            None => n += 1,
+        }
+    }
+    if runs.is_empty() {
+        return;
+    }
     let old = std::mem::take(&mut m.instructions);
     let mut traces = m.stacktraces.take();
     let mut code = Vec::with_capacity(old.len());
     let mut moved = Vec::new();
-    let mut n = 0;
-    while n < old.len() {
-        match [3, 2]
-            .into_iter()
-            .find_map(|len| Some((len, chain_args(m, &uses, &old, n, len)?)))
-        {
-            Some((len, args)) => {
-                let (x, out) = (args[0], args[args.len() - 1]);
-                if share_bytes(m, x, out) {
-                    moved.push(out);
-                }
-                code.push(kernel_call(m, CHAIN, args));
-                if let Some(t) = traces.as_mut() {
-                    // The chain keeps the first convolution's frames.
-                    for _ in 1..len {
-                        t.remove(code.len());
-                    }
-                }
-                n += len;
-            }
-            None => {
-                code.push(old[n].clone());
-                n += 1;
+    let mut next = 0;
+    for (start, run) in runs {
+        code.extend_from_slice(&old[next..start]);
+        if run.reads.iter().any(|&r| share_bytes(m, r, run.out)) {
+            moved.push(run.out);
+        }
+        code.push(kernel_call(m, run.name, run.args));
+        if let Some(t) = traces.as_mut() {
+            for _ in 1..run.len {
+                t.remove(code.len());
             }
         }
+        next = start + run.len;
     }
+    code.extend_from_slice(&old[next..]);
     m.instructions = code;
     m.stacktraces = traces;
     if !moved.is_empty() {
@@ -72,6 +129,32 @@ pub fn fuse_chains(m: &mut Method) {
         buffer.place_temporaries(m, &code, &moved);
         buffer.install(m);
     }
+}
+
+/// The arguments of the call that instruction `n` and the `add` after it
+/// become (see [`fuse_residual_adds`]), when they make one.
+fn residual_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
+    let (name, args) = kernel_name(m, m.instructions.get(n)?)?;
+    if name != folded::NAME || args.len() != folded::COUNT {
+        return None;
+    }
+    let plain = matches!(m.values.get(args[RESIDUAL]), Some(Value::Null))
+        && number(m, args[MIN]) == Some(f64::NEG_INFINITY)
+        && number(m, args[MAX]) == Some(f64::INFINITY);
+    if !plain {
+        return None;
+    }
+    let (residual, sum) = residual_add_after(m, uses, n, args[OUT])?;
+    // A sum whose bytes are the input's or the residual's moves, which
+    // only one that the method's kernels alone use may.
+    let clash = share_bytes(m, args[X], sum) || share_bytes(m, residual, sum);
+    if clash && uses.kernel_uses(sum, usize::MAX).is_none() {
+        return None;
+    }
+    let mut fused = args.to_vec();
+    fused[RESIDUAL] = residual;
+    fused[OUT] = sum;
+    Some(fused)
 }
 
 /// The arguments of a chain made of the `len` instructions from `n`, when
@@ -133,6 +216,7 @@ fn fixed<const N: usize>(m: &Method, v: usize) -> Option<[usize; N]> {
 fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc> {
     let groups = usize::try_from(int(m, args[GROUPS])?).ok()?;
     Conv2dNhwc::folded(
+        folded::layout(int(m, args[folded::LAYOUT])?)?,
         &input,
         &image(m, args[WEIGHT])?,
         fixed(m, args[STRIDE])?,
@@ -146,16 +230,20 @@ fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc>
 mod tests {
     use super::*;
     use crate::rewrite::{push_f32_tensor, push_int_list, push_value};
+    use ptec_runtime::kernels::nhwc::FilterLayout;
+
+    const TORCH: FilterLayout = FilterLayout::Torch;
 
     fn planned(m: &mut Method, sizes: [usize; 4], offset: u64) -> usize {
         push_f32_tensor(m, sizes.to_vec(), Placement::Planned { buffer: 1, offset })
     }
 
-    /// A `conv2d_folded` of `x` into `out` with a `[o, cg, k, k]` weight;
-    /// returns its kept tensor.
+    /// A `conv2d_folded` of `x` into `out` with a weight of `o` filters of
+    /// `cg` channels, `k × k`, in `layout`; returns its kept tensor.
     #[allow(clippy::too_many_arguments)]
     fn folded(
         m: &mut Method,
+        layout: FilterLayout,
         x: usize,
         o: usize,
         cg: usize,
@@ -164,7 +252,12 @@ mod tests {
         residual: Option<usize>,
         out: usize,
     ) -> usize {
-        let w = push_f32_tensor(m, vec![o, cg, k, k], Placement::Unplanned);
+        let sizes = match layout {
+            FilterLayout::Torch => vec![o, cg, k, k],
+            FilterLayout::Xnnpack if groups == 1 => vec![o, k, k, cg],
+            FilterLayout::Xnnpack => vec![1, k, k, o],
+        };
+        let w = push_f32_tensor(m, sizes, Placement::Unplanned);
         let null = push_value(m, Value::Null);
         let kept = push_f32_tensor(m, vec![1], Placement::Unplanned);
         let mut args = vec![x, w, null, null, null, null, null, null];
@@ -175,7 +268,8 @@ mod tests {
         args.push(push_value(m, Value::Double(0.0)));
         args.push(push_value(m, Value::Double(6.0)));
         args.push(residual.unwrap_or(null));
-        args.extend([kept, out]);
+        let layout = push_value(m, Value::Int(folded::layout_code(layout)));
+        args.extend([kept, layout, out]);
         let call = kernel_call(m, folded::NAME, args);
         m.instructions.push(call);
         kept
@@ -204,8 +298,8 @@ mod tests {
         let out = planned(&mut m, [1, side, side, 64], 1 << 26);
         m.inputs.push(x);
         m.outputs.push(out);
-        folded(&mut m, x, 64, 8, 1, 1, None, mid);
-        folded(&mut m, mid, 64, 1, 3, 64, None, out);
+        folded(&mut m, TORCH, x, 64, 8, 1, 1, None, mid);
+        folded(&mut m, TORCH, mid, 64, 1, 3, 64, None, out);
         (m, mid)
     }
 
@@ -217,8 +311,8 @@ mod tests {
         let x = planned(m, [1, 48, 48, 64], 0);
         let dw = planned(m, [1, 48, 48, 64], 1 << 24);
         let out = planned(m, [1, 48, 48, 16], out_offset);
-        folded(m, x, 64, 1, 3, 64, None, dw);
-        folded(m, dw, 16, 64, 1, 1, None, out);
+        folded(m, TORCH, x, 64, 1, 3, 64, None, dw);
+        folded(m, TORCH, dw, 16, 64, 1, 1, None, out);
         m.inputs.push(x);
         (x, out)
     }
@@ -254,9 +348,9 @@ mod tests {
         let out = planned(&mut m, [1, 48, 48, 8], 1 << 26);
         m.inputs.push(x);
         m.outputs.push(out);
-        folded(&mut m, x, 64, 8, 1, 1, None, mid);
-        folded(&mut m, mid, 64, 1, 3, 64, None, dw);
-        folded(&mut m, dw, 8, 64, 1, 1, Some(x), out);
+        folded(&mut m, TORCH, x, 64, 8, 1, 1, None, mid);
+        folded(&mut m, TORCH, mid, 64, 1, 3, 64, None, dw);
+        folded(&mut m, TORCH, dw, 8, 64, 1, 1, Some(x), out);
         fuse_chains(&mut m);
         let args = the_chain(&m);
         assert_eq!(args.len(), 3 * (OUT - 1) + 2);
@@ -286,7 +380,7 @@ mod tests {
         let mut m = method();
         let (x, out) = dw_then_pw(&mut m, 0);
         let next = planned(&mut m, [1, 48, 48, 16], 1 << 26);
-        folded(&mut m, out, 16, 16, 1, 1, None, next);
+        folded(&mut m, TORCH, out, 16, 16, 1, 1, None, next);
         m.outputs.push(next);
         let buffers = m.buffer_sizes.len();
         fuse_chains(&mut m);
@@ -357,6 +451,117 @@ mod tests {
         (args[WEIGHT], args[PADDING]) = (weight, padding);
         let want = m.clone();
         fuse_chains(&mut m);
+        assert_eq!(m, want);
+    }
+
+    /// The same block with XNNPACK's weights (`[O, kH, kW, C]` and
+    /// `[1, kH, kW, O]`), as the XNNPACK lowering makes it.
+    #[test]
+    fn convolutions_with_xnnpack_weights_chain() {
+        let mut m = method();
+        let x = planned(&mut m, [1, 48, 48, 8], 0);
+        let mid = planned(&mut m, [1, 48, 48, 64], 1 << 24);
+        let out = planned(&mut m, [1, 48, 48, 64], 1 << 26);
+        m.inputs.push(x);
+        m.outputs.push(out);
+        folded(&mut m, FilterLayout::Xnnpack, x, 64, 8, 1, 1, None, mid);
+        folded(&mut m, FilterLayout::Xnnpack, mid, 64, 1, 3, 64, None, out);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        assert_eq!((args[0], args[args.len() - 1]), (x, out));
+        assert!(!args.contains(&mid));
+    }
+
+    /// `[1, 8, 8, 16]` through a pointwise convolution without a clamp
+    /// into `y`, then `add(y, r)` (or `add(r, y)`) into `sum`, all planned
+    /// apart unless `sum_offset` says otherwise: the method and `(x, r,
+    /// sum)`.
+    fn conv_then_add(y_first: bool, sum_offset: u64) -> (Method, [usize; 3]) {
+        let mut m = method();
+        let x = planned(&mut m, [1, 8, 8, 16], 0);
+        let r = planned(&mut m, [1, 8, 8, 16], 1 << 20);
+        let y = planned(&mut m, [1, 8, 8, 16], 1 << 21);
+        let sum = planned(&mut m, [1, 8, 8, 16], sum_offset);
+        m.inputs.extend([x, r]);
+        m.outputs.push(sum);
+        folded(&mut m, TORCH, x, 16, 16, 1, 1, None, y);
+        let (lo, hi) = (
+            push_value(&mut m, Value::Double(f64::NEG_INFINITY)),
+            push_value(&mut m, Value::Double(f64::INFINITY)),
+        );
+        (kernel_args(&mut m, 0)[MIN], kernel_args(&mut m, 0)[MAX]) = (lo, hi);
+        let alpha = push_value(&mut m, Value::Int(1));
+        let (a, b) = if y_first { (y, r) } else { (r, y) };
+        let add = kernel_call(&mut m, "aten::add.out", vec![a, b, alpha, sum, sum]);
+        m.instructions.push(add);
+        (m, [x, r, sum])
+    }
+
+    #[test]
+    fn a_convolution_absorbs_the_residual_add_after_it() {
+        for y_first in [true, false] {
+            let (mut m, [x, r, sum]) = conv_then_add(y_first, 1 << 22);
+            fuse_residual_adds(&mut m);
+            assert_eq!(m.instructions.len(), 1);
+            let (name, args) = kernel_name(&m, &m.instructions[0]).unwrap();
+            assert_eq!(name, folded::NAME);
+            assert_eq!((args[X], args[RESIDUAL], args[OUT]), (x, r, sum));
+        }
+    }
+
+    /// A sum planned over the convolution's input (dead after it before
+    /// the fusion) moves to a buffer of its own, unless something other
+    /// than a kernel uses it (here: a method output).
+    #[test]
+    fn a_sum_planned_over_the_input_moves() {
+        let (mut m, [x, _, sum]) = conv_then_add(true, 0);
+        m.outputs.clear();
+        let tail = planned(&mut m, [1, 8, 8, 16], 1 << 23);
+        folded(&mut m, TORCH, sum, 16, 16, 1, 1, None, tail);
+        m.outputs.push(tail);
+        let buffers = m.buffer_sizes.len();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m.instructions.len(), 2);
+        assert!(!share_bytes(&m, x, sum));
+        assert_eq!(
+            m.values[sum].as_tensor().unwrap().placement,
+            Placement::Planned {
+                buffer: buffers,
+                offset: 0
+            }
+        );
+        let (mut m, _) = conv_then_add(true, 0);
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+    }
+
+    #[test]
+    fn other_adds_stay_apart() {
+        // The convolution clamps before the add.
+        let (mut m, _) = conv_then_add(true, 1 << 22);
+        kernel_args(&mut m, 0)[MAX] = push_value(&mut m, Value::Double(6.0));
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+        // Its result is a method output too.
+        let (mut m, _) = conv_then_add(true, 1 << 22);
+        let y = kernel_args(&mut m, 0)[OUT];
+        m.outputs.push(y);
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+        // It adds a residual already.
+        let (mut m, [_, r, _]) = conv_then_add(true, 1 << 22);
+        kernel_args(&mut m, 0)[RESIDUAL] = r;
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+        // The add scales the result (alpha 2).
+        let (mut m, _) = conv_then_add(true, 1 << 22);
+        kernel_args(&mut m, 1)[2] = push_value(&mut m, Value::Int(2));
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
         assert_eq!(m, want);
     }
 }

@@ -197,11 +197,12 @@ impl Conv2dNhwc {
         Self::checked(window, c, o, c, filter)
     }
 
-    /// The convolution [`conv2d_folded`] runs for a PyTorch weight of
-    /// sizes `[O, C / groups, kH, kW]` over an `input` of `[N, H, W, C]`:
-    /// ungrouped ([`Self::regular`]) or depthwise ([`Self::depthwise`],
-    /// `groups == C`); `None` for other groupings or invalid geometry.
+    /// The convolution [`conv2d_folded`] runs for a weight of sizes
+    /// `weight`, in `layout`, over an `input` of `[N, H, W, C]`: ungrouped
+    /// ([`Self::regular`]) or depthwise ([`Self::depthwise`], `groups ==
+    /// C`); `None` for other groupings or invalid geometry.
     pub fn folded(
+        layout: FilterLayout,
         input: &[usize],
         weight: &[usize],
         stride: [usize; 2],
@@ -209,15 +210,17 @@ impl Conv2dNhwc {
         dilation: [usize; 2],
         groups: usize,
     ) -> Option<Self> {
-        let &[o, cg, kh, kw] = weight else {
-            return None;
-        };
-        if groups == 1 {
-            Self::regular(input, &[o, kh, kw, cg], stride, padding, dilation, 1)
-        } else if cg == 1 && input.get(3) == Some(&groups) {
-            Self::depthwise(input, &[1, kh, kw, o], stride, padding, dilation)
-        } else {
-            None
+        let depthwise = groups > 1 && input.get(3) == Some(&groups);
+        match (layout, weight) {
+            (FilterLayout::Torch, &[o, cg, kh, kw]) if groups == 1 => {
+                Self::regular(input, &[o, kh, kw, cg], stride, padding, dilation, 1)
+            }
+            (FilterLayout::Torch, &[o, 1, kh, kw]) if depthwise => {
+                Self::depthwise(input, &[1, kh, kw, o], stride, padding, dilation)
+            }
+            (FilterLayout::Xnnpack, _) if groups == 1 => Self::regular(input, weight, stride, padding, dilation, 1),
+            (FilterLayout::Xnnpack, _) if depthwise => Self::depthwise(input, weight, stride, padding, dilation),
+            _ => None,
         }
     }
 
@@ -597,15 +600,25 @@ impl Conv2dNhwc {
     }
 }
 
-/// A convolution of NHWC images whose filter is in PyTorch's layout
-/// (`[O, C / groups, kH, kW]`), with an optional batch norm folded in and
-/// an optional residual (`[N, OH, OW, O]`, as the output) added: `out[N,
-/// OH, OW, O] = clamp(bn(conv(x, w) + bias) + residual)`. Ungrouped and
+/// How the filter of a [`FoldedConv`] is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterLayout {
+    /// PyTorch's: `[O, C / groups, kH, kW]`.
+    Torch,
+    /// XNNPACK's: `[O, kH, kW, C]` ungrouped, `[1, kH, kW, O]` depthwise.
+    Xnnpack,
+}
+
+/// A convolution of NHWC images whose filter is a constant in PyTorch's
+/// or XNNPACK's layout, with an optional batch norm folded in and an
+/// optional residual (`[N, OH, OW, O]`, as the output) added: `out[N, OH,
+/// OW, O] = clamp(bn(conv(x, w) + bias) + residual)`. Ungrouped and
 /// depthwise convolutions only (see [`Conv2dNhwc::regular`] and
 /// [`Conv2dNhwc::depthwise`] for the geometry).
 #[derive(Clone, Copy, Debug)]
 pub struct FoldedConv<'a> {
     pub geometry: Conv2dNhwc,
+    pub layout: FilterLayout,
     pub w: &'a [f32],
     pub bias: Option<&'a [f32]>,
     pub bn: Option<BatchNormFold<'a>>,
@@ -631,7 +644,7 @@ impl FoldedConv<'_> {
         let (folded_bias, filter) = rest.split_at_mut(o.div_ceil(16) * 16);
         let header = g.folded_header();
         if !stamped(head, &header) {
-            fold_filter(g, self.w, self.bias, self.bn.as_ref(), &mut folded_bias[..o], filter);
+            fold_filter(self, &mut folded_bias[..o], filter);
             stamp(head, &header);
         }
         (&folded_bias[..o], filter)
@@ -674,40 +687,44 @@ pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], kept: &mut [f32], out: &m
     }
 }
 
-/// Writes the filter and bias of [`conv2d_folded`]: `w` (`[O, C / groups,
-/// kH, kW]`) rearranged for the NHWC kernels, each output channel scaled
-/// by the batch norm, and the bias shifted by it.
-fn fold_filter(
-    g: &Conv2dNhwc,
-    w: &[f32],
-    bias: Option<&[f32]>,
-    bn: Option<&BatchNormFold<'_>>,
-    folded_bias: &mut [f32],
-    filter: &mut [f32],
-) {
+/// Writes the filter and bias of [`conv2d_folded`]: the convolution's
+/// filter rearranged for the NHWC kernels, each output channel scaled by
+/// the batch norm, and the bias shifted by it.
+fn fold_filter(conv: &FoldedConv<'_>, folded_bias: &mut [f32], filter: &mut [f32]) {
+    let g = &conv.geometry;
+    let (bias, bn) = (conv.bias, conv.bn.as_ref());
     let o = g.out_c;
     let (kh, kw) = (g.window.kernel_h, g.window.kernel_w);
     let taps = kh * kw;
     let cg = g.in_c / g.groups;
-    let w = &w[..o * cg * taps];
+    let w = &conv.w[..o * cg * taps];
     let channel = |oc: usize| bn.map_or((1.0, 0.0), |bn| bn.channel(oc));
     // The scales, held where the bias goes until the filter is written.
     for (oc, s) in folded_bias.iter_mut().enumerate() {
         *s = channel(oc).0 as f32;
     }
     let scale = &*folded_bias;
+    let torch = conv.layout == FilterLayout::Torch;
     if g.is_depthwise() {
-        // Tap t of channel oc at w[oc · taps + t], wanted at [t · O + oc].
+        // Tap t of channel oc, wanted at [t · O + oc]: at w[oc · taps + t]
+        // in PyTorch's layout, already there in XNNPACK's.
         for (oc, &s) in scale.iter().enumerate() {
             for t in 0..taps {
-                filter[t * o + oc] = w[oc * taps + t] * s;
+                let at = if torch { oc * taps + t } else { t * o + oc };
+                filter[t * o + oc] = w[at] * s;
             }
         }
     } else {
-        // Depth index q = (ki · kW + kj) · C + c of the NHWC windows.
+        // Depth index q = (ki · kW + kj) · C + c of the NHWC windows, the
+        // order of XNNPACK's `[O, kH, kW, C]`.
         pack_with(g.depth(), o, filter, |q, oc| {
-            let (tap, c) = (q / cg, q % cg);
-            w[(oc * cg + c) * taps + tap] * scale[oc]
+            let at = if torch {
+                let (tap, c) = (q / cg, q % cg);
+                (oc * cg + c) * taps + tap
+            } else {
+                oc * g.depth() + q
+            };
+            w[at] * scale[oc]
         });
     }
     for (oc, b) in folded_bias.iter_mut().enumerate() {
@@ -1572,26 +1589,48 @@ mod tests {
                     eps,
                 };
                 let xl = to_last(&x, xs);
-                let mut kept = vec![0.0f32; g.folded_len()];
-                let mut scratch = vec![0.0f32; g.scratch_len(true)];
-                let conv = FoldedConv {
-                    geometry: g,
-                    w: &w,
-                    bias: bias.as_deref(),
-                    bn: with_bn.then_some(bn),
-                    residual: residual.as_deref(),
-                    min: -1.5,
-                    max: 2.0,
-                };
-                for call in 0..2 {
-                    let mut got = vec![f32::NAN; want.len()];
-                    conv2d_folded(&conv, &xl, &mut kept, &mut got, &mut scratch);
-                    for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
-                        let b = b.clamp(-1.5, 2.0);
-                        assert!(
-                            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                            "case {ci} ({with_bias}, {with_bn}, {with_residual}) call {call} [{k}]: {a} vs {b}"
-                        );
+                // The weight in XNNPACK's layout: `[O, kH, kW, C]`, or
+                // `[1, kH, kW, O]` depthwise.
+                let [_, cg, kh, kw] = ws;
+                let (mut wx, wx_sizes) = (
+                    vec![0.0f32; w.len()],
+                    if groups == 1 { [o, kh, kw, cg] } else { [1, kh, kw, o] },
+                );
+                for (at, &v) in w.iter().enumerate() {
+                    let (oc, c, t) = (at / (cg * kh * kw), at / (kh * kw) % cg, at % (kh * kw));
+                    wx[if groups == 1 {
+                        (oc * kh * kw + t) * cg + c
+                    } else {
+                        t * o + oc
+                    }] = v;
+                }
+                for (layout, w, w_sizes) in [(FilterLayout::Torch, &w, ws), (FilterLayout::Xnnpack, &wx, wx_sizes)] {
+                    assert_eq!(
+                        Conv2dNhwc::folded(layout, &nhwc, &w_sizes, stride, pad, [1, 1], groups),
+                        Some(g)
+                    );
+                    let mut kept = vec![0.0f32; g.folded_len()];
+                    let mut scratch = vec![0.0f32; g.scratch_len(true)];
+                    let conv = FoldedConv {
+                        geometry: g,
+                        layout,
+                        w,
+                        bias: bias.as_deref(),
+                        bn: with_bn.then_some(bn),
+                        residual: residual.as_deref(),
+                        min: -1.5,
+                        max: 2.0,
+                    };
+                    for call in 0..2 {
+                        let mut got = vec![f32::NAN; want.len()];
+                        conv2d_folded(&conv, &xl, &mut kept, &mut got, &mut scratch);
+                        for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                            let b = b.clamp(-1.5, 2.0);
+                            assert!(
+                                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                                "case {ci} {layout:?} ({with_bias}, {with_bn}, {with_residual}) call {call} [{k}]: {a} vs {b}"
+                            );
+                        }
                     }
                 }
             }

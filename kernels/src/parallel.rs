@@ -693,6 +693,7 @@ mod tests {
         let residual = rng(11, g3.window.out_pixels() * 24);
         let conv = |geometry, w, residual| crate::nhwc::FoldedConv {
             geometry,
+            layout: crate::nhwc::FilterLayout::Torch,
             w,
             bias: None,
             bn: None,

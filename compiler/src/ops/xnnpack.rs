@@ -285,7 +285,7 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     })
 }
 
-/// `conv2d_folded_chain.out(input, <the 15 arguments of a
+/// `conv2d_folded_chain.out(input, <the 16 arguments of a
 /// conv2d_folded after its input> for each of 2 or 3 convolutions, out)`:
 /// a pointwise then a depthwise convolution, a depthwise then a pointwise
 /// one, or all three, each reading the previous one's result, run together
@@ -295,7 +295,9 @@ fn conv2d_folded_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let count = ctx.args.len().saturating_sub(2) / FOLDED_ARGS;
     if !(2..=3).contains(&count) {
         return Err(format!(
-            "a chain of 2 or 3 convolutions has 32 or 47 arguments, not {}",
+            "a chain of 2 or 3 convolutions has {} or {} arguments, not {}",
+            2 + 2 * FOLDED_ARGS,
+            2 + 3 * FOLDED_ARGS,
             ctx.args.len()
         ));
     }
@@ -363,19 +365,19 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
         array::<2>(ctx, arg(folded::DILATION))?,
     );
     let groups = super::conv::usize_arg(ctx, arg(folded::GROUPS))?;
+    let code = ctx.int(arg(folded::LAYOUT))?;
+    let layout = folded::layout(code).ok_or_else(|| format!("{code} names no filter layout"))?;
     let (min, max) = bounds(ctx, arg(folded::MIN))?;
     let residual = ctx.opt_tensor(arg(folded::RESIDUAL))?;
     let kept = ctx.tensor(arg(folded::KEPT))?;
     f32_static(&[&kept])?;
-    let &[o, ..] = &w.sizes[..] else {
-        return Err(format!("weight {:?} is not [O, C / groups, kH, kW]", w.sizes));
-    };
-    let g = Conv2dNhwc::folded(input, &w.sizes, stride, padding, dilation, groups).ok_or_else(|| {
+    let g = Conv2dNhwc::folded(layout, input, &w.sizes, stride, padding, dilation, groups).ok_or_else(|| {
         format!(
-            "convolution of {input:?} with weight {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid or neither ungrouped nor depthwise",
+            "convolution of {input:?} with weight {:?} ({layout:?} layout, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid or neither ungrouped nor depthwise",
             w.sizes
         )
     })?;
+    let o = g.out_c;
     if bias.as_ref().is_some_and(|b| b.numel() != o) {
         return Err(format!("the bias does not have {o} elements"));
     }
@@ -419,6 +421,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
         _ => return Err("a batch norm needs its running mean and variance".into()),
     };
     let geometry = conv_tokens(&g);
+    let layout = format_ident!("{layout:?}");
     let (wi, s1) = ctx.read(&w)?;
     let (bi, s2) = read_opt(ctx, &bias)?;
     let (ri, s3) = read_opt(ctx, &residual)?;
@@ -429,7 +432,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
         stmts: quote!(#s1 #s2 #s_bn #s3 #s4),
         conv: quote! {
             ::ptec_runtime::kernels::nhwc::FoldedConv {
-                geometry: #geometry, w: #wi, bias: #bi, bn: #bn, residual: #ri, min: #min, max: #max,
+                geometry: #geometry, layout: ::ptec_runtime::kernels::nhwc::FilterLayout::#layout, w: #wi, bias: #bi, bn: #bn, residual: #ri, min: #min, max: #max,
             }
         },
         kept: ki,

@@ -4,7 +4,10 @@
 //! external values, constants pointing at the program's bytes, and new
 //! tensors for intermediates. Each node becomes one kernel call (two when
 //! a fused clamp has no kernel to fuse into) whose arguments are
-//! synthesized values. Intermediates are laid out by this pass in one
+//! synthesized values. A convolution with constant weights, ungrouped or
+//! depthwise, becomes the `conv2d_folded` call that the channels-last pass
+//! makes of an aten convolution (its filter in XNNPACK's layout), so that
+//! the passes after it fuse residual adds and chains alike. Intermediates are laid out by this pass in one
 //! extra planned buffer per method, reusing bytes between values whose
 //! lifetimes within a call do not overlap (calls never overlap, so all of a
 //! method's calls share the buffer). Constant weights that kernels
@@ -16,10 +19,11 @@
 //! arguments again when the code is generated.
 use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueKind, XNode};
 use super::BACKEND_ID;
+use crate::channels_last::folded;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use crate::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value, AddedBuffer};
-use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
 use ptec_runtime::kernels::packed::packed_len;
 
 /// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
@@ -546,6 +550,39 @@ impl<'a> CallLowering<'a> {
                     return Err(self.node_error(i, node, format!("the bias does not have {} elements", g.out_c)));
                 }
                 self.expect_dims(i, node, *out, &g.output_sizes())?;
+                let constant = |x: usize| matches!(self.g.values[x].kind, ValueKind::Constant(_));
+                // The geometry the call's emitter will find for the
+                // filter in XNNPACK's layout (ungrouped, or depthwise with
+                // more than one channel).
+                let as_folded = Conv2dNhwc::folded(FilterLayout::Xnnpack, x, w, *stride, *padding, *dilation, g.groups);
+                if as_folded == Some(g) && constant(*filter) && bias.is_none_or(constant) {
+                    // The call the channels-last pass makes of an aten
+                    // convolution: the passes after this one fuse residual
+                    // adds and chains of such calls.
+                    let groups = g.groups;
+                    let [weight, bias] = [self.slot(*filter), self.opt_slot(*bias)];
+                    let len = g.folded_len();
+                    let placement = self.buffers.kept.reserve(self.m, len as u64 * 4);
+                    let null = self.null();
+                    let args = folded::Args {
+                        x: self.slot(*input),
+                        weight,
+                        bias,
+                        bn: [null; 5],
+                        padding: self.int_list(padding),
+                        stride: self.int_list(stride),
+                        dilation: self.int_list(dilation),
+                        groups: self.int(groups),
+                        min: self.double(node.min),
+                        max: self.double(node.max),
+                        residual: null,
+                        kept: self.push_tensor(vec![len], placement),
+                        layout: self.push(Value::Int(folded::layout_code(FilterLayout::Xnnpack))),
+                        out: self.slot(*out),
+                    };
+                    self.kernel(folded::NAME, args.to_vec());
+                    return Ok(());
+                }
                 let mut args = vec![
                     self.slot(*input),
                     self.slot(*filter),

@@ -479,3 +479,44 @@ fn calls_of_other_backends_stay_and_are_renumbered() {
         }
     );
 }
+
+/// tests/fixtures/xnnpack_conv.pte (a stem convolution, a depthwise one,
+/// and a pointwise one whose result is added to its input): lowered, its
+/// convolutions are the channels-last pass's calls with XNNPACK's filters,
+/// and that pass then absorbs the residual add.
+#[test]
+fn convolutions_become_folded_calls_that_absorb_the_residual_add() {
+    use crate::channels_last::{folded, int};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/xnnpack_conv.pte");
+    let bytes = std::fs::read(path).unwrap();
+    let mut program = crate::load::load(&bytes, &[]).unwrap().program.unwrap();
+    lower_xnnpack_delegates(&mut program, &bytes).unwrap();
+    let lowered = program.methods[0].clone();
+    let folded_calls = |m: &Method| -> Vec<Vec<usize>> {
+        m.instructions
+            .iter()
+            .filter_map(|i| crate::rewrite::kernel_name(m, i))
+            .filter(|(name, _)| name == folded::NAME)
+            .map(|(_, args)| args.to_vec())
+            .collect()
+    };
+    let calls = folded_calls(&lowered);
+    assert_eq!(calls.len(), 3);
+    for args in &calls {
+        assert_eq!(int(&lowered, args[folded::LAYOUT]), Some(1));
+        assert_eq!(lowered.values[args[folded::RESIDUAL]], Value::Null);
+    }
+    assert_eq!(ops(&lowered).iter().filter(|o| o.starts_with("aten::add")).count(), 1);
+    crate::channels_last::channels_last(&mut program);
+    crate::verify::verify_program(&program, &[]).unwrap();
+    let m = &program.methods[0];
+    assert!(!ops(m).iter().any(|o| o.starts_with("aten::add")));
+    let calls = folded_calls(m);
+    let with_residual: Vec<_> = calls
+        .iter()
+        .filter(|a| m.values[a[folded::RESIDUAL]] != Value::Null)
+        .collect();
+    // The pointwise convolution adds its own input.
+    assert_eq!(with_residual.len(), 1);
+    assert_eq!(with_residual[0][folded::RESIDUAL], with_residual[0][folded::X]);
+}

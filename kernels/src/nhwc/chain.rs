@@ -405,6 +405,7 @@ mod tests {
             .enumerate()
             .map(|(i, &geometry)| FoldedConv {
                 geometry,
+                layout: crate::nhwc::FilterLayout::Torch,
                 w: &weights[i],
                 bias: Some(&biases[i]),
                 // The first stage folds a batch norm.
