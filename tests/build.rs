@@ -32,7 +32,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
 /// Fixtures compiled again in external-weights mode (the files are given at
 /// construction): data from the .pte and a .ptd, mutable state initialised
 /// from the file, constant outputs read from it.
-const EXTERNAL: &[&str] = &["external_weights", "kv_cache", "multi_method", "mlp"];
+const EXTERNAL: &[&str] = &["external_weights", "kv_cache", "multi_method", "mlp", "xnnpack_conv"];
 
 /// Fixtures compiled again with their convolutions left NCHW (no
 /// channels-last regions), so both ways stay tested.

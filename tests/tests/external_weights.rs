@@ -13,6 +13,9 @@ mod kv_cache {
 mod multi_method {
     include!(concat!(env!("OUT_DIR"), "/external_multi_method.rs"));
 }
+mod xnnpack_conv {
+    include!(concat!(env!("OUT_DIR"), "/external_xnnpack_conv.rs"));
+}
 
 fn fixture(name: &str) -> String {
     format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -65,6 +68,19 @@ fn state_and_constant_outputs_come_from_the_file() {
     run_all(&mut *mm, multi_method::bundled::CASES.len(), |m, k| {
         multi_method::bundled::run_case(m, k, multi_method::bundled::TOLERANCE).map_err(|e| e.to_string())
     });
+}
+
+/// An XNNPACK-delegated program: its lowered convolutions (folded calls,
+/// one adding a residual) read their filters from the mapped file, in
+/// XNNPACK's layout, and prepare them on the first run.
+#[test]
+fn lowered_xnnpack_convolutions_read_their_filters_from_the_file() {
+    let mut m = xnnpack_conv::Program::boxed([Blob::open(fixture("xnnpack_conv.bpte")).unwrap()]).unwrap();
+    for _ in 0..2 {
+        run_all(&mut *m, xnnpack_conv::bundled::CASES.len(), |m, k| {
+            xnnpack_conv::bundled::run_case(m, k, xnnpack_conv::bundled::TOLERANCE).map_err(|e| e.to_string())
+        });
+    }
 }
 
 #[test]
