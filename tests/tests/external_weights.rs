@@ -21,6 +21,15 @@ fn fixture(name: &str) -> String {
     format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Runs every case of `$module`'s bundle on `$model` (see [`run_all`]).
+macro_rules! run_bundle {
+    ($module:ident, $model:expr) => {
+        run_all($model, $module::bundled::CASES.len(), |m, k| {
+            $module::bundled::run_case(m, k, $module::bundled::TOLERANCE).map_err(|e| e.to_string())
+        })
+    };
+}
+
 /// Runs every bundled case in order on one instance.
 fn run_all(model: &mut dyn Model, cases: usize, run: fn(&mut dyn Model, usize) -> Result<(), String>) {
     assert!(cases > 0, "the bundle has cases");
@@ -34,9 +43,7 @@ fn mapped_files_pass_the_bundle() {
     let pte = Blob::open(fixture("external_weights.bpte")).unwrap();
     let ptd = Blob::open(fixture("external_weights.ptd")).unwrap();
     let mut m = external_weights::Program::boxed([pte, ptd]).unwrap();
-    run_all(&mut *m, external_weights::bundled::CASES.len(), |m, k| {
-        external_weights::bundled::run_case(m, k, external_weights::bundled::TOLERANCE).map_err(|e| e.to_string())
-    });
+    run_bundle!(external_weights, &mut *m);
 }
 
 #[test]
@@ -44,9 +51,7 @@ fn loaded_files_pass_the_bundle() {
     let pte = Blob::load(&mut FileLoader::open(fixture("external_weights.bpte")).unwrap()).unwrap();
     let ptd = Blob::load(&mut FileLoader::open(fixture("external_weights.ptd")).unwrap()).unwrap();
     let mut m = external_weights::Program::new([pte, ptd]).unwrap();
-    run_all(&mut m, external_weights::bundled::CASES.len(), |m, k| {
-        external_weights::bundled::run_case(m, k, external_weights::bundled::TOLERANCE).map_err(|e| e.to_string())
-    });
+    run_bundle!(external_weights, &mut m);
 }
 
 #[test]
@@ -55,9 +60,7 @@ fn state_and_constant_outputs_come_from_the_file() {
     // construction and on reset.
     let mut kv = kv_cache::Program::boxed([Blob::open(fixture("kv_cache.bpte")).unwrap()]).unwrap();
     for round in 0..2 {
-        run_all(&mut *kv, kv_cache::bundled::CASES.len(), |m, k| {
-            kv_cache::bundled::run_case(m, k, kv_cache::bundled::TOLERANCE).map_err(|e| e.to_string())
-        });
+        run_bundle!(kv_cache, &mut *kv);
         for method in 0..kv.methods().len() {
             kv.reset(method)
                 .unwrap_or_else(|e| panic!("reset after round {round}: {e}"));
@@ -65,9 +68,7 @@ fn state_and_constant_outputs_come_from_the_file() {
     }
     // multi_method's constant methods return constants read from the file.
     let mut mm = multi_method::Program::boxed([Blob::open(fixture("multi_method.bpte")).unwrap()]).unwrap();
-    run_all(&mut *mm, multi_method::bundled::CASES.len(), |m, k| {
-        multi_method::bundled::run_case(m, k, multi_method::bundled::TOLERANCE).map_err(|e| e.to_string())
-    });
+    run_bundle!(multi_method, &mut *mm);
 }
 
 /// An XNNPACK-delegated program: its lowered convolutions (folded calls,
@@ -77,9 +78,7 @@ fn state_and_constant_outputs_come_from_the_file() {
 fn lowered_xnnpack_convolutions_read_their_filters_from_the_file() {
     let mut m = xnnpack_conv::Program::boxed([Blob::open(fixture("xnnpack_conv.bpte")).unwrap()]).unwrap();
     for _ in 0..2 {
-        run_all(&mut *m, xnnpack_conv::bundled::CASES.len(), |m, k| {
-            xnnpack_conv::bundled::run_case(m, k, xnnpack_conv::bundled::TOLERANCE).map_err(|e| e.to_string())
-        });
+        run_bundle!(xnnpack_conv, &mut *m);
     }
 }
 
