@@ -93,10 +93,11 @@ pub(super) fn conv_on(avx512: bool, g: &Conv2dNhwc, x: &[f32], filter: &[f32], e
         // above), as were the lengths of the input, filter and bias that
         // the geometry implies.
         unsafe {
+            let f = Filter { strips, o, e };
             if avx512 {
-                conv_rows::<8>(g, x, strips, offset, e, rows, band, tile_avx512)
+                conv_rows::<8>(g, x, &f, offset, rows, band, tile_avx512)
             } else {
-                conv_rows::<6>(g, x, strips, offset, e, rows, band, tile_avx2)
+                conv_rows::<6>(g, x, &f, offset, rows, band, tile_avx2)
             }
         }
     });
@@ -107,31 +108,37 @@ pub(crate) fn conv(_: &Conv2dNhwc, _: &[f32], _: &[f32], _: &Epilogue<'_>, _: &m
     unreachable!("fits() is false off x86-64")
 }
 
+/// What every tile of one convolution shares: the packed filter's strips,
+/// the `o` output channels and the epilogue.
+#[derive(Clone, Copy)]
+struct Filter<'a> {
+    strips: &'a [f32],
+    o: usize,
+    e: &'a Epilogue<'a>,
+}
+
 /// A tile of up to `PX` output pixels, all `o` channels, into `out`
 /// (see [`tile_avx512`]).
-type Tile<const PX: usize> =
-    unsafe fn(*const f32, &[usize; PX], &[usize], &[f32], usize, &Epilogue<'_>, usize, &mut [f32]);
+type Tile<const PX: usize> = unsafe fn(*const f32, &[usize; PX], &[usize], &Filter<'_>, usize, &mut [f32]);
 
 /// Output rows `rows` (over all images) into `band`, `PX` pixels a `tile`.
 ///
 /// # Safety
-/// The CPU runs `tile`; `x`, `strips` and the bias hold what `g` implies
-/// (checked by [`conv`]); `offset` is `g`'s window offsets; `band` holds
-/// `rows`.
+/// The CPU runs `tile`; `x` and the filter's strips and bias hold what `g`
+/// implies (checked by [`conv`]); `offset` is `g`'s window offsets; `band`
+/// holds `rows`.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn conv_rows<const PX: usize>(
     g: &Conv2dNhwc,
     x: &[f32],
-    strips: &[f32],
+    f: &Filter<'_>,
     offset: &[usize],
-    e: &Epilogue<'_>,
     rows: core::ops::Range<usize>,
     band: &mut [f32],
     tile: Tile<PX>,
 ) {
     let win = &g.window;
-    let (c, o, depth) = (g.in_c, g.out_c, offset.len());
+    let (c, o, depth) = (g.in_c, f.o, offset.len());
     // Columns and rows whose windows lie inside the image.
     let core::ops::Range {
         start: first_inner,
@@ -171,7 +178,7 @@ unsafe fn conv_rows<const PX: usize>(
                 // Bases grow with the pixel: this bounds every read.
                 assert!(base[PX - 1] + max_offset < x.len());
                 // SAFETY: bounded by the assert.
-                unsafe { tile(x.as_ptr(), &base, offset, strips, o, e, count, tile_out) };
+                unsafe { tile(x.as_ptr(), &base, offset, f, count, tile_out) };
             } else {
                 // The windows of pixels `ow .. ow + count`, one after
                 // another (the last repeated past `count`, as above).
@@ -179,18 +186,7 @@ unsafe fn conv_rows<const PX: usize>(
                 let base: [usize; PX] = core::array::from_fn(|p| p.min(count - 1) * depth);
                 // SAFETY: each pixel reads the `depth` floats of its own
                 // window, within the `count · depth` gathered.
-                unsafe {
-                    tile(
-                        gathered.as_ptr(),
-                        &base,
-                        &packed_offset[..depth],
-                        strips,
-                        o,
-                        e,
-                        count,
-                        tile_out,
-                    )
-                };
+                unsafe { tile(gathered.as_ptr(), &base, &packed_offset[..depth], f, count, tile_out) };
             }
             ow += count;
         }
@@ -204,15 +200,12 @@ const MAX_PX: usize = 8;
 /// pixel's window starts, and whether the outputs are clamped (as in the
 /// packed engine: no clamp asked, none applied, so NaN stays NaN).
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn tile_start<const PX: usize>(
     xp: *const f32,
     base: &[usize; PX],
     offset: &[usize],
-    strips: &[f32],
-    o: usize,
-    e: &Epilogue<'_>,
+    &Filter { strips, o, e }: &Filter<'_>,
     count: usize,
     out: &[f32],
 ) -> ([*const f32; PX], bool) {
@@ -227,25 +220,23 @@ fn tile_start<const PX: usize>(
 /// rows of accumulators, 32 columns each.
 ///
 /// # Safety
-/// AVX-512F; every `xp[base[p] + offset[q]]` is readable; `strips` holds
-/// the packed filter (`offset.len()` deep, `o` wide) and the bias (if any)
-/// `o` floats; `out` holds `count · o`.
+/// AVX-512F; every `xp[base[p] + offset[q]]` is readable; `f.strips`
+/// holds the packed filter (`offset.len()` deep, `f.o` wide) and the bias
+/// (if any) `f.o` floats; `out` holds `count · f.o`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tile_avx512(
     xp: *const f32,
     base: &[usize; 8],
     offset: &[usize],
-    strips: &[f32],
-    o: usize,
-    e: &Epilogue<'_>,
+    f: &Filter<'_>,
     count: usize,
     out: &mut [f32],
 ) {
     use crate::packed::{lanes, load16, store16, NR};
     use core::arch::x86_64::*;
-    let (xs, clamps) = tile_start(xp, base, offset, strips, o, e, count, out);
+    let (xs, clamps) = tile_start(xp, base, offset, f, count, out);
+    let Filter { strips, o, e } = *f;
     let depth = offset.len();
     let (lo, hi) = (_mm512_set1_ps(e.min), _mm512_set1_ps(e.max));
     for j0 in (0..o).step_by(NR) {
@@ -301,20 +292,18 @@ unsafe fn tile_avx512(
 /// AVX2 and FMA; otherwise as [`tile_avx512`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tile_avx2(
     xp: *const f32,
     base: &[usize; 6],
     offset: &[usize],
-    strips: &[f32],
-    o: usize,
-    e: &Epilogue<'_>,
+    f: &Filter<'_>,
     count: usize,
     out: &mut [f32],
 ) {
     use crate::packed::NR;
     use core::arch::x86_64::*;
-    let (xs, clamps) = tile_start(xp, base, offset, strips, o, e, count, out);
+    let (xs, clamps) = tile_start(xp, base, offset, f, count, out);
+    let Filter { strips, o, e } = *f;
     let depth = offset.len();
     let (lo, hi) = (_mm256_set1_ps(e.min), _mm256_set1_ps(e.max));
     for j0 in (0..o).step_by(16) {
