@@ -7,12 +7,14 @@
 //! synthesized values. A convolution with constant weights, ungrouped or
 //! depthwise, becomes the `conv2d_folded` call that the channels-last pass
 //! makes of an aten convolution (its filter in XNNPACK's layout), so that
-//! the passes after it fuse residual adds and chains alike. Intermediates are laid out by this pass in one
-//! extra planned buffer per method, reusing bytes between values whose
-//! lifetimes within a call do not overlap (calls never overlap, so all of a
-//! method's calls share the buffer). Constant weights that kernels
-//! rearrange (pack) get a second buffer, where the packing made on the
-//! first run stays for the next ones.
+//! the passes after it fuse residual adds and chains alike.
+//!
+//! Intermediates are laid out by this pass in one extra planned buffer per
+//! method, reusing bytes between values whose lifetimes within a call do
+//! not overlap (calls never overlap, so all of a method's calls share the
+//! buffer). Constant weights that kernels rearrange (pack) get a second
+//! buffer, where the packing made on the first run stays for the next
+//! ones.
 //!
 //! Shapes are checked here, against the node's parameters, so that a
 //! malformed subgraph is reported at its node; the emitters check their
@@ -328,11 +330,15 @@ impl<'a> CallLowering<'a> {
         s
     }
 
+    fn is_constant(&self, x: usize) -> bool {
+        matches!(self.g.values[x].kind, ValueKind::Constant(_))
+    }
+
     /// Where a kernel keeps subgraph value `x` packed (`len` floats) from
     /// run to run: a tensor of its own in the kept buffer when `x` is a
     /// constant, else None (the kernel packs it on every call).
     fn kept_packing(&mut self, x: usize, len: usize) -> usize {
-        if !matches!(self.g.values[x].kind, ValueKind::Constant(_)) {
+        if !self.is_constant(x) {
             return self.null();
         }
         let placement = self.buffers.kept.reserve(self.m, len as u64 * 4);
@@ -550,19 +556,16 @@ impl<'a> CallLowering<'a> {
                     return Err(self.node_error(i, node, format!("the bias does not have {} elements", g.out_c)));
                 }
                 self.expect_dims(i, node, *out, &g.output_sizes())?;
-                let constant = |x: usize| matches!(self.g.values[x].kind, ValueKind::Constant(_));
                 // The geometry the call's emitter will find for the
                 // filter in XNNPACK's layout (ungrouped, or depthwise with
                 // more than one channel).
                 let as_folded = Conv2dNhwc::folded(FilterLayout::Xnnpack, x, w, *stride, *padding, *dilation, g.groups);
-                if as_folded == Some(g) && constant(*filter) && bias.is_none_or(constant) {
+                if as_folded == Some(g) && self.is_constant(*filter) && bias.is_none_or(|b| self.is_constant(b)) {
                     // The call the channels-last pass makes of an aten
                     // convolution: the passes after this one fuse residual
                     // adds and chains of such calls.
                     let groups = g.groups;
                     let [weight, bias] = [self.slot(*filter), self.opt_slot(*bias)];
-                    let len = g.folded_len();
-                    let placement = self.buffers.kept.reserve(self.m, len as u64 * 4);
                     let null = self.null();
                     let args = folded::Args {
                         x: self.slot(*input),
@@ -576,7 +579,7 @@ impl<'a> CallLowering<'a> {
                         min: self.double(node.min),
                         max: self.double(node.max),
                         residual: null,
-                        kept: self.push_tensor(vec![len], placement),
+                        kept: self.kept_packing(*filter, g.folded_len()),
                         layout: self.push(Value::Int(folded::layout_code(FilterLayout::Xnnpack))),
                         out: self.slot(*out),
                     };
