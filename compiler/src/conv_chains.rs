@@ -372,6 +372,19 @@ mod tests {
         assert_eq!((args[0], args[args.len() - 1]), (x, out));
     }
 
+    /// `moved` no longer shares bytes with `input`: it starts the buffer a
+    /// pass added after the method's `buffers` planned ones.
+    fn assert_moved_off(m: &Method, moved: usize, input: usize, buffers: usize) {
+        assert!(!share_bytes(m, input, moved));
+        assert_eq!(
+            m.values[moved].as_tensor().unwrap().placement,
+            Placement::Planned {
+                buffer: buffers,
+                offset: 0
+            }
+        );
+    }
+
     /// ExecuTorch's plan may put the last output where the first input was
     /// (dead once the first convolution ran); a chain reads one while it
     /// writes the other, so the output moves to a buffer of its own.
@@ -385,17 +398,9 @@ mod tests {
         let buffers = m.buffer_sizes.len();
         fuse_chains(&mut m);
         assert_eq!(m.instructions.len(), 2);
-        assert!(!share_bytes(&m, x, out));
-        let t = m.values[out].as_tensor().unwrap();
-        assert_eq!(
-            t.placement,
-            Placement::Planned {
-                buffer: buffers,
-                offset: 0
-            }
-        );
+        assert_moved_off(&m, out, x, buffers);
         assert_eq!(m.buffer_sizes.len(), buffers + 1);
-        assert!(m.buffer_sizes[buffers] >= t.nbytes() as u64);
+        assert!(m.buffer_sizes[buffers] >= m.values[out].as_tensor().unwrap().nbytes() as u64);
         // Planned elsewhere, it stays where it was.
         let mut m = method();
         let (_, out) = dw_then_pw(&mut m, 1 << 26);
@@ -522,14 +527,7 @@ mod tests {
         let buffers = m.buffer_sizes.len();
         fuse_residual_adds(&mut m);
         assert_eq!(m.instructions.len(), 2);
-        assert!(!share_bytes(&m, x, sum));
-        assert_eq!(
-            m.values[sum].as_tensor().unwrap().placement,
-            Placement::Planned {
-                buffer: buffers,
-                offset: 0
-            }
-        );
+        assert_moved_off(&m, sum, x, buffers);
         let (mut m, _) = conv_then_add(true, 0);
         let want = m.clone();
         fuse_residual_adds(&mut m);
