@@ -4,10 +4,11 @@
 //! then chains.
 //!
 //! Convolution chains:
-//! a pointwise `ptec_xnn::conv2d_folded` then a depthwise one, a depthwise
-//! one then a pointwise one, or all three (an inverted residual block's
-//! expansion, depthwise and projection), each result read only by the
-//! next instruction, become one `ptec_xnn::conv2d_folded_chain` when a
+//! a pointwise `ptec_xnn::conv2d_folded` (or a stem: a regular one of a
+//! shallow window) then a depthwise one, a depthwise one then a pointwise
+//! one, or all three (an inverted residual block's expansion, depthwise
+//! and projection), each result read only by the next instruction, become
+//! one `ptec_xnn::conv2d_folded_chain` when a
 //! result between them is too large for the L2 cache. The chain runs band
 //! by band (see `ptec_runtime::kernels::nhwc::conv2d_folded_chain`), so
 //! those results never go to memory; their planned bytes are left unused.
@@ -448,15 +449,34 @@ mod tests {
         let want = m.clone();
         fuse_chains(&mut m);
         assert_eq!(m, want);
-        // A 3×3 convolution, not a pointwise one, first.
+        // A 5×5 convolution first, too deep a window for a stem.
         let (mut m, _) = block(48);
-        let weight = push_f32_tensor(&mut m, vec![64, 8, 3, 3], Placement::Unplanned);
-        let padding = push_int_list(&mut m, &[1; 4]);
-        let args = kernel_args(&mut m, 0);
-        (args[WEIGHT], args[PADDING]) = (weight, padding);
-        let want = m.clone();
+        let want = first_regular(&mut m, 5);
         fuse_chains(&mut m);
         assert_eq!(m, want);
+    }
+
+    /// Makes the first convolution of `block`'s method a regular `k`×`k`
+    /// one (padded to keep the size): the method as it then is.
+    fn first_regular(m: &mut Method, k: usize) -> Method {
+        let weight = push_f32_tensor(m, vec![64, 8, k, k], Placement::Unplanned);
+        let padding = push_int_list(m, &[k / 2; 4]);
+        let args = kernel_args(m, 0);
+        (args[WEIGHT], args[PADDING]) = (weight, padding);
+        m.clone()
+    }
+
+    #[test]
+    fn a_stem_opens_a_chain() {
+        // A 3×3 convolution of 8 channels (72 floats a window) then the
+        // depthwise one: the two become a chain as a pointwise one would.
+        let (mut m, _) = block(48);
+        let before = first_regular(&mut m, 3);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        let (_, first) = kernel_name(&before, &before.instructions[0]).unwrap();
+        assert_eq!(args[0], first[X]);
+        assert_eq!(args[1], first[WEIGHT]);
     }
 
     /// The same block with XNNPACK's weights (`[O, kH, kW, C]` and

@@ -396,6 +396,41 @@ fn conv_group(
     }
 }
 
+/// Output rows `rows` (over all images) of an ungrouped convolution that
+/// is not 1×1, its filter packed, into `band` (which holds them), on this
+/// thread, by products over gathered tiles of pixels (`cols`:
+/// [`Conv2dNhwc::gather_len`] floats): a chain's stem where the direct
+/// kernel does not run. No residual.
+fn gathered_rows(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    filter: &[f32],
+    e: &Epilogue<'_>,
+    rows: core::ops::Range<usize>,
+    band: &mut [f32],
+    cols: &mut [f32],
+) {
+    assert!(g.groups == 1 && !g.is_pointwise() && e.residual.is_none());
+    let (o, depth, ow) = (g.out_c, g.depth(), g.window.out_w);
+    let pixels = rows.start * ow..rows.end * ow;
+    for p0 in pixels.clone().step_by(g.tile_rows()) {
+        let t = g.tile_rows().min(pixels.end - p0);
+        let cols = &mut cols[..t * depth];
+        im2col(g, x, p0, t, 0, g.in_c, cols);
+        gemm_packed(
+            t,
+            o,
+            depth,
+            cols,
+            depth,
+            filter,
+            e,
+            &mut band[(p0 - pixels.start) * o..],
+            o,
+        );
+    }
+}
+
 /// `out = clamp(out + residual)`, element by element.
 fn add_residual(out: &mut [f32], residual: &[f32], min: f32, max: f32) {
     let residual = &residual[..out.len()];
@@ -1377,6 +1412,31 @@ mod tests {
                     let mut out = vec![f32::NAN; want.len()];
                     conv2d_nhwc(&g, &x, &w, bias, min, max, Some(&mut kept), &mut out, &mut scratch);
                     close(&out, &want);
+                }
+                // A band of rows across the images, on this thread (as a
+                // chain computes its stem): gathered, as CPUs without AVX2
+                // do, and directly.
+                if groups == 1 && !g.is_pointwise() {
+                    let e = Epilogue {
+                        bias,
+                        residual: None,
+                        min,
+                        max,
+                    };
+                    let row_len = g.window.out_w * g.out_c;
+                    let rows = 1..g.window.batch * g.window.out_h - 1;
+                    let want = &want[rows.start * row_len..rows.end * row_len];
+                    let mut cols = vec![f32::NAN; g.gather_len()];
+                    let mut band = vec![f32::NAN; want.len()];
+                    gathered_rows(&g, &x, &kept, &e, rows.clone(), &mut band, &mut cols);
+                    close(&band, want);
+                    #[cfg(target_arch = "x86_64")]
+                    if direct::fits(&g) {
+                        let mut band = vec![f32::NAN; want.len()];
+                        let avx512 = crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
+                        direct::conv_band(avx512, &g, &x, &kept, &e, rows, &mut band);
+                        close(&band, want);
+                    }
                 }
                 // The AVX2 tile of the direct path, on a CPU that would
                 // take the AVX-512 one too.

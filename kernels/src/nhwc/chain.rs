@@ -1,7 +1,10 @@
 //! Chains of convolutions run band by band: a pointwise convolution whose
 //! result only a depthwise one reads, a depthwise one whose result only a
 //! pointwise one reads, or all three (the expansion, depthwise and
-//! projection layers of an inverted residual block).
+//! projection layers of an inverted residual block). An image network's
+//! first layer, a regular convolution of a shallow window, may take the
+//! expansion's place (MobileNetV2's 112 × 112 × 32 result then stays in
+//! L2 too).
 //!
 //! Run one after the other, each convolution writes its whole result (4.8
 //! MB for MobileNetV2's first expansion, 112 × 112 pixels of 96 channels)
@@ -15,6 +18,7 @@
 use super::{depthwise_conv2d_nhwc, Conv2dNhwc, FoldedConv};
 use crate::gemm::Epilogue;
 use crate::packed::gemm_packed;
+use core::ops::Range;
 
 /// About how many bytes of intermediate result a band keeps (the
 /// expansion's rows, else the depthwise convolution's): a few rows, so
@@ -43,9 +47,11 @@ impl Plan {
         usize::from(self.expand)
     }
 
-    /// Floats of one part's buffers: the expansion's rows, then the
-    /// depthwise convolution's output rows (when projected).
-    fn buffers(&self, dw: &Conv2dNhwc) -> Option<(usize, usize)> {
+    /// Floats of one part's buffers: the expansion's rows, the depthwise
+    /// convolution's output rows (when projected), and the windows a
+    /// regular expansion gathers (when not run directly).
+    fn buffers(&self, stages: &[Conv2dNhwc]) -> Option<Buffers> {
+        let dw = &stages[self.depthwise()];
         let win = &dw.window;
         let expansion = if self.expand {
             self.buffer_rows.checked_mul(win.in_w)?.checked_mul(dw.in_c)?
@@ -57,8 +63,34 @@ impl Plan {
         } else {
             0
         };
-        Some((expansion, band))
+        let gather = if self.expand { stages[0].gather_len() } else { 0 };
+        Some(Buffers {
+            expansion,
+            band,
+            gather,
+        })
     }
+}
+
+/// Floats of each of one part's buffers (see [`Plan::buffers`]).
+#[derive(Clone, Copy, Debug)]
+struct Buffers {
+    expansion: usize,
+    band: usize,
+    gather: usize,
+}
+
+impl Buffers {
+    fn total(&self) -> Option<usize> {
+        self.expansion.checked_add(self.band)?.checked_add(self.gather)
+    }
+}
+
+/// Whether `conv` may open a chain as its expansion: pointwise, or a
+/// regular convolution of a window the direct kernel takes (at most
+/// [`super::direct::MAX_DEPTH`] floats deep).
+fn expands(conv: &Conv2dNhwc) -> bool {
+    conv.is_pointwise() || (conv.groups == 1 && !conv.is_depthwise() && conv.depth() <= super::direct::MAX_DEPTH)
 }
 
 /// Whether `next` reads exactly what `conv` writes.
@@ -72,7 +104,7 @@ fn feeds(conv: &Conv2dNhwc, next: &Conv2dNhwc) -> bool {
 /// three, each reading the previous one's result.
 fn plan(stages: &[Conv2dNhwc]) -> Option<Plan> {
     let (expand, project) = match stages {
-        [first, _] if first.is_pointwise() => (true, false),
+        [first, _] if expands(first) => (true, false),
         [_, _] => (false, true),
         [_, _, _] => (true, true),
         _ => return None,
@@ -81,7 +113,7 @@ fn plan(stages: &[Conv2dNhwc]) -> Option<Plan> {
     let dw = &stages[d];
     let win = &dw.window;
     let links = stages.windows(2).all(|w| feeds(&w[0], &w[1]));
-    let ends = (!expand || stages[0].is_pointwise()) && (!project || stages[d + 1].is_pointwise());
+    let ends = (!expand || expands(&stages[0])) && (!project || stages[d + 1].is_pointwise());
     let span = rows_spanned(win);
     // Padding no deeper than the window keeps every band's first row
     // inside the image (see `Chain::rows`).
@@ -109,9 +141,7 @@ fn plan(stages: &[Conv2dNhwc]) -> Option<Plan> {
 /// Scratch, in floats, [`conv2d_folded_chain`] needs for `stages`, or
 /// `None` when they do not make a chain (see the module docs).
 pub fn chain_scratch_len(stages: &[Conv2dNhwc]) -> Option<usize> {
-    let plan = plan(stages)?;
-    let (expansion, band) = plan.buffers(&stages[plan.depthwise()])?;
-    expansion.checked_add(band)?.checked_mul(MAX_CHAIN_PARTS)
+    plan(stages)?.buffers(stages)?.total()?.checked_mul(MAX_CHAIN_PARTS)
 }
 
 /// Whether the last of `stages`, a chain, may add a residual: whether it
@@ -154,12 +184,14 @@ pub fn conv2d_folded_chain(
     }
     let (first, last) = (&stages[0].geometry, &stages[stages.len() - 1].geometry);
     let win = &stages[d].geometry.window;
-    let image_in = win.in_h * win.in_w * first.in_c;
+    let image_in = first.window.in_h * first.window.in_w * first.in_c;
     let image_out = win.out_h * win.out_w * last.out_c;
     let x = &x[..win.batch * image_in];
     let out = &mut out[..win.batch * image_out];
-    let (expansion, band) = plan.buffers(&stages[d].geometry).expect("sizes checked by the plan");
-    let part_len = expansion + band;
+    let buffers = plan
+        .buffers(&geometries[..stages.len()])
+        .expect("sizes checked by the plan");
+    let part_len = buffers.total().expect("sizes checked by the plan");
     let scratch = &mut scratch[..MAX_CHAIN_PARTS * part_len];
     let stage = |i: usize| Stage {
         conv: &stages[i],
@@ -171,7 +203,7 @@ pub fn conv2d_folded_chain(
         depthwise: stage(d),
         projection: plan.project.then(|| stage(d + 1)),
         plan,
-        buffers: (expansion, band),
+        buffers,
     };
     let parts = crate::parallel::threads().min(MAX_CHAIN_PARTS).min(win.out_h).max(1);
     let per = win.out_h.div_ceil(parts);
@@ -212,6 +244,19 @@ impl Stage<'_> {
         }
     }
 
+    /// Rows `rows` of this stage (a regular convolution, `one` its
+    /// geometry over one image `x`) into `out`; `gather` holds the windows
+    /// where the direct kernel does not run.
+    fn regular_rows(&self, one: &Conv2dNhwc, x: &[f32], rows: Range<usize>, out: &mut [f32], gather: &mut [f32]) {
+        let e = self.epilogue(0);
+        #[cfg(target_arch = "x86_64")]
+        if super::direct::fits(one) {
+            let avx512 = crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
+            return super::direct::conv_band(avx512, one, x, self.filter, &e, rows, out);
+        }
+        super::gathered_rows(one, x, self.filter, &e, rows, out, gather);
+    }
+
     /// `out = this stage (a pointwise convolution) of `pixels` pixels of
     /// `x`, its residual taken from `residual_at`.
     fn pointwise(&self, pixels: usize, x: &[f32], residual_at: usize, out: &mut [f32]) {
@@ -227,14 +272,14 @@ struct Chain<'a> {
     depthwise: Stage<'a>,
     projection: Option<Stage<'a>>,
     plan: Plan,
-    /// Floats of a part's expansion and depthwise-band buffers.
-    buffers: (usize, usize),
+    /// Floats of a part's buffers.
+    buffers: Buffers,
 }
 
 impl Chain<'_> {
     /// Output rows `rows` of image `image` (`x` its input, `out` from row
     /// `rows.start`), band by band, through `buffer` (one part's).
-    fn rows(&self, image: usize, x: &[f32], rows: core::ops::Range<usize>, out: &mut [f32], buffer: &mut [f32]) {
+    fn rows(&self, image: usize, x: &[f32], rows: Range<usize>, out: &mut [f32], buffer: &mut [f32]) {
         let dw = &self.depthwise.conv.geometry;
         let win = &dw.window;
         let (h, w, c) = (win.in_h, win.in_w, dw.in_c);
@@ -246,8 +291,9 @@ impl Chain<'_> {
             .projection
             .as_ref()
             .map_or(dw_row, |p| win.out_w * p.conv.geometry.out_c);
-        let (expanded, band_out) = buffer.split_at_mut(self.buffers.0);
-        let band_out = &mut band_out[..self.buffers.1];
+        let (expanded, rest) = buffer.split_at_mut(self.buffers.expansion);
+        let (band_out, gather) = rest.split_at_mut(self.buffers.band);
+        let gather = &mut gather[..self.buffers.gather];
         // Rows of the expansion in `expanded`, from its start.
         let mut held = 0..0;
         for o0 in rows.clone().step_by(self.plan.out_rows) {
@@ -264,9 +310,16 @@ impl Chain<'_> {
                         from = held.end;
                     }
                     if from < hi {
-                        let in_c = e.conv.geometry.in_c;
+                        let g = &e.conv.geometry;
                         let dst = &mut expanded[(from - lo) * row..(hi - lo) * row];
-                        e.pointwise((hi - from) * w, &x[from * w * in_c..], 0, dst);
+                        if g.is_pointwise() {
+                            e.pointwise((hi - from) * w, &x[from * w * g.in_c..], 0, dst);
+                        } else {
+                            // Rows of this one image.
+                            let mut one = *g;
+                            one.window.batch = 1;
+                            e.regular_rows(&one, x, from..hi, dst, gather);
+                        }
                     }
                     held = lo..hi;
                     &expanded[..(hi - lo) * row]
@@ -357,24 +410,35 @@ mod tests {
         h: usize,
         w: usize,
         channels: Vec<usize>,
-        /// Which stages are pointwise (the others depthwise).
-        pointwise: Vec<bool>,
+        /// What each stage is.
+        stages: Vec<Kind>,
         /// The depthwise window: kernel, stride, padding, dilation.
         window: [usize; 4],
         residual: bool,
     }
+
+    /// A stage of a [`Case`].
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kind {
+        Pointwise,
+        Depthwise,
+        /// A 3×3 stride-2 regular convolution, an image network's first
+        /// layer, with the padding (top, right, bottom, left) given.
+        Stem([usize; 4]),
+    }
+    use Kind::*;
 
     fn check(case: &Case, seed: u64) {
         let rng = |s: u64, n: usize| crate::testing::Lcg(seed * 100 + s).vec(n);
         let [k, st, p, d] = case.window;
         let mut sizes = [case.n, case.h, case.w, case.channels[0]];
         let mut geometries = Vec::new();
-        for (i, &pw) in case.pointwise.iter().enumerate() {
+        for (i, &kind) in case.stages.iter().enumerate() {
             let (cin, cout) = (case.channels[i], case.channels[i + 1]);
-            let g = if pw {
-                Conv2dNhwc::regular(&sizes, &[cout, 1, 1, cin], [1, 1], [0; 4], [1, 1], 1)
-            } else {
-                Conv2dNhwc::depthwise(&sizes, &[1, k, k, cout], [st, st], [p; 4], [d, d])
+            let g = match kind {
+                Pointwise => Conv2dNhwc::regular(&sizes, &[cout, 1, 1, cin], [1, 1], [0; 4], [1, 1], 1),
+                Depthwise => Conv2dNhwc::depthwise(&sizes, &[1, k, k, cout], [st, st], [p; 4], [d, d]),
+                Stem(pad) => Conv2dNhwc::regular(&sizes, &[cout, 3, 3, cin], [2, 2], pad, [1, 1], 1),
             };
             let g = g.unwrap();
             sizes = g.output_sizes();
@@ -426,7 +490,7 @@ mod tests {
         for (stage, g) in stages.iter().zip(&geometries) {
             let mut next = vec![0.0; g.output_sizes().iter().product()];
             let mut kept = vec![0.0; g.folded_len()];
-            conv2d_folded(stage, &want, &mut kept, &mut next, &mut []);
+            conv2d_folded(stage, &want, &mut kept, &mut next, &mut vec![0.0; g.gather_len()]);
             want = next;
         }
         let mut scratch = vec![f32::NAN; chain_scratch_len(&geometries).unwrap()];
@@ -468,27 +532,68 @@ mod tests {
             let window = [k, s, p, d];
             let seed = seed as u64;
             // Expansion, depthwise.
-            let case = |channels: Vec<usize>, pointwise: Vec<bool>, residual| Case {
+            let case = |channels: Vec<usize>, stages: Vec<Kind>, residual| Case {
                 n,
                 h,
                 w,
                 channels,
-                pointwise,
+                stages,
                 window,
                 residual,
             };
-            check(&case(vec![cin, cmid, cout], vec![true, false], false), seed);
+            check(&case(vec![cin, cmid, cout], vec![Pointwise, Depthwise], false), seed);
             // Depthwise, projection; all three; each with and without a
             // residual.
             for residual in [false, true] {
-                check(&case(vec![cmid, cout, cin], vec![false, true], residual), seed);
-                check(&case(vec![cin, cmid, cout, 7], vec![true, false, true], residual), seed);
+                check(&case(vec![cmid, cout, cin], vec![Depthwise, Pointwise], residual), seed);
+                let stages = vec![Pointwise, Depthwise, Pointwise];
+                check(&case(vec![cin, cmid, cout, 7], stages, residual), seed);
+            }
+        }
+    }
+
+    /// Chains whose first stage is a stem (a regular 3×3 stride-2
+    /// convolution of 3 channels, as MobileNetV2's) against their
+    /// convolutions run one after the other: on twice the images' height
+    /// and width (the stem halves them), so the depthwise stage sees the
+    /// shapes above; with the stem's padding even and uneven.
+    #[test]
+    fn chains_opened_by_a_stem_match_their_convolutions() {
+        // (N, H, W, C mid, C out, kernel, stride, padding, dilation) of
+        // the depthwise stage, as above.
+        let shapes: &[[usize; 9]] = &[
+            [1, 9, 7, 16, 16, 3, 1, 1, 1],
+            [2, 12, 10, 24, 24, 3, 2, 1, 1],
+            [1, 23, 40, 256, 256, 3, 1, 1, 1],
+            [1, 24, 40, 256, 256, 3, 2, 1, 1],
+            [1, 21, 30, 200, 200, 5, 2, 2, 1],
+        ];
+        for (seed, &[n, h, w, cmid, cout, k, s, p, d]) in shapes.iter().enumerate() {
+            for pad in [[1; 4], [0, 1, 1, 0]] {
+                // The stem's output is h × w: its input, padded, spans
+                // 2·h + 1 rows (2·h of them for the uneven padding).
+                let (ih, iw) = (2 * h + 1 - pad[0] - pad[2], 2 * w + 1 - pad[1] - pad[3]);
+                let case = |channels: Vec<usize>, stages: Vec<Kind>, residual| Case {
+                    n,
+                    h: ih,
+                    w: iw,
+                    channels,
+                    stages,
+                    window: [k, s, p, d],
+                    residual,
+                };
+                let seed = 50 + seed as u64;
+                check(&case(vec![3, cmid, cmid], vec![Stem(pad), Depthwise], false), seed);
+                for residual in [false, true] {
+                    let stages = vec![Stem(pad), Depthwise, Pointwise];
+                    check(&case(vec![3, cmid, cmid, cout], stages, residual), seed);
+                }
             }
         }
     }
 
     #[test]
-    fn only_chains_of_pointwise_and_depthwise_convolutions() {
+    fn which_convolutions_make_chains() {
         let pw = Conv2dNhwc::regular(&[1, 8, 8, 4], &[16, 1, 1, 4], [1, 1], [0; 4], [1, 1], 1).unwrap();
         let dw = Conv2dNhwc::depthwise(&[1, 8, 8, 16], &[1, 3, 3, 16], [1, 1], [1; 4], [1, 1]).unwrap();
         let project = Conv2dNhwc::regular(&[1, 8, 8, 16], &[4, 1, 1, 16], [1, 1], [0; 4], [1, 1], 1).unwrap();
@@ -500,11 +605,19 @@ mod tests {
         assert!(chain_scratch_len(&[dw]).is_none());
         assert!(chain_scratch_len(&[pw, dw, project, pw]).is_none());
         assert!(chain_scratch_len(&[pw, project]).is_none());
-        let full = Conv2dNhwc::regular(&[1, 8, 8, 16], &[16, 3, 3, 16], [1, 1], [1; 4], [1, 1], 1).unwrap();
-        assert!(chain_scratch_len(&[pw, full]).is_none());
+        // A regular convolution opens a chain when its window is shallow
+        // enough for the direct kernel (an image network's stem), and
+        // nowhere else.
+        let full = Conv2dNhwc::regular(&[1, 8, 8, 24], &[16, 3, 3, 24], [1, 1], [1; 4], [1, 1], 1).unwrap();
+        let stem = Conv2dNhwc::regular(&[1, 8, 8, 16], &[16, 3, 3, 16], [1, 1], [1; 4], [1, 1], 1).unwrap();
+        assert!(chain_scratch_len(&[stem, dw]).is_some());
+        assert!(chain_scratch_len(&[stem, dw, project]).is_some());
+        assert!(chain_scratch_len(&[full, stem, dw]).is_none());
+        assert!(chain_scratch_len(&[pw, stem]).is_none());
+        assert!(chain_scratch_len(&[pw, stem, dw]).is_none());
+        assert!(chain_scratch_len(&[dw, stem]).is_none());
+        assert!(chain_scratch_len(&[pw, dw, stem]).is_none());
         assert!(chain_scratch_len(&[full, dw]).is_none());
-        assert!(chain_scratch_len(&[dw, full]).is_none());
-        assert!(chain_scratch_len(&[pw, dw, full]).is_none());
         let other = Conv2dNhwc::depthwise(&[1, 8, 9, 16], &[1, 3, 3, 16], [1, 1], [1; 4], [1, 1]).unwrap();
         assert!(chain_scratch_len(&[pw, other]).is_none());
         assert!(chain_scratch_len(&[other, project]).is_none());

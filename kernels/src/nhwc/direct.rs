@@ -57,6 +57,29 @@ pub(crate) fn conv(g: &Conv2dNhwc, x: &[f32], filter: &[f32], e: &Epilogue<'_>, 
 #[cfg(target_arch = "x86_64")]
 pub(super) fn conv_on(avx512: bool, g: &Conv2dNhwc, x: &[f32], filter: &[f32], e: &Epilogue<'_>, out: &mut [f32]) {
     let win = &g.window;
+    let rows = win.batch * win.out_h;
+    let row_len = win.out_w * g.out_c;
+    let out = &mut out[..rows * row_len];
+    let worth_splitting = out.len() * g.depth() >= 1 << 18;
+    crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|rows, band| {
+        conv_band(avx512, g, x, filter, e, rows, band)
+    });
+}
+
+/// Output rows `rows` (over all images) of a convolution [`fits`]
+/// accepted into `band`, which holds them, on this thread, with the
+/// AVX-512 tile or the AVX2 one (as [`conv_on`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn conv_band(
+    avx512: bool,
+    g: &Conv2dNhwc,
+    x: &[f32],
+    filter: &[f32],
+    e: &Epilogue<'_>,
+    rows: core::ops::Range<usize>,
+    band: &mut [f32],
+) {
+    let win = &g.window;
     let (c, o, depth) = (g.in_c, g.out_c, g.depth());
     let isa = crate::cpu::Isa::detect();
     assert!(if avx512 {
@@ -75,9 +98,8 @@ pub(super) fn conv_on(avx512: bool, g: &Conv2dNhwc, x: &[f32], filter: &[f32], e
         "filter is not a {depth}×{o} packing"
     );
     assert!(e.bias.is_none_or(|b| b.len() >= o), "bias shorter than {o}");
-    let rows = win.batch * win.out_h;
-    let row_len = win.out_w * o;
-    let out = &mut out[..rows * row_len];
+    assert!(rows.start <= rows.end && rows.end <= win.batch * win.out_h);
+    let band = &mut band[..rows.len() * win.out_w * o];
     // Where each window element lies, from the window's first tap.
     let mut offset = [0usize; MAX_DEPTH];
     for (q, off) in offset.iter_mut().enumerate().take(depth) {
@@ -85,22 +107,22 @@ pub(super) fn conv_on(avx512: bool, g: &Conv2dNhwc, x: &[f32], filter: &[f32], e
         let (ki, kj) = (tap / win.kernel_w, tap % win.kernel_w);
         *off = (ki * win.dilation_h * win.in_w + kj * win.dilation_w) * c + ch;
     }
-    let strips = crate::packed::strips(filter);
-    let worth_splitting = out.len() * depth >= 1 << 18;
-    crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|rows, band| {
-        let offset = &offset[..depth];
-        // SAFETY: AVX-512F, else AVX2 and FMA, were detected (asserted
-        // above), as were the lengths of the input, filter and bias that
-        // the geometry implies.
-        unsafe {
-            let f = Filter { strips, o, e };
-            if avx512 {
-                conv_rows::<8>(g, x, &f, offset, rows, band, tile_avx512)
-            } else {
-                conv_rows::<6>(g, x, &f, offset, rows, band, tile_avx2)
-            }
+    let offset = &offset[..depth];
+    // SAFETY: AVX-512F, else AVX2 and FMA, were detected (asserted above),
+    // as were the lengths of the input, filter and bias that the geometry
+    // implies; `band` holds the rows.
+    unsafe {
+        let f = Filter {
+            strips: crate::packed::strips(filter),
+            o,
+            e,
+        };
+        if avx512 {
+            conv_rows::<8>(g, x, &f, offset, rows, band, tile_avx512)
+        } else {
+            conv_rows::<6>(g, x, &f, offset, rows, band, tile_avx2)
         }
-    });
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
