@@ -11,7 +11,8 @@
 #     (the "ptec xnn" columns)
 # in ROUNDS interleaved rounds, so machine noise hits them all alike, and
 # prints the median over rounds of each one's median latency, with ratios,
-# then ptec / XNNPACK taken within each round (median and range): on a
+# then ptec / XNNPACK taken within each round (median, range, and in how
+# many rounds ptec was the faster): on a
 # shared machine the ratio of two runs made side by side is steadier than
 # either time. --et-iters N (default: --iters) runs ExecuTorch's portable
 # kernels, a hundred times slower than the rest, for fewer iterations, so
@@ -127,7 +128,7 @@ for k, r in enumerate(table):
     if k == 0:
         print("  ".join("-" * x for x in w))
 print()
-print("ptec / XNNPACK within each round (median, lowest..highest, each round's ratio):")
+print("ptec / XNNPACK within each round (median, lowest..highest, rounds where ptec was faster, each round's ratio):")
 for n in names:
     for tool, label in (("ptec", "ptec"), ("ptec_xnn", "ptec xnn")):
         per_round = []
@@ -139,8 +140,10 @@ for n in names:
             if p is not None and x:
                 per_round.append(p / x)
         if per_round:
+            faster = sum(v < 1 for v in per_round)
             print(f"  {n:12s} {label:8s} {statistics.median(per_round):.2f}x  "
                   f"{min(per_round):.2f}..{max(per_round):.2f}  "
+                  f"faster {faster}/{len(per_round)}  "
                   + " ".join(f"{v:.2f}" for v in per_round))
 PY
 
