@@ -422,9 +422,9 @@ mod tests {
     enum Kind {
         Pointwise,
         Depthwise,
-        /// A 3×3 stride-2 regular convolution, an image network's first
-        /// layer, with the padding (top, right, bottom, left) given.
-        Stem([usize; 4]),
+        /// A `K`×`K` stride-2 regular convolution, an image network's
+        /// first layer, with the padding (top, right, bottom, left) given.
+        Stem(usize, [usize; 4]),
     }
     use Kind::*;
 
@@ -438,7 +438,7 @@ mod tests {
             let g = match kind {
                 Pointwise => Conv2dNhwc::regular(&sizes, &[cout, 1, 1, cin], [1, 1], [0; 4], [1, 1], 1),
                 Depthwise => Conv2dNhwc::depthwise(&sizes, &[1, k, k, cout], [st, st], [p; 4], [d, d]),
-                Stem(pad) => Conv2dNhwc::regular(&sizes, &[cout, 3, 3, cin], [2, 2], pad, [1, 1], 1),
+                Stem(k, pad) => Conv2dNhwc::regular(&sizes, &[cout, k, k, cin], [2, 2], pad, [1, 1], 1),
             };
             let g = g.unwrap();
             sizes = g.output_sizes();
@@ -552,11 +552,12 @@ mod tests {
         }
     }
 
-    /// Chains whose first stage is a stem (a regular 3×3 stride-2
-    /// convolution of 3 channels, as MobileNetV2's) against their
-    /// convolutions run one after the other: on twice the images' height
-    /// and width (the stem halves them), so the depthwise stage sees the
-    /// shapes above; with the stem's padding even and uneven.
+    /// Chains whose first stage is a stem (a regular stride-2 convolution
+    /// of 3 channels: 3×3 as MobileNetV2's, or 7×7, 147 floats a window)
+    /// against their convolutions run one after the other: on twice the
+    /// images' height and width (the stem halves them), so the depthwise
+    /// stage sees the shapes above; with the stem's padding even and
+    /// uneven.
     #[test]
     fn chains_opened_by_a_stem_match_their_convolutions() {
         // (N, H, W, C mid, C out, kernel, stride, padding, dilation) of
@@ -569,10 +570,11 @@ mod tests {
             [1, 21, 30, 200, 200, 5, 2, 2, 1],
         ];
         for (seed, &[n, h, w, cmid, cout, k, s, p, d]) in shapes.iter().enumerate() {
-            for pad in [[1; 4], [0, 1, 1, 0]] {
+            for (stem, pad) in [(3, [1; 4]), (3, [0, 1, 1, 0]), (7, [3; 4])] {
                 // The stem's output is h × w: its input, padded, spans
-                // 2·h + 1 rows (2·h of them for the uneven padding).
-                let (ih, iw) = (2 * h + 1 - pad[0] - pad[2], 2 * w + 1 - pad[1] - pad[3]);
+                // 2·(h - 1) + K rows.
+                let ih = 2 * (h - 1) + stem - pad[0] - pad[2];
+                let iw = 2 * (w - 1) + stem - pad[1] - pad[3];
                 let case = |channels: Vec<usize>, stages: Vec<Kind>, residual| Case {
                     n,
                     h: ih,
@@ -583,9 +585,12 @@ mod tests {
                     residual,
                 };
                 let seed = 50 + seed as u64;
-                check(&case(vec![3, cmid, cmid], vec![Stem(pad), Depthwise], false), seed);
+                check(
+                    &case(vec![3, cmid, cmid], vec![Stem(stem, pad), Depthwise], false),
+                    seed,
+                );
                 for residual in [false, true] {
-                    let stages = vec![Stem(pad), Depthwise, Pointwise];
+                    let stages = vec![Stem(stem, pad), Depthwise, Pointwise];
                     check(&case(vec![3, cmid, cmid, cout], stages, residual), seed);
                 }
             }
