@@ -364,7 +364,6 @@ fn conv_group(
 ) {
     let pixels = g.window.out_pixels();
     let o = g.out_c;
-    let (cg, og, depth) = (g.in_c / g.groups, o / g.groups, g.depth());
     let out = &mut out[..pixels * o];
     if g.is_pointwise() {
         gemm_packed(pixels, o, g.in_c, x, g.in_c, filter, e, out, o);
@@ -382,52 +381,39 @@ fn conv_group(
         }
         return;
     }
+    gathered(g, x, gi, filter, e, 0..pixels, out, cols);
+}
+
+/// Group `gi` of output pixels `pixels` (over all images) of a
+/// convolution that is not 1×1, its filter packed, by products over
+/// gathered tiles of windows (`cols`: [`Conv2dNhwc::gather_len`] floats),
+/// on this thread; `out` (and the residual, if any) hold the pixels from
+/// `pixels.start`. A whole convolution's path where the direct kernel does
+/// not run, and a chain's stem's rows.
+#[allow(clippy::too_many_arguments)]
+fn gathered(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    gi: usize,
+    filter: &[f32],
+    e: &Epilogue<'_>,
+    pixels: core::ops::Range<usize>,
+    out: &mut [f32],
+    cols: &mut [f32],
+) {
+    let o = g.out_c;
+    let (cg, og, depth) = (g.in_c / g.groups, o / g.groups, g.depth());
     let tile = g.tile_rows();
-    for p0 in (0..pixels).step_by(tile) {
-        let t = tile.min(pixels - p0);
+    for p0 in pixels.clone().step_by(tile) {
+        let t = tile.min(pixels.end - p0);
         let cols = &mut cols[..t * depth];
         im2col(g, x, p0, t, gi * cg, cg, cols);
-        let at = p0 * o + gi * og;
+        let at = (p0 - pixels.start) * o + gi * og;
         let e = Epilogue {
             residual: e.residual.map(|r| &r[at..]),
             ..*e
         };
         gemm_packed(t, og, depth, cols, depth, filter, &e, &mut out[at..], o);
-    }
-}
-
-/// Output rows `rows` (over all images) of an ungrouped convolution that
-/// is not 1×1, its filter packed, into `band` (which holds them), on this
-/// thread, by products over gathered tiles of pixels (`cols`:
-/// [`Conv2dNhwc::gather_len`] floats): a chain's stem where the direct
-/// kernel does not run. No residual.
-fn gathered_rows(
-    g: &Conv2dNhwc,
-    x: &[f32],
-    filter: &[f32],
-    e: &Epilogue<'_>,
-    rows: core::ops::Range<usize>,
-    band: &mut [f32],
-    cols: &mut [f32],
-) {
-    assert!(g.groups == 1 && !g.is_pointwise() && e.residual.is_none());
-    let (o, depth, ow) = (g.out_c, g.depth(), g.window.out_w);
-    let pixels = rows.start * ow..rows.end * ow;
-    for p0 in pixels.clone().step_by(g.tile_rows()) {
-        let t = g.tile_rows().min(pixels.end - p0);
-        let cols = &mut cols[..t * depth];
-        im2col(g, x, p0, t, 0, g.in_c, cols);
-        gemm_packed(
-            t,
-            o,
-            depth,
-            cols,
-            depth,
-            filter,
-            e,
-            &mut band[(p0 - pixels.start) * o..],
-            o,
-        );
     }
 }
 
@@ -1428,7 +1414,8 @@ mod tests {
                     let want = &want[rows.start * row_len..rows.end * row_len];
                     let mut cols = vec![f32::NAN; g.gather_len()];
                     let mut band = vec![f32::NAN; want.len()];
-                    gathered_rows(&g, &x, &kept, &e, rows.clone(), &mut band, &mut cols);
+                    let pixels = rows.start * g.window.out_w..rows.end * g.window.out_w;
+                    gathered(&g, &x, 0, &kept, &e, pixels, &mut band, &mut cols);
                     close(&band, want);
                     #[cfg(target_arch = "x86_64")]
                     if direct::fits(&g) {

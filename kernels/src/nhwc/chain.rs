@@ -254,7 +254,8 @@ impl Stage<'_> {
             let avx512 = crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
             return super::direct::conv_band(avx512, one, x, self.filter, &e, rows, out);
         }
-        super::gathered_rows(one, x, self.filter, &e, rows, out, gather);
+        let pixels = rows.start * one.window.out_w..rows.end * one.window.out_w;
+        super::gathered(one, x, 0, self.filter, &e, pixels, out, gather);
     }
 
     /// `out = this stage (a pointwise convolution) of `pixels` pixels of
