@@ -12,7 +12,8 @@
 # in ROUNDS interleaved rounds, so machine noise hits them all alike, and
 # prints the median over rounds of each one's median latency, with ratios,
 # then ptec / XNNPACK taken within each round (median, range, and in how
-# many rounds ptec was the faster): on a
+# many rounds ptec was the faster), then memory (planned bytes, the bytes
+# ptec's program owns, each process's peak resident memory): on a
 # shared machine the ratio of two runs made side by side is steadier than
 # either time. --et-iters N (default: --iters) runs ExecuTorch's portable
 # kernels, a hundred times slower than the rest, for fewer iterations, so
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --et-dir) et_dir="$2"; shift 2 ;;
     --no-gemm) gemm=0; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -85,6 +86,22 @@ record() {
   fi
 }
 
+# rss COMMAND...: runs COMMAND and adds its peak resident memory to the JSON
+# line it printed last (ptec's runner reports its own).
+rss() {
+  python3 - "$@" <<'PY'
+import json, resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stderr.write(r.stderr)
+lines = r.stdout.strip().splitlines()
+if r.returncode != 0 or not lines:
+    sys.exit(r.returncode or 1)
+d = json.loads(lines[-1])
+d["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps(d))
+PY
+}
+
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$rounds"); do
   for m in "${models[@]}"; do
@@ -92,8 +109,8 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r/$rounds: $name" >&2
     xnn="$(dirname "$m")/${name}_xnnpack.pte"
     if [ -n "$et" ]; then
-      record et "$name" "$et" "$m" --iters "${et_iters:-$iters}" --threads "$threads"
-      [ -f "$xnn" ] && record xnnpack "$name" "$et" "$xnn" --iters "$iters" --threads "$threads"
+      record et "$name" rss "$et" "$m" --iters "${et_iters:-$iters}" --threads "$threads"
+      [ -f "$xnn" ] && record xnnpack "$name" rss "$et" "$xnn" --iters "$iters" --threads "$threads"
     fi
     record ptec "$name" "$ptec" bench "$m" --iters "$iters" --threads "$threads"
     [ -f "$xnn" ] && record ptec_xnn "$name" "$ptec" bench "$xnn" --iters "$iters" --threads "$threads"
@@ -145,6 +162,23 @@ for n in names:
                   f"{min(per_round):.2f}..{max(per_round):.2f}  "
                   f"faster {faster}/{len(per_round)}  "
                   + " ".join(f"{v:.2f}" for v in per_round))
+print()
+print("memory, MB: the planned buffers each reports; everything ptec's program object owns (plan, prepared")
+print("weights, what did not fit in the plan); each process's peak resident memory (median over rounds)")
+def mb(x): return f"{x / 1e6:.1f}" if x is not None else "-"
+head = ["model", "ET plan", "XNNPACK plan", "ptec plan", "ptec state", "ET peak", "XNNPACK peak", "ptec peak",
+        "ptec/XNNPACK peak"]
+table = [head]
+for n in names:
+    plans = [med(n, t, "planned_bytes") for t in ("et", "xnnpack", "ptec")]
+    state = med(n, "ptec", "state_bytes")
+    peaks = [med(n, t, "peak_rss_bytes") for t in ("et", "xnnpack", "ptec")]
+    table.append([n] + [mb(x) for x in plans] + [mb(state)] + [mb(x) for x in peaks] + [ratio(peaks[2], peaks[1])])
+w = [max(len(r[i]) for r in table) for i in range(len(head))]
+for k, r in enumerate(table):
+    print("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r)))
+    if k == 0:
+        print("  ".join("-" * x for x in w))
 PY
 
 if [ "$gemm" = 1 ]; then

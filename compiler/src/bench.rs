@@ -54,6 +54,8 @@ struct ExecutableTiming {
     min_us: f64,
     median_us: f64,
     max_us: f64,
+    state_bytes: u64,
+    peak_rss_bytes: Option<u64>,
 }
 
 /// The result: `et_runner`'s keys, in its order, then ptec's own.
@@ -75,6 +77,13 @@ pub struct BenchReport {
     pub build_s: f64,
     /// Size of the built executable (which embeds the program file).
     pub binary_bytes: u64,
+    /// Bytes the program object owns: the plan's buffers, what ptec adds
+    /// to them (prepared filters, temporaries the plan had no room for,
+    /// scratch), weights packed on the first run.
+    pub state_bytes: u64,
+    /// The benchmark process's peak resident memory, where the system
+    /// reports it.
+    pub peak_rss_bytes: Option<u64>,
 }
 
 impl BenchReport {
@@ -180,5 +189,7 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
         gen_ms: round(gen_ms, 1),
         build_s: round(build_s, 2),
         binary_bytes,
+        state_bytes: t.state_bytes,
+        peak_rss_bytes: t.peak_rss_bytes,
     })
 }

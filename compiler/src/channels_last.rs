@@ -616,9 +616,6 @@ struct Rewrite<'m> {
     m: &'m mut Method,
     nhwc: HashSet<usize>,
     code: Vec<Instruction>,
-    /// Temporaries (NHWC copies at region borders), to be laid out.
-    temps: Vec<usize>,
-    scratch: AddedBuffer,
     /// Each convolution's prepared filter, kept from run to run.
     kept: AddedBuffer,
     null: Option<usize>,
@@ -644,8 +641,6 @@ fn convert_method(m: &mut Method) {
         m,
         nhwc,
         code: Vec::with_capacity(old.len()),
-        temps: Vec::new(),
-        scratch: AddedBuffer::default(),
         kept: AddedBuffer::default(),
         null: None,
     };
@@ -673,16 +668,7 @@ fn convert_method(m: &mut Method) {
             }
         }
     }
-    let Rewrite {
-        m,
-        code,
-        temps,
-        mut scratch,
-        kept,
-        ..
-    } = r;
-    scratch.place_temporaries(m, &code, &temps);
-    scratch.install(m);
+    let Rewrite { m, code, kept, .. } = r;
     kept.install(m);
     m.instructions = code;
     m.stacktraces = traces;
@@ -709,11 +695,10 @@ impl Rewrite<'_> {
         )
     }
 
-    /// A new NHWC temporary of `sizes`.
+    /// A new NHWC temporary of `sizes`, unplanned: [`crate::temporaries`]
+    /// gives it bytes once the passes are done.
     fn temp(&mut self, sizes: [usize; 4]) -> usize {
-        let v = push_f32_tensor(self.m, sizes.to_vec(), Placement::Unplanned);
-        self.temps.push(v);
-        v
+        push_f32_tensor(self.m, sizes.to_vec(), Placement::Unplanned)
     }
 
     /// `permute_copy(from, dims, to)`.
@@ -773,15 +758,14 @@ impl Rewrite<'_> {
         let residual = c.residual.map(|r| self.nhwc_input(r, c.geometry.output_sizes()));
         // The chain's output is written where the convolution runs, not
         // where its last instruction ran: bytes planned for it may still hold
-        // the input then. Such an output, kept NHWC, moves to the pass's
-        // buffer. (The residual is read as the output is written, element
+        // the input then. Such an output, kept NHWC, loses its plan and
+        // becomes a temporary like those at region borders. (The residual is read as the output is written, element
         // by element, but a kernel must not be handed the same bytes to
         // read and to write.)
         let clash = share_bytes(self.m, x, c.out) || residual.is_some_and(|r| share_bytes(self.m, r, c.out));
         if self.nhwc.contains(&c.out) && clash {
             if let Some(Value::Tensor(t)) = self.m.values.get_mut(c.out) {
                 t.placement = Placement::Unplanned;
-                self.temps.push(c.out);
             }
         }
         let out = self.target(c.out, c.geometry.output_sizes());
@@ -839,6 +823,7 @@ mod tests {
         let mut program = crate::load::load(&bytes, &[]).unwrap().program.unwrap();
         let before = program.methods[0].clone();
         channels_last(&mut program);
+        crate::temporaries::plan_temporaries(&mut program.methods[0]);
         crate::verify::verify_program(&program, &[]).unwrap();
         (before, program.methods.remove(0))
     }
@@ -923,7 +908,7 @@ mod tests {
         }
         // Images kept NHWC have their sizes permuted and keep their planned
         // bytes, unless those may still hold the convolution's input when it
-        // runs: then they move to the pass's buffer.
+        // runs: then they become temporaries, placed clear of the input.
         let mut moved = 0;
         for (_, a) in new.iter().filter(|(n, _)| n == folded::NAME) {
             let (x, out) = (a[folded::X], a[folded::OUT]);
@@ -941,9 +926,9 @@ mod tests {
                 let residual = Some(a[folded::RESIDUAL]).filter(|&r| r < before.values.len());
                 let clash = share_bytes(&before, x, out) || residual.is_some_and(|r| share_bytes(&before, r, out));
                 assert!(clash, "value {out} moved");
-                assert!(
-                    matches!(t.placement, Placement::Planned { buffer, .. } if buffer >= before.buffer_sizes.len())
-                );
+                assert!(matches!(t.placement, Placement::Planned { .. }));
+                assert!(!share_bytes(&after, x, out));
+                assert!(residual.is_none_or(|r| !share_bytes(&after, r, out)));
                 moved += 1;
             }
         }

@@ -46,14 +46,20 @@ pub fn lower_delegates(loaded: &mut Loaded, bytes: &[u8], lower_xnnpack: bool) -
 
 /// The IR-to-IR passes `options` ask for, in order: delegate lowering
 /// ([`lower_delegates`]), then channels-last regions
-/// ([`crate::channels_last`]). The result is verified again.
+/// ([`crate::channels_last`]); then the unplanned temporaries get bytes
+/// ([`crate::temporaries`]). The result is verified again.
 pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result<()> {
     lower_delegates(loaded, bytes, options.lower_xnnpack)?;
-    if let (true, Some(program)) = (options.channels_last, loaded.program.as_mut()) {
+    let Some(program) = loaded.program.as_mut() else {
+        return Ok(());
+    };
+    if options.channels_last {
         crate::channels_last::channels_last(program);
-        verify_program(program, &loaded.suites)?;
     }
-    Ok(())
+    for m in &mut program.methods {
+        crate::temporaries::plan_temporaries(m);
+    }
+    verify_program(program, &loaded.suites)
 }
 
 /// [`compile`], formatted as a source file with its `@generated` header.

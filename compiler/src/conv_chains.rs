@@ -16,11 +16,12 @@
 //! A chain reads its input while it writes its output, so the two must not
 //! share bytes, though ExecuTorch's plan may put the last convolution's
 //! output where the first one's input was (dead by then): such an output
-//! moves to a buffer of the pass's own.
+//! loses its plan, and [`crate::temporaries`] gives it bytes clear of
+//! everything in use during the chain.
 use crate::channels_last::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::channels_last::{image, int, number, residual_add_after, share_bytes, usizes};
 use crate::ir::*;
-use crate::rewrite::{kernel_call, kernel_name, AddedBuffer, Uses};
+use crate::rewrite::{kernel_call, kernel_name, Uses};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
 
 /// The call a chain becomes; `ops::xnnpack` emits it.
@@ -51,8 +52,8 @@ pub fn fuse_chains(m: &mut Method) {
 /// of its result (read by nothing else) to another image becomes one call
 /// that adds the residual as it stores (the XNNPACK lowering leaves them
 /// apart; the channels-last pass makes such calls of aten convolutions
-/// itself). The sum moves to a buffer of the pass's own when its bytes
-/// are the input's or the residual's, as a chain's output does.
+/// itself). The sum loses its plan when its bytes are the input's or the
+/// residual's, as a chain's output does.
 pub fn fuse_residual_adds(m: &mut Method) {
     fuse_runs(m, |m, uses, n| {
         let args = residual_args(m, uses, n)?;
@@ -72,7 +73,7 @@ struct Fused {
     name: &'static str,
     args: Vec<usize>,
     /// What the call reads as it writes `out`: an `out` planned on the
-    /// bytes of one of them moves to a buffer of the pass's own.
+    /// bytes of one of them loses its plan (see the module's notes).
     reads: Vec<usize>,
     out: usize,
 }
@@ -124,11 +125,10 @@ fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> Option<Fuse
     code.extend_from_slice(&old[next..]);
     m.instructions = code;
     m.stacktraces = traces;
-    if !moved.is_empty() {
-        let mut buffer = AddedBuffer::default();
-        let code = m.instructions.clone();
-        buffer.place_temporaries(m, &code, &moved);
-        buffer.install(m);
+    for v in moved {
+        if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
+            t.placement = Placement::Unplanned;
+        }
     }
 }
 
@@ -286,6 +286,7 @@ mod tests {
             operators: vec![],
             delegates: vec![],
             buffer_sizes: vec![0, 1 << 30],
+            program_buffers: 2,
             stacktraces: None,
         }
     }
@@ -373,17 +374,16 @@ mod tests {
         assert_eq!((args[0], args[args.len() - 1]), (x, out));
     }
 
-    /// `moved` no longer shares bytes with `input`: it starts the buffer a
-    /// pass added after the method's `buffers` planned ones.
-    fn assert_moved_off(m: &Method, moved: usize, input: usize, buffers: usize) {
-        assert!(!share_bytes(m, input, moved));
-        assert_eq!(
+    /// `moved` lost its plan, and once the temporaries are placed it
+    /// shares no bytes with `input`.
+    fn assert_moved_off(m: &mut Method, moved: usize, input: usize) {
+        assert_eq!(m.values[moved].as_tensor().unwrap().placement, Placement::Unplanned);
+        crate::temporaries::plan_temporaries(m);
+        assert!(matches!(
             m.values[moved].as_tensor().unwrap().placement,
-            Placement::Planned {
-                buffer: buffers,
-                offset: 0
-            }
-        );
+            Placement::Planned { .. }
+        ));
+        assert!(!share_bytes(m, input, moved));
     }
 
     /// ExecuTorch's plan may put the last output where the first input was
@@ -396,12 +396,9 @@ mod tests {
         let next = planned(&mut m, [1, 48, 48, 16], 1 << 26);
         folded(&mut m, TORCH, out, 16, 16, 1, 1, None, next);
         m.outputs.push(next);
-        let buffers = m.buffer_sizes.len();
         fuse_chains(&mut m);
         assert_eq!(m.instructions.len(), 2);
-        assert_moved_off(&m, out, x, buffers);
-        assert_eq!(m.buffer_sizes.len(), buffers + 1);
-        assert!(m.buffer_sizes[buffers] >= m.values[out].as_tensor().unwrap().nbytes() as u64);
+        assert_moved_off(&mut m, out, x);
         // Planned elsewhere, it stays where it was.
         let mut m = method();
         let (_, out) = dw_then_pw(&mut m, 1 << 26);
@@ -544,10 +541,9 @@ mod tests {
         let tail = planned(&mut m, [1, 8, 8, 16], 1 << 23);
         folded(&mut m, TORCH, sum, 16, 16, 1, 1, None, tail);
         m.outputs.push(tail);
-        let buffers = m.buffer_sizes.len();
         fuse_residual_adds(&mut m);
         assert_eq!(m.instructions.len(), 2);
-        assert_moved_off(&m, sum, x, buffers);
+        assert_moved_off(&mut m, sum, x);
         let (mut m, _) = conv_then_add(true, 0);
         let want = m.clone();
         fuse_residual_adds(&mut m);

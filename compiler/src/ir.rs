@@ -106,6 +106,9 @@ pub struct Method {
     pub delegates: Vec<Delegate>,
     /// Planned buffer sizes, indexed by memory id (entry 0 is reserved).
     pub buffer_sizes: Vec<u64>,
+    /// How many entries of `buffer_sizes` (the reserved one included) are
+    /// the program's own plan; the passes append the rest.
+    pub program_buffers: usize,
     /// Source frames of each instruction, when the program carries them.
     pub stacktraces: Option<Vec<Vec<Frame>>>,
 }

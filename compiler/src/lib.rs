@@ -26,6 +26,7 @@ pub mod ptd;
 pub mod reader;
 mod rewrite;
 mod runner_crate;
+mod temporaries;
 pub mod verify;
 pub mod xnnpack;
 

@@ -387,6 +387,7 @@ impl<'f> Reader<'f> {
             instructions,
             operators,
             delegates,
+            program_buffers: buffer_sizes.len(),
             buffer_sizes,
             stacktraces,
         }

@@ -98,74 +98,6 @@ impl AddedBuffer {
             m.buffer_sizes[id] = self.size;
         }
     }
-
-    /// Lays out `temps` (tensor values) in this buffer, given the
-    /// instructions that use them (a straight run, no jumps): a value lives
-    /// from the first instruction that names it to the last, and values
-    /// whose lives overlap get disjoint bytes (largest first, each at the
-    /// lowest offset that fits). A value no instruction names is left
-    /// unplanned.
-    pub(crate) fn place_temporaries(&mut self, m: &mut Method, code: &[Instruction], temps: &[usize]) {
-        if temps.is_empty() {
-            return;
-        }
-        let mut temps = temps.to_vec();
-        temps.sort_unstable();
-        temps.dedup();
-        let temps = &temps[..];
-        for &v in temps {
-            if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
-                t.placement = Placement::Unplanned;
-            }
-        }
-        let id = self.id(m);
-        let mut life: Vec<Option<(usize, usize)>> = vec![None; temps.len()];
-        for (n, ins) in code.iter().enumerate() {
-            let Instruction::Kernel { args, .. } = ins else {
-                continue;
-            };
-            let mut touch = |v: usize| {
-                if let Ok(k) = temps.binary_search(&v) {
-                    let l = &mut life[k];
-                    *l = Some(l.map_or((n, n), |(a, _)| (a, n)));
-                }
-            };
-            for &a in args {
-                touch(a);
-                if let Some(Value::TensorList(items)) = m.values.get(a) {
-                    items.iter().for_each(|&t| touch(t));
-                }
-            }
-        }
-        let size_of = |m: &Method, v: usize| m.values[v].as_tensor().map_or(0, |t| t.nbytes() as u64);
-        let mut order: Vec<usize> = (0..temps.len()).collect();
-        order.sort_by_key(|&k| std::cmp::Reverse(size_of(m, temps[k])));
-        // (start, end, bytes range) of values placed so far.
-        let mut placed: Vec<((usize, usize), (u64, u64))> = Vec::new();
-        for k in order {
-            let v = temps[k];
-            let Some((a, b)) = life[k] else { continue };
-            let size = size_of(m, v).div_ceil(ALIGN) * ALIGN;
-            let mut busy: Vec<(u64, u64)> = placed
-                .iter()
-                .filter(|((s, e), _)| *s <= b && a <= *e)
-                .map(|&(_, r)| r)
-                .collect();
-            busy.sort_unstable();
-            let mut offset = 0u64;
-            for (lo, hi) in busy {
-                if offset + size <= lo {
-                    break;
-                }
-                offset = offset.max(hi);
-            }
-            placed.push(((a, b), (offset, offset + size)));
-            self.size = self.size.max(offset + size);
-            if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
-                t.placement = Placement::Planned { buffer: id, offset };
-            }
-        }
-    }
 }
 
 /// Where each value is used: `(instruction, argument position)` of every
@@ -214,6 +146,11 @@ impl Uses {
         Uses { by_kernels, elsewhere }
     }
 
+    /// Whether any instruction names `v`, or it is an input or output.
+    pub(crate) fn named(&self, v: usize) -> bool {
+        self.elsewhere.get(v).copied().unwrap_or(false) || self.by_kernels.contains_key(&v)
+    }
+
     /// The kernel uses of `v` other than by instruction `except`, or `None`
     /// when something else uses it.
     pub(crate) fn kernel_uses(&self, v: usize, except: usize) -> Option<Vec<(usize, usize)>> {
@@ -226,5 +163,204 @@ impl Uses {
                 .map(|u| u.iter().copied().filter(|&(n, _)| n != except).collect())
                 .unwrap_or_default(),
         )
+    }
+}
+
+/// When a value is in use: from the first instruction that names it to the
+/// last, both included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Life {
+    pub(crate) first: usize,
+    pub(crate) last: usize,
+}
+
+impl Life {
+    /// For what holds data between runs.
+    pub(crate) const ALWAYS: Life = Life {
+        first: 0,
+        last: usize::MAX,
+    };
+
+    pub(crate) fn overlaps(self, other: Life) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+
+    fn include(life: &mut Option<Life>, n: usize) {
+        *life = Some(match *life {
+            None => Life { first: n, last: n },
+            Some(l) => Life {
+                first: l.first.min(n),
+                last: l.last.max(n),
+            },
+        });
+    }
+}
+
+/// Each value's life in `m`'s instructions (`None`: nothing names it). A
+/// value counts as named by the instructions that name it directly or as an
+/// item of a list, and, for each such instruction `n`, by `also(n)` too (an
+/// instruction that does `n`'s work, as a fold does). The method's inputs
+/// and outputs and its mutable buffers live always: they hold data between
+/// runs.
+pub(crate) fn lives(m: &Method, also: impl Fn(usize) -> Option<usize>) -> Vec<Option<Life>> {
+    let mut lives: Vec<Option<Life>> = vec![None; m.values.len()];
+    for (n, ins) in m.instructions.iter().enumerate() {
+        let named: &[usize] = match ins {
+            Instruction::Kernel { args, .. } | Instruction::Delegate { args, .. } => args,
+            Instruction::Move { from, to } => &[*from, *to],
+            Instruction::JumpFalse { cond, .. } => std::slice::from_ref(cond),
+            Instruction::Free { value } => std::slice::from_ref(value),
+        };
+        let mut name = |v: usize| {
+            if let Some(life) = lives.get_mut(v) {
+                Life::include(life, n);
+                if let Some(k) = also(n) {
+                    Life::include(life, k);
+                }
+            }
+        };
+        for &v in named {
+            name(v);
+            match m.values.get(v) {
+                Some(Value::TensorList(items)) => items.iter().for_each(|&i| name(i)),
+                Some(Value::OptionalTensorList(items)) => items.iter().flatten().for_each(|&i| name(i)),
+                _ => {}
+            }
+        }
+    }
+    let held = m.values.iter().enumerate().filter_map(|(v, value)| match value {
+        Value::Tensor(Tensor {
+            placement: Placement::Mutable { .. },
+            ..
+        }) => Some(v),
+        _ => None,
+    });
+    for v in m.inputs.iter().chain(&m.outputs).copied().chain(held) {
+        if let Some(life) = lives.get_mut(v) {
+            *life = Some(Life::ALWAYS);
+        }
+    }
+    lives
+}
+
+/// Which values get written: the method's inputs and mutable buffers
+/// (before it runs), and what kernel calls write, as far as their calling
+/// convention tells: a call's last argument is its return value, the
+/// tensor (or list of tensors) it wrote. (Delegate calls and moves count
+/// as writing nothing: the callers of this err on the side of "not
+/// written".)
+pub(crate) fn written(m: &Method) -> Vec<bool> {
+    let mut written: Vec<bool> = m
+        .values
+        .iter()
+        .map(|v| matches!(v, Value::Tensor(t) if matches!(t.placement, Placement::Mutable { .. })))
+        .collect();
+    for &v in &m.inputs {
+        if let Some(w) = written.get_mut(v) {
+            *w = true;
+        }
+    }
+    for ins in &m.instructions {
+        let Instruction::Kernel { args, .. } = ins else {
+            continue;
+        };
+        let Some(&ret) = args.last() else { continue };
+        let mut mark = |v: usize| {
+            if let Some(w) = written.get_mut(v) {
+                *w = true;
+            }
+        };
+        match m.values.get(ret) {
+            Some(Value::Tensor(_)) => mark(ret),
+            Some(Value::TensorList(items)) => items.iter().for_each(|&i| mark(i)),
+            _ => {}
+        }
+    }
+    written
+}
+
+/// A value's bytes in use: its life, its byte range (start, end), and
+/// whether it gets written (see [`written`]).
+pub(crate) type Held<T> = (Life, (T, T), bool);
+
+/// ExecuTorch may alias a value with another, with no instruction between
+/// them (a view: see `format-notes.md`): the view is never written, and
+/// starts at the same byte as its base. So an entry of `held` (a life, a
+/// byte range (start, end), and whether the value gets written) that is
+/// never written shares its life with the entry before it among those
+/// starting at its byte, in the order of their first use: its base, or a
+/// view of its base. (A value the plan merely reuses bytes for may so get
+/// a longer life than it has: that costs room, never correctness.)
+pub(crate) fn merge_aliases<T: Copy + Ord>(held: &mut [Held<T>]) {
+    held.sort_unstable_by_key(|&(life, (start, _), _)| (start, life.first, life.last));
+    for group in held.chunk_by_mut(|a, b| a.1 .0 == b.1 .0) {
+        for k in 1..group.len() {
+            if !group[k].2 {
+                let (before, now) = (group[k - 1].0, group[k].0);
+                let both = Life {
+                    first: before.first.min(now.first),
+                    last: before.last.max(now.last),
+                };
+                group[k - 1].0 = both;
+                group[k].0 = both;
+            }
+        }
+    }
+}
+
+/// The lowest multiple of [`ALIGN`] at which `size` bytes fit below `limit`
+/// clear of the byte ranges `busy` (start, end).
+pub(crate) fn lowest_fit(mut busy: Vec<(u64, u64)>, size: u64, limit: u64) -> Option<u64> {
+    busy.sort_unstable();
+    let mut offset = 0u64;
+    for (lo, hi) in busy {
+        if offset.checked_add(size)? <= lo {
+            break;
+        }
+        offset = offset.max(hi.div_ceil(ALIGN) * ALIGN);
+    }
+    (offset.checked_add(size)? <= limit).then_some(offset)
+}
+
+/// Small methods for the tests of the passes that place bytes.
+#[cfg(test)]
+pub(crate) mod test_methods {
+    use crate::ir::*;
+
+    /// A tensor of `bytes` bytes.
+    pub(crate) fn bytes(bytes: usize, placement: Placement) -> Value {
+        Value::Tensor(Tensor {
+            dtype: ScalarType::Byte,
+            sizes: vec![bytes],
+            dim_order: vec![0],
+            dynamism: Dynamism::Static,
+            placement,
+        })
+    }
+
+    /// A method of one 1024-byte planned buffer whose instructions are
+    /// calls naming the values listed (the last one as what they write).
+    pub(crate) fn calls(values: Vec<Value>, calls: &[&[usize]], inputs: &[usize], outputs: &[usize]) -> Method {
+        Method {
+            name: "forward".into(),
+            values,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+            instructions: calls
+                .iter()
+                .map(|a| Instruction::Kernel {
+                    op: 0,
+                    args: a.to_vec(),
+                })
+                .collect(),
+            operators: vec![Operator {
+                name: "aten::op".into(),
+                overload: "out".into(),
+            }],
+            delegates: vec![],
+            buffer_sizes: vec![0, 1024],
+            program_buffers: 2,
+            stacktraces: None,
+        }
     }
 }

@@ -47,6 +47,8 @@ fn reports_et_runner_keys_and_the_planned_size() {
         "gen_ms",
         "build_s",
         "binary_bytes",
+        "state_bytes",
+        "peak_rss_bytes",
     ];
     want.sort();
     assert_eq!(keys, want);
@@ -72,6 +74,15 @@ fn reports_et_runner_keys_and_the_planned_size() {
         .sum();
     assert!(plan > 0);
     assert_eq!(report["planned_bytes"].as_u64(), Some(plan));
+    // The program owns the plan and little more: its scratch and folded
+    // results fit in the plan's free bytes, and beyond the arena it holds
+    // only its counters and flags.
+    let state = report["state_bytes"].as_u64().unwrap();
+    assert!(state >= plan && state <= plan + 64, "state {state}, plan {plan}");
+    if cfg!(target_os = "linux") {
+        let rss = report["peak_rss_bytes"].as_u64().unwrap();
+        assert!(rss > state, "peak resident memory {rss} below the program's {state}");
+    }
 }
 
 #[test]

@@ -110,6 +110,13 @@ pub struct Timing {
     pub load_us: f64,
     /// Sum of the method's memory-planned buffer sizes.
     pub planned_bytes: usize,
+    /// Size of the program object: every byte it owns (the plan's buffers,
+    /// what ptec adds to them, weights packed on the first run), all of it
+    /// static.
+    pub state_bytes: usize,
+    /// The process's peak resident memory after the runs, where the system
+    /// reports it (Linux: `VmHWM`).
+    pub peak_rss_bytes: Option<u64>,
     /// Each timed execution, sorted ascending.
     pub latencies_us: Vec<f64>,
 }
@@ -134,13 +141,15 @@ impl Timing {
     /// One JSON object on one line.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"load_us\": {:.1}, \"planned_bytes\": {}, \"iters\": {}, \"min_us\": {:.1}, \"median_us\": {:.1}, \"max_us\": {:.1}}}",
+            "{{\"load_us\": {:.1}, \"planned_bytes\": {}, \"iters\": {}, \"min_us\": {:.1}, \"median_us\": {:.1}, \"max_us\": {:.1}, \"state_bytes\": {}, \"peak_rss_bytes\": {}}}",
             self.load_us,
             self.planned_bytes,
             self.latencies_us.len(),
             self.min_us(),
             self.median_us(),
-            self.max_us()
+            self.max_us(),
+            self.state_bytes,
+            self.peak_rss_bytes.map_or("null".to_string(), |b| b.to_string())
         )
     }
 }
@@ -230,8 +239,24 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
     Ok(Timing {
         load_us,
         planned_bytes: meta.planned_buffers.iter().sum(),
+        state_bytes: core::mem::size_of_val(model),
+        peak_rss_bytes: peak_rss_bytes(),
         latencies_us,
     })
+}
+
+/// The process's peak resident set size, from `/proc/self/status`.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// Mean time of the `k`-th step of an execution of `method` (the `k`-th
@@ -372,15 +397,19 @@ mod tests {
 
     #[test]
     fn median_is_et_runners() {
-        let t = Timing {
+        let mut t = Timing {
             load_us: 1.0,
             planned_bytes: 64,
+            state_bytes: 128,
+            peak_rss_bytes: Some(4096),
             latencies_us: vec![1.0, 2.0, 3.0, 4.0],
         };
         assert_eq!((t.min_us(), t.median_us(), t.max_us()), (1.0, 3.0, 4.0));
         assert_eq!(
             t.to_json(),
-            "{\"load_us\": 1.0, \"planned_bytes\": 64, \"iters\": 4, \"min_us\": 1.0, \"median_us\": 3.0, \"max_us\": 4.0}"
+            "{\"load_us\": 1.0, \"planned_bytes\": 64, \"iters\": 4, \"min_us\": 1.0, \"median_us\": 3.0, \"max_us\": 4.0, \"state_bytes\": 128, \"peak_rss_bytes\": 4096}"
         );
+        t.peak_rss_bytes = None;
+        assert!(t.to_json().ends_with("\"peak_rss_bytes\": null}"));
     }
 }

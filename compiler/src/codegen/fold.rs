@@ -13,8 +13,8 @@
 //!   operand.
 use super::layout::{overlaps, Home, MethodLayout};
 use crate::ir::*;
-use crate::rewrite::{kernel_name, Uses};
-use std::collections::HashMap;
+use crate::rewrite::{kernel_name, written, Uses};
+use std::collections::{HashMap, HashSet};
 
 /// A constant right operand packed once, on the first run.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,6 +39,9 @@ pub struct Folds {
     elided: HashMap<usize, usize>,
     /// Product instruction → the `relu` output it writes instead of its own.
     relu_into: HashMap<usize, usize>,
+    /// Values no generated code writes or reads: folded transposes and the
+    /// own results of products that write their `relu`'s output.
+    bypassed: HashSet<usize>,
     packed: Vec<PackedWeight>,
     /// Elements of the packed-weights buffer (0: none).
     pub packed_len: usize,
@@ -93,6 +96,19 @@ impl Folds {
     /// constant once (the product runs blocked).
     pub fn of(m: &Method, layout: &MethodLayout, worth_packing: impl Fn(usize, usize, usize) -> bool) -> Folds {
         let uses = Uses::of(m);
+        // A value a view aliases is read through the view too, unseen by
+        // `uses`: its work is not folded away.
+        let written = written(m);
+        let viewed = |v: usize| {
+            let Some(Home::Arena { offset }) = layout.homes.get(v) else {
+                return false;
+            };
+            layout
+                .homes
+                .iter()
+                .enumerate()
+                .any(|(w, h)| w != v && !written[w] && *h == Home::Arena { offset: *offset } && uses.named(w))
+        };
         let mut f = Folds::default();
         let has_jumps = m
             .instructions
@@ -110,6 +126,7 @@ impl Folds {
                     continue;
                 };
                 let only_right_operands = !readers.is_empty()
+                    && !viewed(out)
                     && readers.iter().all(|&(r, pos)| {
                         kernel_name(m, &m.instructions[r]).is_some_and(|(rn, _)| {
                             rn != "aten::linear.out" && product_args(&rn).is_some_and(|(_, b, _)| b == pos)
@@ -117,12 +134,16 @@ impl Folds {
                     });
                 if only_right_operands {
                     f.transposed.insert(out, src);
+                    f.bypassed.insert(out);
                     f.elided.insert(n, readers[0].0);
                 }
             } else if let Some((_, _, out_pos)) = product_args(&name) {
                 if !has_jumps {
-                    if let Some(r) = fusable_relu(m, layout, &uses, &f.transposed, n, args, out_pos) {
+                    let fused = fusable_relu(m, layout, &uses, &f.transposed, n, args, out_pos)
+                        .filter(|_| !viewed(args[out_pos]));
+                    if let Some(r) = fused {
                         f.relu_into.insert(n, r);
+                        f.bypassed.insert(args[out_pos]);
                         f.elided.insert(n + 1, n);
                     }
                 }
@@ -187,6 +208,12 @@ impl Folds {
     /// is generated as nothing.
     pub fn elided(&self, instruction: usize) -> Option<usize> {
         self.elided.get(&instruction).copied()
+    }
+
+    /// Whether no generated code touches `value`'s bytes (see
+    /// [`Folds::of`]'s folds).
+    pub fn bypassed(&self, value: usize) -> bool {
+        self.bypassed.contains(&value)
     }
 
     /// The `relu` output a product instruction writes, when one is fused.
@@ -310,6 +337,33 @@ mod tests {
         let f = folds(&m, false);
         assert_eq!(f.relu_into(1), None);
         assert_eq!(f.elided(2), None);
+        assert_eq!(f.elided(0), Some(1));
+    }
+
+    /// A view of `v` (same bytes, written by nothing) that a call appended
+    /// to the method reads (writing the method's output again).
+    fn read_through_a_view(m: &mut Method, v: usize) {
+        let view = m.values.len();
+        m.values.push(m.values[v].clone());
+        let out = m.outputs[0];
+        m.instructions.push(Instruction::Kernel {
+            op: 0,
+            args: vec![view, out, out],
+        });
+    }
+
+    #[test]
+    fn values_read_through_views_are_not_folded() {
+        let mut m = mlp();
+        let w1t = out_of(&m, 0, 2);
+        read_through_a_view(&mut m, w1t);
+        let f = folds(&m, false);
+        assert_eq!((f.elided(0), f.transposed(w1t)), (None, None));
+        let mut m = mlp();
+        let product = out_of(&m, 1, 5);
+        read_through_a_view(&mut m, product);
+        let f = folds(&m, false);
+        assert_eq!((f.relu_into(1), f.elided(2)), (None, None));
         assert_eq!(f.elided(0), Some(1));
     }
 }

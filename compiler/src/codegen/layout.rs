@@ -5,8 +5,10 @@
 //! tensors the program leaves unplanned (caller-provided inputs, kernel
 //! outputs without a plan), so that generated code never needs a pointer
 //! from outside. Constants stay in the embedded file data.
+use super::fold::Folds;
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
+use crate::rewrite::{lives, lowest_fit, merge_aliases, written, Life};
 
 /// Where a tensor value's bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +66,7 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
             }
         }
     }
+    let used = lives(m, |_| None);
     let mut homes = Vec::with_capacity(m.values.len());
     for (i, v) in m.values.iter().enumerate() {
         let at = Location::method(&m.name).value(i);
@@ -95,6 +98,9 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
                     Home::None
                 }
             },
+            // Nothing touches it (a temporary whose instructions a pass
+            // fused away): no bytes.
+            Placement::Unplanned if used[i].is_none() => Home::None,
             Placement::Unplanned => {
                 if t.dynamism == Dynamism::DynamicUnbound {
                     errors.push(Diagnostic::new(
@@ -143,5 +149,167 @@ pub fn overlaps(a: (Home, usize), b: (Home, usize)) -> bool {
     match (a, b) {
         ((Home::Arena { offset: x }, n), (Home::Arena { offset: y }, k)) => n > 0 && k > 0 && x < y + k && y < x + n,
         _ => false,
+    }
+}
+
+/// What of the program's planned buffers is in use at each instruction,
+/// so that an instruction's scratch can go where the plan is free.
+pub struct Occupancy {
+    /// Arena ranges (start, end) of the program's planned buffers.
+    regions: Vec<(usize, usize)>,
+    /// The life and arena range of every tensor in the arena.
+    held: Vec<(Life, (usize, usize))>,
+}
+
+impl Occupancy {
+    /// Of the method's tensors, those the generated code touches (as
+    /// [`Folds`] decided); a fold's instruction uses the values of the
+    /// instructions it does the work of. A method with jumps gets no room:
+    /// its values' lives are not spans of instructions.
+    pub fn of(m: &Method, layout: &MethodLayout, folds: &Folds) -> Occupancy {
+        if m.instructions
+            .iter()
+            .any(|i| matches!(i, Instruction::JumpFalse { .. }))
+        {
+            return Occupancy {
+                regions: Vec::new(),
+                held: Vec::new(),
+            };
+        }
+        let regions = (1..m.program_buffers.min(m.buffer_sizes.len()))
+            .map(|b| {
+                (
+                    layout.buffer_base[b],
+                    layout.buffer_base[b] + m.buffer_sizes[b] as usize,
+                )
+            })
+            .collect();
+        let written = written(m);
+        let mut held: Vec<_> = lives(m, |n| folds.elided(n))
+            .into_iter()
+            .enumerate()
+            .filter(|&(v, _)| !folds.bypassed(v))
+            .filter_map(|(v, life)| match (life?, layout.range(m, v)?) {
+                (life, (Home::Arena { offset }, n)) if n > 0 => Some((life, (offset, offset + n), written[v])),
+                _ => None,
+            })
+            .collect();
+        merge_aliases(&mut held);
+        let held = held.into_iter().map(|(life, range, _)| (life, range)).collect();
+        Occupancy { regions, held }
+    }
+
+    /// The arena offset (a multiple of 64) of `bytes` the program's plan
+    /// leaves free during instruction `n`, clear of `taken`; `None` when
+    /// no buffer has such room.
+    pub fn room(&self, n: usize, bytes: usize, taken: &[(usize, usize)]) -> Option<usize> {
+        let at = Life { first: n, last: n };
+        self.regions.iter().find_map(|&(start, end)| {
+            let busy = self
+                .held
+                .iter()
+                .filter(|(life, _)| life.overlaps(at))
+                .map(|&(_, r)| r)
+                .chain(taken.iter().copied())
+                .filter(|&(lo, hi)| lo < end && hi > start)
+                .map(|(lo, hi)| ((lo.max(start) - start) as u64, (hi.min(end) - start) as u64))
+                .collect();
+            lowest_fit(busy, bytes as u64, (end - start) as u64).map(|o| start + o as usize)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::rewrite::test_methods::{bytes, calls};
+
+    fn tensor(size: usize, offset: u64) -> Value {
+        bytes(size, Placement::Planned { buffer: 1, offset })
+    }
+
+    fn method(values: Vec<Value>, instructions: &[&[usize]]) -> Method {
+        calls(values, instructions, &[], &[])
+    }
+
+    fn occupancy(m: &Method, folds: &Folds) -> Occupancy {
+        Occupancy::of(m, &layout_method(m).unwrap(), folds)
+    }
+
+    #[test]
+    fn scratch_goes_where_the_plan_is_free() {
+        // Value 0 (bytes 0..256) is written by call 0 and read by call 1;
+        // value 1 (256..512) is written by call 2.
+        let m = method(vec![tensor(256, 0), tensor(256, 256)], &[&[0], &[0], &[1]]);
+        let o = occupancy(&m, &Folds::default());
+        assert_eq!(o.room(1, 256, &[]), Some(256));
+        assert_eq!(o.room(2, 256, &[]), Some(0));
+        // Past what the instruction already took; none for more than the
+        // plan has free.
+        assert_eq!(o.room(1, 100, &[(256, 356)]), Some(384));
+        assert_eq!(o.room(1, 769, &[]), None);
+        assert_eq!(o.room(0, 768, &[]), Some(256));
+    }
+
+    #[test]
+    fn a_view_keeps_its_base_in_use() {
+        // Value 1 starts where value 0 does and nothing writes it: a view
+        // of value 0, whose bytes stay in use until call 2 reads the view.
+        let m = method(
+            vec![tensor(256, 0), tensor(256, 0), tensor(64, 512)],
+            &[&[0], &[2], &[1, 2]],
+        );
+        let o = occupancy(&m, &Folds::default());
+        assert_eq!(o.room(1, 256, &[]), Some(256));
+        assert_eq!(o.room(1, 600, &[]), None);
+        // Were value 1 written, it would be no view: bytes 0..256 would
+        // be free at call 1.
+        let m = method(
+            vec![tensor(256, 0), tensor(256, 0), tensor(64, 512)],
+            &[&[0], &[2], &[2, 1]],
+        );
+        assert_eq!(occupancy(&m, &Folds::default()).room(1, 256, &[]), Some(0));
+    }
+
+    #[test]
+    fn without_jumps_only() {
+        let mut m = method(vec![tensor(64, 0), Value::Bool(true)], &[&[0]]);
+        m.instructions.push(Instruction::JumpFalse {
+            cond: 1,
+            destination: 0,
+        });
+        assert_eq!(occupancy(&m, &Folds::default()).room(0, 64, &[]), None);
+    }
+
+    #[test]
+    fn what_folds_bypass_leaves_room() {
+        // tests/fixtures/mlp.pte: 0 permute_copy(w1) → 1 addmm → 2 relu →
+        // 3 permute_copy(w2) → 4 addmm → 5 softmax. With the transposes
+        // folded and the relu fused, the products write no transposed
+        // weights and no result of their own.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
+        let bytes = std::fs::read(path).unwrap();
+        let m = crate::load::load(&bytes, &[])
+            .unwrap()
+            .program
+            .unwrap()
+            .methods
+            .remove(0);
+        let layout = layout_method(&m).unwrap();
+        let plan = m.buffer_sizes[1] as usize;
+        let folds = Folds::of(&m, &layout, |_, _, _| false);
+        assert_eq!(folds.elided(0), Some(1));
+        let free_at = |o: &Occupancy, n: usize| {
+            (1..=plan / 64)
+                .rev()
+                .map(|k| k * 64)
+                .find(|&b| o.room(n, b, &[]).is_some())
+        };
+        let (unfolded, folded) = (
+            free_at(&occupancy(&m, &Folds::default()), 1),
+            free_at(&Occupancy::of(&m, &layout, &folds), 1),
+        );
+        assert!(folded > unfolded, "{folded:?} vs {unfolded:?}");
     }
 }

@@ -2,7 +2,7 @@
 //! instruction counter), one function per instruction, `execute`/`step`,
 //! the dynamic interface (`set_input`/`output`) and the typed function.
 use super::fold::Folds;
-use super::layout::{layout_method, Home, MethodLayout};
+use super::layout::{layout_method, Home, MethodLayout, Occupancy};
 use super::resources::delegate_body;
 use super::Ctx;
 use crate::error::{Diagnostic, ErrorKind, Location};
@@ -167,6 +167,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     let folds = Folds::of(m, &layout, |rows, n, k| {
         ptec_runtime::kernels::gemm::gemm_scratch_len(rows, n, k) > 0
     });
+    let occupancy = Occupancy::of(m, &layout, &folds);
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);
     let mut errors = Vec::new();
@@ -264,7 +265,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                         at.clone(),
                     )),
                     Some(emit) => {
-                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_expr, &rt, &folds);
+                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_expr, &rt, &folds, &occupancy);
                         let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
                         scratch = scratch.max(oc.scratch_bytes);
                         r.map_err(|detail| {
@@ -465,7 +466,13 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     let name = &m.name;
     let inputs_meta = m.inputs.iter().map(|&i| value_meta(&m.values[i]));
     let outputs_meta = m.outputs.iter().map(|&i| value_meta(&m.values[i]));
-    let buffers = m.buffer_sizes.iter().skip(1).map(|&s| lit(s as usize));
+    // The program's plan; what the passes added is ptec's own business.
+    let buffers = m
+        .buffer_sizes
+        .iter()
+        .take(m.program_buffers)
+        .skip(1)
+        .map(|&s| lit(s as usize));
     let meta = quote! {
         ::ptec_runtime::MethodMeta {
             name: #name,

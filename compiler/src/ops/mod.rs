@@ -8,7 +8,7 @@
 //! body, or a message saying what is wrong with the arguments; the caller
 //! turns that into an error located at the method and instruction.
 use crate::codegen::fold::Folds;
-use crate::codegen::layout::{overlaps, Home, MethodLayout};
+use crate::codegen::layout::{overlaps, Home, MethodLayout, Occupancy};
 use crate::ir::*;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
@@ -204,9 +204,13 @@ pub struct OpCtx<'a> {
     pub folds: &'a Folds,
     views: Vec<(usize, bool)>,
     counter: usize,
-    /// Arena offset of the method's scratch space (after every tensor).
-    scratch_offset: usize,
-    /// Bytes of scratch this instruction uses.
+    /// Where the program's plan is free, for scratch.
+    occupancy: &'a Occupancy,
+    /// Arena ranges of this instruction's scratch slices.
+    scratch: Vec<(usize, usize)>,
+    /// Bytes of scratch this instruction needs after every tensor (the
+    /// method's scratch space, at the arena's end), where the plan had no
+    /// room.
     pub scratch_bytes: usize,
 }
 
@@ -221,6 +225,7 @@ impl<'a> OpCtx<'a> {
         data_expr: &'a dyn Fn(DataSource) -> TokenStream,
         runtime_scalars: &'a [bool],
         folds: &'a Folds,
+        occupancy: &'a Occupancy,
     ) -> Self {
         OpCtx {
             method,
@@ -233,7 +238,8 @@ impl<'a> OpCtx<'a> {
             folds,
             views: Vec::new(),
             counter: 0,
-            scratch_offset: layout.arena_size,
+            occupancy,
+            scratch: Vec::new(),
             scratch_bytes: 0,
         }
     }
@@ -542,11 +548,21 @@ impl<'a> OpCtx<'a> {
 
     /// Emits a mutable `f32` scratch slice of `len` elements (an expression
     /// of type `usize`, whose largest value is `max_len`), in arena space no
-    /// tensor uses. One scratch per instruction.
+    /// tensor uses during this instruction: where the program's plan is
+    /// free, else at the arena's end.
     pub fn scratch_f32(&mut self, len: TokenStream, max_len: usize) -> (Ident, TokenStream) {
         let name = self.fresh("scratch");
-        let off = lit(self.scratch_offset);
-        self.scratch_bytes = self.scratch_bytes.max(max_len * 4);
+        let bytes = max_len * 4;
+        let offset = match self.occupancy.room(self.instruction, bytes, &self.scratch) {
+            Some(o) => o,
+            None => {
+                let o = self.layout.arena_size + self.scratch_bytes;
+                self.scratch_bytes += bytes.div_ceil(64) * 64;
+                o
+            }
+        };
+        self.scratch.push((offset, offset + bytes));
+        let off = lit(offset);
         let stmt = quote! { let #name: &mut [f32] = unsafe { ::ptec_runtime::mem::view_mut(base, #off, #len) }; };
         (name, stmt)
     }
@@ -598,6 +614,17 @@ impl<'a> OpCtx<'a> {
                     return Err(format!(
                         "value {a} and value {b} share memory but the instruction writes one while reading the other"
                     ));
+                }
+            }
+        }
+        // Scratch placement relies on lives; a mistake there must fail the
+        // compilation, not alias a tensor.
+        for &(lo, hi) in &self.scratch {
+            for &(v, _) in &self.views {
+                if let Some((Home::Arena { offset }, n)) = self.layout.range(self.method, v) {
+                    if n > 0 && offset < hi && lo < offset + n {
+                        return Err(format!("internal: the instruction's scratch overlaps value {v}"));
+                    }
                 }
             }
         }

@@ -105,7 +105,6 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     }
     m.instructions = instructions;
     m.stacktraces = traces;
-    buffers.scratch.install(m);
     buffers.kept.install(m);
     if errors.is_empty() {
         drop_uncalled_delegates(m);
@@ -145,12 +144,11 @@ fn drop_uncalled_delegates(m: &mut Method) {
     }
 }
 
-/// The buffers the pass adds to a method: one for the intermediates of its
-/// calls (reused from call to call), one for packed weights (kept from run
-/// to run, so each has bytes of its own).
+/// The buffer the pass adds to a method, for packed weights (kept from run
+/// to run, so each has bytes of its own). The calls' intermediates are
+/// left unplanned, for [`crate::temporaries`].
 #[derive(Default)]
 struct Buffers {
-    scratch: AddedBuffer,
     kept: AddedBuffer,
 }
 
@@ -162,8 +160,6 @@ struct CallLowering<'a> {
     at: Location,
     /// Method value of each subgraph value, once created.
     slots: Vec<Option<usize>>,
-    /// Intermediates created for this call, to be laid out.
-    temps: Vec<usize>,
     out: Vec<Instruction>,
     buffers: &'a mut Buffers,
 }
@@ -178,7 +174,6 @@ impl<'a> CallLowering<'a> {
             g,
             args,
             at,
-            temps: Vec::new(),
             out: Vec::new(),
             buffers,
         }
@@ -193,7 +188,6 @@ impl<'a> CallLowering<'a> {
         for (i, node) in self.g.nodes.iter().enumerate() {
             self.node(i, node)?;
         }
-        self.plan();
         Ok(self.out)
     }
 
@@ -308,11 +302,10 @@ impl<'a> CallLowering<'a> {
         push_f32_tensor(self.m, sizes, placement)
     }
 
-    /// A new intermediate tensor of this call.
+    /// A new intermediate tensor of this call (unplanned, see
+    /// [`Buffers`]).
     fn temp(&mut self, sizes: Vec<usize>) -> usize {
-        let v = self.push_tensor(sizes, Placement::Unplanned);
-        self.temps.push(v);
-        v
+        self.push_tensor(sizes, Placement::Unplanned)
     }
 
     /// The method value of subgraph value `x`, created on first use.
@@ -881,15 +874,6 @@ impl<'a> CallLowering<'a> {
             _ => unreachable!("simple unary operations are handled above"),
         }
         Ok(())
-    }
-
-    // -----------------------------------------------------------------
-    // Memory
-
-    /// Lays out this call's intermediates in the method's scratch buffer
-    /// (calls never overlap: all of a method's calls share it).
-    fn plan(&mut self) {
-        self.buffers.scratch.place_temporaries(self.m, &self.out, &self.temps);
     }
 }
 

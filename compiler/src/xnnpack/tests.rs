@@ -195,6 +195,7 @@ fn program(blob_len: usize, sizes: &[&[usize]]) -> Program {
                 compile_specs: vec![],
             }],
             buffer_sizes: vec![0, 1024 * sizes.len() as u64],
+            program_buffers: 2,
             stacktraces: None,
         }],
         segments: vec![],
@@ -255,10 +256,15 @@ fn nodes_become_kernel_calls_over_the_call_arguments() {
     };
     let (x, tmp) = (args[0], args[1]);
     assert_eq!(x, 0);
-    // The intermediate lives in the buffer the pass added.
-    let t = m.values[tmp].as_tensor().unwrap();
-    assert_eq!(t.placement, Placement::Planned { buffer: 2, offset: 0 });
-    assert_eq!(m.buffer_sizes, vec![0, 2048, 64]);
+    // The pass leaves the intermediate unplanned; the temporaries' pass
+    // puts it where the plan is free while it lives: past the input (bytes
+    // 0..24 of the plan), before the output (at 1024).
+    assert_eq!(m.values[tmp].as_tensor().unwrap().placement, Placement::Unplanned);
+    let mut placed = m.clone();
+    crate::temporaries::plan_temporaries(&mut placed);
+    let t = placed.values[tmp].as_tensor().unwrap();
+    assert_eq!(t.placement, Placement::Planned { buffer: 1, offset: 64 });
+    assert_eq!(placed.buffer_sizes, vec![0, 2048]);
     let Instruction::Kernel { args, .. } = &m.instructions[1] else {
         unreachable!()
     };
