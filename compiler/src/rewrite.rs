@@ -146,11 +146,6 @@ impl Uses {
         Uses { by_kernels, elsewhere }
     }
 
-    /// Whether any instruction names `v`, or it is an input or output.
-    pub(crate) fn named(&self, v: usize) -> bool {
-        self.elsewhere.get(v).copied().unwrap_or(false) || self.by_kernels.contains_key(&v)
-    }
-
     /// The kernel uses of `v` other than by instruction `except`, or `None`
     /// when something else uses it.
     pub(crate) fn kernel_uses(&self, v: usize, except: usize) -> Option<Vec<(usize, usize)>> {
@@ -200,8 +195,9 @@ impl Life {
 /// value counts as named by the instructions that name it directly or as an
 /// item of a list, and, for each such instruction `n`, by `also(n)` too (an
 /// instruction that does `n`'s work, as a fold does). The method's inputs
-/// and outputs and its mutable buffers live always: they hold data between
-/// runs.
+/// and its mutable buffers live always: they hold data between runs; its
+/// outputs, from the first instruction naming them on (the caller reads
+/// them after the run).
 pub(crate) fn lives(m: &Method, also: impl Fn(usize) -> Option<usize>) -> Vec<Option<Life>> {
     let mut lives: Vec<Option<Life>> = vec![None; m.values.len()];
     for (n, ins) in m.instructions.iter().enumerate() {
@@ -235,7 +231,15 @@ pub(crate) fn lives(m: &Method, also: impl Fn(usize) -> Option<usize>) -> Vec<Op
         }) => Some(v),
         _ => None,
     });
-    for v in m.inputs.iter().chain(&m.outputs).copied().chain(held) {
+    for &v in &m.outputs {
+        if let Some(life) = lives.get_mut(v) {
+            *life = Some(Life {
+                first: life.map_or(0, |l| l.first),
+                last: usize::MAX,
+            });
+        }
+    }
+    for v in m.inputs.iter().copied().chain(held) {
         if let Some(life) = lives.get_mut(v) {
             *life = Some(Life::ALWAYS);
         }

@@ -27,7 +27,7 @@ pub(crate) fn plan_temporaries(m: &mut Method) {
             (Value::Tensor(t), Some(life))
                 if t.placement == Placement::Unplanned
                     && t.dynamism != Dynamism::DynamicUnbound
-                    && life != Life::ALWAYS
+                    && life.last != Life::ALWAYS.last
                     && runs[life.first] == runs[life.last]
                     && t.nbytes() > 0 =>
             {
@@ -136,23 +136,31 @@ mod tests {
 
     #[test]
     fn temporaries_take_the_plans_free_bytes() {
-        // Value 0 (input, bytes 0..256) and 3 (output, 768..1024) live
-        // always; 1 (256..768) lives during calls 0 and 1 only. Temporary 2
-        // is used at call 2, when 1's bytes are free; temporary 4 at call 1.
-        let values = vec![
-            tensor(256, planned(0)),
-            tensor(512, planned(256)),
-            tensor(512, Placement::Unplanned),
-            tensor(256, planned(768)),
-            tensor(64, Placement::Unplanned),
-        ];
-        let mut m = method(values, &[&[0, 1], &[1, 4], &[2, 3]], (&[0], &[3]));
+        // Value 0 (input, bytes 0..256) lives always, 3 (output, 768..1024)
+        // from call 2 on, 1 (256..768) during calls 0 and 1. Temporary 2 is
+        // used at call 2, when 1's bytes are free; temporary 4 at calls 1
+        // and 2, when no bytes of the plan are free throughout.
+        let values = || {
+            vec![
+                tensor(256, planned(0)),
+                tensor(512, planned(256)),
+                tensor(512, Placement::Unplanned),
+                tensor(256, planned(768)),
+                tensor(64, Placement::Unplanned),
+            ]
+        };
+        let mut m = method(values(), &[&[0, 1], &[1, 4], &[2, 4, 3]], (&[0], &[3]));
         plan_temporaries(&mut m);
         assert_eq!(placement(&m, 2), planned(256));
-        // During call 1 every byte of the plan is taken: 4 gets ptec's own.
         assert_eq!(placement(&m, 4), Placement::Planned { buffer: 2, offset: 0 });
         assert_eq!(m.buffer_sizes, vec![0, 1024, 64]);
         assert_eq!(m.program_buffers, 2);
+        // Used at call 1 only, 4 takes the output's bytes: the output is
+        // not written yet.
+        let mut m = method(values(), &[&[0, 1], &[1, 4], &[2, 3]], (&[0], &[3]));
+        plan_temporaries(&mut m);
+        assert_eq!(placement(&m, 4), planned(768));
+        assert_eq!(m.buffer_sizes, vec![0, 1024]);
     }
 
     #[test]

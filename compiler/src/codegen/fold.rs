@@ -13,7 +13,7 @@
 //!   operand.
 use super::layout::{overlaps, Home, MethodLayout};
 use crate::ir::*;
-use crate::rewrite::{kernel_name, written, Uses};
+use crate::rewrite::{kernel_name, lives, written, Life, Uses};
 use std::collections::{HashMap, HashSet};
 
 /// A constant right operand packed once, on the first run.
@@ -98,17 +98,8 @@ impl Folds {
         let uses = Uses::of(m);
         // A value a view aliases is read through the view too, unseen by
         // `uses`: its work is not folded away.
-        let written = written(m);
-        let viewed = |v: usize| {
-            let Some(Home::Arena { offset }) = layout.homes.get(v) else {
-                return false;
-            };
-            layout
-                .homes
-                .iter()
-                .enumerate()
-                .any(|(w, h)| w != v && !written[w] && *h == Home::Arena { offset: *offset } && uses.named(w))
-        };
+        let viewed = viewed_values(m, layout);
+        let viewed = |v: usize| viewed.contains(&v);
         let mut f = Folds::default();
         let has_jumps = m
             .instructions
@@ -231,6 +222,26 @@ impl Folds {
     }
 }
 
+/// The values a view aliases (see `rewrite::merge_aliases`): among the
+/// values starting at the same arena byte, in the order of their first
+/// use, those followed by one that nothing writes.
+fn viewed_values(m: &Method, layout: &MethodLayout) -> HashSet<usize> {
+    let written = written(m);
+    let mut at: Vec<(usize, Life, usize)> = lives(m, |_| None)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(v, life)| match (life?, layout.homes.get(v)?) {
+            (life, Home::Arena { offset }) => Some((*offset, life, v)),
+            _ => None,
+        })
+        .collect();
+    at.sort_unstable_by_key(|&(start, life, v)| (start, life.first, life.last, v));
+    at.windows(2)
+        .filter(|w| w[0].0 == w[1].0 && !written[w[1].2])
+        .map(|w| w[0].2)
+        .collect()
+}
+
 /// The output of a `relu` at `n + 1` that product `n` can write directly:
 /// the `relu` is the only reader of the product's result, nothing else
 /// names that result, and the `relu`'s output (same dtype and sizes) shares
@@ -340,30 +351,55 @@ mod tests {
         assert_eq!(f.elided(0), Some(1));
     }
 
-    /// A view of `v` (same bytes, written by nothing) that a call appended
-    /// to the method reads (writing the method's output again).
-    fn read_through_a_view(m: &mut Method, v: usize) {
+    /// A view of `v` (same bytes, written by nothing) that a call put at
+    /// instruction `at` reads (writing the method's output again).
+    fn read_through_a_view(m: &mut Method, v: usize, at: usize) {
         let view = m.values.len();
         m.values.push(m.values[v].clone());
         let out = m.outputs[0];
-        m.instructions.push(Instruction::Kernel {
-            op: 0,
-            args: vec![view, out, out],
-        });
+        m.instructions.insert(
+            at,
+            Instruction::Kernel {
+                op: 0,
+                args: vec![view, out, out],
+            },
+        );
     }
 
     #[test]
     fn values_read_through_views_are_not_folded() {
+        // Read between the transpose (0) and its product (now 2).
         let mut m = mlp();
         let w1t = out_of(&m, 0, 2);
-        read_through_a_view(&mut m, w1t);
+        read_through_a_view(&mut m, w1t, 1);
         let f = folds(&m, false);
         assert_eq!((f.elided(0), f.transposed(w1t)), (None, None));
+        // Read after the relu (2) that the product (1) would write.
         let mut m = mlp();
         let product = out_of(&m, 1, 5);
-        read_through_a_view(&mut m, product);
+        read_through_a_view(&mut m, product, 3);
         let f = folds(&m, false);
         assert_eq!((f.relu_into(1), f.elided(2)), (None, None));
         assert_eq!(f.elided(0), Some(1));
+    }
+
+    #[test]
+    fn a_view_of_a_later_value_on_the_same_bytes_does_not_stop_folds() {
+        // A value the plan puts where the transposed weight was, written
+        // after the products, then read through a view: the view is of
+        // that value, not of the transpose.
+        let mut m = mlp();
+        let w1t = out_of(&m, 0, 2);
+        let later = m.values.len();
+        m.values.push(m.values[w1t].clone());
+        let x = out_of(&m, 1, 1);
+        m.instructions.push(Instruction::Kernel {
+            op: 0,
+            args: vec![x, later, later],
+        });
+        let end = m.instructions.len();
+        read_through_a_view(&mut m, later, end);
+        let f = folds(&m, false);
+        assert_eq!((f.elided(0), f.transposed(w1t)), (Some(1), Some(out_of(&m, 0, 0))));
     }
 }

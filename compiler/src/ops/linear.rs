@@ -32,13 +32,22 @@ fn dims(ctx: &OpCtx<'_>, t: &TArg, i: usize) -> TokenStream {
     }
 }
 
+/// The product's scratch: none when it runs on the packed engine (`packed`:
+/// its right operand is a constant packed on the first run, and the call
+/// is a plain product, nothing scaled or added in first), which reads the
+/// left operand in place.
 fn scratch(
     ctx: &mut OpCtx<'_>,
     m: &TokenStream,
     n: &TokenStream,
     k: &TokenStream,
     max: (usize, usize, usize),
+    packed: bool,
 ) -> (Ident, TokenStream) {
+    if packed {
+        let name = format_ident!("no_scratch");
+        return (name.clone(), quote!(let #name: &mut [f32] = &mut [];));
+    }
     let max_len = ptec_runtime::kernels::linear::gemm_scratch_len(max.0, max.1, max.2);
     ctx.scratch_f32(
         quote!(::ptec_runtime::kernels::linear::gemm_scratch_len(#m, #n, #k)),
@@ -59,19 +68,24 @@ fn packed_copy(ctx: &OpCtx<'_>, value: usize, trans: bool) -> TokenStream {
 }
 
 /// The right operand at argument `i` of a product: the `Operand`
-/// expression reading it and the view statement. A folded transpose reads
-/// the constant it transposes, as a transposed operand; a constant packed
-/// on the first run comes with its packed copy.
-fn right_operand(ctx: &mut OpCtx<'_>, i: usize, stored_transposed: bool) -> Result<(TokenStream, TokenStream), String> {
+/// expression reading it, the view statement, and whether it is packed. A
+/// folded transpose reads the constant it transposes, as a transposed
+/// operand; a constant packed on the first run comes with its packed copy.
+fn right_operand(
+    ctx: &mut OpCtx<'_>,
+    i: usize,
+    stored_transposed: bool,
+) -> Result<(TokenStream, TokenStream, bool), String> {
     let logical = ctx.tensor(i)?;
     let (stored, trans) = match ctx.folds.transposed(logical.value) {
         Some(src) => (ctx.tensor_by_value(src)?, true),
         None => (logical, stored_transposed),
     };
     let (data, stmt) = ctx.read(&stored)?;
+    let is_packed = ctx.folds.packed_for(stored.value, trans).is_some();
     let packed = packed_copy(ctx, stored.value, trans);
     let operand = quote!(::ptec_runtime::kernels::linear::Operand { data: #data, trans: #trans, packed: #packed });
-    Ok((operand, stmt))
+    Ok((operand, stmt, is_packed))
 }
 
 /// The tensor a product writes at argument `i` and whether it applies a
@@ -110,9 +124,13 @@ fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let bsizes = ctx.sizes(&bias);
     let (bi, s1) = ctx.read(&bias)?;
     let (ai, s2) = ctx.read(&a)?;
-    let (b_operand, s3) = right_operand(ctx, 2, false)?;
+    let (b_operand, s3, b_packed) = right_operand(ctx, 2, false)?;
     let (o, s4) = ctx.write(&out)?;
-    let (sc, s5) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]));
+    // `addmm` adds a row bias as it stores, as a plain product would.
+    let row_bias = !bias.dynamic && matches!(bias.sizes[..], [n] | [1, n] if n == b.sizes[1]);
+    let plain = alpha == 1.0 && (beta == 0.0 || (beta == 1.0 && row_bias));
+    let max = (a.sizes[0], b.sizes[1], a.sizes[1]);
+    let (sc, s5) = scratch(ctx, &m, &n, &k, max, b_packed && plain);
     stmts.extend([s1, s2, s3, s4, s5]);
     let (beta, alpha) = (f64_lit(beta), f64_lit(alpha));
     stmts.push(ctx.kernel_result(quote!(::ptec_runtime::kernels::linear::addmm(
@@ -139,9 +157,9 @@ fn mm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (m, k, n) = (dims(ctx, &a, 0), lit(a.sizes[1]), lit(b.sizes[1]));
     let mut stmts = vec![ctx.set_sizes(&out, quote!(&[#m, #n]))];
     let (ai, s1) = ctx.read(&a)?;
-    let (b_operand, s2) = right_operand(ctx, 1, false)?;
+    let (b_operand, s2, b_packed) = right_operand(ctx, 1, false)?;
     let (o, s3) = ctx.write(&out)?;
-    let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]));
+    let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]), b_packed);
     stmts.extend([s1, s2, s3, s4]);
     stmts.push(quote!(::ptec_runtime::kernels::linear::mm(
         ::ptec_runtime::kernels::linear::Operand::plain(#ai),
@@ -166,7 +184,7 @@ fn bmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (ai, s1) = ctx.read(&a)?;
     let (bb, s2) = ctx.read(&b)?;
     let (o, s3) = ctx.write(&out)?;
-    let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[1], b.sizes[2], a.sizes[2]));
+    let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[1], b.sizes[2], a.sizes[2]), false);
     Ok(quote! { #s1 #s2 #s3 #s4 ::ptec_runtime::kernels::linear::bmm(#ai, #bb, #bs, #m, #k, #n, #o, #sc); })
 }
 
@@ -196,6 +214,7 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
+    let w_packed = ctx.folds.packed_for(w.value, true).is_some();
     let packed = packed_copy(ctx, w.value, true);
     let (o, s3) = ctx.write(&out)?;
     let (bexpr, s4) = match &bias {
@@ -205,7 +224,7 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         }
         None => (quote!(None), quote!()),
     };
-    let (sc, s5) = scratch(ctx, &ml, &nl, &kl, (m, n, k));
+    let (sc, s5) = scratch(ctx, &ml, &nl, &kl, (m, n, k), w_packed);
     Ok(quote! {
         #s1 #s2 #s3 #s4 #s5
         ::ptec_runtime::kernels::linear::linear(#xi, #wi, #packed, #bexpr, #ml, #kl, #nl, #relu, #o, #sc);
