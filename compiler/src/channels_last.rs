@@ -622,10 +622,7 @@ struct Rewrite<'m> {
 }
 
 fn convert_method(m: &mut Method) {
-    if m.instructions
-        .iter()
-        .any(|i| matches!(i, Instruction::JumpFalse { .. }))
-    {
+    if m.has_jumps() {
         return;
     }
     let uses = Uses::of(m);

@@ -82,10 +82,7 @@ struct Fused {
 /// past each run found) by their calls; the call keeps its first
 /// instruction's stack frames. Methods with jumps are left as they are.
 fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> Option<Fused>) {
-    if m.instructions
-        .iter()
-        .any(|i| matches!(i, Instruction::JumpFalse { .. }))
-    {
+    if m.has_jumps() {
         return;
     }
     let uses = Uses::of(m);

@@ -113,6 +113,15 @@ pub struct Method {
     pub stacktraces: Option<Vec<Vec<Frame>>>,
 }
 
+impl Method {
+    /// Whether any instruction jumps (the method has control flow).
+    pub fn has_jumps(&self) -> bool {
+        self.instructions
+            .iter()
+            .any(|i| matches!(i, Instruction::JumpFalse { .. }))
+    }
+}
+
 /// An EValue.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {

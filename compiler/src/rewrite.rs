@@ -283,33 +283,43 @@ pub(crate) fn written(m: &Method) -> Vec<bool> {
     written
 }
 
-/// A value's bytes in use: its life, its byte range (start, end), and
-/// whether it gets written (see [`written`]).
-pub(crate) type Held<T> = (Life, (T, T), bool);
+/// A value's bytes in use.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Held<T> {
+    pub(crate) value: usize,
+    pub(crate) life: Life,
+    /// Byte range (start, end).
+    pub(crate) range: (T, T),
+    /// Whether the value gets written (see [`written`]).
+    pub(crate) written: bool,
+}
 
 /// ExecuTorch may alias a value with another, with no instruction between
 /// them (a view: see `format-notes.md`): the view is never written, and
-/// starts at the same byte as its base. So an entry of `held` (a life, a
-/// byte range (start, end), and whether the value gets written) that is
+/// starts at the same byte as its base. So an entry of `held` that is
 /// never written shares its life with the entry before it among those
 /// starting at its byte, in the order of their first use: its base, or a
-/// view of its base. (A value the plan merely reuses bytes for may so get
-/// a longer life than it has: that costs room, never correctness.)
-pub(crate) fn merge_aliases<T: Copy + Ord>(held: &mut [Held<T>]) {
-    held.sort_unstable_by_key(|&(life, (start, _), _)| (start, life.first, life.last));
-    for group in held.chunk_by_mut(|a, b| a.1 .0 == b.1 .0) {
+/// view of its base. Returns the values so aliased (the entries before).
+/// (A value the plan merely reuses bytes for may so get a longer life than
+/// it has: that costs room, never correctness.)
+pub(crate) fn merge_aliases<T: Copy + Ord>(held: &mut [Held<T>]) -> Vec<usize> {
+    held.sort_unstable_by_key(|h| (h.range.0, h.life.first, h.life.last, h.value));
+    let mut viewed = Vec::new();
+    for group in held.chunk_by_mut(|a, b| a.range.0 == b.range.0) {
         for k in 1..group.len() {
-            if !group[k].2 {
-                let (before, now) = (group[k - 1].0, group[k].0);
+            if !group[k].written {
+                let (before, now) = (group[k - 1].life, group[k].life);
                 let both = Life {
                     first: before.first.min(now.first),
                     last: before.last.max(now.last),
                 };
-                group[k - 1].0 = both;
-                group[k].0 = both;
+                group[k - 1].life = both;
+                group[k].life = both;
+                viewed.push(group[k - 1].value);
             }
         }
     }
+    viewed
 }
 
 /// The lowest multiple of [`ALIGN`] at which `size` bytes fit below `limit`

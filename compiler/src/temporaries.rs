@@ -51,7 +51,12 @@ pub(crate) fn plan_temporaries(m: &mut Method) {
         };
         if let Placement::Planned { buffer, offset } | Placement::Mutable { buffer, offset, .. } = t.placement {
             if let Some(h) = held.get_mut(buffer) {
-                h.push((life, (offset, offset + t.nbytes() as u64), written[v]));
+                h.push(Held {
+                    value: v,
+                    life,
+                    range: (offset, offset + t.nbytes() as u64),
+                    written: written[v],
+                });
             }
         }
     }
@@ -60,29 +65,36 @@ pub(crate) fn plan_temporaries(m: &mut Method) {
     }
     let busy_during = |held: &[Held<u64>], life: Life| -> Vec<(u64, u64)> {
         held.iter()
-            .filter(|(l, (lo, hi), _)| l.overlaps(life) && hi > lo)
-            .map(|&(_, r, _)| r)
+            .filter(|h| h.life.overlaps(life) && h.range.1 > h.range.0)
+            .map(|h| h.range)
             .collect()
+    };
+    // With jumps, the program's values may live across a jump: only ptec's
+    // own buffer takes temporaries.
+    let plan = if jumps {
+        0
+    } else {
+        m.program_buffers.min(m.buffer_sizes.len())
     };
     let mut own = AddedBuffer::default();
     let mut own_held: Vec<Held<u64>> = Vec::new();
     for (v, life, size) in temps {
-        // (With jumps, the program's values may live across a jump.)
-        let plan = if jumps {
-            0
-        } else {
-            m.program_buffers.min(m.buffer_sizes.len())
+        let placed = |offset: u64| Held {
+            value: v,
+            life,
+            range: (offset, offset + size),
+            written: true,
         };
         let in_plan = (1..plan)
             .find_map(|b| lowest_fit(busy_during(&held[b], life), size, m.buffer_sizes[b]).map(|offset| (b, offset)));
         let (buffer, offset) = match in_plan {
             Some((b, offset)) => {
-                held[b].push((life, (offset, offset + size), true));
+                held[b].push(placed(offset));
                 (b, offset)
             }
             None => {
                 let offset = lowest_fit(busy_during(&own_held, life), size, u64::MAX).unwrap_or(own.size);
-                own_held.push((life, (offset, offset + size), true));
+                own_held.push(placed(offset));
                 own.size = own.size.max(offset + size);
                 (own.id(m), offset)
             }

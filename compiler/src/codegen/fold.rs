@@ -11,9 +11,9 @@
 //!   are packed once, when the program is constructed, into the strips the
 //!   GEMM micro-kernel reads; the products then pack only their left
 //!   operand.
-use super::layout::{overlaps, Home, MethodLayout};
+use super::layout::{arena_held, overlaps, Home, MethodLayout};
 use crate::ir::*;
-use crate::rewrite::{kernel_name, lives, written, Life, Uses};
+use crate::rewrite::{kernel_name, lives, merge_aliases, Uses};
 use std::collections::{HashMap, HashSet};
 
 /// A constant right operand packed once, on the first run.
@@ -101,10 +101,7 @@ impl Folds {
         let viewed = viewed_values(m, layout);
         let viewed = |v: usize| viewed.contains(&v);
         let mut f = Folds::default();
-        let has_jumps = m
-            .instructions
-            .iter()
-            .any(|i| matches!(i, Instruction::JumpFalse { .. }));
+        let has_jumps = m.has_jumps();
         for (n, ins) in m.instructions.iter().enumerate() {
             let Some((name, args)) = kernel_name(m, ins) else {
                 continue;
@@ -222,24 +219,10 @@ impl Folds {
     }
 }
 
-/// The values a view aliases (see `rewrite::merge_aliases`): among the
-/// values starting at the same arena byte, in the order of their first
-/// use, those followed by one that nothing writes.
+/// The values a view aliases ([`merge_aliases`] on the arena).
 fn viewed_values(m: &Method, layout: &MethodLayout) -> HashSet<usize> {
-    let written = written(m);
-    let mut at: Vec<(usize, Life, usize)> = lives(m, |_| None)
-        .into_iter()
-        .enumerate()
-        .filter_map(|(v, life)| match (life?, layout.homes.get(v)?) {
-            (life, Home::Arena { offset }) => Some((*offset, life, v)),
-            _ => None,
-        })
-        .collect();
-    at.sort_unstable_by_key(|&(start, life, v)| (start, life.first, life.last, v));
-    at.windows(2)
-        .filter(|w| w[0].0 == w[1].0 && !written[w[1].2])
-        .map(|w| w[0].2)
-        .collect()
+    let mut held = arena_held(m, layout, lives(m, |_| None), |_| false);
+    merge_aliases(&mut held).into_iter().collect()
 }
 
 /// The output of a `relu` at `n + 1` that product `n` can write directly:

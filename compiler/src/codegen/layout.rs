@@ -8,7 +8,7 @@
 use super::fold::Folds;
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
-use crate::rewrite::{lives, lowest_fit, merge_aliases, written, Life};
+use crate::rewrite::{lives, lowest_fit, merge_aliases, written, Held, Life};
 
 /// Where a tensor value's bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +152,31 @@ pub fn overlaps(a: (Home, usize), b: (Home, usize)) -> bool {
     }
 }
 
+/// The arena bytes of `m`'s tensors that have a life (in `lives`), other
+/// than those `skip` says nothing touches, for [`merge_aliases`].
+pub(crate) fn arena_held(
+    m: &Method,
+    layout: &MethodLayout,
+    lives: Vec<Option<Life>>,
+    skip: impl Fn(usize) -> bool,
+) -> Vec<Held<usize>> {
+    let written = written(m);
+    lives
+        .into_iter()
+        .enumerate()
+        .filter(|&(v, _)| !skip(v))
+        .filter_map(|(v, life)| match (life?, layout.range(m, v)?) {
+            (life, (Home::Arena { offset }, n)) if n > 0 => Some(Held {
+                value: v,
+                life,
+                range: (offset, offset + n),
+                written: written[v],
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What of the program's planned buffers is in use at each instruction,
 /// so that an instruction's scratch can go where the plan is free.
 pub struct Occupancy {
@@ -167,10 +192,7 @@ impl Occupancy {
     /// instructions it does the work of. A method with jumps gets no room:
     /// its values' lives are not spans of instructions.
     pub fn of(m: &Method, layout: &MethodLayout, folds: &Folds) -> Occupancy {
-        if m.instructions
-            .iter()
-            .any(|i| matches!(i, Instruction::JumpFalse { .. }))
-        {
+        if m.has_jumps() {
             return Occupancy {
                 regions: Vec::new(),
                 held: Vec::new(),
@@ -184,18 +206,9 @@ impl Occupancy {
                 )
             })
             .collect();
-        let written = written(m);
-        let mut held: Vec<_> = lives(m, |n| folds.elided(n))
-            .into_iter()
-            .enumerate()
-            .filter(|&(v, _)| !folds.bypassed(v))
-            .filter_map(|(v, life)| match (life?, layout.range(m, v)?) {
-                (life, (Home::Arena { offset }, n)) if n > 0 => Some((life, (offset, offset + n), written[v])),
-                _ => None,
-            })
-            .collect();
+        let mut held = arena_held(m, layout, lives(m, |n| folds.elided(n)), |v| folds.bypassed(v));
         merge_aliases(&mut held);
-        let held = held.into_iter().map(|(life, range, _)| (life, range)).collect();
+        let held = held.into_iter().map(|h| (h.life, h.range)).collect();
         Occupancy { regions, held }
     }
 
