@@ -16,7 +16,7 @@ use crate::rewrite::{lives, lowest_fit, merge_aliases, written, AddedBuffer, Hel
 /// keep bytes of their own.
 pub(crate) fn plan_temporaries(m: &mut Method) {
     let runs = straight_runs(m);
-    let jumps = runs.last().is_some_and(|&r| r > 0);
+    let jumps = m.has_jumps();
     let lives = lives(m, |_| None);
     let size_of = |t: &Tensor| (t.nbytes() as u64).div_ceil(ALIGN) * ALIGN;
     let mut temps: Vec<(usize, Life, u64)> = m
@@ -261,6 +261,20 @@ mod tests {
         let mut m = method(values, &[&[0], &[1]], (&[], &[]));
         plan_temporaries(&mut m);
         assert_eq!(placement(&m, 1), Placement::Planned { buffer: 2, offset: 0 });
+    }
+
+    #[test]
+    fn a_loop_over_the_whole_method_keeps_temporaries_off_the_plan() {
+        // A jump at the end back to the start: one straight run, but
+        // values of the plan may carry over from one pass to the next.
+        let values = vec![tensor(64, Placement::Unplanned), Value::Bool(true)];
+        let mut m = method(values, &[&[0]], (&[], &[]));
+        m.instructions.push(Instruction::JumpFalse {
+            cond: 1,
+            destination: 0,
+        });
+        plan_temporaries(&mut m);
+        assert_eq!(placement(&m, 0), Placement::Planned { buffer: 2, offset: 0 });
     }
 
     #[test]
