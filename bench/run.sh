@@ -128,6 +128,13 @@ def med(name, tool, key):
     return statistics.median(v) if v else None
 def ms(x): return f"{x / 1000:.2f}" if x is not None else "-"
 def ratio(a, b): return f"{a / b:.2f}x" if a is not None and b else "-"
+def show(table):
+    """Prints rows of strings as columns, the first row a heading."""
+    w = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for k, r in enumerate(table):
+        print("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r)))
+        if k == 0:
+            print("  ".join("-" * x for x in w))
 head = ["model", "ET ms", "XNNPACK ms", "ptec ms", "ptec/XNNPACK", "ptec/ET",
         "ptec xnn ms", "ptec xnn/XNNPACK", "build s", "load us", "load/ET load", "binary MB"]
 table = [head]
@@ -139,11 +146,7 @@ for n in names:
                   f"{build:.1f}" if build is not None else "-",
                   f"{load:.0f}" if load is not None else "-", ratio(load, et_load),
                   f"{size / 1e6:.1f}" if size is not None else "-"])
-w = [max(len(r[i]) for r in table) for i in range(len(head))]
-for k, r in enumerate(table):
-    print("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r)))
-    if k == 0:
-        print("  ".join("-" * x for x in w))
+show(table)
 print()
 print("ptec / XNNPACK within each round (median, lowest..highest, rounds where ptec was faster, each round's ratio):")
 for n in names:
@@ -163,8 +166,19 @@ for n in names:
                   f"faster {faster}/{len(per_round)}  "
                   + " ".join(f"{v:.2f}" for v in per_round))
 print()
-print("memory, MB: the planned buffers each reports; everything ptec's program object owns (plan, prepared")
-print("weights, what did not fit in the plan); each process's peak resident memory (median over rounds)")
+print("start-up: construction (ExecuTorch: program and method load, which is where XNNPACK packs its")
+print("weights) and ptec's first run; ExecuTorch does not report its first run, so its median stands in")
+head = ["model", "XNNPACK load ms", "ptec load ms", "ptec first run ms", "ptec load+first / XNNPACK load+median"]
+table = [head]
+for n in names:
+    xl, xm = med(n, "xnnpack", "load_us"), med(n, "xnnpack", "median_us")
+    pl, pf = med(n, "ptec", "load_us"), med(n, "ptec", "first_us")
+    ready = pl + pf if pl is not None and pf is not None else None
+    table.append([n, ms(xl), ms(pl), ms(pf), ratio(ready, xl + xm if xl is not None and xm is not None else None)])
+show(table)
+print()
+print("memory, MB: the planned buffers each reports; everything ptec's program object owns (the plan and")
+print("what did not fit in it); each process's peak resident memory (median over rounds)")
 def mb(x): return f"{x / 1e6:.1f}" if x is not None else "-"
 head = ["model", "ET plan", "XNNPACK plan", "ptec plan", "ptec state", "ET peak", "XNNPACK peak", "ptec peak",
         "ptec/XNNPACK peak"]
@@ -174,11 +188,7 @@ for n in names:
     state = med(n, "ptec", "state_bytes")
     peaks = [med(n, t, "peak_rss_bytes") for t in ("et", "xnnpack", "ptec")]
     table.append([n] + [mb(x) for x in plans] + [mb(state)] + [mb(x) for x in peaks] + [ratio(peaks[2], peaks[1])])
-w = [max(len(r[i]) for r in table) for i in range(len(head))]
-for k, r in enumerate(table):
-    print("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r)))
-    if k == 0:
-        print("  ".join("-" * x for x in w))
+show(table)
 PY
 
 if [ "$gemm" = 1 ]; then

@@ -31,8 +31,18 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
 
 /// Fixtures compiled again in external-weights mode (the files are given at
 /// construction): data from the .pte and a .ptd, mutable state initialised
-/// from the file, constant outputs read from it.
-const EXTERNAL: &[&str] = &["external_weights", "kv_cache", "multi_method", "mlp", "xnnpack_conv"];
+/// from the file, constant outputs read from it, and filters and weights
+/// prepared by the first run instead of the compiler.
+const EXTERNAL: &[&str] = &[
+    "external_weights",
+    "kv_cache",
+    "multi_method",
+    "mlp",
+    "conv",
+    "channels_last",
+    "xnnpack_conv",
+    "xnnpack_ops",
+];
 
 /// Fixtures compiled again with their convolutions left NCHW (no
 /// channels-last regions), so both ways stay tested.

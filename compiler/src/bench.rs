@@ -6,7 +6,7 @@
 //! arguments as `et_runner`; this module adds what only ptec knows: the
 //! generation time, the build time and the executable's size.
 use crate::codegen::Options;
-use crate::compile::{compile_to_string, read_file};
+use crate::compile::{compile_to_source, prepared_include, read_file};
 use crate::runner_crate::{absolute, refuse_user_backends, target_dir, RunnerCrate};
 use ptec_runtime::bench::BenchOptions;
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,7 @@ struct ExecutableTiming {
     min_us: f64,
     median_us: f64,
     max_us: f64,
+    first_us: f64,
     state_bytes: u64,
     peak_rss_bytes: Option<u64>,
 }
@@ -70,6 +71,9 @@ pub struct BenchReport {
     pub min_us: f64,
     pub median_us: f64,
     pub max_us: f64,
+    /// The first execution after construction (see
+    /// `ptec_runtime::bench::Timing::first_us`).
+    pub first_us: f64,
     /// Time ptec took to generate the Rust module.
     pub gen_ms: f64,
     /// Time to build the executable once the runtime is built: in effect
@@ -78,8 +82,8 @@ pub struct BenchReport {
     /// Size of the built executable (which embeds the program file).
     pub binary_bytes: u64,
     /// Bytes the program object owns: the plan's buffers, what ptec adds
-    /// to them (prepared filters, temporaries the plan had no room for,
-    /// scratch), weights packed on the first run.
+    /// to them (temporaries the plan had no room for, scratch; in
+    /// external-weights mode, the weights the first run prepares).
     pub state_bytes: u64,
     /// The benchmark process's peak resident memory, where the system
     /// reports it.
@@ -123,10 +127,11 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     let mut options = Options::new(path.display().to_string());
     options.data_paths = req.data.iter().map(|d| absolute(d).display().to_string()).collect();
     options.struct_name = Some("Program".into());
+    options.prepared_path = Some(prepared_include(std::path::Path::new("program.rs")));
     refuse_user_backends(&bytes, &refs, "bench", "time it from your own code with the backend")
         .map_err(|e| format!("{shown}: {e}"))?;
     let t0 = Instant::now();
-    let code = compile_to_string(&bytes, &refs, &options).map_err(|e| format!("{shown}: {e}"))?;
+    let source = compile_to_source(&bytes, &refs, &options).map_err(|e| format!("{shown}: {e}"))?;
     let gen_ms = t0.elapsed().as_secs_f64() * 1e3;
 
     let krate = RunnerCrate::new("ptec-bench-run", "opt-level = 3\ndebug = false")?;
@@ -141,7 +146,7 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     progress(&format!("building the runtime in {}", target.display()));
     krate.write("main.rs", WARM_UP_MAIN)?;
     krate.build(&target, Some(flags), req.verbose)?;
-    krate.write("program.rs", &code)?;
+    krate.write_source("program.rs", &source)?;
     krate.write("main.rs", MAIN)?;
     progress("building the generated code");
     let t0 = Instant::now();
@@ -186,6 +191,7 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
         min_us: t.min_us,
         median_us: t.median_us,
         max_us: t.max_us,
+        first_us: t.first_us,
         gen_ms: round(gen_ms, 1),
         build_s: round(build_s, 2),
         binary_bytes,

@@ -6,7 +6,7 @@
 //! `target/ptec-check`, or `PTEC_CHECK_TARGET_DIR`), so only the generated
 //! code is compiled again.
 use crate::codegen::{default_struct_name, Options};
-use crate::compile::{compile_to_string, compile_with_cases_to_string, read_file, ForeignCases};
+use crate::compile::{compile_to_source, compile_with_cases_to_source, prepared_include, read_file, ForeignCases};
 use crate::runner_crate::{absolute, refuse_user_backends, target_dir, RunnerCrate};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -70,8 +70,9 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
             options.data_paths = input.data.iter().map(|d| absolute(d).display().to_string()).collect();
             options.tests = Some((input.rtol, input.atol));
             options.struct_name = Some("Program".into());
+            options.prepared_path = Some(prepared_include(std::path::Path::new(&format!("m{i}.rs"))));
             match &input.cases {
-                None => compile_to_string(&bytes, &refs, &options),
+                None => compile_to_source(&bytes, &refs, &options),
                 Some(cases) => {
                     let cases = absolute(cases);
                     let cases_bytes = read_file(&cases)?;
@@ -79,14 +80,14 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
                         bytes: &cases_bytes,
                         path: &cases.display().to_string(),
                     };
-                    compile_with_cases_to_string(&bytes, &refs, foreign, &options)
+                    compile_with_cases_to_source(&bytes, &refs, foreign, &options)
                 }
             }
         })();
         match generated {
-            Ok(code) => {
+            Ok(source) => {
                 let module = format!("m{i}");
-                krate.write(&format!("{module}.rs"), &code)?;
+                krate.write_source(&format!("{module}.rs"), &source)?;
                 modules.push((module, i));
                 results.push(CheckResult {
                     input: input.clone(),

@@ -1,5 +1,5 @@
 //! The one entry point of the three front ends: file bytes in, Rust out.
-use crate::codegen::{generate, to_source, Options};
+use crate::codegen::{generate, to_source, Generated, Options};
 use crate::error::{ErrorKind, Errors, Location, Result};
 use crate::ir::{DataSource, TestValue};
 use crate::load::{load, Loaded};
@@ -8,8 +8,15 @@ use proc_macro2::TokenStream;
 
 /// Reads, verifies and compiles a program (`.pte`, or the program of a
 /// `.bp`/`.bpte` bundle) to tokens. `data` are the bytes of the `.ptd`
-/// files named in `options.data_paths`.
+/// files named in `options.data_paths`. With `options.prepared_path` set,
+/// the code reads the constants the compiler prepared from that file: use
+/// [`compile_program`], which returns them.
 pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenStream> {
+    compile_program(bytes, data, options).map(|g| g.tokens)
+}
+
+/// [`compile`], with the constants the compiler prepared.
+pub fn compile_program(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
     // A panic here is a bug in ptec; it still must not take down a build
     // script or a proc macro, so it becomes an error that says so.
     std::panic::catch_unwind(|| {
@@ -64,8 +71,52 @@ pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result
 
 /// [`compile`], formatted as a source file with its `@generated` header.
 pub fn compile_to_string(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<String> {
-    let tokens = compile(bytes, data, options)?;
-    to_source(tokens, options, bytes)
+    compile_to_source(bytes, data, options).map(|s| s.code)
+}
+
+/// A generated source file and the constants the compiler prepared for it.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub code: String,
+    /// For the file at `Options::prepared_path` (see [`Generated`]).
+    pub prepared: Vec<u8>,
+}
+
+impl Source {
+    /// Writes the code to `path` and, when there are prepared constants,
+    /// those to [`prepared_file`]`(path)`, each only if it changed (so build
+    /// systems see no change for nothing); returns whether anything did.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<bool> {
+        let mut changed = write_if_changed(path, self.code.as_bytes())?;
+        if !self.prepared.is_empty() {
+            changed |= write_if_changed(&prepared_file(path), &self.prepared)?;
+        }
+        Ok(changed)
+    }
+}
+
+/// Where the constants prepared for the generated file `path` go: beside
+/// it, `model.rs` → `model.prepared`.
+pub fn prepared_file(path: &std::path::Path) -> std::path::PathBuf {
+    path.with_extension("prepared")
+}
+
+/// What `include_bytes!` in the file generated at `path` names the
+/// prepared constants by: their file's name, beside it.
+pub fn prepared_include(path: &std::path::Path) -> String {
+    prepared_file(path)
+        .file_name()
+        .map_or_else(|| "prepared".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// [`compile_program`], formatted as a source file with its `@generated`
+/// header.
+pub fn compile_to_source(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Source> {
+    let g = compile_program(bytes, data, options)?;
+    Ok(Source {
+        code: to_source(g.tokens, options, bytes)?,
+        prepared: g.prepared,
+    })
 }
 
 /// Test cases taken from a bundle other than the compiled file: its bytes
@@ -76,17 +127,17 @@ pub struct ForeignCases<'a> {
     pub path: &'a str,
 }
 
-/// [`compile_to_string`] with the test cases of another bundle: for a
+/// [`compile_to_source`] with the test cases of another bundle: for a
 /// program that computes what the bundle's program computes (the same
 /// model exported for another backend, say), so that the bundle's inputs
 /// and expected outputs check it. The cases must fit the program's
 /// methods; the bundle is embedded as one more data file.
-pub fn compile_with_cases_to_string(
+pub fn compile_with_cases_to_source(
     bytes: &[u8],
     data: &[&[u8]],
     cases: ForeignCases<'_>,
     options: &Options,
-) -> Result<String> {
+) -> Result<Source> {
     std::panic::catch_unwind(|| {
         let mut loaded = load(bytes, data)?;
         let bundle = load(cases.bytes, data)?;
@@ -119,8 +170,11 @@ pub fn compile_with_cases_to_string(
         all_data.push(cases.bytes);
         let mut options = options.clone();
         options.data_paths.push(cases.path.to_string());
-        let tokens = generate(&loaded, bytes, &all_data, &options)?;
-        to_source(tokens, &options, bytes)
+        let g = generate(&loaded, bytes, &all_data, &options)?;
+        Ok(Source {
+            code: to_source(g.tokens, &options, bytes)?,
+            prepared: g.prepared,
+        })
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
 }
@@ -140,8 +194,8 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
 
 /// Writes `contents` to `path` unless it already holds exactly that, so
 /// build systems do not see a change (and rebuild) for nothing.
-pub fn write_if_changed(path: &std::path::Path, contents: &str) -> std::io::Result<bool> {
-    if std::fs::read(path).is_ok_and(|old| old == contents.as_bytes()) {
+pub fn write_if_changed(path: &std::path::Path, contents: &[u8]) -> std::io::Result<bool> {
+    if std::fs::read(path).is_ok_and(|old| old == contents) {
         return Ok(false);
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -2,7 +2,7 @@
 //! and path resolution around [`compile`](crate::compile), so every front end
 //! generates the same code for the same file.
 use crate::codegen::Options;
-use crate::compile::{compile, compile_to_string, read_file, write_if_changed};
+use crate::compile::{compile, compile_to_source, prepared_include, read_file, Source};
 use crate::error::Errors;
 use proc_macro2::{Span, TokenStream};
 use std::path::{Path, PathBuf};
@@ -26,16 +26,42 @@ pub struct Settings {
 }
 
 /// Compiles `file` (with `.ptd` files `data`) for embedding from anywhere:
-/// paths in the generated `include_bytes!` are absolute.
-pub fn compile_path(
+/// paths in the generated `include_bytes!` are absolute, and the constants
+/// the compiler prepared are written into the tokens (as `include_pte!`
+/// needs: a macro has no file of its own to put them in).
+pub fn compile_path(file: &Path, data: &[PathBuf], settings: &Settings) -> Result<(TokenStream, Options), Errors> {
+    let (bytes, datas, options) = read_inputs(file, data, settings, None)?;
+    let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
+    let tokens = compile(&bytes, &refs, &options)?;
+    Ok((tokens, options))
+}
+
+/// [`compile_path`] as a source file; `prepared_path` as
+/// [`Options::prepared_path`].
+pub fn source_path(
     file: &Path,
     data: &[PathBuf],
     settings: &Settings,
-) -> Result<(TokenStream, String, Options), Errors> {
+    prepared_path: Option<String>,
+) -> Result<(Source, Options), Errors> {
+    let (bytes, datas, options) = read_inputs(file, data, settings, prepared_path)?;
+    let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
+    Ok((compile_to_source(&bytes, &refs, &options)?, options))
+}
+
+/// A program file's bytes, its `.ptd` files' bytes, and how to compile it.
+type Inputs = (Vec<u8>, Vec<Vec<u8>>, Options);
+
+/// The files' bytes and the options of [`compile_path`].
+fn read_inputs(
+    file: &Path,
+    data: &[PathBuf],
+    settings: &Settings,
+    prepared_path: Option<String>,
+) -> Result<Inputs, Errors> {
     let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let bytes = read_file(file)?;
     let datas = data.iter().map(|d| read_file(d)).collect::<Result<Vec<_>, _>>()?;
-    let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
     let mut options = Options::new(abs(file).display().to_string());
     options.data_paths = data.iter().map(|d| abs(d).display().to_string()).collect();
     options.struct_name = settings.name.clone();
@@ -43,9 +69,8 @@ pub fn compile_path(
     options.external_weights = settings.external_weights;
     options.lower_xnnpack = !settings.keep_xnnpack_delegates;
     options.channels_last = !settings.keep_nchw;
-    let tokens = compile(&bytes, &refs, &options)?;
-    let source = compile_to_string(&bytes, &refs, &options)?;
-    Ok((tokens, source, options))
+    options.prepared_path = prepared_path;
+    Ok((bytes, datas, options))
 }
 
 /// Arguments of `include_pte!("model.pte", name = Model, data = ["w.ptd"],
@@ -156,7 +181,7 @@ pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
         keep_nchw: false,
     };
     match compile_path(&file, &data, &settings) {
-        Ok((tokens, _, _)) => tokens,
+        Ok((tokens, _)) => tokens,
         Err(e) => syn::Error::new(span, format!("ptec: {}: {e}", args.path.value())).to_compile_error(),
     }
 }
@@ -249,10 +274,10 @@ impl Builder {
         for d in &self.data {
             println!("cargo:rerun-if-changed={}", d.display());
         }
-        let (_, source, _) = compile_path(&self.file, &self.data, &self.settings)
-            .map_err(|e| format!("{}: {e}", self.file.display()))?;
         let path = dir.join(file_name);
-        write_if_changed(&path, &source).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (source, _) = source_path(&self.file, &self.data, &self.settings, Some(prepared_include(&path)))
+            .map_err(|e| format!("{}: {e}", self.file.display()))?;
+        source.write(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(path)
     }
 }

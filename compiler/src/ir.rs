@@ -15,6 +15,9 @@ pub enum DataSource {
     /// An external data file (`.ptd`), by its index in
     /// [`Program::external_files`].
     External(usize),
+    /// Constants the compiler prepared from the program's own (see
+    /// `codegen::prepare`), embedded after the files.
+    Prepared,
 }
 
 /// A byte range of a source file.

@@ -30,13 +30,13 @@ mod temporaries;
 pub mod verify;
 pub mod xnnpack;
 
-pub use codegen::Options;
+pub use codegen::{Generated, Options};
 pub use compile::{
-    compile, compile_to_string, compile_with_cases_to_string, lower_delegates, read_file, write_if_changed,
-    ForeignCases,
+    compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, lower_delegates,
+    prepared_file, prepared_include, read_file, write_if_changed, ForeignCases, Source,
 };
 pub use error::{Diagnostic, ErrorKind, Errors, Location};
-pub use frontend::{compile_path, expand_macro, Builder, Settings};
+pub use frontend::{compile_path, expand_macro, source_path, Builder, Settings};
 pub use load::{load, Loaded};
 
 /// The version of ptec, written into generated code.

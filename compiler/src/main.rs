@@ -230,11 +230,17 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
     options.struct_name = a.name.clone();
     options.tests = a.tests.then_some((a.rtol, a.atol));
     options.external_weights = a.weights == Weights::External;
-    let code = ptec::compile_to_string(&bytes, &refs, &options).map_err(|e| format!("{}: {e}", file.display()))?;
+    // Constants the compiler prepared go beside the output (`model.rs` →
+    // `model.prepared`), or, on standard output, into the code itself.
+    let out = Path::new(&a.output);
+    if a.output != "-" {
+        options.prepared_path = Some(ptec::prepared_include(out));
+    }
+    let source = ptec::compile_to_source(&bytes, &refs, &options).map_err(|e| format!("{}: {e}", file.display()))?;
     if a.output == "-" {
-        print!("{code}");
+        print!("{}", source.code);
     } else {
-        ptec::write_if_changed(Path::new(&a.output), &code).map_err(|e| format!("{}: {e}", a.output))?;
+        source.write(out).map_err(|e| format!("{}: {e}", a.output))?;
     }
     Ok(())
 }

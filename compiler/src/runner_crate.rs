@@ -88,10 +88,43 @@ impl RunnerCrate {
         std::fs::write(&path, contents).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// Builds the executable in release mode into `target` and returns its
-    /// path. `rustflags`, when given, replace the environment's flags (they
-    /// are part of what `target` caches, so keep one target per set).
+    /// Writes generated code as `src/file`, with its prepared constants
+    /// beside it (compiled with `Options::prepared_path` set to
+    /// [`crate::prepared_include`]`(file)`).
+    pub fn write_source(&self, file: &str, source: &crate::Source) -> std::result::Result<(), String> {
+        let path = self.dir.path().join("src").join(file);
+        source
+            .write(&path)
+            .map(|_| ())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Builds the executable in release mode into `target` and returns the
+    /// path of a copy of it in this crate's directory. `rustflags`, when
+    /// given, replace the environment's flags (they are part of what
+    /// `target` caches, so keep one target per set).
+    ///
+    /// Runs of ptec at the same time share `target`, where each builds an
+    /// executable of the same name: a lock held from the build to the copy
+    /// keeps one from running another's program.
     pub fn build(&self, target: &Path, rustflags: Option<&str>, verbose: bool) -> std::result::Result<PathBuf, String> {
+        std::fs::create_dir_all(target).map_err(|e| format!("{}: {e}", target.display()))?;
+        let lock_path = target.join(".ptec-build.lock");
+        let lock = std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        lock.lock()
+            .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        let built = self.build_locked(target, rustflags, verbose)?;
+        let copy = self.dir.path().join(self.name);
+        std::fs::copy(&built, &copy).map_err(|e| format!("copying {}: {e}", built.display()))?;
+        Ok(copy)
+    }
+
+    fn build_locked(
+        &self,
+        target: &Path,
+        rustflags: Option<&str>,
+        verbose: bool,
+    ) -> std::result::Result<PathBuf, String> {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(&cargo);
         cmd.args(["build", "--release", "--offline", "--quiet"])

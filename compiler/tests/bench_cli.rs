@@ -44,6 +44,7 @@ fn reports_et_runner_keys_and_the_planned_size() {
         "min_us",
         "median_us",
         "max_us",
+        "first_us",
         "gen_ms",
         "build_s",
         "binary_bytes",
@@ -58,7 +59,7 @@ fn reports_et_runner_keys_and_the_planned_size() {
     assert_eq!(report["iters"], 4);
     let num = |k: &str| report[k].as_f64().unwrap_or_else(|| panic!("{k} is not a number"));
     assert!(num("min_us") <= num("median_us") && num("median_us") <= num("max_us"));
-    assert!(num("min_us") >= 0.0 && num("load_us") >= 0.0);
+    assert!(num("min_us") >= 0.0 && num("load_us") >= 0.0 && num("first_us") > 0.0);
     assert!(num("gen_ms") > 0.0 && num("build_s") > 0.0);
     // The executable embeds the program file.
     assert!(num("binary_bytes") > std::fs::metadata(&mlp).unwrap().len() as f64);

@@ -55,6 +55,21 @@ fn altered_expected_output_fails_with_a_mismatch_report() {
 }
 
 #[test]
+fn bundles_with_prepared_filters_pass() {
+    // Their filters are prepared at compile time and written beside each
+    // generated module of the check's crate.
+    for name in ["conv.bpte", "xnnpack_conv.bpte"] {
+        let (ok, report) = ptec_check(&fixture(name));
+        assert!(ok, "{name}: {report}");
+        let passed = report
+            .lines()
+            .find_map(|l| l.strip_suffix(" passed, 0 failed"))
+            .and_then(|n| n.parse::<usize>().ok());
+        assert!(passed.is_some_and(|n| n > 0), "{name}: {report}");
+    }
+}
+
+#[test]
 fn malformed_bundle_gets_a_located_error() {
     let mut bytes = std::fs::read(fixture("mlp.bpte")).unwrap();
     bytes.truncate(bytes.len() / 2);

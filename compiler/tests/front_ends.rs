@@ -24,21 +24,53 @@ fn cli(args: &[&str]) -> String {
 
 #[test]
 fn cli_builder_and_macro_agree() {
-    for name in ["mlp.pte", "cond.bpte", "multi_method.pte", "dynamic.bpte"] {
+    // conv and xnnpack_conv have filters the compiler prepares: the macro
+    // and standard output embed them in the code, the Builder and `-o`
+    // write them beside it.
+    for name in [
+        "mlp.pte",
+        "cond.bpte",
+        "multi_method.pte",
+        "dynamic.bpte",
+        "conv.bpte",
+        "xnnpack_conv.pte",
+    ] {
         let path = fixture(name);
-        let (tokens, library, _) = ptec::compile_path(&path, &[], &ptec::Settings::default()).unwrap();
+        let settings = ptec::Settings::default();
+        let (tokens, _) = ptec::compile_path(&path, &[], &settings).unwrap();
+        let (inline, _) = ptec::source_path(&path, &[], &settings, None).unwrap();
         let from_cli = cli(&[path.to_str().unwrap(), "-o", "-"]);
-        assert_eq!(from_cli, library, "{name}: CLI differs from the library");
+        assert_eq!(from_cli, inline.code, "{name}: CLI differs from the library");
+
         let dir = tempfile::tempdir().unwrap();
         let written = ptec::Builder::new(&path)
             .out_dir(dir.path())
             .generate("out.rs")
             .unwrap();
+        let (beside, _) = ptec::source_path(&path, &[], &settings, Some("out.prepared".into())).unwrap();
         assert_eq!(
-            std::fs::read_to_string(written).unwrap(),
-            library,
+            std::fs::read_to_string(&written).unwrap(),
+            beside.code,
             "{name}: Builder differs"
         );
+        assert_eq!(inline.prepared, beside.prepared, "{name}: prepared data differs");
+        let prepared = dir.path().join("out.prepared");
+        if beside.prepared.is_empty() {
+            assert!(!prepared.exists(), "{name}: an empty prepared file was written");
+            assert_eq!(
+                inline.code, beside.code,
+                "{name}: the code depends on where nothing goes"
+            );
+        } else {
+            assert_eq!(
+                std::fs::read(&prepared).unwrap(),
+                beside.prepared,
+                "{name}: prepared file"
+            );
+            assert!(beside.code.contains("include_bytes!(\"out.prepared\")"), "{name}");
+            assert!(!inline.code.contains("out.prepared"), "{name}");
+        }
+
         let fixtures_dir = path.parent().unwrap();
         let expanded = ptec::expand_macro(quote::quote!(#name), fixtures_dir);
         assert_eq!(expanded.to_string(), tokens.to_string(), "{name}: macro differs");

@@ -216,10 +216,11 @@ fn main() {
     let w: Vec<f32> = (0..32 * 27).map(|_| rand()).collect();
     let mut out = vec![0.0f32; stem.output_sizes().iter().product()];
     let mut kept = vec![0.0f32; stem.packed_filter_len()];
+    stem.pack_filter(&w, &mut kept);
     let mut scratch = vec![0.0f32; stem.scratch_len(true)];
     let flops = 2.0 * (out.len() * 27) as f64;
     let r = gflops(flops, budget, || {
-        conv2d_nhwc(&stem, &x, &w, None, 0.0, 6.0, Some(&mut kept), &mut out, &mut scratch);
+        conv2d_nhwc(&stem, &x, &w, None, 0.0, 6.0, Some(&kept), &mut out, &mut scratch);
         black_box(&mut out);
     });
     println!(

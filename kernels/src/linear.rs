@@ -451,10 +451,9 @@ pub fn linear<T: Float>(
 
 /// XNNPACK's fully-connected node: `out[m×n] = clamp(x[m×k] · Wᵀ + bias)`
 /// with the weight `n × k` row-major, or `k × n` when `weight_transposed`
-/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `packed`
-/// ([`crate::packed::packed_len`]`(k, n)` floats), when given, keeps the
-/// weight packed from call to call (it must serve this weight alone);
-/// otherwise `scratch` holds [`gemm_scratch_len`]`(m, n, k)` floats.
+/// (XNNPACK's `XNN_FLAG_TRANSPOSE_WEIGHTS`). `packed`, when given, is the
+/// weight packed by [`pack_fully_connected`]; otherwise `scratch` holds
+/// [`gemm_scratch_len`]`(m, n, k)` floats.
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected(
     x: &[f32],
@@ -466,7 +465,7 @@ pub fn fully_connected(
     weight_transposed: bool,
     min: f32,
     max: f32,
-    packed: Option<&mut [f32]>,
+    packed: Option<&[f32]>,
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -478,12 +477,18 @@ pub fn fully_connected(
     };
     let b_trans = !weight_transposed;
     match packed {
-        Some(p) => {
-            let p = crate::packed::ensure_packed(weight, k, n, b_trans, p);
-            crate::packed::gemm_packed(m, n, k, x, k, p, &e, out, n);
-        }
+        Some(p) => crate::packed::gemm_packed(m, n, k, x, k, p, &e, out, n),
         None => sgemm_fused(m, n, k, 1.0, x, false, weight, b_trans, 0.0, &e, out, scratch),
     }
+}
+
+/// Packs the weight of a [`fully_connected`] (`k` inputs, `n` outputs,
+/// laid out as `weight_transposed` says) into `packed`
+/// ([`crate::packed::packed_len`]`(k, n)` floats, serving this weight
+/// alone). Does nothing when `packed` already holds it, so it can run before
+/// every call; ptec runs it at compile time when the weights are embedded.
+pub fn pack_fully_connected(weight: &[f32], k: usize, n: usize, weight_transposed: bool, packed: &mut [f32]) {
+    crate::packed::ensure_packed(weight, k, n, !weight_transposed, packed);
 }
 
 /// XNNPACK's batch matrix multiply: for every index of the output's batch
@@ -827,7 +832,7 @@ mod tests {
                 }
                 let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
                 let mut kept = vec![0.0f32; crate::packed::packed_len(k, n)];
-                let mut run = |packed: Option<&mut [f32]>| {
+                let mut run = |packed: Option<&[f32]>| {
                     let mut out = vec![f32::NAN; m * n];
                     let b = Some(&bias[..]);
                     fully_connected(
@@ -847,9 +852,11 @@ mod tests {
                     check(&out, &want, k);
                 };
                 run(None);
-                run(Some(&mut kept));
-                // The kept packing serves the next call.
-                run(Some(&mut kept));
+                pack_fully_connected(&w, k, n, transposed, &mut kept);
+                run(Some(&kept));
+                // Packing again finds the packing there and keeps it.
+                pack_fully_connected(&w, k, n, transposed, &mut kept);
+                run(Some(&kept));
             }
         }
     }

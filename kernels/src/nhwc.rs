@@ -13,7 +13,7 @@
 //! constructors, which the compiler calls at compile time; the kernels
 //! trust a checked geometry and index within the lengths it implies.
 use crate::gemm::Epilogue;
-use crate::packed::{ensure_packed, gemm_packed, pack, pack_with, packed_len, stamp, stamped};
+use crate::packed::{ensure_packed, gemm_packed, is_packed, pack, pack_with, packed_len, stamp, stamped};
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
@@ -307,10 +307,9 @@ impl Conv2dNhwc {
 }
 
 /// Regular convolution (see [`Conv2dNhwc::regular`]): `out[N, OH, OW, O] =
-/// clamp(conv(x, w) + bias)`. `packed` ([`Conv2dNhwc::packed_filter_len`]
-/// floats), when given for an ungrouped convolution, keeps the packed
-/// filter between calls (it must serve this filter alone). `scratch`:
-/// [`Conv2dNhwc::scratch_len`] floats.
+/// clamp(conv(x, w) + bias)`. `packed`, when given for an ungrouped
+/// convolution, is `w` packed by [`Conv2dNhwc::pack_filter`]; otherwise
+/// each call packs it into `scratch`: [`Conv2dNhwc::scratch_len`] floats.
 ///
 /// A 1×1 convolution is one matrix product over the pixels (NHWC is
 /// already its row-major `[pixels, C]` operand); any other gathers tiles of
@@ -325,7 +324,7 @@ pub fn conv2d_nhwc(
     bias: Option<&[f32]>,
     min: f32,
     max: f32,
-    mut packed: Option<&mut [f32]>,
+    packed: Option<&[f32]>,
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -334,7 +333,13 @@ pub fn conv2d_nhwc(
     for gi in 0..groups {
         let wg = &w[gi * og * depth..][..og * depth];
         let filter: &[f32] = match packed {
-            Some(ref mut p) if groups == 1 => ensure_packed(wg, depth, og, true, p),
+            Some(p) if groups == 1 => {
+                assert!(
+                    is_packed(p, depth, og),
+                    "the filter was not packed for this convolution"
+                );
+                p
+            }
             _ => {
                 pack(wg, depth, og, true, spare);
                 spare
@@ -615,6 +620,16 @@ impl Conv2dNhwc {
         FOLDED_HEADER + self.out_c.div_ceil(16) * 16 + filter
     }
 
+    /// Packs the filter `w` (`[O, kH, kW, C]`) of this ungrouped
+    /// convolution into `packed` ([`Self::packed_filter_len`] floats, serving
+    /// this filter alone) for [`conv2d_nhwc`]. Does nothing when `packed`
+    /// already holds it, so it can run before every call; ptec runs it at
+    /// compile time when the weights are embedded.
+    pub fn pack_filter(&self, w: &[f32], packed: &mut [f32]) {
+        assert_eq!(self.groups, 1, "a packed filter needs an ungrouped convolution");
+        ensure_packed(w, self.depth(), self.out_c, true, packed);
+    }
+
     /// The header of a prepared filter for this geometry.
     fn folded_header(&self) -> [u32; 4] {
         [FOLDED_MAGIC, self.out_c as u32, self.depth() as u32, self.groups as u32]
@@ -649,10 +664,13 @@ pub struct FoldedConv<'a> {
 }
 
 impl FoldedConv<'_> {
-    /// The folded bias and the prepared filter, from `kept`
-    /// ([`Conv2dNhwc::folded_len`] floats, serving this convolution
-    /// alone): prepared there on the first call, found there on later ones.
-    fn prepared<'k>(&self, kept: &'k mut [f32]) -> (&'k [f32], &'k [f32]) {
+    /// Prepares this convolution's filter in `kept` ([`Conv2dNhwc::folded_len`]
+    /// floats, serving this convolution alone): rearranged into the layout
+    /// the NHWC kernels read, scaled by the batch norm, with the bias
+    /// shifted by it. Does nothing when `kept` already holds it, so it can
+    /// run before every call; ptec runs it at compile time when the weights
+    /// are embedded, and the program then holds the result as a constant.
+    pub fn prepare(&self, kept: &mut [f32]) {
         let g = &self.geometry;
         assert!(
             g.groups == 1 || g.is_depthwise(),
@@ -660,32 +678,40 @@ impl FoldedConv<'_> {
             g.groups,
             g.in_c
         );
-        let o = g.out_c;
         let (head, rest) = kept[..g.folded_len()].split_at_mut(FOLDED_HEADER);
-        let (folded_bias, filter) = rest.split_at_mut(o.div_ceil(16) * 16);
         let header = g.folded_header();
         if !stamped(head, &header) {
-            fold_filter(self, &mut folded_bias[..o], filter);
+            let (folded_bias, filter) = rest.split_at_mut(g.out_c.div_ceil(16) * 16);
+            fold_filter(self, &mut folded_bias[..g.out_c], filter);
             stamp(head, &header);
         }
-        (&folded_bias[..o], filter)
+    }
+
+    /// The folded bias and the filter that [`Self::prepare`] wrote in
+    /// `prepared`.
+    fn prepared<'k>(&self, prepared: &'k [f32]) -> (&'k [f32], &'k [f32]) {
+        let g = &self.geometry;
+        let (head, rest) = prepared[..g.folded_len()].split_at(FOLDED_HEADER);
+        assert!(
+            stamped(head, &g.folded_header()),
+            "the filter was not prepared for this convolution"
+        );
+        let (folded_bias, filter) = rest.split_at(g.out_c.div_ceil(16) * 16);
+        (&folded_bias[..g.out_c], filter)
     }
 }
 
-/// Runs a [`FoldedConv`] of `x` into `out`. The first call rearranges the
-/// filter into the layout the NHWC kernels read, scales it and shifts the
-/// bias by the batch norm, and keeps the result in `kept`
-/// ([`Conv2dNhwc::folded_len`] floats, serving this convolution alone);
-/// later calls find it there. `scratch`:
+/// Runs a [`FoldedConv`] of `x` into `out`, its filter and bias taken from
+/// `prepared` (what [`FoldedConv::prepare`] wrote). `scratch`:
 /// [`Conv2dNhwc::scratch_len`]`(true)` floats.
-pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], kept: &mut [f32], out: &mut [f32], scratch: &mut [f32]) {
+pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &mut [f32], scratch: &mut [f32]) {
     let g = &conv.geometry;
     let out = &mut out[..g.window.out_pixels() * g.out_c];
     if let Some(r) = conv.residual {
         assert!(r.len() >= out.len(), "residual of {} floats for {}", r.len(), out.len());
     }
     let (min, max) = (conv.min, conv.max);
-    let (folded_bias, filter) = conv.prepared(kept);
+    let (folded_bias, filter) = conv.prepared(prepared);
     if g.is_depthwise() {
         match conv.residual {
             None => depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), min, max, out),
@@ -1396,7 +1422,12 @@ mod tests {
                 let mut scratch = vec![0.0f32; g.scratch_len(true)];
                 for _ in 0..2 {
                     let mut out = vec![f32::NAN; want.len()];
-                    conv2d_nhwc(&g, &x, &w, bias, min, max, Some(&mut kept), &mut out, &mut scratch);
+                    // Grouped convolutions pack each group as they go.
+                    let packed = (groups == 1).then(|| {
+                        g.pack_filter(&w, &mut kept);
+                        &kept[..]
+                    });
+                    conv2d_nhwc(&g, &x, &w, bias, min, max, packed, &mut out, &mut scratch);
                     close(&out, &want);
                 }
                 // A band of rows across the images, on this thread (as a
@@ -1670,7 +1701,8 @@ mod tests {
                     };
                     for call in 0..2 {
                         let mut got = vec![f32::NAN; want.len()];
-                        conv2d_folded(&conv, &xl, &mut kept, &mut got, &mut scratch);
+                        conv.prepare(&mut kept);
+                        conv2d_folded(&conv, &xl, &kept, &mut got, &mut scratch);
                         for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
                             let b = b.clamp(-1.5, 2.0);
                             assert!(

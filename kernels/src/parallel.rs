@@ -709,9 +709,12 @@ mod tests {
         run_both(&|| {
             let mut out = std::vec![0.0; g3.window.out_pixels() * 24];
             let mut kept: Vec<Vec<f32>> = [g1, g2, g3].iter().map(|g| std::vec![0.0; g.folded_len()]).collect();
-            let mut kept: Vec<&mut [f32]> = kept.iter_mut().map(|k| &mut k[..]).collect();
+            for (stage, k) in stages.iter().zip(&mut kept) {
+                stage.prepare(k);
+            }
+            let prepared: Vec<&[f32]> = kept.iter().map(|k| &k[..]).collect();
             let mut scratch = std::vec![0.0; crate::nhwc::chain_scratch_len(&[g1, g2, g3]).unwrap()];
-            crate::nhwc::conv2d_folded_chain(&stages, &mut kept, &x, &mut out, &mut scratch);
+            crate::nhwc::conv2d_folded_chain(&stages, &prepared, &x, &mut out, &mut scratch);
             out
         });
     }

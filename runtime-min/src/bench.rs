@@ -108,11 +108,15 @@ impl BenchOptions {
 pub struct Timing {
     /// Time to construct the program (ExecuTorch: program + method load).
     pub load_us: f64,
+    /// The first execution after construction (a warm-up run when there
+    /// are any): what a program that prepares its weights on the first run
+    /// pays for it, and the cold caches.
+    pub first_us: f64,
     /// Sum of the method's memory-planned buffer sizes.
     pub planned_bytes: usize,
     /// Size of the program object: every byte it owns (the plan's buffers,
-    /// what ptec adds to them, weights packed on the first run), all of it
-    /// static.
+    /// what ptec adds to them; in external-weights mode, the weights the
+    /// first run prepares), all of it static.
     pub state_bytes: usize,
     /// The process's peak resident memory after the runs, where the system
     /// reports it (Linux: `VmHWM`).
@@ -141,13 +145,14 @@ impl Timing {
     /// One JSON object on one line.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"load_us\": {:.1}, \"planned_bytes\": {}, \"iters\": {}, \"min_us\": {:.1}, \"median_us\": {:.1}, \"max_us\": {:.1}, \"state_bytes\": {}, \"peak_rss_bytes\": {}}}",
+            "{{\"load_us\": {:.1}, \"planned_bytes\": {}, \"iters\": {}, \"min_us\": {:.1}, \"median_us\": {:.1}, \"max_us\": {:.1}, \"first_us\": {:.1}, \"state_bytes\": {}, \"peak_rss_bytes\": {}}}",
             self.load_us,
             self.planned_bytes,
             self.latencies_us.len(),
             self.min_us(),
             self.median_us(),
             self.max_us(),
+            self.first_us,
             self.state_bytes,
             self.peak_rss_bytes.map_or("null".to_string(), |b| b.to_string())
         )
@@ -215,10 +220,14 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
             .map_err(|e| error(&format!("set_input {i}"), e))?;
     }
     let mut latencies_us = Vec::with_capacity(o.iters);
+    let mut first_us = 0.0;
     for i in 0..o.warmup + o.iters {
         let t0 = Instant::now();
         model.execute(index).map_err(|e| error("execute", e))?;
         let us = t0.elapsed().as_secs_f64() * 1e6;
+        if i == 0 {
+            first_us = us;
+        }
         if i >= o.warmup {
             latencies_us.push(us);
         }
@@ -238,6 +247,7 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
     }
     Ok(Timing {
         load_us,
+        first_us,
         planned_bytes: meta.planned_buffers.iter().sum(),
         state_bytes: core::mem::size_of_val(model),
         peak_rss_bytes: peak_rss_bytes(),
@@ -399,6 +409,7 @@ mod tests {
     fn median_is_et_runners() {
         let mut t = Timing {
             load_us: 1.0,
+            first_us: 9.0,
             planned_bytes: 64,
             state_bytes: 128,
             peak_rss_bytes: Some(4096),
@@ -407,7 +418,7 @@ mod tests {
         assert_eq!((t.min_us(), t.median_us(), t.max_us()), (1.0, 3.0, 4.0));
         assert_eq!(
             t.to_json(),
-            "{\"load_us\": 1.0, \"planned_bytes\": 64, \"iters\": 4, \"min_us\": 1.0, \"median_us\": 3.0, \"max_us\": 4.0, \"state_bytes\": 128, \"peak_rss_bytes\": 4096}"
+            "{\"load_us\": 1.0, \"planned_bytes\": 64, \"iters\": 4, \"min_us\": 1.0, \"median_us\": 3.0, \"max_us\": 4.0, \"first_us\": 9.0, \"state_bytes\": 128, \"peak_rss_bytes\": 4096}"
         );
         t.peak_rss_bytes = None;
         assert!(t.to_json().ends_with("\"peak_rss_bytes\": null}"));

@@ -12,6 +12,7 @@
 //!   GEMM micro-kernel reads; the products then pack only their left
 //!   operand.
 use super::layout::{arena_held, overlaps, Home, MethodLayout};
+use super::prepare::PreparedData;
 use crate::ir::*;
 use crate::rewrite::{kernel_name, lives, merge_aliases, Uses};
 use std::collections::{HashMap, HashSet};
@@ -28,6 +29,9 @@ pub struct PackedWeight {
     /// Element offset in the method's packed-weights buffer.
     pub offset: usize,
     pub len: usize,
+    /// Byte offset in the prepared data, when packed at compile time
+    /// ([`Folds::pack_at_compile_time`]) instead of on the first run.
+    pub prepared: Option<usize>,
 }
 
 /// The folds of one method.
@@ -180,6 +184,7 @@ impl Folds {
                 n,
                 offset: f.packed_len,
                 len,
+                prepared: None,
             });
             // Each packed weight starts on a cache line.
             f.packed_len += len.div_ceil(16) * 16;
@@ -216,6 +221,22 @@ impl Folds {
 
     pub fn packed(&self) -> &[PackedWeight] {
         &self.packed
+    }
+
+    /// Packs every weight now, into `prepared`: the method then needs no
+    /// packed-weights buffer and no run packs anything.
+    pub fn pack_at_compile_time(&mut self, layout: &MethodLayout, prepared: &PreparedData<'_>) -> Result<(), String> {
+        for w in &mut self.packed {
+            let Some(Home::Data { source, offset }) = layout.homes.get(w.value).copied() else {
+                return Err(format!("value {} is packed but is not embedded data", w.value));
+            };
+            let b = prepared.read_f32(source, offset, w.k * w.n)?;
+            let mut packed = vec![0.0f32; w.len];
+            ptec_runtime::kernels::packed::pack(&b, w.k, w.n, w.trans, &mut packed);
+            w.prepared = Some(prepared.push(&packed));
+        }
+        self.packed_len = 0;
+        Ok(())
     }
 }
 
@@ -315,6 +336,40 @@ mod tests {
         assert!(p2.offset >= p1.len && p2.offset.is_multiple_of(16));
         assert_eq!(f.packed_len, p2.offset + p2.len.div_ceil(16) * 16);
         assert!(f.packed_for(w1, false).is_none());
+    }
+
+    #[test]
+    fn weights_packed_at_compile_time_are_their_constants_packed() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
+        let bytes = std::fs::read(path).unwrap();
+        let m = mlp();
+        let layout = layout_method(&m).unwrap();
+        let mut f = Folds::of(&m, &layout, |_, _, _| true);
+        let prepared = PreparedData::new(&bytes, &[]);
+        f.pack_at_compile_time(&layout, &prepared).unwrap();
+        assert_eq!(f.packed_len, 0, "no packed-weights buffer is left");
+        let data = prepared.take_bytes();
+        for (w, (rows, cols)) in [(out_of(&m, 0, 0), (32, 16)), (out_of(&m, 3, 0), (10, 32))] {
+            let p = f.packed_for(w, true).unwrap();
+            let at = p.prepared.expect("packed at compile time");
+            assert!(at.is_multiple_of(64));
+            // The weight as the file holds it: [out, in], read here on its own.
+            let Some(Home::Data { offset, .. }) = layout.homes.get(w).copied() else {
+                panic!("{w} is not data")
+            };
+            let weight: Vec<f32> = bytes[offset..offset + rows * cols * 4]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            let mut want = vec![0.0f32; p.len];
+            ptec_runtime::kernels::packed::pack(&weight, cols, rows, true, &mut want);
+            let got: Vec<f32> = data[at..at + p.len * 4]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            assert_eq!(got, want, "value {w}");
+            assert!(ptec_runtime::kernels::packed::is_packed(&got, cols, rows));
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::fold::Folds;
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
 use crate::rewrite::{lives, lowest_fit, merge_aliases, written, Held, Life};
+use std::collections::BTreeSet;
 
 /// Where a tensor value's bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +30,9 @@ pub struct MethodLayout {
     /// Arena offset of each planned buffer, by memory id (0 unused).
     pub buffer_base: Vec<usize>,
     pub homes: Vec<Home>,
+    /// Kept tensors the compiler prepares (see `codegen::prepare`): they
+    /// have no home; their call reads the prepared constant.
+    pub prepared: BTreeSet<usize>,
 }
 
 const ALIGN: usize = 64;
@@ -41,8 +45,28 @@ fn align_up(n: usize) -> Option<usize> {
 /// compile time (unbounded dynamic shapes without a plan, external data not
 /// given).
 pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
+    layout_prepared(m, BTreeSet::new())
+}
+
+/// [`layout_method`], where the kept tensors `prepared` are prepared by the
+/// compiler: they take no bytes, nor does a buffer ptec added that holds
+/// nothing else.
+pub fn layout_prepared(m: &Method, prepared: BTreeSet<usize>) -> Result<MethodLayout, Vec<Diagnostic>> {
     let mut errors = Vec::new();
     let mut buffer_base = vec![0usize; m.buffer_sizes.len().max(1)];
+    // The added buffers something still lives in.
+    let mut needed = vec![false; m.buffer_sizes.len()];
+    for (i, v) in m.values.iter().enumerate() {
+        if let Some(Placement::Planned { buffer, .. } | Placement::Mutable { buffer, .. }) =
+            v.as_tensor().map(|t| &t.placement)
+        {
+            if !prepared.contains(&i) {
+                if let Some(n) = needed.get_mut(*buffer) {
+                    *n = true;
+                }
+            }
+        }
+    }
     let mut end = 0usize;
     let overflow = |at: Location| {
         Diagnostic::new(
@@ -54,6 +78,11 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
     };
     for (id, &size) in m.buffer_sizes.iter().enumerate().skip(1) {
         buffer_base[id] = end;
+        let size = if id >= m.program_buffers && !needed[id] {
+            0
+        } else {
+            size
+        };
         match usize::try_from(size)
             .ok()
             .and_then(|s| end.checked_add(s))
@@ -75,6 +104,7 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
             continue;
         };
         let home = match &t.placement {
+            _ if prepared.contains(&i) => Home::None,
             Placement::Planned { buffer, offset } | Placement::Mutable { buffer, offset, .. } => Home::Arena {
                 offset: buffer_base.get(*buffer).copied().unwrap_or(0) + *offset as usize,
             },
@@ -130,6 +160,7 @@ pub fn layout_method(m: &Method) -> Result<MethodLayout, Vec<Diagnostic>> {
             arena_size: end,
             buffer_base,
             homes,
+            prepared,
         })
     } else {
         Err(errors)

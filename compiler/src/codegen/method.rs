@@ -2,7 +2,7 @@
 //! instruction counter), one function per instruction, `execute`/`step`,
 //! the dynamic interface (`set_input`/`output`) and the typed function.
 use super::fold::Folds;
-use super::layout::{layout_method, Home, MethodLayout, Occupancy};
+use super::layout::{layout_prepared, Home, MethodLayout, Occupancy};
 use super::resources::delegate_body;
 use super::Ctx;
 use crate::error::{Diagnostic, ErrorKind, Location};
@@ -163,10 +163,22 @@ fn typed_array(t: &Tensor) -> Option<TokenStream> {
 }
 
 pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<MethodCode, Vec<Diagnostic>> {
-    let layout = layout_method(m)?;
-    let folds = Folds::of(m, &layout, |rows, n, k| {
+    let prepared = match &ctx.prepared {
+        Some(_) => super::prepare::prepared_at_compile_time(m),
+        None => Default::default(),
+    };
+    let layout = layout_prepared(m, prepared)?;
+    let mut folds = Folds::of(m, &layout, |rows, n, k| {
         ptec_runtime::kernels::gemm::gemm_scratch_len(rows, n, k) > 0
     });
+    if let Some(p) = &ctx.prepared {
+        folds.pack_at_compile_time(&layout, p).map_err(|detail| {
+            vec![Diagnostic::new(
+                ErrorKind::BadPlacement { detail },
+                Location::method(&m.name),
+            )]
+        })?;
+    }
     let occupancy = Occupancy::of(m, &layout, &folds);
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);
@@ -204,9 +216,10 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         }
     }
 
-    // Weights are packed on the first run, not at construction: building a
-    // program stays free of work proportional to its weights (as the
-    // XNNPACK path's kept packing does), and reset keeps them.
+    // Without their constants at compile time (external-weights mode),
+    // weights are packed on the first run, not at construction: building a
+    // program stays free of work proportional to its weights, and reset
+    // keeps them.
     let mut packing = Vec::new();
     if folds.packed_len > 0 {
         let n = lit(folds.packed_len);
@@ -265,7 +278,18 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                         at.clone(),
                     )),
                     Some(emit) => {
-                        let mut oc = OpCtx::new(m, &layout, n, name.clone(), args, &data_expr, &rt, &folds, &occupancy);
+                        let mut oc = OpCtx::new(
+                            m,
+                            &layout,
+                            n,
+                            name.clone(),
+                            args,
+                            &data_expr,
+                            &rt,
+                            &folds,
+                            &occupancy,
+                            ctx.prepared.as_ref(),
+                        );
                         let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
                         scratch = scratch.max(oc.scratch_bytes);
                         r.map_err(|detail| {

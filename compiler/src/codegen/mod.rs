@@ -7,6 +7,7 @@
 pub mod fold;
 pub mod layout;
 mod method;
+pub mod prepare;
 mod resources;
 mod tests;
 
@@ -38,6 +39,11 @@ pub struct Options {
     /// External-weights mode: embed no file data; the program is given the
     /// `.pte` (and `.ptd` files) at construction and reads them in place.
     pub external_weights: bool,
+    /// The path the generated `include_bytes!` reads the constants the
+    /// compiler prepared from (relative to the generated file, or
+    /// absolute); the caller writes [`Generated::prepared`] there. `None`:
+    /// they are embedded in the code itself, as a byte-string literal.
+    pub prepared_path: Option<String>,
     /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
     /// (see [`crate::xnnpack`]); when off they are left as delegate calls.
     pub lower_xnnpack: bool,
@@ -61,6 +67,7 @@ impl Options {
             source_name,
             tests: None,
             external_weights: false,
+            prepared_path: None,
             lower_xnnpack: true,
             channels_last: true,
         }
@@ -118,6 +125,9 @@ pub struct Ctx<'a> {
     /// delegates (the generated `DelegateSlot` array).
     pub delegate_base: Vec<usize>,
     pub n_delegates: usize,
+    /// The constants the compiler prepares (see [`prepare`]); `None` in
+    /// external-weights mode, where the first run prepares them.
+    pub prepared: Option<prepare::PreparedData<'a>>,
 }
 
 impl Ctx<'_> {
@@ -126,6 +136,7 @@ impl Ctx<'_> {
         match source {
             DataSource::Program => format_ident!("PROGRAM_DATA"),
             DataSource::External(i) => format_ident!("EXTERNAL_DATA_{}", i),
+            DataSource::Prepared => format_ident!("PREPARED_DATA"),
         }
     }
 
@@ -133,7 +144,7 @@ impl Ctx<'_> {
     /// mode is given: the program first, then its `.ptd` files.
     pub fn file_index(source: DataSource) -> usize {
         match source {
-            DataSource::Program => 0,
+            DataSource::Program | DataSource::Prepared => 0,
             DataSource::External(i) => 1 + i,
         }
     }
@@ -142,7 +153,7 @@ impl Ctx<'_> {
     /// a `&[u8]` and `&e[a..b]` a sub-slice: an embedded static, or (in
     /// external-weights mode) the run-time file in the resources `rs`.
     pub fn data_expr(&self, source: DataSource) -> TokenStream {
-        if self.runtime_files {
+        if self.runtime_files && source != DataSource::Prepared {
             let k = crate::ops::lit(Self::file_index(source));
             quote!(rs.files[#k].bytes())
         } else {
@@ -242,7 +253,9 @@ fn used_sources(p: &Program) -> BTreeSet<(u8, usize)> {
                 };
                 if let Some(d) = d {
                     used.insert(match d.source {
-                        DataSource::Program => (0, 0),
+                        // Prepared data is not the program's: it is
+                        // never a placement.
+                        DataSource::Program | DataSource::Prepared => (0, 0),
                         DataSource::External(i) => (1, i),
                     });
                 }
@@ -263,7 +276,7 @@ fn test_sources(suites: &[TestSuite]) -> BTreeSet<(u8, usize)> {
     for v in values {
         if let TestValue::Tensor { data, .. } = v {
             used.insert(match data.source {
-                DataSource::Program => (0, 0),
+                DataSource::Program | DataSource::Prepared => (0, 0),
                 DataSource::External(i) => (1, i),
             });
         }
@@ -288,6 +301,7 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
             let bytes = match d.source {
                 DataSource::Program => program_bytes,
                 DataSource::External(k) => data.get(k).copied().unwrap_or(&[]),
+                DataSource::Prepared => &[],
             };
             let Some(b) = bytes.get(d.offset..d.offset.saturating_add(d.len)) else {
                 errors.push(Diagnostic::new(
@@ -323,9 +337,20 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
     errors
 }
 
+/// A generated module.
+#[derive(Clone, Debug)]
+pub struct Generated {
+    pub tokens: TokenStream,
+    /// The constants the compiler prepared, for the file at
+    /// [`Options::prepared_path`] (when set; the code embeds them otherwise).
+    /// Empty when there are none: the code then reads no such file.
+    pub prepared: Vec<u8>,
+}
+
 /// Generates the module of a loaded program. `program_bytes` and `data` are
-/// the files' bytes (for checks and the header's hash).
-pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenStream> {
+/// the files' bytes (for checks, the header's hash and the constants the
+/// compiler prepares).
+pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
     let program = loaded.program.as_ref().ok_or_else(|| {
         Errors::one(
             ErrorKind::Unsupported {
@@ -358,6 +383,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         runtime_files: options.external_weights,
         delegate_base,
         n_delegates,
+        prepared: (!options.external_weights).then(|| prepare::PreparedData::new(program_bytes, data)),
     };
     let mut errors = check_data(program, program_bytes, data);
     let mut methods = Vec::new();
@@ -381,6 +407,8 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     } else {
         sources.into_iter().collect()
     };
+    let prepared = ctx.prepared.as_ref().map(|p| p.take_bytes()).unwrap_or_default();
+    let prepared_static = prepared_static(&ctx, options, &prepared);
     let data_statics = data_statics(&ctx, options, program_bytes, data, &file_sources)?;
     // In external-weights mode the weights stay out of the binary; only
     // the bundled tests embed the files, to hand them to the program.
@@ -472,10 +500,11 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     } else {
         (construction_plain(&ctx, &field_names, &zeroed), quote!())
     };
-    Ok(quote! {
+    let tokens = quote! {
         const _: () = ::ptec_runtime::check_abi(#abi);
 
         #statics
+        #prepared_static
 
         #(#state_items)*
 
@@ -486,9 +515,10 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         #[doc = #doc]
         ///
         /// Construct it with `new(..)` (on the stack) or `boxed(..)` (on the
-        /// heap, for programs with large planned memory or large weights,
-        /// which the first run packs for the matrix kernels), then call a
-        /// method's typed function or drive it through `ptec_runtime::Model`.
+        /// heap, for programs with large planned memory, or large weights
+        /// that the first run prepares in external-weights mode), then call
+        /// a method's typed function or drive it through
+        /// `ptec_runtime::Model`.
         pub struct #struct_ident #gen {
             #rs_field
             #(#fields,)*
@@ -552,7 +582,30 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
                 }
             }
         }
-    })
+    };
+    Ok(Generated { tokens, prepared })
+}
+
+/// The `static` holding the constants the compiler prepared, 64-byte
+/// aligned: read from `options.prepared_path`, or written out here.
+fn prepared_static(ctx: &Ctx<'_>, options: &Options, bytes: &[u8]) -> TokenStream {
+    if bytes.is_empty() {
+        return quote!();
+    }
+    let ident = ctx.data_ident(DataSource::Prepared);
+    let n = crate::ops::lit(bytes.len());
+    let data = match &options.prepared_path {
+        Some(path) => quote!(*include_bytes!(#path)),
+        None => {
+            let lit = proc_macro2::Literal::byte_string(bytes);
+            quote!(*#lit)
+        }
+    };
+    let allow = allow_lints();
+    quote! {
+        #allow
+        static #ident: ::ptec_runtime::mem::Aligned<[u8; #n]> = ::ptec_runtime::mem::Aligned(#data);
+    }
 }
 
 /// `static` items embedding the given source files, 64-byte aligned.

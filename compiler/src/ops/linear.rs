@@ -1,5 +1,6 @@
 //! Matrix products: `addmm`, `mm`, `bmm`, `linear`.
 use super::*;
+use crate::codegen::fold::PackedWeight;
 
 pub const OPS: &[(&str, Emitter)] = &[
     ("aten::addmm.out", addmm),
@@ -55,10 +56,20 @@ fn scratch(
     )
 }
 
-/// The `&[f32]` expression of constant `value` packed on the first run (as
-/// stored transposed or not), or an empty slice.
+/// The `&[f32]` expression of constant `value` packed (as stored
+/// transposed or not) at compile time or on the first run, or an empty
+/// slice.
 fn packed_copy(ctx: &OpCtx<'_>, value: usize, trans: bool) -> TokenStream {
     match ctx.folds.packed_for(value, trans) {
+        Some(PackedWeight {
+            prepared: Some(offset),
+            len,
+            ..
+        }) => {
+            let data = (ctx.data_expr)(DataSource::Prepared);
+            let (offset, len) = (lit(*offset), lit(*len));
+            quote!(::ptec_runtime::mem::constant::<f32>(&#data, #offset, #len)?)
+        }
         Some(w) => {
             let (at, end) = (lit(w.offset), lit(w.offset + w.len));
             quote!(&self.packed.0[#at..#end])

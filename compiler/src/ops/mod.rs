@@ -9,6 +9,7 @@
 //! turns that into an error located at the method and instruction.
 use crate::codegen::fold::Folds;
 use crate::codegen::layout::{overlaps, Home, MethodLayout, Occupancy};
+use crate::codegen::prepare::PreparedData;
 use crate::ir::*;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
@@ -212,6 +213,9 @@ pub struct OpCtx<'a> {
     /// method's scratch space, at the arena's end), where the plan had no
     /// room.
     pub scratch_bytes: usize,
+    /// Where constants prepared at compile time go (`None` in
+    /// external-weights mode).
+    prepared: Option<&'a PreparedData<'a>>,
 }
 
 impl<'a> OpCtx<'a> {
@@ -226,6 +230,7 @@ impl<'a> OpCtx<'a> {
         runtime_scalars: &'a [bool],
         folds: &'a Folds,
         occupancy: &'a Occupancy,
+        prepared: Option<&'a PreparedData<'a>>,
     ) -> Self {
         OpCtx {
             method,
@@ -241,7 +246,58 @@ impl<'a> OpCtx<'a> {
             occupancy,
             scratch: Vec::new(),
             scratch_bytes: 0,
+            prepared,
         }
+    }
+
+    /// Whether the kept tensor `t` is prepared at compile time (see
+    /// `codegen::prepare`): its call must then compute it with
+    /// [`Self::constant_f32`] and read it with [`Self::read_prepared`].
+    pub fn is_prepared(&self, t: &TArg) -> bool {
+        self.layout.prepared.contains(&t.value)
+    }
+
+    /// The elements of the embedded `f32` constant `t`, at compile time.
+    pub fn constant_f32(&self, t: &TArg) -> Result<Vec<f32>, String> {
+        let prepared = self
+            .prepared
+            .ok_or("constants are not known at compile time in this mode")?;
+        match t.home {
+            Home::Data { source, offset } if t.dtype == ScalarType::Float && !t.dynamic => {
+                prepared.read_f32(source, offset, t.numel())
+            }
+            _ => Err(format!("value {} is not an embedded f32 constant", t.value)),
+        }
+    }
+
+    /// [`Self::constant_f32`] of an optional tensor.
+    pub fn opt_constant_f32(&self, t: &Option<TArg>) -> Result<Option<Vec<f32>>, String> {
+        t.as_ref().map(|t| self.constant_f32(t)).transpose()
+    }
+
+    /// Embeds `floats`, what the compiler prepared for the kept tensor
+    /// `kept` (zero-padded to its size), and emits a shared view of them.
+    pub fn read_prepared(&mut self, kept: &TArg, floats: &[f32]) -> Result<(Ident, TokenStream), String> {
+        let prepared = self
+            .prepared
+            .ok_or("constants are not prepared at compile time in this mode")?;
+        if floats.len() > kept.numel() {
+            return Err(format!(
+                "value {} holds {} elements, its preparation {}",
+                kept.value,
+                kept.numel(),
+                floats.len()
+            ));
+        }
+        let mut padded = floats.to_vec();
+        padded.resize(kept.numel(), 0.0);
+        let offset = prepared.push(&padded);
+        let mut t = kept.clone();
+        t.home = Home::Data {
+            source: DataSource::Prepared,
+            offset,
+        };
+        self.read(&t)
     }
 
     /// Fails unless the call has exactly `n` arguments (returns included).

@@ -14,7 +14,7 @@ use super::conv::usize_list;
 use super::*;
 use crate::channels_last::folded;
 use ptec_runtime::kernels::gemm::gemm_scratch_len;
-use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::nhwc::{BatchNormFold, Conv2dNhwc, FoldedConv, Window2d};
 use ptec_runtime::kernels::packed::packed_len;
 
 pub const OPS: &[(&str, Emitter)] = &[
@@ -148,7 +148,25 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
     let (bi, s3) = read_opt(ctx, &bias)?;
-    let (pi, s4) = write_opt(ctx, &packed)?;
+    let (pi, s4) = match &packed {
+        Some(p) => {
+            let (view, stmts) = prepared_view(
+                ctx,
+                p,
+                |ctx, into| {
+                    let w = ctx.constant_f32(&w)?;
+                    ptec_runtime::kernels::linear::pack_fully_connected(&w, k, n, transposed, into);
+                    Ok(())
+                },
+                |kept| {
+                    let (kl, nl) = (lit(k), lit(n));
+                    quote!(::ptec_runtime::kernels::linear::pack_fully_connected(#wi, #kl, #nl, #transposed, #kept);)
+                },
+            )?;
+            (quote!(Some(#view)), stmts)
+        }
+        None => (quote!(None), quote!()),
+    };
     let (o, s5) = ctx.write(&out)?;
     let (sc, s6) = scratch(ctx, if packed.is_some() { 0 } else { gemm_scratch_len(m, n, k) });
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
@@ -170,16 +188,29 @@ fn check_packed(packed: &Option<TArg>, len: usize) -> Result<(), String> {
     }
 }
 
-/// A mutable view of an optional tensor: `Some(name)` / `None`, and its
-/// statement.
-fn write_opt(ctx: &mut OpCtx<'_>, t: &Option<TArg>) -> Result<(TokenStream, TokenStream), String> {
-    Ok(match t {
-        Some(t) => {
-            let (name, stmt) = ctx.write(t)?;
-            (quote!(Some(#name)), stmt)
-        }
-        None => (quote!(None), quote!()),
-    })
+/// The kept tensor `kept` as its call reads it, prepared: a `&[f32]`
+/// expression and the statements it needs. When the compiler prepares it
+/// (see `codegen::prepare`), `prepare` writes the preparation (into a
+/// zeroed slice of the kept tensor's size) and the view reads the embedded
+/// result; otherwise the view is the kept tensor itself, after the
+/// statement `at_run_time(view)` prepares it (on the first run; later runs
+/// find it prepared).
+fn prepared_view(
+    ctx: &mut OpCtx<'_>,
+    kept: &TArg,
+    prepare: impl FnOnce(&OpCtx<'_>, &mut [f32]) -> Result<(), String>,
+    at_run_time: impl FnOnce(&Ident) -> TokenStream,
+) -> Result<(TokenStream, TokenStream), String> {
+    if ctx.is_prepared(kept) {
+        let mut floats = vec![0.0f32; kept.numel()];
+        prepare(ctx, &mut floats)?;
+        let (view, stmt) = ctx.read_prepared(kept, &floats)?;
+        Ok((quote!(#view), stmt))
+    } else {
+        let (view, stmt) = ctx.write(kept)?;
+        let prepare = at_run_time(&view);
+        Ok((quote!(&*#view), quote!(#stmt #prepare)))
+    }
 }
 
 /// The convolution's operands, checked: input, filter, bias, output.
@@ -223,7 +254,21 @@ fn emit_conv(
                 }
             }
             check_packed(&packed, g.packed_filter_len())?;
-            let (pi, s4) = write_opt(ctx, &packed)?;
+            let (pi, s4) = match &packed {
+                Some(p) => {
+                    let (view, stmts) = prepared_view(
+                        ctx,
+                        p,
+                        |ctx, into| {
+                            g.pack_filter(&ctx.constant_f32(&w)?, into);
+                            Ok(())
+                        },
+                        |kept| quote!(geometry.pack_filter(#wi, #kept);),
+                    )?;
+                    (quote!(Some(#view)), stmts)
+                }
+                None => (quote!(None), quote!()),
+            };
             let (o, s5) = ctx.write(&out)?;
             let (sc, s6) = scratch(ctx, g.scratch_len(packed.is_some()));
             quote! { #s4 #s5 #s6 ::ptec_runtime::kernels::nhwc::conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #pi, #o, #sc); }
@@ -329,7 +374,7 @@ fn conv2d_folded_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let kept = stages.iter().map(|s| &s.kept);
     Ok(quote! {
         #(#stmts)* #s1 #s2 #s3
-        ::ptec_runtime::kernels::nhwc::conv2d_folded_chain(&[#(#convs),*], &mut [#(#kept),*], #xi, #oi, #sc);
+        ::ptec_runtime::kernels::nhwc::conv2d_folded_chain(&[#(#convs),*], &[#(#kept),*], #xi, #oi, #sc);
     })
 }
 
@@ -345,10 +390,10 @@ struct FoldedTokens {
     residual: bool,
     /// The statements that make its views.
     stmts: TokenStream,
-    /// A `FoldedConv` expression.
-    conv: TokenStream,
-    /// Its `kept` slice.
-    kept: Ident,
+    /// The binding of its `FoldedConv`.
+    conv: Ident,
+    /// Its prepared filter: a `&[f32]` expression.
+    kept: TokenStream,
 }
 
 /// The folded convolution whose [`FOLDED_ARGS`] arguments start at `first`
@@ -405,9 +450,47 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
         return Err(format!("a batch norm parameter does not have {o} elements"));
     }
     let [bn_weight, bn_bias, mean, var] = params;
+    let eps = match (&mean, &var) {
+        (Some(_), Some(_)) => Some(ctx.double(arg(folded::EPS))?),
+        _ => None,
+    };
+    let conv = ctx.fresh("conv");
+    let (kept, s_kept) = prepared_view(
+        ctx,
+        &kept,
+        |ctx, into| {
+            let w = ctx.constant_f32(&w)?;
+            let bias = ctx.opt_constant_f32(&bias)?;
+            let [bn_weight, bn_bias, mean, var] = [&bn_weight, &bn_bias, &mean, &var].map(|t| ctx.opt_constant_f32(t));
+            let (bn_weight, bn_bias, mean, var) = (bn_weight?, bn_bias?, mean?, var?);
+            let bn = match (&mean, &var, eps) {
+                (Some(mean), Some(var), Some(eps)) => Some(BatchNormFold {
+                    weight: bn_weight.as_deref(),
+                    bias: bn_bias.as_deref(),
+                    mean,
+                    var,
+                    eps,
+                }),
+                _ => None,
+            };
+            let conv = FoldedConv {
+                geometry: g,
+                layout,
+                w: &w,
+                bias: bias.as_deref(),
+                bn,
+                residual: None,
+                min: f32::NEG_INFINITY,
+                max: f32::INFINITY,
+            };
+            conv.prepare(into);
+            Ok(())
+        },
+        |kept| quote!(#conv.prepare(#kept);),
+    )?;
     let (bn, s_bn) = match (mean, var) {
         (Some(mean), Some(var)) => {
-            let eps = f64_lit(ctx.double(arg(folded::EPS))?);
+            let eps = f64_lit(eps.unwrap_or_default());
             let (wi, s1) = read_opt(ctx, &bn_weight)?;
             let (bi, s2) = read_opt(ctx, &bn_bias)?;
             let (mi, s3) = ctx.read(&mean)?;
@@ -425,17 +508,18 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     let (wi, s1) = ctx.read(&w)?;
     let (bi, s2) = read_opt(ctx, &bias)?;
     let (ri, s3) = read_opt(ctx, &residual)?;
-    let (ki, s4) = ctx.write(&kept)?;
     Ok(FoldedTokens {
         geometry: g,
         residual: residual.is_some(),
-        stmts: quote!(#s1 #s2 #s_bn #s3 #s4),
-        conv: quote! {
-            ::ptec_runtime::kernels::nhwc::FoldedConv {
+        stmts: quote! {
+            #s1 #s2 #s_bn #s3
+            let #conv = ::ptec_runtime::kernels::nhwc::FoldedConv {
                 geometry: #geometry, layout: ::ptec_runtime::kernels::nhwc::FilterLayout::#layout, w: #wi, bias: #bi, bn: #bn, residual: #ri, min: #min, max: #max,
-            }
+            };
+            #s_kept
         },
-        kept: ki,
+        conv,
+        kept,
     })
 }
 

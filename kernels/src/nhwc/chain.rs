@@ -151,13 +151,13 @@ pub fn chain_takes_residual(stages: &[Conv2dNhwc]) -> bool {
 }
 
 /// `out = stages[last](… stages[0](x))` for a chain of [`FoldedConv`]s
-/// (see the module docs); only a projection may add a residual. `kept[i]`
-/// keeps stage `i`'s prepared filter (see [`super::conv2d_folded`]).
+/// (see the module docs); only a projection may add a residual.
+/// `prepared[i]` is stage `i`'s filter prepared by [`FoldedConv::prepare`].
 /// `scratch`: [`chain_scratch_len`] floats. Output rows are split across
 /// threads (at most [`MAX_CHAIN_PARTS`]).
 pub fn conv2d_folded_chain(
     stages: &[FoldedConv<'_>],
-    kept: &mut [&mut [f32]],
+    prepared: &[&[f32]],
     x: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
@@ -177,10 +177,10 @@ pub fn conv2d_folded_chain(
             .all(|s| s.residual.is_none()),
         "only a chain's projection adds a residual"
     );
-    assert_eq!(kept.len(), stages.len(), "a kept filter per stage");
-    let mut prepared: [(&[f32], &[f32]); 3] = [(&[], &[]); 3];
-    for ((p, stage), k) in prepared.iter_mut().zip(stages).zip(kept.iter_mut()) {
-        *p = stage.prepared(k);
+    assert_eq!(prepared.len(), stages.len(), "a prepared filter per stage");
+    let mut filters: [(&[f32], &[f32]); 3] = [(&[], &[]); 3];
+    for ((f, stage), p) in filters.iter_mut().zip(stages).zip(prepared) {
+        *f = stage.prepared(p);
     }
     let (first, last) = (&stages[0].geometry, &stages[stages.len() - 1].geometry);
     let win = &stages[d].geometry.window;
@@ -195,8 +195,8 @@ pub fn conv2d_folded_chain(
     let scratch = &mut scratch[..MAX_CHAIN_PARTS * part_len];
     let stage = |i: usize| Stage {
         conv: &stages[i],
-        filter: prepared[i].1,
-        bias: prepared[i].0,
+        filter: filters[i].1,
+        bias: filters[i].0,
     };
     let chain = Chain {
         expansion: plan.expand.then(|| stage(0)),
@@ -491,15 +491,19 @@ mod tests {
         for (stage, g) in stages.iter().zip(&geometries) {
             let mut next = vec![0.0; g.output_sizes().iter().product()];
             let mut kept = vec![0.0; g.folded_len()];
-            conv2d_folded(stage, &want, &mut kept, &mut next, &mut vec![0.0; g.gather_len()]);
+            stage.prepare(&mut kept);
+            conv2d_folded(stage, &want, &kept, &mut next, &mut vec![0.0; g.gather_len()]);
             want = next;
         }
         let mut scratch = vec![f32::NAN; chain_scratch_len(&geometries).unwrap()];
         let mut kept: Vec<Vec<f32>> = geometries.iter().map(|g| vec![0.0; g.folded_len()]).collect();
         for call in 0..2 {
-            let mut kept: Vec<&mut [f32]> = kept.iter_mut().map(|k| &mut k[..]).collect();
+            for (stage, k) in stages.iter().zip(&mut kept) {
+                stage.prepare(k);
+            }
+            let prepared: Vec<&[f32]> = kept.iter().map(|k| &k[..]).collect();
             let mut got = vec![f32::NAN; out_len];
-            conv2d_folded_chain(&stages, &mut kept, &x, &mut got, &mut scratch);
+            conv2d_folded_chain(&stages, &prepared, &x, &mut got, &mut scratch);
             for (i, (&a, &b)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs()),

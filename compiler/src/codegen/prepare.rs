@@ -1,0 +1,136 @@
+//! Work on constants done at compile time: the prepared filters of NHWC
+//! convolutions (rearranged, batch norm folded in) and the packed weights
+//! of matrix products.
+//!
+//! ptec's kernels keep such data in a "kept" tensor, prepared by the first
+//! run. When every constant it is made from is embedded in the program, the
+//! compiler prepares it instead, with the kernels' own functions, and the
+//! program holds the result as one more embedded constant (`PREPARED_DATA`):
+//! the kept tensor then takes no memory in the method's state, no run pays
+//! for the preparation, and the weights it was made from are never read.
+//! In external-weights mode the weights are not known to the binary, and
+//! the first run prepares them as before.
+use crate::channels_last::folded;
+use crate::ir::*;
+use crate::rewrite::kernel_name;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+/// Arguments of one folded convolution after its input, as a chain repeats
+/// them.
+const FOLDED_ARGS: usize = folded::OUT - folded::WEIGHT;
+
+/// Where the constants a kept tensor is prepared from sit among a call's
+/// arguments: `(kept, sources)`. Optional ones may be `None` values.
+fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize>)> {
+    let folded_at = |first: usize| {
+        let at = |field: usize| first + field - folded::WEIGHT;
+        let sources = [
+            folded::WEIGHT,
+            folded::BIAS,
+            folded::BN_WEIGHT,
+            folded::BN_BIAS,
+            folded::MEAN,
+            folded::VAR,
+        ];
+        (at(folded::KEPT), sources.iter().map(|&f| at(f)).collect())
+    };
+    match name {
+        folded::NAME => vec![folded_at(folded::WEIGHT)],
+        crate::conv_chains::CHAIN => {
+            let stages = n_args.saturating_sub(2) / FOLDED_ARGS;
+            (0..stages).map(|i| folded_at(1 + i * FOLDED_ARGS)).collect()
+        }
+        "ptec_xnn::fully_connected.out" => vec![(6, vec![1])],
+        "ptec_xnn::conv2d_nhwc.out" => vec![(9, vec![1])],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether value `v` is absent or a constant whose bytes the compiler has.
+fn known_constant_or_none(m: &Method, v: usize) -> bool {
+    match m.values.get(v) {
+        Some(Value::Null) => true,
+        Some(Value::Tensor(t)) => matches!(
+            t.placement,
+            Placement::Constant { .. } | Placement::External { data: Some(_), .. }
+        ),
+        _ => false,
+    }
+}
+
+/// The kept tensors of `m` the compiler prepares: those whose constants
+/// are all known (each is an unplanned or added-buffer tensor of one call).
+pub fn prepared_at_compile_time(m: &Method) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    for ins in &m.instructions {
+        let Some((name, args)) = kernel_name(m, ins) else {
+            continue;
+        };
+        for (kept, sources) in kept_arguments(&name, args.len()) {
+            let Some(&k) = args.get(kept) else { continue };
+            let is_tensor = matches!(m.values.get(k), Some(Value::Tensor(_)));
+            let known = sources
+                .iter()
+                .all(|&s| args.get(s).is_some_and(|&v| known_constant_or_none(m, v)));
+            if is_tensor && known {
+                out.insert(k);
+            }
+        }
+    }
+    out
+}
+
+/// The bytes of the prepared constants of a program, built as its
+/// instructions are generated.
+pub struct PreparedData<'a> {
+    /// The bytes of each source file: the program's, then the `.ptd` files.
+    program: &'a [u8],
+    data: Vec<&'a [u8]>,
+    bytes: RefCell<Vec<u8>>,
+}
+
+/// Each prepared constant starts on a cache line.
+const ALIGN: usize = 64;
+
+impl<'a> PreparedData<'a> {
+    pub fn new(program: &'a [u8], data: &[&'a [u8]]) -> Self {
+        PreparedData {
+            program,
+            data: data.to_vec(),
+            bytes: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// `len` little-endian `f32`s of a source file from byte `offset`.
+    pub fn read_f32(&self, source: DataSource, offset: usize, len: usize) -> Result<Vec<f32>, String> {
+        let file: &[u8] = match source {
+            DataSource::Program => self.program,
+            DataSource::External(i) => self.data.get(i).copied().unwrap_or(&[]),
+            DataSource::Prepared => return Err("a prepared constant is prepared from embedded data only".into()),
+        };
+        let bytes = offset
+            .checked_add(len.saturating_mul(4))
+            .and_then(|end| file.get(offset..end))
+            .ok_or_else(|| format!("{len} floats at byte {offset} lie outside their file"))?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// Appends `floats` (little-endian); returns their byte offset.
+    pub fn push(&self, floats: &[f32]) -> usize {
+        let mut bytes = self.bytes.borrow_mut();
+        let start = bytes.len().next_multiple_of(ALIGN);
+        bytes.resize(start, 0);
+        let offset = bytes.len();
+        bytes.extend(floats.iter().flat_map(|f| f.to_le_bytes()));
+        offset
+    }
+
+    /// The bytes prepared so far, taken out.
+    pub fn take_bytes(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.bytes.borrow_mut())
+    }
+}

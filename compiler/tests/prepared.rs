@@ -1,0 +1,62 @@
+//! Filters and weights the compiler prepares: with embedded weights they
+//! are computed at compile time and leave the method's state; in
+//! external-weights mode the first run prepares them in the state. (Both
+//! ways run their bundles in the `tests` crate.)
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The `Arena<N>` sizes of the generated method states.
+fn arenas(code: &str) -> Vec<usize> {
+    code.match_indices("mem::Arena<")
+        .map(|(i, m)| {
+            let rest = &code[i + m.len()..];
+            rest[..rest.find("usize>").expect("an arena size")].parse().unwrap()
+        })
+        .collect()
+}
+
+fn compile(name: &str, external: bool) -> ptec::Source {
+    let mut options = ptec::Options::new(name);
+    options.external_weights = external;
+    ptec::compile_to_source(&fixture(name), &[], &options).unwrap()
+}
+
+#[test]
+fn prepared_constants_leave_the_state_when_the_weights_are_embedded() {
+    // conv and channels_last: folded convolutions and chains of them;
+    // xnnpack_conv and xnnpack_ops: lowered XNNPACK convolutions and fully
+    // connected layers with kept packed weights.
+    for name in [
+        "conv.bpte",
+        "channels_last.bpte",
+        "xnnpack_conv.bpte",
+        "xnnpack_ops.bpte",
+    ] {
+        let embedded = compile(name, false);
+        let external = compile(name, true);
+        assert!(!embedded.prepared.is_empty(), "{name}: nothing was prepared");
+        assert!(external.prepared.is_empty(), "{name}: external weights were prepared");
+        assert!(embedded.code.contains("static PREPARED_DATA"), "{name}");
+        assert!(!external.code.contains("PREPARED_DATA"), "{name}");
+        // Nothing is prepared at run time when the compiler did it...
+        for call in [".prepare(", ".pack_filter(", "pack_fully_connected("] {
+            assert!(!embedded.code.contains(call), "{name}: {call} at run time");
+        }
+        // ...and the bytes it prepared are the ones the state no longer
+        // holds (each kept tensor is 64-byte aligned in both).
+        let (a, b) = (arenas(&embedded.code), arenas(&external.code));
+        assert_eq!(a.len(), b.len(), "{name}");
+        let saved: usize = b.iter().zip(&a).map(|(x, y)| x - y).sum();
+        assert_eq!(
+            saved,
+            embedded.prepared.len().next_multiple_of(64),
+            "{name}: arenas {a:?} and {b:?}"
+        );
+    }
+}
