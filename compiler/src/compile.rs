@@ -83,6 +83,15 @@ pub struct Source {
 }
 
 impl Source {
+    /// A generated module formatted (see [`to_source`]), with its prepared
+    /// constants.
+    fn of(g: Generated, options: &Options, program_bytes: &[u8]) -> Result<Source> {
+        Ok(Source {
+            code: to_source(g.tokens, options, program_bytes)?,
+            prepared: g.prepared,
+        })
+    }
+
     /// Writes the code to `path` and, when there are prepared constants,
     /// those to [`prepared_file`]`(path)`, each only if it changed (so build
     /// systems see no change for nothing); returns whether anything did.
@@ -113,10 +122,7 @@ pub fn prepared_include(path: &std::path::Path) -> String {
 /// header.
 pub fn compile_to_source(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Source> {
     let g = compile_program(bytes, data, options)?;
-    Ok(Source {
-        code: to_source(g.tokens, options, bytes)?,
-        prepared: g.prepared,
-    })
+    Source::of(g, options, bytes)
 }
 
 /// Test cases taken from a bundle other than the compiled file: its bytes
@@ -171,10 +177,7 @@ pub fn compile_with_cases_to_source(
         let mut options = options.clone();
         options.data_paths.push(cases.path.to_string());
         let g = generate(&loaded, bytes, &all_data, &options)?;
-        Ok(Source {
-            code: to_source(g.tokens, &options, bytes)?,
-            prepared: g.prepared,
-        })
+        Source::of(g, &options, bytes)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
 }

@@ -284,6 +284,16 @@ fn test_sources(suites: &[TestSuite]) -> BTreeSet<(u8, usize)> {
     used
 }
 
+/// The bytes of a file the program was read from (none for the data the
+/// compiler prepares, which is not such a file).
+pub(crate) fn source_bytes<'a>(source: DataSource, program_bytes: &'a [u8], data: &[&'a [u8]]) -> &'a [u8] {
+    match source {
+        DataSource::Program => program_bytes,
+        DataSource::External(k) => data.get(k).copied().unwrap_or(&[]),
+        DataSource::Prepared => &[],
+    }
+}
+
 /// Checks what generated code will rely on about embedded data: every
 /// constant lies in its file and is aligned for its element type (the file
 /// is embedded 64-byte aligned), and bool constants hold only 0 and 1.
@@ -298,11 +308,7 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
                 _ => continue,
             };
             let at = Location::method(&m.name).value(i).offset(d.offset);
-            let bytes = match d.source {
-                DataSource::Program => program_bytes,
-                DataSource::External(k) => data.get(k).copied().unwrap_or(&[]),
-                DataSource::Prepared => &[],
-            };
+            let bytes = source_bytes(d.source, program_bytes, data);
             let Some(b) = bytes.get(d.offset..d.offset.saturating_add(d.len)) else {
                 errors.push(Diagnostic::new(
                     ErrorKind::OutsideData {

@@ -104,11 +104,7 @@ impl<'a> PreparedData<'a> {
 
     /// `len` little-endian `f32`s of a source file from byte `offset`.
     pub fn read_f32(&self, source: DataSource, offset: usize, len: usize) -> Result<Vec<f32>, String> {
-        let file: &[u8] = match source {
-            DataSource::Program => self.program,
-            DataSource::External(i) => self.data.get(i).copied().unwrap_or(&[]),
-            DataSource::Prepared => return Err("a prepared constant is prepared from embedded data only".into()),
-        };
+        let file = super::source_bytes(source, self.program, &self.data);
         let bytes = offset
             .checked_add(len.saturating_mul(4))
             .and_then(|end| file.get(offset..end))

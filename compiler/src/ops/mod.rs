@@ -276,12 +276,12 @@ impl<'a> OpCtx<'a> {
     }
 
     /// Embeds `floats`, what the compiler prepared for the kept tensor
-    /// `kept` (zero-padded to its size), and emits a shared view of them.
+    /// `kept` (as many as it holds), and emits a shared view of them.
     pub fn read_prepared(&mut self, kept: &TArg, floats: &[f32]) -> Result<(Ident, TokenStream), String> {
         let prepared = self
             .prepared
             .ok_or("constants are not prepared at compile time in this mode")?;
-        if floats.len() > kept.numel() {
+        if floats.len() != kept.numel() {
             return Err(format!(
                 "value {} holds {} elements, its preparation {}",
                 kept.value,
@@ -289,9 +289,7 @@ impl<'a> OpCtx<'a> {
                 floats.len()
             ));
         }
-        let mut padded = floats.to_vec();
-        padded.resize(kept.numel(), 0.0);
-        let offset = prepared.push(&padded);
+        let offset = prepared.push(floats);
         let mut t = kept.clone();
         t.home = Home::Data {
             source: DataSource::Prepared,
