@@ -9,13 +9,13 @@ use proc_macro2::TokenStream;
 /// Reads, verifies and compiles a program (`.pte`, or the program of a
 /// `.bp`/`.bpte` bundle) to tokens. `data` are the bytes of the `.ptd`
 /// files named in `options.data_paths`. With `options.prepared_path` set,
-/// the code reads the constants the compiler prepared from that file: use
-/// [`compile_program`], which returns them.
+/// the code reads its constants from that file: use [`compile_program`],
+/// which returns them.
 pub fn compile(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<TokenStream> {
     compile_program(bytes, data, options).map(|g| g.tokens)
 }
 
-/// [`compile`], with the constants the compiler prepared.
+/// [`compile`], with the constants the code embeds.
 pub fn compile_program(bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
     // A panic here is a bug in ptec; it still must not take down a build
     // script or a proc macro, so it becomes an error that says so.
@@ -74,26 +74,29 @@ pub fn compile_to_string(bytes: &[u8], data: &[&[u8]], options: &Options) -> Res
     compile_to_source(bytes, data, options).map(|s| s.code)
 }
 
-/// A generated source file and the constants the compiler prepared for it.
+/// A generated source file and the constants it embeds.
 #[derive(Clone, Debug)]
 pub struct Source {
     pub code: String,
     /// For the file at `Options::prepared_path` (see [`Generated`]).
     pub prepared: Vec<u8>,
+    /// See [`Generated::files_len`].
+    pub files_len: usize,
 }
 
 impl Source {
-    /// A generated module formatted (see [`to_source`]), with its prepared
+    /// A generated module formatted (see [`to_source`]), with its
     /// constants.
     fn of(g: Generated, options: &Options, program_bytes: &[u8]) -> Result<Source> {
         Ok(Source {
             code: to_source(g.tokens, options, program_bytes)?,
             prepared: g.prepared,
+            files_len: g.files_len,
         })
     }
 
-    /// Writes the code to `path` and, when there are prepared constants,
-    /// those to [`prepared_file`]`(path)`, each only if it changed (so build
+    /// Writes the code to `path` and, when it embeds constants, those to
+    /// [`prepared_file`]`(path)`, each only if it changed (so build
     /// systems see no change for nothing); returns whether anything did.
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<bool> {
         let mut changed = write_if_changed(path, self.code.as_bytes())?;
@@ -104,14 +107,14 @@ impl Source {
     }
 }
 
-/// Where the constants prepared for the generated file `path` go: beside
-/// it, `model.rs` → `model.prepared`.
+/// Where the constants of the generated file `path` go, as the compiler
+/// prepared them: beside it, `model.rs` → `model.prepared`.
 pub fn prepared_file(path: &std::path::Path) -> std::path::PathBuf {
     path.with_extension("prepared")
 }
 
-/// What `include_bytes!` in the file generated at `path` names the
-/// prepared constants by: their file's name, beside it.
+/// What `include_bytes!` in the file generated at `path` names its
+/// constants by: their file's name, beside it.
 pub fn prepared_include(path: &std::path::Path) -> String {
     prepared_file(path)
         .file_name()

@@ -26,11 +26,13 @@ pub struct Settings {
 }
 
 /// Compiles `file` (with `.ptd` files `data`) for embedding from anywhere:
-/// paths in the generated `include_bytes!` are absolute, and the constants
-/// the compiler prepared are written into the tokens (as `include_pte!`
-/// needs: a macro has no file of its own to put them in).
+/// paths in the generated `include_bytes!` are absolute, the constants are
+/// written into the tokens (as `include_pte!` needs: a macro has no file of
+/// its own to put them in), and the code names the input files so that
+/// Cargo rebuilds when they change (see [`Options::track_inputs`]).
 pub fn compile_path(file: &Path, data: &[PathBuf], settings: &Settings) -> Result<(TokenStream, Options), Errors> {
-    let (bytes, datas, options) = read_inputs(file, data, settings, None)?;
+    let (bytes, datas, mut options) = read_inputs(file, data, settings, None)?;
+    options.track_inputs = true;
     let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
     let tokens = compile(&bytes, &refs, &options)?;
     Ok((tokens, options))

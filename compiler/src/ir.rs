@@ -8,16 +8,21 @@
 pub use ptec_runtime::{Dynamism, ScalarType};
 
 /// Which file a [`DataRef`] points into.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DataSource {
     /// The file the program was read from (`.pte`, or the bundle holding it).
     Program,
     /// An external data file (`.ptd`), by its index in
     /// [`Program::external_files`].
     External(usize),
-    /// Constants the compiler prepared from the program's own (see
-    /// `codegen::prepare`), embedded after the files.
-    Prepared,
+    /// The one block of constants generated code embeds (when the weights
+    /// are embedded): the bytes of the files its code reads, compacted (see
+    /// `codegen::compact`), then the constants the compiler prepared (see
+    /// `codegen::prepare`).
+    Embedded,
+    /// Bytes of the files that only the compiler reads, to prepare other
+    /// constants from: the generated code holds no copy of them.
+    PrepareOnly,
 }
 
 /// A byte range of a source file.

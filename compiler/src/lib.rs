@@ -33,7 +33,7 @@ pub mod xnnpack;
 pub use codegen::{Generated, Options};
 pub use compile::{
     compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, lower_delegates,
-    prepared_file, prepared_include, read_file, write_if_changed, ForeignCases, Source,
+    prepared_file, prepared_include, read_file, transform, write_if_changed, ForeignCases, Source,
 };
 pub use error::{Diagnostic, ErrorKind, Errors, Location};
 pub use frontend::{compile_path, expand_macro, source_path, Builder, Settings};

@@ -107,12 +107,26 @@ impl RunnerCrate {
     /// Runs of ptec at the same time share `target`, where each builds an
     /// executable of the same name: a lock held from the build to the copy
     /// keeps one from running another's program.
+    ///
+    /// Cargo hashes a path package by its path relative to its workspace,
+    /// so every runner crate of a name shares one fingerprint: a crate
+    /// whose files are older than another's last build would be taken as
+    /// built. Its fingerprint is removed first, so the crate is always
+    /// compiled (the dependencies stay cached).
     pub fn build(&self, target: &Path, rustflags: Option<&str>, verbose: bool) -> std::result::Result<PathBuf, String> {
         std::fs::create_dir_all(target).map_err(|e| format!("{}: {e}", target.display()))?;
         let lock_path = target.join(".ptec-build.lock");
         let lock = std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
         lock.lock()
             .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        let fingerprints = target.join("release").join(".fingerprint");
+        let prefix = format!("{}-", self.name);
+        for entry in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|e| format!("removing {}: {e}", entry.path().display()))?;
+            }
+        }
         let built = self.build_locked(target, rustflags, verbose)?;
         let copy = self.dir.path().join(self.name);
         std::fs::copy(&built, &copy).map_err(|e| format!("copying {}: {e}", built.display()))?;
@@ -144,5 +158,29 @@ impl RunnerCrate {
             return Err(format!("building the generated code failed:\n{err}"));
         }
         Ok(target.join("release").join(self.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crate_older_than_another_of_its_name_is_still_built() {
+        // Crate `a` is written first, `b` later and built first: `a`'s
+        // files are older than the executable in the shared target, and
+        // `a` must still run its own program.
+        let target = target_dir("PTEC_CHECK_TARGET_DIR", "ptec-check");
+        let program = |answer: u32| format!("fn main() {{ println!(\"{answer}\"); }}\n");
+        let a = RunnerCrate::new("ptec-runner-crate-test", "").unwrap();
+        a.write("main.rs", &program(1)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let b = RunnerCrate::new("ptec-runner-crate-test", "").unwrap();
+        b.write("main.rs", &program(2)).unwrap();
+        for (krate, answer) in [(&b, "2"), (&a, "1")] {
+            let exe = krate.build(&target, None, false).unwrap();
+            let out = Command::new(exe).output().unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), answer);
+        }
     }
 }

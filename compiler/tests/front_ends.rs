@@ -74,6 +74,16 @@ fn cli_builder_and_macro_agree() {
         let fixtures_dir = path.parent().unwrap();
         let expanded = ptec::expand_macro(quote::quote!(#name), fixtures_dir);
         assert_eq!(expanded.to_string(), tokens.to_string(), "{name}: macro differs");
+        // Only the macro names its input, for Cargo to rebuild on a change.
+        let named = format!("include_bytes ! ({:?})", path.display().to_string());
+        assert!(
+            expanded.to_string().contains(&named),
+            "{name}: the macro does not name its file"
+        );
+        assert!(
+            !inline.code.contains(".pte\")") && !inline.code.contains(".bpte\")"),
+            "{name}"
+        );
     }
 }
 
@@ -88,21 +98,42 @@ fn output_is_deterministic() {
 }
 
 #[test]
-fn cli_writes_relative_include_paths_and_only_when_changed() {
+fn cli_output_is_self_contained_and_written_only_when_changed() {
+    // With embedded weights the code and its constants beside it are all a
+    // build needs: the code names no input file.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("src/model.rs");
-    let input = fixture("mlp.pte");
+    let input = fixture("conv.bpte");
     cli(&[input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     let code = std::fs::read_to_string(&out).unwrap();
-    let rel = pathdiff(out.parent().unwrap(), &input);
-    assert!(code.contains(&format!("{rel:?}")), "include path not relative: {rel}");
-    let before = std::fs::metadata(&out).unwrap().modified().unwrap();
+    assert_eq!(code.matches("include_bytes!").count(), 1, "{code}");
+    assert!(code.contains("include_bytes!(\"model.prepared\")"));
+    let constants = dir.path().join("src/model.prepared");
+    let modified = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    let before = (modified(&out), modified(&constants));
     std::thread::sleep(std::time::Duration::from_millis(20));
     cli(&[input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert_eq!(
-        std::fs::metadata(&out).unwrap().modified().unwrap(),
+        (modified(&out), modified(&constants)),
         before,
         "rewritten although unchanged"
+    );
+}
+
+#[test]
+fn cli_names_input_files_relative_to_the_output() {
+    // In external-weights mode the generated tests embed the bundle, to
+    // hand it to the program.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("src/model.rs");
+    let input = fixture("cond.bpte");
+    let args = ["--weights", "external", "--tests", "-o", out.to_str().unwrap()];
+    cli(&[&[input.to_str().unwrap()][..], &args].concat());
+    let code = std::fs::read_to_string(&out).unwrap();
+    let rel = pathdiff(out.parent().unwrap(), &input);
+    assert!(
+        code.contains(&format!("include_bytes!({rel:?})")),
+        "include path not relative: {rel}"
     );
 }
 

@@ -8,8 +8,10 @@ fn generate(name: &str) -> String {
         .join("../tests/fixtures")
         .join(name);
     let bytes = std::fs::read(&path).unwrap();
-    // A fixed include path keeps the snapshot independent of the checkout.
-    let options = ptec::Options::new(name);
+    // Fixed include paths keep the snapshot independent of the checkout,
+    // and the constants out of it (as the CLI writes them).
+    let mut options = ptec::Options::new(name);
+    options.prepared_path = Some(ptec::prepared_include(std::path::Path::new(name)));
     ptec::compile_to_string(&bytes, &[], &options).unwrap()
 }
 

@@ -788,10 +788,14 @@ mod tests {
             // A packing of another shape (n × k) must be ignored, not read.
             let mut other = vec![0.0f32; crate::packed::packed_len(n, k)];
             crate::packed::pack(&w, n, k, false, &mut other);
-            for p in [&packed[..], &other[..], &[]] {
+            // The last: the packing alone, as ptec passes a weight it packed
+            // at compile time to a plain product, which needs no scratch.
+            let cases: [(&[f32], &[f32]); 4] = [(&w, &packed), (&w, &other), (&w, &[]), (&[], &packed)];
+            for (data, p) in cases {
+                let scratch = if data.is_empty() { &mut [][..] } else { &mut scratch[..] };
                 let mut out = vec![f32::NAN; m * n];
                 let b = Operand {
-                    data: &w[..],
+                    data,
                     trans: true,
                     packed: p,
                 };
@@ -807,12 +811,12 @@ mod tests {
                     1.0,
                     true,
                     &mut out,
-                    &mut scratch,
+                    scratch,
                 )
                 .unwrap();
                 check(&out, &want, k);
                 let mut out = vec![f32::NAN; m * n];
-                linear(&x, &w, p, Some(&bias), m, k, n, true, &mut out, &mut scratch);
+                linear(&x, data, p, Some(&bias), m, k, n, true, &mut out, scratch);
                 check(&out, &want, k);
             }
         }
@@ -857,6 +861,24 @@ mod tests {
                 // Packing again finds the packing there and keeps it.
                 pack_fully_connected(&w, k, n, transposed, &mut kept);
                 run(Some(&kept));
+                // The packing alone (as when it was made at compile time).
+                let mut out = vec![f32::NAN; m * n];
+                let b = Some(&bias[..]);
+                fully_connected(
+                    &x,
+                    &[],
+                    b,
+                    m,
+                    k,
+                    n,
+                    transposed,
+                    -0.5,
+                    0.75,
+                    Some(&kept),
+                    &mut out,
+                    &mut [],
+                );
+                check(&out, &want, k);
             }
         }
     }

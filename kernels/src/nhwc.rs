@@ -308,8 +308,9 @@ impl Conv2dNhwc {
 
 /// Regular convolution (see [`Conv2dNhwc::regular`]): `out[N, OH, OW, O] =
 /// clamp(conv(x, w) + bias)`. `packed`, when given for an ungrouped
-/// convolution, is `w` packed by [`Conv2dNhwc::pack_filter`]; otherwise
-/// each call packs it into `scratch`: [`Conv2dNhwc::scratch_len`] floats.
+/// convolution, is `w` packed by [`Conv2dNhwc::pack_filter`], and all the
+/// call reads of the filter (`w` may be empty); otherwise each call packs
+/// `w` into `scratch`: [`Conv2dNhwc::scratch_len`] floats.
 ///
 /// A 1×1 convolution is one matrix product over the pixels (NHWC is
 /// already its row-major `[pixels, C]` operand); any other gathers tiles of
@@ -331,7 +332,7 @@ pub fn conv2d_nhwc(
     let (groups, og, depth) = (g.groups, g.out_c / g.groups, g.depth());
     let (cols, spare) = scratch.split_at_mut(g.gather_len());
     for gi in 0..groups {
-        let wg = &w[gi * og * depth..][..og * depth];
+        // A packed filter is all the call reads (`w` may then be empty).
         let filter: &[f32] = match packed {
             Some(p) if groups == 1 => {
                 assert!(
@@ -341,7 +342,7 @@ pub fn conv2d_nhwc(
                 p
             }
             _ => {
-                pack(wg, depth, og, true, spare);
+                pack(&w[gi * og * depth..][..og * depth], depth, og, true, spare);
                 spare
             }
         };
@@ -655,6 +656,9 @@ pub enum FilterLayout {
 pub struct FoldedConv<'a> {
     pub geometry: Conv2dNhwc,
     pub layout: FilterLayout,
+    /// The filter, bias and batch norm are read only by [`Self::prepare`]:
+    /// a convolution whose filter was prepared elsewhere (by ptec, at
+    /// compile time) may leave them empty.
     pub w: &'a [f32],
     pub bias: Option<&'a [f32]>,
     pub bn: Option<BatchNormFold<'a>>,
@@ -1430,6 +1434,12 @@ mod tests {
                     conv2d_nhwc(&g, &x, &w, bias, min, max, packed, &mut out, &mut scratch);
                     close(&out, &want);
                 }
+                // The packing alone, as when ptec made it at compile time.
+                if groups == 1 {
+                    let mut out = vec![f32::NAN; want.len()];
+                    conv2d_nhwc(&g, &x, &[], bias, min, max, Some(&kept), &mut out, &mut scratch);
+                    close(&out, &want);
+                }
                 // A band of rows across the images, on this thread (as a
                 // chain computes its stem): gathered, as CPUs without AVX2
                 // do, and directly.
@@ -1699,10 +1709,24 @@ mod tests {
                         min: -1.5,
                         max: 2.0,
                     };
-                    for call in 0..2 {
+                    // The third call runs as ptec's code does when it
+                    // prepared the filter at compile time: without the
+                    // filter, bias and batch norm it was made from.
+                    let prepared_elsewhere = FoldedConv {
+                        w: &[],
+                        bias: None,
+                        bn: None,
+                        ..conv
+                    };
+                    for call in 0..3 {
                         let mut got = vec![f32::NAN; want.len()];
-                        conv.prepare(&mut kept);
-                        conv2d_folded(&conv, &xl, &kept, &mut got, &mut scratch);
+                        let conv = if call < 2 {
+                            conv.prepare(&mut kept);
+                            &conv
+                        } else {
+                            &prepared_elsewhere
+                        };
+                        conv2d_folded(conv, &xl, &kept, &mut got, &mut scratch);
                         for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
                             let b = b.clamp(-1.5, 2.0);
                             assert!(

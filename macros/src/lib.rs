@@ -13,8 +13,10 @@
 //! arguments: `name = Ident` (the struct's name), `data = ["w.ptd"]`
 //! (external tensor data), `tests` with `rtol = f` / `atol = f` (for a
 //! bundle: generate its test cases). Every error is a compile error on the
-//! path literal. The program is embedded with `include_bytes!`, so Cargo
-//! rebuilds when it changes. The generated code needs the `ptec-runtime`
+//! path literal. The constants the code reads are written into the
+//! expansion; the program (and `.ptd` files) are named in unused
+//! `include_bytes!`s, which keep them out of the binary but make Cargo
+//! rebuild when they change. The generated code needs the `ptec-runtime`
 //! crate as a dependency.
 use proc_macro::TokenStream;
 

@@ -201,7 +201,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 init.push(quote!(self.#f.copy_from_slice(#bound);));
             }
             if let (Placement::Mutable { initial, .. }, Home::Arena { offset }) = (&t.placement, layout.homes[i]) {
-                let data = ctx.data_expr(initial.source);
+                let data = ctx.data_expr(initial.source, initial.offset);
                 let (s, e) = (lit(initial.offset), lit(initial.offset + initial.len));
                 let (d, de) = (lit(offset), lit(offset + initial.len));
                 init.push(quote!(self.arena.0[#d..#de].copy_from_slice(&#data[#s..#e]);));
@@ -229,7 +229,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             let Home::Data { source, offset } = layout.homes[w.value] else {
                 continue;
             };
-            let data = ctx.data_expr(source);
+            let data = ctx.data_expr(source, offset);
             let (off, elements) = (lit(offset), lit(w.k * w.n));
             let (at, end) = (lit(w.offset), lit(w.offset + w.len));
             let (k, n, trans) = (lit(w.k), lit(w.n), w.trans);
@@ -247,7 +247,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     let (rs_mut, rs_ref) = (ctx.rs_param(true), ctx.rs_param(false));
     let (rs_arg, rs_arg_after) = (ctx.rs_arg(false), ctx.rs_arg(true));
     let mut scratch = 0usize;
-    let data_expr = |s: DataSource| ctx.data_expr(s);
+    let data_expr = |s: DataSource, offset: usize| ctx.data_expr(s, offset);
     let mut ins_fns = Vec::new();
     let mut has_jumps = false;
     for (n, ins) in m.instructions.iter().enumerate() {
@@ -548,7 +548,7 @@ fn move_body(
     rt: &[bool],
     from: usize,
     to: usize,
-    data_expr: &dyn Fn(DataSource) -> TokenStream,
+    data_expr: &dyn Fn(DataSource, usize) -> TokenStream,
 ) -> Result<TokenStream, String> {
     match (&m.values[from], &m.values[to]) {
         (Value::Tensor(f), Value::Tensor(t)) => {
@@ -568,7 +568,7 @@ fn move_body(
                     }
                 }
                 Home::Data { source, offset } => {
-                    let data = data_expr(source);
+                    let data = data_expr(source, offset);
                     let (s, d) = (lit(offset), lit(dst));
                     out = quote! { let n = #n; self.arena.0[#d..#d + n].copy_from_slice(&#data[#s..#s + n]); };
                 }
@@ -609,7 +609,7 @@ fn cond_expr(
     rt: &[bool],
     cond: usize,
     instruction: usize,
-    data_expr: &dyn Fn(DataSource) -> TokenStream,
+    data_expr: &dyn Fn(DataSource, usize) -> TokenStream,
 ) -> TokenStream {
     let ins = lit(instruction);
     match &m.values[cond] {
@@ -626,7 +626,7 @@ fn cond_expr(
                     quote!(&self.arena.0[#o..#o + n])
                 }
                 Home::Data { source, offset } => {
-                    let d = data_expr(source);
+                    let d = data_expr(source, offset);
                     let o = lit(offset);
                     quote!(&#d[#o..#o + n])
                 }
@@ -742,7 +742,7 @@ fn output_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: usiz
                     quote!(&self.arena.0[#o..#o + #n])
                 }
                 Home::Data { source, offset } => {
-                    let d = ctx.data_expr(source);
+                    let d = ctx.data_expr(source, offset);
                     let o = lit(offset);
                     quote!(&#d[#o..#o + #n])
                 }
@@ -830,7 +830,7 @@ fn typed_fn(
                             quote!(&self.#field.arena.0[#o..#o + #n])
                         }
                         Home::Data { source, offset } => {
-                            let d = ctx.data_expr(source);
+                            let d = ctx.data_expr(source, offset);
                             let o = lit(offset);
                             quote!(&#d[#o..#o + #n])
                         }

@@ -1,9 +1,10 @@
 //! Code generation: a verified program → one Rust module (as tokens, or as
 //! formatted source with a `@generated` header).
 //!
-//! The module holds the embedded file data, one struct for the program with
+//! The module holds the embedded constants, one struct for the program with
 //! a state per method, the typed function of each method and an
 //! implementation of `ptec_runtime::Model` (the dynamic interface).
+pub mod compact;
 pub mod fold;
 pub mod layout;
 mod method;
@@ -17,7 +18,6 @@ use crate::load::Loaded;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeSet;
 
 pub use method::method_ident;
 
@@ -39,11 +39,16 @@ pub struct Options {
     /// External-weights mode: embed no file data; the program is given the
     /// `.pte` (and `.ptd` files) at construction and reads them in place.
     pub external_weights: bool,
-    /// The path the generated `include_bytes!` reads the constants the
-    /// compiler prepared from (relative to the generated file, or
-    /// absolute); the caller writes [`Generated::prepared`] there. `None`:
-    /// they are embedded in the code itself, as a byte-string literal.
+    /// The path the generated `include_bytes!` reads the program's
+    /// constants from (relative to the generated file, or absolute): those
+    /// its code reads and those the compiler prepared; the caller writes
+    /// [`Generated::prepared`] there. `None`: they are embedded in the code
+    /// itself, as a byte-string literal.
     pub prepared_path: Option<String>,
+    /// Name the input files in `include_bytes!`s the code does not use, so
+    /// that Cargo rebuilds when they change (for `include_pte!`, whose code
+    /// otherwise names no file).
+    pub track_inputs: bool,
     /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
     /// (see [`crate::xnnpack`]); when off they are left as delegate calls.
     pub lower_xnnpack: bool,
@@ -68,6 +73,7 @@ impl Options {
             tests: None,
             external_weights: false,
             prepared_path: None,
+            track_inputs: false,
             lower_xnnpack: true,
             channels_last: true,
         }
@@ -128,15 +134,17 @@ pub struct Ctx<'a> {
     /// The constants the compiler prepares (see [`prepare`]); `None` in
     /// external-weights mode, where the first run prepares them.
     pub prepared: Option<prepare::PreparedData<'a>>,
+    /// Every read of file data the generated code makes (see [`compact`]).
+    pub reads: std::cell::RefCell<compact::Reads>,
 }
 
 impl Ctx<'_> {
-    /// The static holding the embedded bytes of a source file.
+    /// The static holding the embedded bytes of a source.
     pub fn data_ident(&self, source: DataSource) -> Ident {
         match source {
             DataSource::Program => format_ident!("PROGRAM_DATA"),
             DataSource::External(i) => format_ident!("EXTERNAL_DATA_{}", i),
-            DataSource::Prepared => format_ident!("PREPARED_DATA"),
+            DataSource::Embedded | DataSource::PrepareOnly => format_ident!("EMBEDDED_DATA"),
         }
     }
 
@@ -144,21 +152,29 @@ impl Ctx<'_> {
     /// mode is given: the program first, then its `.ptd` files.
     pub fn file_index(source: DataSource) -> usize {
         match source {
-            DataSource::Program | DataSource::Prepared => 0,
             DataSource::External(i) => 1 + i,
+            _ => 0,
         }
     }
 
-    /// The bytes of a source file as an expression `e` such that `&e` is
-    /// a `&[u8]` and `&e[a..b]` a sub-slice: an embedded static, or (in
+    /// The bytes of a source as an expression `e` such that `&e` is a
+    /// `&[u8]` and `&e[a..b]` a sub-slice: an embedded static, or (in
     /// external-weights mode) the run-time file in the resources `rs`.
-    pub fn data_expr(&self, source: DataSource) -> TokenStream {
-        if self.runtime_files && source != DataSource::Prepared {
-            let k = crate::ops::lit(Self::file_index(source));
-            quote!(rs.files[#k].bytes())
-        } else {
-            let id = self.data_ident(source);
-            quote!(#id.0)
+    /// `offset` is where the code reads from, recorded in [`Ctx::reads`].
+    pub fn data_expr(&self, source: DataSource, offset: usize) -> TokenStream {
+        self.reads.borrow_mut().insert((source, offset));
+        match source {
+            DataSource::Program | DataSource::External(_) if self.runtime_files => {
+                let k = crate::ops::lit(Self::file_index(source));
+                quote!(rs.files[#k].bytes())
+            }
+            // Never embedded; `generate` fails on such a read before the
+            // code leaves it.
+            DataSource::PrepareOnly => quote!(compile_error!("internal: a read of data left out of the binary")),
+            _ => {
+                let id = self.data_ident(source);
+                quote!(#id.0)
+            }
         }
     }
 
@@ -237,60 +253,13 @@ pub fn backend_ids(p: &Program) -> Vec<String> {
     ids
 }
 
-/// Which embedded sources generated code refers to.
-fn used_sources(p: &Program) -> BTreeSet<(u8, usize)> {
-    let mut used = BTreeSet::new();
-    for m in &p.methods {
-        if !m.delegates.is_empty() {
-            used.insert((0, 0));
-        }
-        for v in &m.values {
-            if let Some(t) = v.as_tensor() {
-                let d = match &t.placement {
-                    Placement::Constant { data } | Placement::Mutable { initial: data, .. } => Some(data),
-                    Placement::External { data: Some(d), .. } => Some(d),
-                    _ => None,
-                };
-                if let Some(d) = d {
-                    used.insert(match d.source {
-                        // Prepared data is not the program's: it is
-                        // never a placement.
-                        DataSource::Program | DataSource::Prepared => (0, 0),
-                        DataSource::External(i) => (1, i),
-                    });
-                }
-            }
-        }
-    }
-    used
-}
-
-/// Which embedded sources the test cases' tensors come from: the bundle
-/// itself, or (for cases taken from another bundle) a data file.
-fn test_sources(suites: &[TestSuite]) -> BTreeSet<(u8, usize)> {
-    let mut used = BTreeSet::new();
-    let values = suites
-        .iter()
-        .flat_map(|s| &s.cases)
-        .flat_map(|c| c.inputs.iter().chain(&c.expected));
-    for v in values {
-        if let TestValue::Tensor { data, .. } = v {
-            used.insert(match data.source {
-                DataSource::Program | DataSource::Prepared => (0, 0),
-                DataSource::External(i) => (1, i),
-            });
-        }
-    }
-    used
-}
-
-/// The bytes of a file the program was read from (none for the data the
-/// compiler prepares, which is not such a file).
+/// The bytes of a file the program was read from (none for the blocks the
+/// compiler makes, which are not such files).
 pub(crate) fn source_bytes<'a>(source: DataSource, program_bytes: &'a [u8], data: &[&'a [u8]]) -> &'a [u8] {
     match source {
         DataSource::Program => program_bytes,
         DataSource::External(k) => data.get(k).copied().unwrap_or(&[]),
-        DataSource::Prepared => &[],
+        DataSource::Embedded | DataSource::PrepareOnly => &[],
     }
 }
 
@@ -347,15 +316,21 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
 #[derive(Clone, Debug)]
 pub struct Generated {
     pub tokens: TokenStream,
-    /// The constants the compiler prepared, for the file at
-    /// [`Options::prepared_path`] (when set; the code embeds them otherwise).
+    /// The constants the code embeds (see [`DataSource::Embedded`]), for the
+    /// file at [`Options::prepared_path`] (when set; the code embeds them
+    /// otherwise): the bytes of the program's files its code reads, then the
+    /// constants the compiler prepared.
     /// Empty when there are none: the code then reads no such file.
     pub prepared: Vec<u8>,
+    /// How many leading bytes of `prepared` are the files' bytes; the
+    /// constants the compiler prepared follow, from the next multiple of 64.
+    pub files_len: usize,
 }
 
 /// Generates the module of a loaded program. `program_bytes` and `data` are
-/// the files' bytes (for checks, the header's hash and the constants the
-/// compiler prepares).
+/// the files' bytes (for checks, and the constants the code embeds and the
+/// compiler prepares). With embedded weights it generates twice: see
+/// [`compact`].
 pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
     let program = loaded.program.as_ref().ok_or_else(|| {
         Errors::one(
@@ -383,48 +358,68 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         delegate_base.push(n_delegates);
         n_delegates += m.delegates.len();
     }
-    let ctx = Ctx {
+    let ctx_of = |program, prepared| Ctx {
         struct_ident: struct_ident.clone(),
         program,
         runtime_files: options.external_weights,
-        delegate_base,
+        delegate_base: delegate_base.clone(),
         n_delegates,
-        prepared: (!options.external_weights).then(|| prepare::PreparedData::new(program_bytes, data)),
+        prepared,
+        reads: Default::default(),
     };
-    let mut errors = check_data(program, program_bytes, data);
-    let mut methods = Vec::new();
-    for (i, m) in program.methods.iter().enumerate() {
-        match method::generate_method(&ctx, i, m) {
-            Ok(code) => methods.push(code),
-            Err(mut e) => errors.append(&mut e),
-        }
-    }
+    let errors = check_data(program, program_bytes, data);
     if !errors.is_empty() {
         return Err(Errors(errors));
     }
-
     let with_tests = options.tests.is_some() && !loaded.suites.is_empty();
-    let mut sources = used_sources(program);
-    if with_tests {
-        sources.extend(test_sources(&loaded.suites));
-    }
+    let no_suites: &[TestSuite] = &[];
+    let suites = if with_tests { &loaded.suites[..] } else { no_suites };
+    let (compacted_program, compacted_suites);
+    let (ctx, methods, suites) = if options.external_weights {
+        let ctx = ctx_of(program, None);
+        let methods = generate_methods(&ctx)?;
+        (ctx, methods, suites)
+    } else {
+        // A first generation learns what the code reads; the second runs on
+        // the program with its data compacted to that.
+        let first = ctx_of(program, Some(prepare::PreparedData::new(program_bytes, data)));
+        generate_methods(&first)?;
+        let reads = first.reads.take();
+        let c = compact::compact(program, suites, &reads, program_bytes, data)
+            .map_err(|detail| Errors::one(ErrorKind::BadPlacement { detail }, Location::default()))?;
+        (compacted_program, compacted_suites) = (c.program, c.suites);
+        let prepared = prepare::PreparedData::compacted(c.embedded, c.prepare_only);
+        let ctx = ctx_of(&compacted_program, Some(prepared));
+        let methods = generate_methods(&ctx)?;
+        if ctx.reads.borrow().iter().any(|&(s, _)| s == DataSource::PrepareOnly) {
+            return Err(Errors::one(
+                ErrorKind::Internal {
+                    detail: "generated code reads data the first generation did not".into(),
+                },
+                Location::default(),
+            ));
+        }
+        (ctx, methods, &compacted_suites[..])
+    };
+
     let file_sources: Vec<(u8, usize)> = if options.external_weights {
         std::iter::once((0, 0)).chain((0..data.len()).map(|i| (1, i))).collect()
     } else {
-        sources.into_iter().collect()
+        Vec::new()
     };
+    let files_len = ctx.prepared.as_ref().map_or(0, |p| p.files_len());
     let prepared = ctx.prepared.as_ref().map(|p| p.take_bytes()).unwrap_or_default();
     let prepared_static = prepared_static(&ctx, options, &prepared);
-    let data_statics = data_statics(&ctx, options, program_bytes, data, &file_sources)?;
     // In external-weights mode the weights stay out of the binary; only
     // the bundled tests embed the files, to hand them to the program.
-    let (statics, test_statics) = if options.external_weights {
-        (quote!(), data_statics)
+    let test_statics = data_statics(&ctx, options, program_bytes, data, &file_sources)?;
+    let tracked = if options.track_inputs {
+        track_inputs(options)
     } else {
-        (quote!(#(#data_statics)*), Vec::new())
+        quote!()
     };
     let tests_module = match options.tests {
-        Some((rtol, atol)) if with_tests => tests::generate_tests(&ctx, &loaded.suites, rtol, atol, &test_statics),
+        Some((rtol, atol)) if with_tests => tests::generate_tests(&ctx, suites, rtol, atol, &test_statics),
         _ => quote!(),
     };
     let file_checks: Vec<TokenStream> = file_sources
@@ -509,7 +504,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     let tokens = quote! {
         const _: () = ::ptec_runtime::check_abi(#abi);
 
-        #statics
+        #tracked
         #prepared_static
 
         #(#state_items)*
@@ -589,16 +584,45 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
             }
         }
     };
-    Ok(Generated { tokens, prepared })
+    Ok(Generated {
+        tokens,
+        prepared,
+        files_len,
+    })
 }
 
-/// The `static` holding the constants the compiler prepared, 64-byte
-/// aligned: read from `options.prepared_path`, or written out here.
+/// The code of every method of `ctx.program`.
+fn generate_methods(ctx: &Ctx<'_>) -> Result<Vec<method::MethodCode>> {
+    let mut errors = Vec::new();
+    let mut methods = Vec::new();
+    for (i, m) in ctx.program.methods.iter().enumerate() {
+        match method::generate_method(ctx, i, m) {
+            Ok(code) => methods.push(code),
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(methods)
+    } else {
+        Err(Errors(errors))
+    }
+}
+
+/// Unused constants naming the input files, so that Cargo rebuilds the
+/// crate of an `include_pte!` when one changes (the compiler drops them:
+/// they are not in the binary).
+fn track_inputs(options: &Options) -> TokenStream {
+    let paths = std::iter::once(&options.program_path).chain(&options.data_paths);
+    quote!(#(const _: &[u8] = include_bytes!(#paths);)*)
+}
+
+/// The `static` holding the constants the code embeds, 64-byte aligned:
+/// read from `options.prepared_path`, or written out here.
 fn prepared_static(ctx: &Ctx<'_>, options: &Options, bytes: &[u8]) -> TokenStream {
     if bytes.is_empty() {
         return quote!();
     }
-    let ident = ctx.data_ident(DataSource::Prepared);
+    let ident = ctx.data_ident(DataSource::Embedded);
     let n = crate::ops::lit(bytes.len());
     let data = match &options.prepared_path {
         Some(path) => quote!(*include_bytes!(#path)),

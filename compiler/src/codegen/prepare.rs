@@ -5,9 +5,10 @@
 //! ptec's kernels keep such data in a "kept" tensor, prepared by the first
 //! run. When every constant it is made from is embedded in the program, the
 //! compiler prepares it instead, with the kernels' own functions, and the
-//! program holds the result as one more embedded constant (`PREPARED_DATA`):
+//! program embeds the result with its other constants ([`DataSource::Embedded`]):
 //! the kept tensor then takes no memory in the method's state, no run pays
-//! for the preparation, and the weights it was made from are never read.
+//! for the preparation, and the weights it was made from stay out of the
+//! binary (see `codegen::compact`).
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
 use crate::channels_last::folded;
@@ -22,7 +23,7 @@ const FOLDED_ARGS: usize = folded::OUT - folded::WEIGHT;
 
 /// Where the constants a kept tensor is prepared from sit among a call's
 /// arguments: `(kept, sources)`. Optional ones may be `None` values.
-fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize>)> {
+pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize>)> {
     let folded_at = |first: usize| {
         let at = |field: usize| first + field - folded::WEIGHT;
         let sources = [
@@ -81,30 +82,56 @@ pub fn prepared_at_compile_time(m: &Method) -> BTreeSet<usize> {
     out
 }
 
-/// The bytes of the prepared constants of a program, built as its
-/// instructions are generated.
+/// The bytes of the constants a program embeds (see
+/// [`DataSource::Embedded`]), to which the prepared constants are appended
+/// as its instructions are generated.
 pub struct PreparedData<'a> {
     /// The bytes of each source file: the program's, then the `.ptd` files.
     program: &'a [u8],
     data: Vec<&'a [u8]>,
+    /// The bytes of [`DataSource::PrepareOnly`].
+    prepare_only: Vec<u8>,
     bytes: RefCell<Vec<u8>>,
+    /// How many leading bytes of `bytes` are the files' (the rest were
+    /// prepared).
+    files_len: usize,
 }
 
 /// Each prepared constant starts on a cache line.
 const ALIGN: usize = 64;
 
 impl<'a> PreparedData<'a> {
+    /// For a program that reads its constants from its files.
     pub fn new(program: &'a [u8], data: &[&'a [u8]]) -> Self {
         PreparedData {
             program,
             data: data.to_vec(),
+            prepare_only: Vec::new(),
             bytes: RefCell::new(Vec::new()),
+            files_len: 0,
         }
     }
 
-    /// `len` little-endian `f32`s of a source file from byte `offset`.
+    /// For a compacted program (see `codegen::compact`): the prepared
+    /// constants follow the bytes it embeds.
+    pub fn compacted(embedded: Vec<u8>, prepare_only: Vec<u8>) -> Self {
+        PreparedData {
+            program: &[],
+            data: Vec::new(),
+            prepare_only,
+            files_len: embedded.len(),
+            bytes: RefCell::new(embedded),
+        }
+    }
+
+    /// `len` little-endian `f32`s of a source from byte `offset`.
     pub fn read_f32(&self, source: DataSource, offset: usize, len: usize) -> Result<Vec<f32>, String> {
-        let file = super::source_bytes(source, self.program, &self.data);
+        let embedded = self.bytes.borrow();
+        let file = match source {
+            DataSource::Embedded => &embedded[..],
+            DataSource::PrepareOnly => &self.prepare_only[..],
+            _ => super::source_bytes(source, self.program, &self.data),
+        };
         let bytes = offset
             .checked_add(len.saturating_mul(4))
             .and_then(|end| file.get(offset..end))
@@ -115,7 +142,8 @@ impl<'a> PreparedData<'a> {
             .collect())
     }
 
-    /// Appends `floats` (little-endian); returns their byte offset.
+    /// Appends `floats` (little-endian); returns their byte offset in
+    /// [`DataSource::Embedded`].
     pub fn push(&self, floats: &[f32]) -> usize {
         let mut bytes = self.bytes.borrow_mut();
         let start = bytes.len().next_multiple_of(ALIGN);
@@ -125,7 +153,12 @@ impl<'a> PreparedData<'a> {
         offset
     }
 
-    /// The bytes prepared so far, taken out.
+    /// How many leading bytes are the files' bytes the code reads.
+    pub fn files_len(&self) -> usize {
+        self.files_len
+    }
+
+    /// The bytes embedded so far, taken out.
     pub fn take_bytes(&self) -> Vec<u8> {
         std::mem::take(&mut *self.bytes.borrow_mut())
     }

@@ -62,7 +62,7 @@ pub fn delegate_body(
                         }))
                     }
                     Home::Data { source, offset } => {
-                        let d = ctx.data_expr(source);
+                        let d = ctx.data_expr(source, offset);
                         let off = lit(offset);
                         quote!(::ptec_runtime::DelegateArg::Value(::ptec_runtime::Value::Tensor(::ptec_runtime::TensorRef {
                             dtype: #dtype, sizes: #sizes, dim_order: &[#(#order),*], data: &#d[#off..#off + #len],
@@ -136,7 +136,7 @@ pub fn resources_items(ctx: &Ctx<'_>, file_checks: &[TokenStream]) -> TokenStrea
             for (di, d) in m.delegates.iter().enumerate() {
                 let slot = lit(ctx.delegate_base[mi] + di);
                 let id = &d.id;
-                let data = ctx.data_expr(d.processed.source);
+                let data = ctx.data_expr(d.processed.source, d.processed.offset);
                 let (a, b) = (lit(d.processed.offset), lit(d.processed.offset + d.processed.len));
                 let specs = d.compile_specs.iter().map(|(k, v)| {
                     let v = proc_macro2::Literal::byte_string(v);

@@ -66,7 +66,7 @@ fn packed_copy(ctx: &OpCtx<'_>, value: usize, trans: bool) -> TokenStream {
             len,
             ..
         }) => {
-            let data = (ctx.data_expr)(DataSource::Prepared);
+            let data = (ctx.data_expr)(DataSource::Embedded, *offset);
             let (offset, len) = (lit(*offset), lit(*len));
             quote!(::ptec_runtime::mem::constant::<f32>(&#data, #offset, #len)?)
         }
@@ -78,21 +78,34 @@ fn packed_copy(ctx: &OpCtx<'_>, value: usize, trans: bool) -> TokenStream {
     }
 }
 
+/// Whether constant `value` (stored transposed or not) was packed at
+/// compile time: a plain product then reads only its packed copy.
+fn packed_at_compile_time(ctx: &OpCtx<'_>, value: usize, trans: bool) -> bool {
+    ctx.folds.packed_for(value, trans).is_some_and(|w| w.prepared.is_some())
+}
+
 /// The right operand at argument `i` of a product: the `Operand`
 /// expression reading it, the view statement, and whether it is packed. A
 /// folded transpose reads the constant it transposes, as a transposed
-/// operand; a constant packed on the first run comes with its packed copy.
+/// operand; a packed constant comes with its packed copy, and alone when
+/// the product is `plain` (runs on the packed engine) and the copy was made
+/// at compile time, so that the constant itself stays out of the binary.
 fn right_operand(
     ctx: &mut OpCtx<'_>,
     i: usize,
     stored_transposed: bool,
+    plain: bool,
 ) -> Result<(TokenStream, TokenStream, bool), String> {
     let logical = ctx.tensor(i)?;
     let (stored, trans) = match ctx.folds.transposed(logical.value) {
         Some(src) => (ctx.tensor_by_value(src)?, true),
         None => (logical, stored_transposed),
     };
-    let (data, stmt) = ctx.read(&stored)?;
+    let (data, stmt) = if plain && packed_at_compile_time(ctx, stored.value, trans) {
+        ctx.unread_f32()
+    } else {
+        ctx.read(&stored)?
+    };
     let is_packed = ctx.folds.packed_for(stored.value, trans).is_some();
     let packed = packed_copy(ctx, stored.value, trans);
     let operand = quote!(::ptec_runtime::kernels::linear::Operand { data: #data, trans: #trans, packed: #packed });
@@ -133,13 +146,13 @@ fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         stmts.push(ctx.set_sizes(&out, quote!(&[#m, #n])));
     }
     let bsizes = ctx.sizes(&bias);
-    let (bi, s1) = ctx.read(&bias)?;
-    let (ai, s2) = ctx.read(&a)?;
-    let (b_operand, s3, b_packed) = right_operand(ctx, 2, false)?;
-    let (o, s4) = ctx.write(&out)?;
     // `addmm` adds a row bias as it stores, as a plain product would.
     let row_bias = !bias.dynamic && matches!(bias.sizes[..], [n] | [1, n] if n == b.sizes[1]);
     let plain = alpha == 1.0 && (beta == 0.0 || (beta == 1.0 && row_bias));
+    let (bi, s1) = ctx.read(&bias)?;
+    let (ai, s2) = ctx.read(&a)?;
+    let (b_operand, s3, b_packed) = right_operand(ctx, 2, false, plain)?;
+    let (o, s4) = ctx.write(&out)?;
     let max = (a.sizes[0], b.sizes[1], a.sizes[1]);
     let (sc, s5) = scratch(ctx, &m, &n, &k, max, b_packed && plain);
     stmts.extend([s1, s2, s3, s4, s5]);
@@ -168,7 +181,7 @@ fn mm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (m, k, n) = (dims(ctx, &a, 0), lit(a.sizes[1]), lit(b.sizes[1]));
     let mut stmts = vec![ctx.set_sizes(&out, quote!(&[#m, #n]))];
     let (ai, s1) = ctx.read(&a)?;
-    let (b_operand, s2, b_packed) = right_operand(ctx, 1, false)?;
+    let (b_operand, s2, b_packed) = right_operand(ctx, 1, false, true)?;
     let (o, s3) = ctx.write(&out)?;
     let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[0], b.sizes[1], a.sizes[1]), b_packed);
     stmts.extend([s1, s2, s3, s4]);
@@ -224,7 +237,11 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     require_sizes(&out, &want)?;
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
     let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = ctx.read(&w)?;
+    let (wi, s2) = if packed_at_compile_time(ctx, w.value, true) {
+        ctx.unread_f32()
+    } else {
+        ctx.read(&w)?
+    };
     let w_packed = ctx.folds.packed_for(w.value, true).is_some();
     let packed = packed_copy(ctx, w.value, true);
     let (o, s3) = ctx.write(&out)?;

@@ -198,7 +198,7 @@ pub struct OpCtx<'a> {
     pub args: &'a [usize],
     /// The bytes of each source file, as an expression (see
     /// `codegen::Ctx::data_expr`).
-    pub data_expr: &'a dyn Fn(DataSource) -> TokenStream,
+    pub data_expr: &'a dyn Fn(DataSource, usize) -> TokenStream,
     /// Values whose scalar is computed at run time (a state field).
     pub runtime_scalars: &'a [bool],
     /// What the method's compile-time folds changed.
@@ -226,7 +226,7 @@ impl<'a> OpCtx<'a> {
         instruction: usize,
         name: String,
         args: &'a [usize],
-        data_expr: &'a dyn Fn(DataSource) -> TokenStream,
+        data_expr: &'a dyn Fn(DataSource, usize) -> TokenStream,
         runtime_scalars: &'a [bool],
         folds: &'a Folds,
         occupancy: &'a Occupancy,
@@ -292,10 +292,19 @@ impl<'a> OpCtx<'a> {
         let offset = prepared.push(floats);
         let mut t = kept.clone();
         t.home = Home::Data {
-            source: DataSource::Prepared,
+            source: DataSource::Embedded,
             offset,
         };
         self.read(&t)
+    }
+
+    /// An empty `&[f32]` standing for a constant the call does not read:
+    /// one the compiler prepared another from, left out of the binary (see
+    /// `codegen::compact`).
+    pub fn unread_f32(&mut self) -> (Ident, TokenStream) {
+        let name = self.fresh("unread");
+        let stmt = quote!(let #name: &[f32] = &[];);
+        (name, stmt)
     }
 
     /// Fails unless the call has exactly `n` arguments (returns included).
@@ -573,7 +582,7 @@ impl<'a> OpCtx<'a> {
                 }
             }
             (Home::Data { source, offset }, false) => {
-                let data = (self.data_expr)(source);
+                let data = (self.data_expr)(source, offset);
                 let off = lit(offset);
                 if is_bool {
                     quote! { let #name: &[bool] = ::ptec_runtime::mem::constant_bool(&#data, #off, #len)?; }
@@ -683,11 +692,6 @@ impl<'a> OpCtx<'a> {
             }
         }
         Ok(())
-    }
-
-    /// The bytes of a source file, as an expression.
-    pub fn data(&self, source: DataSource) -> TokenStream {
-        (self.data_expr)(source)
     }
 }
 

@@ -146,7 +146,7 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     check_packed(&packed, packed_len(k, n))?;
     let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = ctx.read(&w)?;
+    let (wi, s2) = read_unless_prepared(ctx, &w, &packed)?;
     let (bi, s3) = read_opt(ctx, &bias)?;
     let (pi, s4) = match &packed {
         Some(p) => {
@@ -185,6 +185,16 @@ fn check_packed(packed: &Option<TArg>, len: usize) -> Result<(), String> {
             p.numel()
         )),
         _ => Ok(()),
+    }
+}
+
+/// A view of the weight `w`, or an empty slice when its call reads only
+/// the kept tensor `kept` prepared from it at compile time.
+fn read_unless_prepared(ctx: &mut OpCtx<'_>, w: &TArg, kept: &Option<TArg>) -> Result<(Ident, TokenStream), String> {
+    if kept.as_ref().is_some_and(|k| ctx.is_prepared(k)) {
+        Ok(ctx.unread_f32())
+    } else {
+        ctx.read(w)
     }
 }
 
@@ -239,7 +249,7 @@ fn emit_conv(
     let (min, max) = bounds;
     let geometry = conv_tokens(&g);
     let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = ctx.read(&w)?;
+    let (wi, s2) = read_unless_prepared(ctx, &w, packed.as_ref().unwrap_or(&None))?;
     let (bi, s3) = read_opt(ctx, &bias)?;
     let call = match packed {
         None => {
@@ -455,6 +465,9 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
         _ => None,
     };
     let conv = ctx.fresh("conv");
+    // A filter prepared at compile time is all the call reads: the weights
+    // and batch norm it was made from stay out of the binary.
+    let prepared = ctx.is_prepared(&kept);
     let (kept, s_kept) = prepared_view(
         ctx,
         &kept,
@@ -489,6 +502,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
         |kept| quote!(#conv.prepare(#kept);),
     )?;
     let (bn, s_bn) = match (mean, var) {
+        _ if prepared => (quote!(None), quote!()),
         (Some(mean), Some(var)) => {
             let eps = f64_lit(eps.unwrap_or_default());
             let (wi, s1) = read_opt(ctx, &bn_weight)?;
@@ -505,8 +519,12 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     };
     let geometry = conv_tokens(&g);
     let layout = format_ident!("{layout:?}");
-    let (wi, s1) = ctx.read(&w)?;
-    let (bi, s2) = read_opt(ctx, &bias)?;
+    let (wi, s1) = if prepared { ctx.unread_f32() } else { ctx.read(&w)? };
+    let (bi, s2) = if prepared {
+        (quote!(None), quote!())
+    } else {
+        read_opt(ctx, &bias)?
+    };
     let (ri, s3) = read_opt(ctx, &residual)?;
     Ok(FoldedTokens {
         geometry: g,
