@@ -79,7 +79,8 @@ pub struct BenchReport {
     /// Time to build the executable once the runtime is built: in effect
     /// rustc on the generated module (plus cargo's fixed overhead).
     pub build_s: f64,
-    /// Size of the built executable (which embeds the program file).
+    /// Size of the built executable (which embeds the constants the code
+    /// reads).
     pub binary_bytes: u64,
     /// Bytes the program object owns: the plan's buffers, what ptec adds
     /// to them (temporaries the plan had no room for, scratch; in

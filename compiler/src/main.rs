@@ -230,8 +230,8 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
     options.struct_name = a.name.clone();
     options.tests = a.tests.then_some((a.rtol, a.atol));
     options.external_weights = a.weights == Weights::External;
-    // Constants the compiler prepared go beside the output (`model.rs` →
-    // `model.prepared`), or, on standard output, into the code itself.
+    // The constants go beside the output (`model.rs` → `model.prepared`),
+    // or, on standard output, into the code itself.
     let out = Path::new(&a.output);
     if a.output != "-" {
         options.prepared_path = Some(ptec::prepared_include(out));

@@ -101,11 +101,7 @@ fn right_operand(
         Some(src) => (ctx.tensor_by_value(src)?, true),
         None => (logical, stored_transposed),
     };
-    let (data, stmt) = if plain && packed_at_compile_time(ctx, stored.value, trans) {
-        ctx.unread_f32()
-    } else {
-        ctx.read(&stored)?
-    };
+    let (data, stmt) = ctx.read_if_needed(&stored, !(plain && packed_at_compile_time(ctx, stored.value, trans)))?;
     let is_packed = ctx.folds.packed_for(stored.value, trans).is_some();
     let packed = packed_copy(ctx, stored.value, trans);
     let operand = quote!(::ptec_runtime::kernels::linear::Operand { data: #data, trans: #trans, packed: #packed });
@@ -237,11 +233,7 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     require_sizes(&out, &want)?;
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
     let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = if packed_at_compile_time(ctx, w.value, true) {
-        ctx.unread_f32()
-    } else {
-        ctx.read(&w)?
-    };
+    let (wi, s2) = ctx.read_if_needed(&w, !packed_at_compile_time(ctx, w.value, true))?;
     let w_packed = ctx.folds.packed_for(w.value, true).is_some();
     let packed = packed_copy(ctx, w.value, true);
     let (o, s3) = ctx.write(&out)?;

@@ -298,13 +298,17 @@ impl<'a> OpCtx<'a> {
         self.read(&t)
     }
 
-    /// An empty `&[f32]` standing for a constant the call does not read:
-    /// one the compiler prepared another from, left out of the binary (see
+    /// A shared view of the `f32` tensor `t` when the call reads it
+    /// (`needed`); otherwise an empty `&[f32]` in its place: a constant the
+    /// compiler prepared another from, left out of the binary (see
     /// `codegen::compact`).
-    pub fn unread_f32(&mut self) -> (Ident, TokenStream) {
+    pub fn read_if_needed(&mut self, t: &TArg, needed: bool) -> Result<(Ident, TokenStream), String> {
+        if needed {
+            return self.read(t);
+        }
         let name = self.fresh("unread");
         let stmt = quote!(let #name: &[f32] = &[];);
-        (name, stmt)
+        Ok((name, stmt))
     }
 
     /// Fails unless the call has exactly `n` arguments (returns included).

@@ -146,27 +146,21 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     check_packed(&packed, packed_len(k, n))?;
     let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = read_unless_prepared(ctx, &w, &packed)?;
+    let (wi, s2) = ctx.read_if_needed(&w, !is_prepared(ctx, &packed))?;
     let (bi, s3) = read_opt(ctx, &bias)?;
-    let (pi, s4) = match &packed {
-        Some(p) => {
-            let (view, stmts) = prepared_view(
-                ctx,
-                p,
-                |ctx, into| {
-                    let w = ctx.constant_f32(&w)?;
-                    ptec_runtime::kernels::linear::pack_fully_connected(&w, k, n, transposed, into);
-                    Ok(())
-                },
-                |kept| {
-                    let (kl, nl) = (lit(k), lit(n));
-                    quote!(::ptec_runtime::kernels::linear::pack_fully_connected(#wi, #kl, #nl, #transposed, #kept);)
-                },
-            )?;
-            (quote!(Some(#view)), stmts)
-        }
-        None => (quote!(None), quote!()),
-    };
+    let (pi, s4) = prepared_opt(
+        ctx,
+        &packed,
+        |ctx, into| {
+            let w = ctx.constant_f32(&w)?;
+            ptec_runtime::kernels::linear::pack_fully_connected(&w, k, n, transposed, into);
+            Ok(())
+        },
+        |kept| {
+            let (kl, nl) = (lit(k), lit(n));
+            quote!(::ptec_runtime::kernels::linear::pack_fully_connected(#wi, #kl, #nl, #transposed, #kept);)
+        },
+    )?;
     let (o, s5) = ctx.write(&out)?;
     let (sc, s6) = scratch(ctx, if packed.is_some() { 0 } else { gemm_scratch_len(m, n, k) });
     let (ml, kl, nl) = (lit(m), lit(k), lit(n));
@@ -188,14 +182,10 @@ fn check_packed(packed: &Option<TArg>, len: usize) -> Result<(), String> {
     }
 }
 
-/// A view of the weight `w`, or an empty slice when its call reads only
-/// the kept tensor `kept` prepared from it at compile time.
-fn read_unless_prepared(ctx: &mut OpCtx<'_>, w: &TArg, kept: &Option<TArg>) -> Result<(Ident, TokenStream), String> {
-    if kept.as_ref().is_some_and(|k| ctx.is_prepared(k)) {
-        Ok(ctx.unread_f32())
-    } else {
-        ctx.read(w)
-    }
+/// Whether the optional kept tensor `kept` is given and prepared at compile
+/// time: its call then reads nothing it was prepared from.
+fn is_prepared(ctx: &OpCtx<'_>, kept: &Option<TArg>) -> bool {
+    kept.as_ref().is_some_and(|k| ctx.is_prepared(k))
 }
 
 /// The kept tensor `kept` as its call reads it, prepared: a `&[f32]`
@@ -220,6 +210,23 @@ fn prepared_view(
         let (view, stmt) = ctx.write(kept)?;
         let prepare = at_run_time(&view);
         Ok((quote!(&*#view), quote!(#stmt #prepare)))
+    }
+}
+
+/// [`prepared_view`] of an optional kept tensor: `Some(view)` or `None`
+/// as an `Option<&[f32]>` expression, and the statements it needs.
+fn prepared_opt(
+    ctx: &mut OpCtx<'_>,
+    kept: &Option<TArg>,
+    prepare: impl FnOnce(&OpCtx<'_>, &mut [f32]) -> Result<(), String>,
+    at_run_time: impl FnOnce(&Ident) -> TokenStream,
+) -> Result<(TokenStream, TokenStream), String> {
+    match kept {
+        Some(k) => {
+            let (view, stmts) = prepared_view(ctx, k, prepare, at_run_time)?;
+            Ok((quote!(Some(#view)), stmts))
+        }
+        None => Ok((quote!(None), quote!())),
     }
 }
 
@@ -249,7 +256,7 @@ fn emit_conv(
     let (min, max) = bounds;
     let geometry = conv_tokens(&g);
     let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = read_unless_prepared(ctx, &w, packed.as_ref().unwrap_or(&None))?;
+    let (wi, s2) = ctx.read_if_needed(&w, !is_prepared(ctx, packed.as_ref().unwrap_or(&None)))?;
     let (bi, s3) = read_opt(ctx, &bias)?;
     let call = match packed {
         None => {
@@ -264,21 +271,15 @@ fn emit_conv(
                 }
             }
             check_packed(&packed, g.packed_filter_len())?;
-            let (pi, s4) = match &packed {
-                Some(p) => {
-                    let (view, stmts) = prepared_view(
-                        ctx,
-                        p,
-                        |ctx, into| {
-                            g.pack_filter(&ctx.constant_f32(&w)?, into);
-                            Ok(())
-                        },
-                        |kept| quote!(geometry.pack_filter(#wi, #kept);),
-                    )?;
-                    (quote!(Some(#view)), stmts)
-                }
-                None => (quote!(None), quote!()),
-            };
+            let (pi, s4) = prepared_opt(
+                ctx,
+                &packed,
+                |ctx, into| {
+                    g.pack_filter(&ctx.constant_f32(&w)?, into);
+                    Ok(())
+                },
+                |kept| quote!(geometry.pack_filter(#wi, #kept);),
+            )?;
             let (o, s5) = ctx.write(&out)?;
             let (sc, s6) = scratch(ctx, g.scratch_len(packed.is_some()));
             quote! { #s4 #s5 #s6 ::ptec_runtime::kernels::nhwc::conv2d_nhwc(&geometry, #xi, #wi, #bi, #min, #max, #pi, #o, #sc); }
@@ -519,7 +520,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     };
     let geometry = conv_tokens(&g);
     let layout = format_ident!("{layout:?}");
-    let (wi, s1) = if prepared { ctx.unread_f32() } else { ctx.read(&w)? };
+    let (wi, s1) = ctx.read_if_needed(&w, !prepared)?;
     let (bi, s2) = if prepared {
         (quote!(None), quote!())
     } else {
