@@ -230,9 +230,11 @@ impl Folds {
             let Some(Home::Data { source, offset }) = layout.homes.get(w.value).copied() else {
                 return Err(format!("value {} is packed but is not embedded data", w.value));
             };
-            let b = prepared.read_f32(source, offset, w.k * w.n)?;
             let mut packed = vec![0.0f32; w.len];
-            ptec_runtime::kernels::packed::pack(&b, w.k, w.n, w.trans, &mut packed);
+            if prepared.computes() {
+                let b = prepared.read_f32(source, offset, w.k * w.n)?;
+                ptec_runtime::kernels::packed::pack(&b, w.k, w.n, w.trans, &mut packed);
+            }
             w.prepared = Some(prepared.push(&packed));
         }
         self.packed_len = 0;

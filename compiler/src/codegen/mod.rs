@@ -382,7 +382,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     } else {
         // A first generation learns what the code reads; the second runs on
         // the program with its data compacted to that.
-        let first = ctx_of(program, Some(prepare::PreparedData::new(program_bytes, data)));
+        let first = ctx_of(program, Some(prepare::PreparedData::layout_only()));
         generate_methods(&first)?;
         let reads = first.reads.take();
         let c = compact::compact(program, suites, &reads, program_bytes, data)

@@ -95,6 +95,9 @@ pub struct PreparedData<'a> {
     /// How many leading bytes of `bytes` are the files' (the rest were
     /// prepared).
     files_len: usize,
+    /// Whether the prepared constants are computed, or only laid out (as
+    /// zeros, for a generation whose code is thrown away).
+    computes: bool,
 }
 
 /// Each prepared constant starts on a cache line.
@@ -109,7 +112,23 @@ impl<'a> PreparedData<'a> {
             prepare_only: Vec::new(),
             bytes: RefCell::new(Vec::new()),
             files_len: 0,
+            computes: true,
         }
+    }
+
+    /// For the first generation of `codegen::compact`, which only learns
+    /// what the code reads: the constants are laid out, not computed (the
+    /// second generation computes them, and reports what fails).
+    pub fn layout_only() -> Self {
+        PreparedData {
+            computes: false,
+            ..Self::new(&[], &[])
+        }
+    }
+
+    /// Whether the prepared constants are computed (see [`Self::layout_only`]).
+    pub fn computes(&self) -> bool {
+        self.computes
     }
 
     /// For a compacted program (see `codegen::compact`): the prepared
@@ -121,6 +140,7 @@ impl<'a> PreparedData<'a> {
             prepare_only,
             files_len: embedded.len(),
             bytes: RefCell::new(embedded),
+            computes: true,
         }
     }
 

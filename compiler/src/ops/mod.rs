@@ -257,6 +257,12 @@ impl<'a> OpCtx<'a> {
         self.layout.prepared.contains(&t.value)
     }
 
+    /// Whether the prepared constants are computed in this generation (see
+    /// `PreparedData::layout_only`): when not, a call lays out zeros.
+    pub fn computes_prepared(&self) -> bool {
+        self.prepared.is_some_and(|p| p.computes())
+    }
+
     /// The elements of the embedded `f32` constant `t`, at compile time.
     pub fn constant_f32(&self, t: &TArg) -> Result<Vec<f32>, String> {
         let prepared = self
