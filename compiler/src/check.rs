@@ -116,7 +116,7 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
     );
     for (k, (m, _)) in modules.iter().enumerate() {
         main.push_str(&format!(
-            "    {{\n        let tol = ptec_runtime::harness::Tolerance {{ rtol: tols[{}], atol: tols[{}] }};\n        let mut model = {m}::Program::boxed();\n        let (mut passed, mut failed) = (0, 0);\n        for (k, (method, index)) in {m}::bundled::CASES.iter().enumerate() {{\n            match {m}::bundled::run_case(&mut *model, k, tol) {{\n                Ok(()) => {{ passed += 1; println!(\"{m} {{method}}[{{index}}]: ok\"); }}\n                Err(e) => {{ failed += 1; println!(\"{m} {{method}}[{{index}}]: {{e}}\"); }}\n            }}\n        }}\n        println!(\"{m} done {{passed}} {{failed}}\");\n    }}\n",
+            "    'module: {{\n        let tol = ptec_runtime::harness::Tolerance {{ rtol: tols[{}], atol: tols[{}] }};\n        let mut model = match {m}::Program::try_boxed() {{\n            Ok(model) => model,\n            Err(e) => {{ println!(\"{m} construction: {{e}}\"); println!(\"{m} done 0 1\"); break 'module; }}\n        }};\n        let (mut passed, mut failed) = (0, 0);\n        for (k, (method, index)) in {m}::bundled::CASES.iter().enumerate() {{\n            match {m}::bundled::run_case(&mut *model, k, tol) {{\n                Ok(()) => {{ passed += 1; println!(\"{m} {{method}}[{{index}}]: ok\"); }}\n                Err(e) => {{ failed += 1; println!(\"{m} {{method}}[{{index}}]: {{e}}\"); }}\n            }}\n        }}\n        println!(\"{m} done {{passed}} {{failed}}\");\n    }}\n",
             2 * k,
             2 * k + 1
         ));

@@ -128,6 +128,9 @@ struct BenchArgs {
     /// generated code (`ptec FILE` shows it).
     #[arg(long)]
     profile: bool,
+    /// How many instructions `--profile` lists, costliest first.
+    #[arg(long, default_value_t = 25)]
+    profile_top: u32,
     /// Show cargo's output while building.
     #[arg(short, long)]
     verbose: bool,
@@ -148,6 +151,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     req.run.input_files = a.inputs.iter().map(|(k, f)| (*k, f.display().to_string())).collect();
     req.run.dump_outputs = a.dump_outputs.as_ref().map(|d| d.display().to_string());
     req.run.profile = a.profile;
+    req.run.profile_top = a.profile_top as usize;
     req.run.threads = a.threads as usize;
     req.native = !a.portable;
     req.verbose = a.verbose;

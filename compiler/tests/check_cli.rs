@@ -69,6 +69,57 @@ fn bundles_with_prepared_filters_pass() {
     }
 }
 
+/// `mlp.bpte` with its planned buffer's size (an int64 in the method's
+/// plan, which occurs once in the file) made `bytes`.
+fn with_plan_of(bytes: u64) -> (tempfile::TempDir, PathBuf) {
+    let file = std::fs::read(fixture("mlp.bpte")).unwrap();
+    let loaded = ptec::load(&file, &[]).unwrap();
+    let planned = *loaded.program.unwrap().methods[0].buffer_sizes.last().unwrap();
+    assert!(planned > 0);
+    let at: Vec<usize> = file
+        .windows(8)
+        .enumerate()
+        .filter(|(_, w)| *w == planned.to_le_bytes())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "{planned} at {at:?}");
+    let mut altered = file.clone();
+    altered[at[0]..at[0] + 8].copy_from_slice(&bytes.to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big_plan.bpte");
+    std::fs::write(&path, &altered).unwrap();
+    (dir, path)
+}
+
+/// A plan larger than any heap (a corrupted buffer size; 4 PiB) compiles,
+/// as the program is well formed, but the check reports that the program
+/// could not be constructed instead of crashing on the allocation.
+#[test]
+fn a_plan_no_heap_holds_is_reported_not_a_crash() {
+    let (_dir, path) = with_plan_of(1 << 52);
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok, "{report}");
+    assert!(!report.contains("crashed"), "{report}");
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("construction:"))
+        .unwrap_or_default();
+    assert!(line.contains("bytes failed"), "{report}");
+    assert!(report.lines().any(|l| l == "0 passed, 1 failed"), "{report}");
+}
+
+/// A plan too large for any Rust type (2^60 bytes) is a compile error that
+/// names the method, not generated code that does not build.
+#[test]
+fn a_plan_no_type_holds_is_a_compile_error() {
+    let (_dir, path) = with_plan_of(1 << 60);
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok, "{report}");
+    assert!(!report.contains("building the generated code failed"), "{report}");
+    assert!(report.contains("method `forward`"), "{report}");
+    assert!(report.contains("more than a method may take"), "{report}");
+}
+
 #[test]
 fn malformed_bundle_gets_a_located_error() {
     let mut bytes = std::fs::read(fixture("mlp.bpte")).unwrap();

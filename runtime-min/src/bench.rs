@@ -24,6 +24,8 @@ pub struct BenchOptions {
     /// Also time each instruction (stepping through the method) and print
     /// the costliest to stderr.
     pub profile: bool,
+    /// How many instructions the profile lists.
+    pub profile_top: usize,
     /// Threads the kernels use ([`crate::set_threads`]).
     pub threads: usize,
 }
@@ -37,6 +39,7 @@ impl Default for BenchOptions {
             input_files: Vec::new(),
             dump_outputs: None,
             profile: false,
+            profile_top: 25,
             threads: 1,
         }
     }
@@ -44,7 +47,7 @@ impl Default for BenchOptions {
 
 impl BenchOptions {
     /// Parses `[--method NAME] [--iters N] [--warmup N] [--threads N] [--input K=FILE]...
-    /// [--dump-outputs DIR] [--profile]`.
+    /// [--dump-outputs DIR] [--profile] [--profile-top N]`.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut o = BenchOptions::default();
         let mut args = args.into_iter();
@@ -57,6 +60,7 @@ impl BenchOptions {
                 "--warmup" => o.warmup = number(value()?)?,
                 "--dump-outputs" => o.dump_outputs = Some(value()?),
                 "--profile" => o.profile = true,
+                "--profile-top" => o.profile_top = number(value()?)?,
                 "--threads" => o.threads = number(value()?)?,
                 "--input" => {
                     let kv = value()?;
@@ -97,7 +101,7 @@ impl BenchOptions {
             args.extend(["--dump-outputs".into(), dir.clone()]);
         }
         if self.profile {
-            args.push("--profile".into());
+            args.extend(["--profile".into(), "--profile-top".into(), self.profile_top.to_string()]);
         }
         args
     }
@@ -235,7 +239,7 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
     latencies_us.sort_by(f64::total_cmp);
     if o.profile {
         let per_step = profile(model, index, o.iters)?;
-        std::eprint!("{}", profile_report(&per_step, 25));
+        std::eprint!("{}", profile_report(&per_step, o.profile_top));
     }
     if let Some(dir) = &o.dump_outputs {
         for i in 0..meta.num_outputs() {
@@ -313,14 +317,14 @@ pub fn profile_report(per_step: &[f64], top: usize) -> String {
 /// The whole benchmark executable: parses the arguments, constructs the
 /// program with `make` (a box of it, timed as the load), runs it and prints
 /// [`Timing::to_json`].
-pub fn main<P>(make: impl FnOnce() -> P) -> std::process::ExitCode
+pub fn main<P>(make: impl FnOnce() -> Result<P, Error>) -> std::process::ExitCode
 where
     P: core::ops::DerefMut,
     P::Target: Model + Sized,
 {
     let result = BenchOptions::parse(std::env::args().skip(1)).and_then(|o| {
         let t0 = Instant::now();
-        let mut model = make();
+        let mut model = make().map_err(|e| error("construct", e))?;
         let load_us = t0.elapsed().as_secs_f64() * 1e6;
         run(&mut *model, load_us, &o)
     });
@@ -379,7 +383,14 @@ mod tests {
         assert_eq!(o.dump_outputs.as_deref(), Some("d"));
         assert!(!o.profile);
         assert!(BenchOptions::parse(["--profile".to_string()]).unwrap().profile);
-        let all = BenchOptions { profile: true, ..o };
+        assert_eq!(o.profile_top, 25);
+        let top = BenchOptions::parse(["--profile-top".to_string(), "3".to_string()]).unwrap();
+        assert_eq!(top.profile_top, 3);
+        let all = BenchOptions {
+            profile: true,
+            profile_top: 7,
+            ..o
+        };
         assert_eq!(BenchOptions::parse(all.to_args()).unwrap(), all);
         for bad in [
             &["--iters"][..],

@@ -6,6 +6,7 @@
 //! more strictly aligned block by hand. Programs are 64-byte aligned, so
 //! [`Boxed`] asks for a 16-aligned block 64 bytes larger and aligns inside
 //! it, keeping construction independent of the program's size.
+use crate::Error;
 use alloc::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use core::ptr::NonNull;
 
@@ -21,34 +22,48 @@ unsafe impl<M: Send> Send for Boxed<M> {}
 // SAFETY: as above; shared access only hands out &M.
 unsafe impl<M: Sync> Sync for Boxed<M> {}
 
-/// Allocates zeroed memory for an `M` and lets `init` finish it.
+/// Allocates zeroed memory for an `M` and lets `init` finish it; aborts,
+/// as `Box::new` does, when the heap cannot hold it.
 ///
 /// # Safety
 /// `init` receives a pointer to zero-filled memory for an `M`, and must
 /// leave a valid `M` there when it returns.
 pub unsafe fn new_boxed_with<M>(init: impl FnOnce(*mut M)) -> Boxed<M> {
+    // SAFETY: by the caller.
+    match unsafe { try_new_boxed_with(init) } {
+        Ok(b) => b,
+        Err(_) => handle_alloc_error(Layout::new::<M>()),
+    }
+}
+
+/// [`new_boxed_with`], with the heap's refusal an error instead of an
+/// abort (`init` is then not called): a malformed program can plan more
+/// memory than any machine has.
+///
+/// # Safety
+/// As for [`new_boxed_with`].
+pub unsafe fn try_new_boxed_with<M>(init: impl FnOnce(*mut M)) -> Result<Boxed<M>, Error> {
     let size = core::mem::size_of::<M>();
     let align = core::mem::align_of::<M>();
-    let layout = match Layout::from_size_align(size.max(1) + align, 16.min(align)) {
-        Ok(l) => l,
-        Err(_) => handle_alloc_error(Layout::new::<M>()),
-    };
+    let refused = Error::OutOfMemory { bytes: size };
+    let layout = size
+        .max(1)
+        .checked_add(align)
+        .and_then(|bytes| Layout::from_size_align(bytes, 16.min(align)).ok())
+        .ok_or(refused.clone())?;
     // SAFETY: the layout has a non-zero size.
-    let block = unsafe { alloc_zeroed(layout) };
-    let Some(block) = NonNull::new(block) else {
-        handle_alloc_error(layout)
-    };
+    let block = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(refused)?;
     let offset = block.as_ptr().align_offset(align);
     // SAFETY: offset < align, and the block holds size + align bytes, so the
     // aligned M lies inside it.
     let value = unsafe { block.as_ptr().add(offset) } as *mut M;
     init(value);
-    Boxed {
+    Ok(Boxed {
         // SAFETY: derived from a non-null block pointer.
         value: unsafe { NonNull::new_unchecked(value) },
         block,
         layout,
-    }
+    })
 }
 
 impl<M> core::ops::Deref for Boxed<M> {
@@ -107,5 +122,23 @@ mod tests {
             assert_eq!(alloc::rc::Rc::strong_count(&holder), 2);
         }
         assert_eq!(alloc::rc::Rc::strong_count(&counted), 1, "dropping runs the destructor");
+    }
+
+    /// 1 EiB: more than any address space, less than the largest type.
+    #[repr(C, align(64))]
+    struct Huge([u8; 1 << 60]);
+
+    #[test]
+    fn a_state_no_heap_holds_is_an_error() {
+        let mut called = false;
+        // SAFETY: the closure writes nothing (it must not even be called).
+        // `black_box`: an allocation nothing reads may be optimized away,
+        // and then assumed to have succeeded.
+        let refused = core::hint::black_box(unsafe { try_new_boxed_with::<Huge>(|_| called = true) });
+        assert_eq!(refused.err(), Some(Error::OutOfMemory { bytes: 1 << 60 }));
+        assert!(!called, "init ran on memory that was never allocated");
+        // SAFETY: as in the first test.
+        let big = unsafe { try_new_boxed_with::<Big>(|p| (*p).1 = 3) }.unwrap();
+        assert_eq!(big.1, 3);
     }
 }

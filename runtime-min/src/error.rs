@@ -59,6 +59,9 @@ pub enum Error {
     DataMismatch { what: &'static str },
     /// Reading data at run time failed.
     Load { what: &'static str },
+    /// The heap could not hold the program: `bytes` (its planned memory
+    /// and state) could not be allocated.
+    OutOfMemory { bytes: usize },
 }
 
 impl core::fmt::Display for Error {
@@ -112,6 +115,7 @@ impl core::fmt::Display for Error {
             }
             Error::DataMismatch { what } => write!(f, "data does not match the compiled program: {what}"),
             Error::Load { what } => write!(f, "loading data failed: {what}"),
+            Error::OutOfMemory { bytes } => write!(f, "allocating the program's {bytes} bytes failed"),
         }
     }
 }

@@ -43,7 +43,7 @@ pub use backend::{
     Backend, BackendMessage, BackendRegistry, CompileSpec, DelegateArg, DelegateHandle, DelegateSlot, TensorMut,
 };
 #[cfg(feature = "alloc")]
-pub use boxed::{new_boxed_with, Boxed};
+pub use boxed::{new_boxed_with, try_new_boxed_with, Boxed};
 #[cfg(feature = "alloc")]
 pub use data::OwnedBytes;
 pub use data::{content_hash, Blob, FileCheck, BLOB_ALIGN};
@@ -149,6 +149,14 @@ pub unsafe trait InitInPlace: Sized {
 pub fn new_boxed<M: InitInPlace>() -> Boxed<M> {
     // SAFETY: init_in_place fully initialises a zero-filled slot.
     unsafe { new_boxed_with(|p| M::init_in_place(p)) }
+}
+
+/// [`new_boxed`], with an allocation the heap refuses an error
+/// ([`Error::OutOfMemory`]) instead of an abort.
+#[cfg(feature = "alloc")]
+pub fn try_new_boxed<M: InitInPlace>() -> Result<Boxed<M>, Error> {
+    // SAFETY: init_in_place fully initialises a zero-filled slot.
+    unsafe { try_new_boxed_with(|p| M::init_in_place(p)) }
 }
 
 /// Expands its input only when this crate has the `alloc` feature, so

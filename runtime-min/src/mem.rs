@@ -25,6 +25,20 @@ impl<const N: usize> Arena<N> {
     }
 }
 
+/// An all-zero `T` (a method's state), made out of line: rustc's MIR
+/// optimizer evaluates `mem::zeroed` of a concrete type as a constant of
+/// the type's size while it compiles, which for a state is the whole plan
+/// (gigabytes for a large one, more than the compiler can hold for a
+/// corrupted one). Here `T` is generic, and the call is not inlined.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T`.
+#[inline(never)]
+pub unsafe fn zeroed_state<T>() -> T {
+    // SAFETY: by the caller.
+    unsafe { core::mem::zeroed() }
+}
+
 /// Constant weights of a method packed for the matrix kernels when the
 /// program is constructed: `N` floats aligned to [`ALIGN`].
 #[derive(Clone)]

@@ -12,7 +12,19 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 /// What the program struct needs to know of a generated method.
+/// The most bytes one method's arena may take. A Rust type must be smaller
+/// than 2^61 bytes on a 64-bit target, and the program's struct holds every
+/// method's arena: a plan this large comes from a corrupted file, and
+/// would not build.
+pub const MAX_ARENA_BYTES: usize = 1 << 56;
+
+/// The most bytes all the methods' arenas together may take (see
+/// [`MAX_ARENA_BYTES`]).
+pub const MAX_PROGRAM_ARENA_BYTES: usize = 1 << 60;
+
 pub struct MethodCode {
+    /// Bytes of the method's arena.
+    pub arena_bytes: usize,
     pub state_ident: Ident,
     pub field: Ident,
     pub items: TokenStream,
@@ -334,7 +346,22 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     if !errors.is_empty() {
         return Err(errors);
     }
-    let arena_total = (layout.arena_size + scratch).div_ceil(64) * 64;
+    let arena_total = layout
+        .arena_size
+        .checked_add(scratch)
+        .and_then(|b| b.checked_next_multiple_of(64))
+        .filter(|&b| b <= MAX_ARENA_BYTES);
+    let Some(arena_total) = arena_total else {
+        return Err(vec![Diagnostic::new(
+            ErrorKind::Unsupported {
+                detail: format!(
+                    "the method's memory ({} bytes planned, {scratch} of scratch) is more than a method may take ({MAX_ARENA_BYTES} bytes)",
+                    layout.arena_size
+                ),
+            },
+            at,
+        )]);
+    };
     let arena_lit = lit(arena_total);
     fields.insert(0, quote!(arena: ::ptec_runtime::mem::Arena<#arena_lit>));
 
@@ -508,6 +535,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     };
     let typed_fn = typed_fn(m, &layout, &rt, index, &mident, &field, ctx);
     Ok(MethodCode {
+        arena_bytes: arena_total,
         state_ident,
         field,
         items,

@@ -473,7 +473,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
                     // SAFETY: every field of a method state is an integer,
                     // float or bool (array), for which all-zero bytes are a
                     // valid value.
-                    unsafe { ::core::mem::zeroed() }
+                    unsafe { ::ptec_runtime::mem::zeroed_state() }
                 }
             }
         }
@@ -601,6 +601,21 @@ fn generate_methods(ctx: &Ctx<'_>) -> Result<Vec<method::MethodCode>> {
             Err(mut e) => errors.append(&mut e),
         }
     }
+    let total = methods
+        .iter()
+        .try_fold(0usize, |sum, m| sum.checked_add(m.arena_bytes))
+        .filter(|&t| t <= method::MAX_PROGRAM_ARENA_BYTES);
+    if errors.is_empty() && total.is_none() {
+        errors.push(Diagnostic::new(
+            ErrorKind::Unsupported {
+                detail: format!(
+                    "the methods' memory together is more than a program may take ({} bytes)",
+                    method::MAX_PROGRAM_ARENA_BYTES
+                ),
+            },
+            Location::default(),
+        ));
+    }
     if errors.is_empty() {
         Ok(methods)
     } else {
@@ -709,6 +724,12 @@ fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStre
                 pub fn boxed() -> ::ptec_runtime::Boxed<Self> {
                     ::ptec_runtime::new_boxed::<Self>()
                 }
+
+                /// As [`Self::boxed`], but when the heap cannot hold the
+                /// program, an error instead of an abort.
+                pub fn try_boxed() -> ::core::result::Result<::ptec_runtime::Boxed<Self>, ::ptec_runtime::Error> {
+                    ::ptec_runtime::try_new_boxed::<Self>()
+                }
             }
         }
 
@@ -753,7 +774,9 @@ fn construction_with_resources(
         _ => "the backends of its delegates, each initialised now",
     };
     let new_doc = format!(" A new instance, built on the stack, given {needs}.");
-    let boxed_doc = format!(" A new instance, built directly on the heap, given {needs}.");
+    let boxed_doc = format!(
+        " A new instance, built directly on the heap, given {needs}; an error too when the heap cannot hold it."
+    );
     let construction = quote! {
         #allow
         impl<'r> #st<'r> {
@@ -777,12 +800,12 @@ fn construction_with_resources(
                     // SAFETY: the method states are valid all-zero (see
                     // `zeroed`); `rs` is written before anything reads it,
                     // so every field is initialised when this returns.
-                    Ok(unsafe {
-                        ::ptec_runtime::new_boxed_with::<Self>(|p| {
+                    unsafe {
+                        ::ptec_runtime::try_new_boxed_with::<Self>(|p| {
                             ::core::ptr::addr_of_mut!((*p).rs).write(rs);
                             #((*::core::ptr::addr_of_mut!((*p).#field_names)).init(&(*p).rs);)*
                         })
-                    })
+                    }
                 }
             }
         }

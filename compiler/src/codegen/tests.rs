@@ -61,7 +61,7 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64,
             });
         quote!(#st::boxed([#(#blobs),*]).expect("the embedded files are the ones compiled against"))
     } else {
-        quote!(#st::boxed())
+        quote!(#st::try_boxed().expect("the heap holds the program"))
     };
     let mut arms = Vec::new();
     let mut cases = Vec::new();
