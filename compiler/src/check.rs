@@ -7,6 +7,7 @@
 //! code is compiled again.
 use crate::codegen::{default_struct_name, Options};
 use crate::compile::{compile_to_source, compile_with_cases_to_source, prepared_include, read_file, ForeignCases};
+use crate::error::{ErrorKind, Errors, Location};
 use crate::runner_crate::{absolute, refuse_user_backends, target_dir, RunnerCrate};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,7 +73,22 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
             options.struct_name = Some("Program".into());
             options.prepared_path = Some(prepared_include(std::path::Path::new(&format!("m{i}.rs"))));
             match &input.cases {
-                None => compile_to_source(&bytes, &refs, &options),
+                None => {
+                    // Without cases there is nothing to run (a .pte, or a
+                    // bundle whose suites are empty).
+                    if crate::load(&bytes, &refs)?.suites.iter().all(|s| s.cases.is_empty()) {
+                        return Err(Errors::one(
+                            ErrorKind::BadTestCase {
+                                detail: format!(
+                                    "{} holds no test cases to run (a .pte can take a bundle's with --cases)",
+                                    path.display()
+                                ),
+                            },
+                            Location::default(),
+                        ));
+                    }
+                    compile_to_source(&bytes, &refs, &options)
+                }
                 Some(cases) => {
                     let cases = absolute(cases);
                     let cases_bytes = read_file(&cases)?;

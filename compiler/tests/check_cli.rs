@@ -120,6 +120,24 @@ fn a_plan_no_type_holds_is_a_compile_error() {
     assert!(report.contains("more than a method may take"), "{report}");
 }
 
+/// A program without test cases (a .pte) has nothing to run: it is
+/// reported as such, and the files beside it are still checked.
+#[test]
+fn a_program_without_cases_is_reported_and_the_others_run() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .arg("check")
+        .arg(fixture("mlp.pte"))
+        .arg(fixture("mlp.bpte"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{report}");
+    assert!(!report.contains("building the generated code failed"), "{report}");
+    let line = report.lines().find(|l| l.contains("mlp.pte:")).unwrap_or_default();
+    assert!(line.contains("holds no test cases"), "{report}");
+    assert!(report.lines().any(|l| l == "3 passed, 1 failed"), "{report}");
+}
+
 #[test]
 fn malformed_bundle_gets_a_located_error() {
     let mut bytes = std::fs::read(fixture("mlp.bpte")).unwrap();
