@@ -72,23 +72,8 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
             options.tests = Some((input.rtol, input.atol));
             options.struct_name = Some("Program".into());
             options.prepared_path = Some(prepared_include(std::path::Path::new(&format!("m{i}.rs"))));
-            match &input.cases {
-                None => {
-                    // Without cases there is nothing to run (a .pte, or a
-                    // bundle whose suites are empty).
-                    if crate::load(&bytes, &refs)?.suites.iter().all(|s| s.cases.is_empty()) {
-                        return Err(Errors::one(
-                            ErrorKind::BadTestCase {
-                                detail: format!(
-                                    "{} holds no test cases to run (a .pte can take a bundle's with --cases)",
-                                    path.display()
-                                ),
-                            },
-                            Location::default(),
-                        ));
-                    }
-                    compile_to_source(&bytes, &refs, &options)
-                }
+            let source = match &input.cases {
+                None => compile_to_source(&bytes, &refs, &options)?,
                 Some(cases) => {
                     let cases = absolute(cases);
                     let cases_bytes = read_file(&cases)?;
@@ -96,9 +81,23 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
                         bytes: &cases_bytes,
                         path: &cases.display().to_string(),
                     };
-                    compile_with_cases_to_source(&bytes, &refs, foreign, &options)
+                    compile_with_cases_to_source(&bytes, &refs, foreign, &options)?
                 }
+            };
+            // Without cases there is nothing to run (a .pte, or a bundle
+            // whose suites are empty), and no `bundled` module to run them.
+            if source.cases == 0 {
+                return Err(Errors::one(
+                    ErrorKind::BadTestCase {
+                        detail: format!(
+                            "{} holds no test cases to run (a .pte can take a bundle's with --cases)",
+                            path.display()
+                        ),
+                    },
+                    Location::default(),
+                ));
             }
+            Ok(source)
         })();
         match generated {
             Ok(source) => {

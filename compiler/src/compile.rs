@@ -82,6 +82,8 @@ pub struct Source {
     pub prepared: Vec<u8>,
     /// See [`Generated::files_len`].
     pub files_len: usize,
+    /// See [`Generated::cases`].
+    pub cases: usize,
 }
 
 impl Source {
@@ -92,6 +94,7 @@ impl Source {
             code: to_source(g.tokens, options, program_bytes)?,
             prepared: g.prepared,
             files_len: g.files_len,
+            cases: g.cases,
         })
     }
 

@@ -39,8 +39,10 @@ pub(crate) const KC: usize = 256;
 /// block [`crate::gemm`] packs at a time, and the one the tile kernels
 /// multiply at a time unless theirs is narrower ([`Tile::COLUMNS`]).
 pub(crate) const NC: usize = 512;
-/// Largest depth block of `A` (bytes) for which the strips of `B` go
-/// outermost: it stays in L2 while a strip sweeps all the rows.
+/// Half a Zen 3 L2, in bytes: the largest depth block of `A` for which the
+/// strips of `B` go outermost (it stays in L2 while a strip sweeps all the
+/// rows), and the size beyond which a weight does not stay in cache
+/// ([`outgrows_cache`]).
 const STRIP_OUTER_BYTES: usize = 256 << 10;
 /// An L1 data cache (32 KB on every AVX2 and AVX-512 core since 2013).
 const L1_BYTES: usize = 32 << 10;
@@ -360,14 +362,20 @@ fn multiply(
 /// rules alternated in one process, 150 pairs a run: this one faster in
 /// 84, 101, 105 and 113.
 fn splits_by_strips(m: usize, n: usize, k: usize) -> bool {
-    n > m && n > NR && k * n * 4 > STRIP_OUTER_BYTES
+    n > m && n > NR && outgrows_cache(k, n)
+}
+
+/// Whether a `k × n` weight is larger than what a core's cache keeps of
+/// it between row tiles ([`STRIP_OUTER_BYTES`]).
+fn outgrows_cache(k: usize, n: usize) -> bool {
+    k * n * 4 > STRIP_OUTER_BYTES
 }
 
 /// Whether an `m × k` by `k × n` product sweeps each strip of `B` over all
 /// the row tiles (a few rows against a large weight) rather than each row
 /// tile over all the strips (see [`Product::run`]).
 fn strips_outermost(m: usize, n: usize, k: usize) -> bool {
-    m * KC.min(k) * 4 <= STRIP_OUTER_BYTES && k * n * 4 > STRIP_OUTER_BYTES
+    m * KC.min(k) * 4 <= STRIP_OUTER_BYTES && outgrows_cache(k, n)
 }
 
 /// Rows of `B` per depth block of an `m × k` by `k × n` product. When the

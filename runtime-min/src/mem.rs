@@ -18,13 +18,6 @@ pub const ALIGN: usize = 64;
 #[repr(C, align(64))]
 pub struct Arena<const N: usize>(pub [u8; N]);
 
-impl<const N: usize> Arena<N> {
-    /// A zero-filled arena.
-    pub const fn zeroed() -> Self {
-        Arena([0; N])
-    }
-}
-
 /// An all-zero `T` (a method's state), made out of line: rustc's MIR
 /// optimizer evaluates `mem::zeroed` of a concrete type as a constant of
 /// the type's size while it compiles, which for a state is the whole plan

@@ -11,7 +11,6 @@ use crate::ops::{self, i64_lit, lit, rust_type, scalar_field, sizes_field, usize
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
-/// What the program struct needs to know of a generated method.
 /// The most bytes one method's arena may take. A Rust type must be smaller
 /// than 2^61 bytes on a 64-bit target, and the program's struct holds every
 /// method's arena: a plan this large comes from a corrupted file, and
@@ -22,6 +21,7 @@ pub const MAX_ARENA_BYTES: usize = 1 << 56;
 /// [`MAX_ARENA_BYTES`]).
 pub const MAX_PROGRAM_ARENA_BYTES: usize = 1 << 60;
 
+/// What the program struct needs to know of a generated method.
 pub struct MethodCode {
     /// Bytes of the method's arena.
     pub arena_bytes: usize,

@@ -325,6 +325,8 @@ pub struct Generated {
     /// How many leading bytes of `prepared` are the files' bytes; the
     /// constants the compiler prepared follow, from the next multiple of 64.
     pub files_len: usize,
+    /// Test cases of the generated `bundled` module (0 when there is none).
+    pub cases: usize,
 }
 
 /// Generates the module of a loaded program. `program_bytes` and `data` are
@@ -588,6 +590,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         tokens,
         prepared,
         files_len,
+        cases: suites.iter().map(|s| s.cases.len()).sum(),
     })
 }
 
