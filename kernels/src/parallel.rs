@@ -670,6 +670,30 @@ mod tests {
                 c
             });
         }
+        // An attention's products: each part a share of the batch, with
+        // its own scratch; then its softmax, in bands of rows.
+        let (batch, m, k, n) = (5, 40, 24, 36);
+        let (a, b) = (rng(18, batch * m * k), rng(19, batch * k * n));
+        run_both(&|| {
+            let mut out = std::vec![0.0; batch * m * n];
+            let mut scratch = std::vec![0.0; crate::linear::bmm_scratch_len(batch, m, n, k)];
+            crate::linear::bmm(&a, &b, batch, m, k, n, &mut out, &mut scratch);
+            out
+        });
+        let x = rng(20, 4 * 64 * 128);
+        run_both(&|| {
+            let mut out = std::vec![0.0; x.len()];
+            crate::softmax::softmax(&x, &[4, 64, 128], -1, &mut out).unwrap();
+            out
+        });
+        // A copy large enough to go in bands.
+        let x = rng(21, 50_000);
+        run_both(&|| {
+            let mut out = std::vec![0.0; x.len()];
+            crate::shape::copy(&x, &mut out);
+            assert_eq!(out, x);
+            out
+        });
         // A stem convolution, multiplied from the image (nhwc::direct).
         let g = Conv2dNhwc::regular(&[1, 64, 64, 3], &[32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1).unwrap();
         let (x, w) = (rng(5, 64 * 64 * 3), rng(6, 32 * 27));

@@ -204,7 +204,11 @@ fn bmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (ai, s1) = ctx.read(&a)?;
     let (bb, s2) = ctx.read(&b)?;
     let (o, s3) = ctx.write(&out)?;
-    let (sc, s4) = scratch(ctx, &m, &n, &k, (a.sizes[1], b.sizes[2], a.sizes[2]), false);
+    let max_len = ptec_runtime::kernels::linear::bmm_scratch_len(a.sizes[0], a.sizes[1], b.sizes[2], a.sizes[2]);
+    let (sc, s4) = ctx.scratch_f32(
+        quote!(::ptec_runtime::kernels::linear::bmm_scratch_len(#bs, #m, #n, #k)),
+        max_len,
+    );
     Ok(quote! { #s1 #s2 #s3 #s4 ::ptec_runtime::kernels::linear::bmm(#ai, #bb, #bs, #m, #k, #n, #o, #sc); })
 }
 

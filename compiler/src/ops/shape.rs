@@ -241,7 +241,7 @@ pub(super) fn copy_elements(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg) -> Result
     }
     let (xi, s1) = ctx.read(x)?;
     let (o, s2) = ctx.write(out)?;
-    Ok(quote! { #s1 #s2 #o.copy_from_slice(#xi); })
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::shape::copy(#xi, #o); })
 }
 
 /// The identity dim map of a tensor of rank `rank`.
@@ -1036,7 +1036,7 @@ pub(super) fn emit_copy_then(
         quote!()
     } else {
         let (xi, sx) = ctx.read(x)?;
-        quote! { #sx #o.copy_from_slice(#xi); }
+        quote! { #sx ::ptec_runtime::kernels::shape::copy(#xi, #o); }
     };
     let b = body(ctx, &o)?;
     Ok(quote! { #so #copy #b })
