@@ -15,6 +15,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("kv_cache", "fixtures/kv_cache.bpte", None, 1e-4, 1e-5),
     ("dynamic", "fixtures/dynamic.bpte", None, 1e-4, 1e-5),
     ("ops_mix", "fixtures/ops_mix.bpte", None, 1e-4, 1e-5),
+    ("attention", "fixtures/attention.bpte", None, 1e-4, 1e-5),
     ("stacktrace", "fixtures/stacktrace.bpte", None, 1e-4, 1e-5),
     (
         "external_weights",
@@ -38,6 +39,7 @@ const EXTERNAL: &[&str] = &[
     "kv_cache",
     "multi_method",
     "mlp",
+    "attention",
     "conv",
     "channels_last",
     "xnnpack_conv",

@@ -299,10 +299,11 @@ pub(crate) struct Held<T> {
 /// starts at the same byte as its base. So an entry of `held` that is
 /// never written shares its life with the entry before it among those
 /// starting at its byte, in the order of their first use: its base, or a
-/// view of its base. Returns the values so aliased (the entries before).
+/// view of its base. Returns the pairs so aliased: (the entry before, the
+/// view).
 /// (A value the plan merely reuses bytes for may so get a longer life than
 /// it has: that costs room, never correctness.)
-pub(crate) fn merge_aliases<T: Copy + Ord>(held: &mut [Held<T>]) -> Vec<usize> {
+pub(crate) fn merge_aliases<T: Copy + Ord>(held: &mut [Held<T>]) -> Vec<(usize, usize)> {
     held.sort_unstable_by_key(|h| (h.range.0, h.life.first, h.life.last, h.value));
     let mut viewed = Vec::new();
     for group in held.chunk_by_mut(|a, b| a.range.0 == b.range.0) {
@@ -315,7 +316,7 @@ pub(crate) fn merge_aliases<T: Copy + Ord>(held: &mut [Held<T>]) -> Vec<usize> {
                 };
                 group[k - 1].life = both;
                 group[k].life = both;
-                viewed.push(group[k - 1].value);
+                viewed.push((group[k - 1].value, group[k].value));
             }
         }
     }

@@ -102,8 +102,8 @@ impl Folds {
         let uses = Uses::of(m);
         // A value a view aliases is read through the view too, unseen by
         // `uses`: its work is not folded away.
-        let viewed = viewed_values(m, layout);
-        let viewed = |v: usize| viewed.contains(&v);
+        let views = views_of(m, layout);
+        let viewed = |v: usize| views.contains_key(&v);
         let mut f = Folds::default();
         let has_jumps = m.has_jumps();
         for (n, ins) in m.instructions.iter().enumerate() {
@@ -131,11 +131,11 @@ impl Folds {
                 }
             } else if let Some((_, _, out_pos)) = product_args(&name) {
                 if !has_jumps {
-                    let fused = fusable_relu(m, layout, &uses, &f.transposed, n, args, out_pos)
-                        .filter(|_| !viewed(args[out_pos]));
-                    if let Some(r) = fused {
+                    let fused = fusable_relu(m, layout, &uses, &views, &f.transposed, n, args, out_pos);
+                    if let Some((r, read)) = fused {
                         f.relu_into.insert(n, r);
                         f.bypassed.insert(args[out_pos]);
+                        f.bypassed.insert(read);
                         f.elided.insert(n + 1, n);
                     }
                 }
@@ -242,38 +242,68 @@ impl Folds {
     }
 }
 
-/// The values a view aliases ([`merge_aliases`] on the arena).
-fn viewed_values(m: &Method, layout: &MethodLayout) -> HashSet<usize> {
+/// The values a view aliases ([`merge_aliases`] on the arena), each with
+/// the views that alias it directly.
+fn views_of(m: &Method, layout: &MethodLayout) -> HashMap<usize, Vec<usize>> {
     let mut held = arena_held(m, layout, lives(m, |_| None), |_| false);
-    merge_aliases(&mut held).into_iter().collect()
+    let mut views: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (base, view) in merge_aliases(&mut held) {
+        views.entry(base).or_default().push(view);
+    }
+    views
 }
 
-/// The output of a `relu` at `n + 1` that product `n` can write directly:
-/// the `relu` is the only reader of the product's result, nothing else
-/// names that result, and the `relu`'s output (same dtype and sizes) shares
-/// no memory with what the product reads (a folded transpose is read from
-/// its constant).
+/// The output of a `relu` at `n + 1` that product `n` can write directly,
+/// and the value the `relu` reads: the product's result, or the one view
+/// of it (the exporter puts a view between a 2-d product and a `relu` on
+/// its 3-d shape). The `relu` must be the only reader of what it reads,
+/// nothing else may name the product's result or view it, and the `relu`'s
+/// output (static, contiguous, of the same dtype and element count) must
+/// share no memory with what the product reads (a folded transpose is read
+/// from its constant).
+#[allow(clippy::too_many_arguments)]
 fn fusable_relu(
     m: &Method,
     layout: &MethodLayout,
     uses: &Uses,
+    views: &HashMap<usize, Vec<usize>>,
     transposed: &HashMap<usize, usize>,
     n: usize,
     args: &[usize],
     out_pos: usize,
-) -> Option<usize> {
+) -> Option<(usize, usize)> {
     let &out = args.get(out_pos)?;
     let (rname, rargs) = kernel_name(m, m.instructions.get(n + 1)?)?;
-    if rname != "aten::relu.out" || rargs.len() != 3 || rargs[0] != out || rargs[1] != rargs[2] {
+    if rname != "aten::relu.out" || rargs.len() != 3 || rargs[1] != rargs[2] {
         return None;
     }
-    let relu_out = rargs[1];
-    let readers = uses.kernel_uses(out, n)?;
+    let (read, relu_out) = (rargs[0], rargs[1]);
+    let through_view = match views.get(&out).map(Vec::as_slice) {
+        None => false,
+        Some([view]) if *view == read && !views.contains_key(view) => true,
+        Some(_) => return None,
+    };
+    if read != out && !through_view {
+        return None;
+    }
+    let readers = uses.kernel_uses(read, n)?;
     if readers != [(n + 1, 0)] || args.iter().enumerate().any(|(p, &v)| v == out && p < out_pos) {
         return None;
     }
-    let (t, r) = (static_tensor(m, out)?, static_tensor(m, relu_out)?);
-    if t.dtype != r.dtype || t.sizes != r.sizes || !matches!(layout.homes.get(relu_out), Some(Home::Arena { .. })) {
+    if through_view && !uses.kernel_uses(out, n)?.is_empty() {
+        return None;
+    }
+    let (t, v, r) = (
+        static_tensor(m, out)?,
+        static_tensor(m, read)?,
+        static_tensor(m, relu_out)?,
+    );
+    if t.dtype != r.dtype
+        || v.dtype != t.dtype
+        || t.numel() != r.numel()
+        || v.numel() != t.numel()
+        || !matches!(layout.homes.get(relu_out), Some(Home::Arena { .. }))
+    {
         return None;
     }
     let written = layout.range(m, relu_out)?;
@@ -281,7 +311,7 @@ fn fusable_relu(
         .iter()
         .filter_map(|v| layout.range(m, *transposed.get(v).unwrap_or(v)))
         .all(|range| !overlaps(written, range));
-    inputs_clear.then_some(relu_out)
+    inputs_clear.then_some((relu_out, read))
 }
 
 #[cfg(test)]
@@ -421,6 +451,60 @@ mod tests {
         let f = folds(&m, false);
         assert_eq!((f.relu_into(1), f.elided(2)), (None, None));
         assert_eq!(f.elided(0), Some(1));
+    }
+
+    /// Makes the `relu` (2) read the product's (1) result through a 3-d
+    /// view, as the exporter writes a `Linear` on a 3-d input; returns the
+    /// view.
+    fn relu_through_a_view(m: &mut Method) -> usize {
+        let product = out_of(m, 1, 5);
+        let mut view = m.values[product].as_tensor().unwrap().clone();
+        view.sizes.insert(0, 1);
+        view.dim_order = (0..view.sizes.len() as u8).collect();
+        m.values.push(Value::Tensor(view));
+        let v = m.values.len() - 1;
+        if let Instruction::Kernel { args, .. } = &mut m.instructions[2] {
+            args[0] = v;
+        }
+        v
+    }
+
+    #[test]
+    fn relu_fuses_through_a_view_of_the_product() {
+        let mut m = mlp();
+        let view = relu_through_a_view(&mut m);
+        let f = folds(&m, false);
+        assert_eq!((f.relu_into(1), f.elided(2)), (Some(out_of(&m, 2, 1)), Some(1)));
+        assert!(f.bypassed(out_of(&m, 1, 5)) && f.bypassed(view));
+        // The view read again after the relu: the product's result is kept.
+        let mut m = mlp();
+        let view = relu_through_a_view(&mut m);
+        let x = out_of(&m, 1, 1);
+        m.instructions.insert(
+            3,
+            Instruction::Kernel {
+                op: 0,
+                args: vec![view, x, x],
+            },
+        );
+        let f = folds(&m, false);
+        assert_eq!((f.relu_into(1), f.elided(2)), (None, None));
+        // A second view of the result, read after the relu.
+        let mut m = mlp();
+        relu_through_a_view(&mut m);
+        let product = out_of(&m, 1, 5);
+        read_through_a_view(&mut m, product, 3);
+        let f = folds(&m, false);
+        assert_eq!((f.relu_into(1), f.elided(2)), (None, None));
+        // The relu reads the result itself while a view of it exists.
+        let mut m = mlp();
+        let view = relu_through_a_view(&mut m);
+        if let Instruction::Kernel { args, .. } = &mut m.instructions[2] {
+            args[0] = product;
+        }
+        read_through_a_view(&mut m, view, 3);
+        let f = folds(&m, false);
+        assert_eq!(f.relu_into(1), None);
     }
 
     #[test]

@@ -109,11 +109,29 @@ fn right_operand(
 }
 
 /// The tensor a product writes at argument `i` and whether it applies a
-/// ReLU: a fused `relu`'s output, or its own.
+/// ReLU: its own, or in the memory of a fused `relu`'s output (of the same
+/// element count, which may have another shape).
 fn product_output(ctx: &OpCtx<'_>, i: usize) -> Result<(TArg, bool), String> {
+    let own = ctx.tensor(i)?;
     match ctx.folds.relu_into(ctx.instruction) {
-        Some(r) => Ok((ctx.tensor_by_value(r)?, true)),
-        None => Ok((ctx.tensor(i)?, false)),
+        Some(r) => {
+            let r = ctx.tensor_by_value(r)?;
+            if r.dtype != own.dtype || r.numel() != own.numel() || r.dynamic || own.dynamic {
+                return Err(format!(
+                    "the fused relu's output {} does not match value {}",
+                    r.value, own.value
+                ));
+            }
+            Ok((
+                TArg {
+                    value: r.value,
+                    home: r.home,
+                    ..own
+                },
+                true,
+            ))
+        }
+        None => Ok((own, false)),
     }
 }
 
