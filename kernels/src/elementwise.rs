@@ -185,33 +185,87 @@ pub fn try_map<A: Copy, O>(x: &[A], out: &mut [O], mut f: impl FnMut(A) -> Optio
 /// Unary operator on a strided/broadcast input (`expand` fused with an
 /// op, a unary op on a permuted view): `out` is contiguous with shape
 /// `out_sizes`, element `idx` reads `x[sum(idx[d] * x_strides[d])]`.
+/// Large outputs are computed in bands across threads ([`in_bands`]).
 #[inline(always)]
-pub fn map_strided<A: Copy, O>(
+pub fn map_strided<A: Copy + Sync, O: Send>(
     out: &mut [O],
     out_sizes: &[usize],
     x: &[A],
     x_strides: &[usize],
-    mut f: impl FnMut(A) -> O,
+    f: impl Fn(A) -> O + Sync,
 ) {
-    let plan = Plan::<1>::new(out_sizes, [x_strides]);
-    plan.run(|o, [ix], len, [sx]| {
-        let out = &mut out[o..o + len];
-        match sx {
-            1 => map(&x[ix..ix + len], out, &mut f),
-            0 => {
-                let v = x[ix];
-                for o in out {
-                    *o = f(v);
+    let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
+        let (x, x_strides) = from_band(x, x_strides, dim, first);
+        let plan = Plan::<1>::new(sizes, [x_strides]);
+        plan.run(|o, [ix], len, [sx]| {
+            let out = &mut out[o..o + len];
+            match sx {
+                1 => map(&x[ix..ix + len], out, &f),
+                0 => {
+                    let v = x[ix];
+                    for o in out {
+                        *o = f(v);
+                    }
+                }
+                _ => {
+                    for (k, o) in out.iter_mut().enumerate() {
+                        *o = f(x[ix + k * sx]);
+                    }
                 }
             }
-            _ => {
-                for (k, o) in out.iter_mut().enumerate() {
-                    *o = f(x[ix + k * sx]);
-                }
-            }
-        }
-        true
-    });
+            true
+        });
+    };
+    in_bands(out, out_sizes, &band);
+}
+
+/// An input of a band of a map ([`in_bands`]): what it reads from the
+/// band's `first` index along `dim` on, and its strides from `dim` on.
+#[inline(always)]
+fn from_band<'a, T>(x: &'a [T], strides: &'a [usize], dim: usize, first: usize) -> (&'a [T], &'a [usize]) {
+    let at = strides.get(dim).map_or(0, |s| s * first);
+    (&x[at.min(x.len())..], &strides[dim.min(strides.len())..])
+}
+
+/// Computes a band of a map: `(dim, first, sizes, out)` (see [`in_bands`]).
+type MapBand<'a, O> = dyn Fn(usize, usize, &[usize], &mut [O]) + Sync + 'a;
+
+/// Fewest output elements of an element-wise map that threads split.
+const SPLIT_ELEMENTS: usize = 1 << 14;
+
+/// Runs a map, a large one across threads in bands of its outermost dim
+/// of more than one element (the dims before have one): calls
+/// `band(dim, first, sizes, piece)` for each band, `first` its first index
+/// along `dim`, `sizes` its output sizes from `dim` on and `piece` its
+/// output; else `band(0, 0, out_sizes, out)`. On two threads a map on one
+/// thread of what both just wrote waits for half of it to come from the
+/// other core; in bands each thread mostly reads what it wrote, as the
+/// product before it is split in bands of rows too.
+fn in_bands<O: Send>(out: &mut [O], out_sizes: &[usize], band: &MapBand<'_, O>) {
+    let dim = out_sizes.iter().position(|&s| s > 1);
+    let row_len: usize = dim.map_or(0, |d| out_sizes[d + 1..].iter().product());
+    let split_up = out.len() >= SPLIT_ELEMENTS
+        && crate::parallel::threads() > 1
+        && out_sizes.len() <= MAX_RANK
+        && row_len > 0
+        && out_sizes.iter().product::<usize>() == out.len();
+    let Some(dim) = dim.filter(|_| split_up) else {
+        return band(0, 0, out_sizes, out);
+    };
+    let rest = &out_sizes[dim + 1..];
+    crate::parallel::for_each_band(
+        out,
+        out_sizes[dim],
+        row_len,
+        (4096 / row_len).max(1),
+        true,
+        &|rows, piece| {
+            let mut sizes = [0usize; MAX_RANK];
+            sizes[0] = rows.len();
+            sizes[1..=rest.len()].copy_from_slice(rest);
+            band(dim, rows.start, &sizes[..=rest.len()], piece);
+        },
+    );
 }
 
 /// Fallible [`map_strided`].
@@ -244,47 +298,53 @@ pub fn try_map_strided<A: Copy, O>(
 /// `atan2`, ...): `out` is contiguous with shape `out_sizes`; `a` and `b`
 /// are read with `a_strides`/`b_strides` (elements, one per output dim, 0
 /// where broadcast). `out[idx] = f(a[idx·a_strides], b[idx·b_strides])`.
+/// Large outputs are computed in bands across threads ([`in_bands`]).
 #[inline(always)]
-pub fn zip<A: Copy, B: Copy, O>(
+pub fn zip<A: Copy + Sync, B: Copy + Sync, O: Send>(
     out: &mut [O],
     out_sizes: &[usize],
     a: &[A],
     a_strides: &[usize],
     b: &[B],
     b_strides: &[usize],
-    mut f: impl FnMut(A, B) -> O,
+    f: impl Fn(A, B) -> O + Sync,
 ) {
-    let plan = Plan::<2>::new(out_sizes, [a_strides, b_strides]);
-    plan.run(|o, [ia, ib], len, [sa, sb]| {
-        let out = &mut out[o..o + len];
-        match (sa, sb) {
-            (1, 1) => {
-                let a = &a[ia..ia + len];
-                let b = &b[ib..ib + len];
-                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                    *o = f(x, y);
+    let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
+        let (a, a_strides) = from_band(a, a_strides, dim, first);
+        let (b, b_strides) = from_band(b, b_strides, dim, first);
+        let plan = Plan::<2>::new(sizes, [a_strides, b_strides]);
+        plan.run(|o, [ia, ib], len, [sa, sb]| {
+            let out = &mut out[o..o + len];
+            match (sa, sb) {
+                (1, 1) => {
+                    let a = &a[ia..ia + len];
+                    let b = &b[ib..ib + len];
+                    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                        *o = f(x, y);
+                    }
+                }
+                (1, 0) => {
+                    let y = b[ib];
+                    for (o, &x) in out.iter_mut().zip(&a[ia..ia + len]) {
+                        *o = f(x, y);
+                    }
+                }
+                (0, 1) => {
+                    let x = a[ia];
+                    for (o, &y) in out.iter_mut().zip(&b[ib..ib + len]) {
+                        *o = f(x, y);
+                    }
+                }
+                _ => {
+                    for (k, o) in out.iter_mut().enumerate() {
+                        *o = f(a[ia + k * sa], b[ib + k * sb]);
+                    }
                 }
             }
-            (1, 0) => {
-                let y = b[ib];
-                for (o, &x) in out.iter_mut().zip(&a[ia..ia + len]) {
-                    *o = f(x, y);
-                }
-            }
-            (0, 1) => {
-                let x = a[ia];
-                for (o, &y) in out.iter_mut().zip(&b[ib..ib + len]) {
-                    *o = f(x, y);
-                }
-            }
-            _ => {
-                for (k, o) in out.iter_mut().enumerate() {
-                    *o = f(a[ia + k * sa], b[ib + k * sb]);
-                }
-            }
-        }
-        true
-    });
+            true
+        });
+    };
+    in_bands(out, out_sizes, &band);
 }
 
 /// Fallible [`zip`] (integer `div`, `floor_divide`, `remainder`, `fmod`,
@@ -318,9 +378,10 @@ pub fn try_zip<A: Copy, B: Copy, O>(
 
 /// Ternary operators with broadcasting (`where.self`, `clamp.Tensor`,
 /// `addcmul`, `addcdiv`, `lerp`): like [`zip`] with three inputs.
+/// Large outputs are computed in bands across threads ([`in_bands`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub fn zip3<A: Copy, B: Copy, C: Copy, O>(
+pub fn zip3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Send>(
     out: &mut [O],
     out_sizes: &[usize],
     a: &[A],
@@ -329,34 +390,40 @@ pub fn zip3<A: Copy, B: Copy, C: Copy, O>(
     b_strides: &[usize],
     c: &[C],
     c_strides: &[usize],
-    mut f: impl FnMut(A, B, C) -> O,
+    f: impl Fn(A, B, C) -> O + Sync,
 ) {
-    let plan = Plan::<3>::new(out_sizes, [a_strides, b_strides, c_strides]);
-    plan.run(|o, [ia, ib, ic], len, [sa, sb, sc]| {
-        let out = &mut out[o..o + len];
-        if (sa, sb, sc) == (1, 1, 1) {
-            let a = &a[ia..ia + len];
-            let b = &b[ib..ib + len];
-            let c = &c[ic..ic + len];
-            for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(c) {
-                *o = f(x, y, z);
+    let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
+        let (a, a_strides) = from_band(a, a_strides, dim, first);
+        let (b, b_strides) = from_band(b, b_strides, dim, first);
+        let (c, c_strides) = from_band(c, c_strides, dim, first);
+        let plan = Plan::<3>::new(sizes, [a_strides, b_strides, c_strides]);
+        plan.run(|o, [ia, ib, ic], len, [sa, sb, sc]| {
+            let out = &mut out[o..o + len];
+            if (sa, sb, sc) == (1, 1, 1) {
+                let a = &a[ia..ia + len];
+                let b = &b[ib..ib + len];
+                let c = &c[ic..ic + len];
+                for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(c) {
+                    *o = f(x, y, z);
+                }
+            } else if (sa, sb, sc) == (0, 1, 1) {
+                // The first operand broadcast along the run: `where` with a
+                // per-row condition (an attention mask).
+                let x = a[ia];
+                let b = &b[ib..ib + len];
+                let c = &c[ic..ic + len];
+                for ((o, &y), &z) in out.iter_mut().zip(b).zip(c) {
+                    *o = f(x, y, z);
+                }
+            } else {
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = f(a[ia + k * sa], b[ib + k * sb], c[ic + k * sc]);
+                }
             }
-        } else if (sa, sb, sc) == (0, 1, 1) {
-            // The first operand broadcast along the run: `where` with a
-            // per-row condition (an attention mask).
-            let x = a[ia];
-            let b = &b[ib..ib + len];
-            let c = &c[ic..ic + len];
-            for ((o, &y), &z) in out.iter_mut().zip(b).zip(c) {
-                *o = f(x, y, z);
-            }
-        } else {
-            for (k, o) in out.iter_mut().enumerate() {
-                *o = f(a[ia + k * sa], b[ib + k * sb], c[ic + k * sc]);
-            }
-        }
-        true
-    });
+            true
+        });
+    };
+    in_bands(out, out_sizes, &band);
 }
 
 /// Fallible [`zip3`].

@@ -465,7 +465,7 @@ pub fn index_put_accumulate<T: Copy, I: Element>(
 /// `aten::masked_fill.Scalar`: `out = mask ? value : x`, with broadcast
 /// strides for `x` and `mask` over `out_sizes` (see
 /// [`crate::elementwise::zip`]).
-pub fn masked_fill<T: Copy>(
+pub fn masked_fill<T: Copy + Send + Sync>(
     out: &mut [T],
     out_sizes: &[usize],
     x: &[T],

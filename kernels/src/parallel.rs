@@ -694,6 +694,61 @@ mod tests {
             assert_eq!(out, x);
             out
         });
+        // Element-wise maps in bands of their outermost dim of more than
+        // one element: a transposed read, a broadcast bias, and a `where`
+        // with a broadcast mask and scalar.
+        let x = rng(22, 100 * 300);
+        run_both(&|| {
+            let mut out = std::vec![0.0; x.len()];
+            crate::elementwise::map_strided(&mut out, &[1, 100, 300], &x, &[0, 1, 100], |v| v * 2.0 + 1.0);
+            out
+        });
+        let (a, bias) = (rng(23, 128 * 256), rng(24, 256));
+        run_both(&|| {
+            let mut out = std::vec![0.0; a.len()];
+            crate::elementwise::zip(&mut out, &[1, 128, 256], &a, &[0, 256, 1], &bias, &[0, 0, 1], |x, y| {
+                x + y
+            });
+            out
+        });
+        let (a, mask) = (rng(25, 4 * 64 * 128), rng(26, 4 * 128));
+        let mask: std::vec::Vec<bool> = mask.iter().map(|&v| v > 0.0).collect();
+        run_both(&|| {
+            let mut out = std::vec![0.0; a.len()];
+            let (sizes, fill) = ([4, 64, 128], [-1e9f32]);
+            crate::elementwise::zip3(
+                &mut out,
+                &sizes,
+                &mask,
+                &[128, 0, 1],
+                &fill,
+                &[0; 3],
+                &a,
+                &[8192, 128, 1],
+                |m, f, x| {
+                    if m {
+                        f
+                    } else {
+                        x
+                    }
+                },
+            );
+            out
+        });
+        // Permutations in bands: of a batch of transposes (attention heads),
+        // and of the outermost output dim of more than one element.
+        for (sizes, dims) in [
+            (&[1, 4, 128, 64][..], &[0, 1, 3, 2][..]),
+            (&[1, 128, 1, 3, 256], &[3, 1, 2, 0, 4]),
+            (&[2, 30, 50, 60], &[0, 2, 1, 3]),
+        ] {
+            let x = rng(27, sizes.iter().product());
+            run_both(&|| {
+                let mut out = std::vec![0.0; x.len()];
+                crate::shape::permute_copy(&x, sizes, dims, &mut out);
+                out
+            });
+        }
         // A stem convolution, multiplied from the image (nhwc::direct).
         let g = Conv2dNhwc::regular(&[1, 64, 64, 3], &[32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1).unwrap();
         let (x, w) = (rng(5, 64 * 64 * 3), rng(6, 32 * 27));

@@ -171,10 +171,17 @@ pub fn copy<T: Copy + Send + Sync>(x: &[T], out: &mut [T]) {
 }
 
 /// `aten::permute_copy(dims)`: `dst` has sizes `sizes[dims[k]]`; `dims` is
-/// a permutation of `0..sizes.len()` (non-negative).
-pub fn permute_copy<T: Copy>(src: &[T], sizes: &[usize], dims: &[usize], dst: &mut [T]) {
+/// a permutation of `0..sizes.len()` (non-negative). Large copies run in
+/// bands of the output across threads, as [`copy`] does.
+pub fn permute_copy<T: Copy + Send + Sync>(src: &[T], sizes: &[usize], dims: &[usize], dst: &mut [T]) {
+    let size = core::mem::size_of::<T>().max(1);
+    let split_up = dst.len().saturating_mul(size) >= SPLIT_COPY_BYTES;
     if let Some((batch, rows, cols)) = batched_transpose(sizes, dims) {
-        transpose_blocks(src, batch, rows, cols, dst);
+        let matrix = rows * cols;
+        let grain = (4096 / size / matrix.max(1)).max(1);
+        crate::parallel::for_each_band(dst, batch, matrix, grain, split_up, &|b, band| {
+            transpose_blocks(&src[b.start * matrix..], b.len(), rows, cols, band);
+        });
         return;
     }
     let r = sizes.len();
@@ -186,7 +193,19 @@ pub fn permute_copy<T: Copy>(src: &[T], sizes: &[usize], dims: &[usize], dst: &m
         st[k] = ins[dims[k]];
     }
     let ds = contiguous_istrides(&os[..r]);
-    copy_box_map(src, 0, &st[..r], dst, 0, &ds[..r], &os[..r], |v| v);
+    if r == 0 {
+        return copy_box_map(src, 0, &[], dst, 0, &[], &[], |v| v);
+    }
+    // Bands of the output's outermost dim of more than one element.
+    let dim = os[..r].iter().position(|&s| s > 1).unwrap_or(0);
+    let row_len: usize = os[dim + 1..r].iter().product();
+    let grain = (4096 / size / row_len.max(1)).max(1);
+    crate::parallel::for_each_band(dst, os[dim], row_len, grain, split_up, &|rows, band| {
+        let mut sizes = os;
+        sizes[dim] = rows.len();
+        let first = rows.start as isize * st[dim];
+        copy_box_map(src, first, &st[..r], band, 0, &ds[..r], &sizes[..r], |v| v);
+    });
 }
 
 /// When `dims` keeps some leading dims and swaps the two groups of the
@@ -260,7 +279,7 @@ fn transpose_tiles<T: Copy>(s: &[T], rows: usize, cols: usize, d: &mut [T]) {
 }
 
 /// `aten::transpose_copy.int(dim0, dim1)` (and `t_copy`): swaps two dims.
-pub fn transpose_copy<T: Copy>(src: &[T], sizes: &[usize], dim0: usize, dim1: usize, dst: &mut [T]) {
+pub fn transpose_copy<T: Copy + Send + Sync>(src: &[T], sizes: &[usize], dim0: usize, dim1: usize, dst: &mut [T]) {
     let mut p: [usize; MAX_RANK] = core::array::from_fn(|k| k);
     p.swap(dim0, dim1);
     permute_copy(src, sizes, &p[..sizes.len()], dst);
