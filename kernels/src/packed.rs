@@ -1450,6 +1450,9 @@ unsafe fn finish_avx512<const MR: usize, const NV: usize>(
 mod tests {
     extern crate std;
     use super::*;
+    use std::vec;
+
+    use crate::testing::Lcg;
 
     /// Threads split by strips only a weight larger than a core's cache
     /// that has more columns than the product has rows.
@@ -1477,9 +1480,6 @@ mod tests {
             assert!(!splits_by_strips(m, n, k), "{m}x{n}x{k}");
         }
     }
-    use std::vec;
-
-    use crate::testing::Lcg;
 
     fn rng(seed: u64, n: usize) -> std::vec::Vec<f32> {
         Lcg(seed).vec(n)
