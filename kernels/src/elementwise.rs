@@ -227,9 +227,6 @@ fn from_band<'a, T>(x: &'a [T], strides: &'a [usize], dim: usize, first: usize) 
     (&x[at.min(x.len())..], &strides[dim.min(strides.len())..])
 }
 
-/// Computes a band of a map: `(dim, first, sizes, out)` (see [`in_bands`]).
-type MapBand<'a, O> = dyn Fn(usize, usize, &[usize], &mut [O]) + Sync + 'a;
-
 /// Fewest output elements of an element-wise map that threads split.
 const SPLIT_ELEMENTS: usize = 1 << 14;
 
@@ -241,7 +238,10 @@ const SPLIT_ELEMENTS: usize = 1 << 14;
 /// thread of what both just wrote waits for half of it to come from the
 /// other core; in bands each thread mostly reads what it wrote, as the
 /// product before it is split in bands of rows too.
-fn in_bands<O: Send>(out: &mut [O], out_sizes: &[usize], band: &MapBand<'_, O>) {
+/// (Generic, so that the call on one thread is direct: the compiler
+/// still sees the generated code's constant sizes and strides.)
+#[inline(always)]
+fn in_bands<O: Send, F: Fn(usize, usize, &[usize], &mut [O]) + Sync>(out: &mut [O], out_sizes: &[usize], band: &F) {
     let dim = out_sizes.iter().position(|&s| s > 1);
     let row_len: usize = dim.map_or(0, |d| out_sizes[d + 1..].iter().product());
     let split_up = out.len() >= SPLIT_ELEMENTS
