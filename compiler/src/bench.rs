@@ -57,6 +57,10 @@ struct ExecutableTiming {
     first_us: f64,
     state_bytes: u64,
     peak_rss_bytes: Option<u64>,
+    #[serde(default)]
+    bands_off_median_us: Option<f64>,
+    #[serde(default)]
+    bands_on_faster: Option<usize>,
 }
 
 /// The result: `et_runner`'s keys, in its order, then ptec's own.
@@ -89,6 +93,14 @@ pub struct BenchReport {
     /// The benchmark process's peak resident memory, where the system
     /// reports it.
     pub peak_rss_bytes: Option<u64>,
+    /// With `--ab-bands`: the median of the same iterations run with the
+    /// memory-bound kernels' bands off, each next to one with them on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bands_off_median_us: Option<f64>,
+    /// With `--ab-bands`: in how many of those `iters` pairs the run with
+    /// the bands on was faster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bands_on_faster: Option<usize>,
 }
 
 impl BenchReport {
@@ -198,5 +210,7 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
         binary_bytes,
         state_bytes: t.state_bytes,
         peak_rss_bytes: t.peak_rss_bytes,
+        bands_off_median_us: t.bands_off_median_us,
+        bands_on_faster: t.bands_on_faster,
     })
 }

@@ -131,6 +131,12 @@ struct BenchArgs {
     /// How many instructions `--profile` lists, costliest first.
     #[arg(long, default_value_t = 25)]
     profile_top: u32,
+    /// Also run every timed iteration with the bands of memory-bound
+    /// kernels (copies, permutations, element-wise maps) off, alternating,
+    /// and report `bands_off_median_us` and `bands_on_faster` (in how many
+    /// of the pairs the normal run won). Meaningful with --threads > 1.
+    #[arg(long)]
+    ab_bands: bool,
     /// Show cargo's output while building.
     #[arg(short, long)]
     verbose: bool,
@@ -153,6 +159,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     req.run.profile = a.profile;
     req.run.profile_top = a.profile_top as usize;
     req.run.threads = a.threads as usize;
+    req.run.ab_bands = a.ab_bands;
     req.native = !a.portable;
     req.verbose = a.verbose;
     let report = ptec::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;

@@ -87,6 +87,33 @@ fn reports_et_runner_keys_and_the_planned_size() {
 }
 
 #[test]
+fn ab_bands_times_each_iteration_both_ways() {
+    let attention = fixture("attention.pte");
+    let args = [
+        "bench",
+        path_str(&attention),
+        "--iters",
+        "6",
+        "--warmup",
+        "1",
+        "--portable",
+    ];
+    let (ok, stdout, stderr) = ptec(&[&args[..], &["--threads", "2", "--ab-bands"]].concat());
+    assert!(ok, "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["iters"], 6);
+    assert!(
+        report["bands_off_median_us"].as_f64().is_some_and(|us| us > 0.0),
+        "{stdout}"
+    );
+    assert!(report["bands_on_faster"].as_u64().is_some_and(|n| n <= 6), "{stdout}");
+    // Without the flag the report has neither key.
+    let (ok, stdout, stderr) = ptec(&args);
+    assert!(ok, "{stderr}");
+    assert!(!stdout.contains("bands_"), "{stdout}");
+}
+
+#[test]
 fn given_a_cases_input_dumps_its_expected_output() {
     let bundle = fixture("mlp.bpte");
     let bytes = std::fs::read(&bundle).unwrap();

@@ -242,14 +242,12 @@ const SPLIT_ELEMENTS: usize = 1 << 14;
 /// still sees the generated code's constant sizes and strides.)
 #[inline(always)]
 fn in_bands<O: Send, F: Fn(usize, usize, &[usize], &mut [O]) + Sync>(out: &mut [O], out_sizes: &[usize], band: &F) {
-    let dim = out_sizes.iter().position(|&s| s > 1);
-    let row_len: usize = dim.map_or(0, |d| out_sizes[d + 1..].iter().product());
     let split_up = out.len() >= SPLIT_ELEMENTS
-        && crate::parallel::threads() > 1
+        && crate::parallel::local_bands()
         && out_sizes.len() <= MAX_RANK
-        && row_len > 0
         && out_sizes.iter().product::<usize>() == out.len();
-    let Some(dim) = dim.filter(|_| split_up) else {
+    let Some((dim, row_len)) = crate::parallel::outer_rows(out_sizes).filter(|&(_, row_len)| split_up && row_len > 0)
+    else {
         return band(0, 0, out_sizes, out);
     };
     let rest = &out_sizes[dim + 1..];
@@ -257,7 +255,7 @@ fn in_bands<O: Send, F: Fn(usize, usize, &[usize], &mut [O]) + Sync>(out: &mut [
         out,
         out_sizes[dim],
         row_len,
-        (4096 / row_len).max(1),
+        crate::parallel::band_grain(row_len, core::mem::size_of::<O>()),
         true,
         &|rows, piece| {
             let mut sizes = [0usize; MAX_RANK];

@@ -273,18 +273,40 @@ pub fn native_layer_norm<T: Float>(
     if input.len() < total || out.len() < total || mean.len() < m || rstd.len() < m {
         return Err(KernelError::ShapeMismatch);
     }
-    crate::cpu::with_best_isa(LayerNormRows {
-        input,
+    let rows = |r: core::ops::Range<usize>, out, mean, rstd| LayerNormRows {
+        input: &input[r.start * n..r.end * n],
         n,
         weight,
         bias,
         eps: T::Acc::from_f64(eps),
-        out: &mut out[..total],
-        mean: &mut mean[..m],
-        rstd: &mut rstd[..m],
+        out,
+        mean,
+        rstd,
+    };
+    // Bands of rows across threads, when large: it usually follows a
+    // product split in bands of rows, so each thread mostly normalizes the
+    // rows it just wrote (see `parallel::for_each_band`).
+    let bands = crate::parallel::split(m, crate::parallel::band_grain(n, core::mem::size_of::<T>()));
+    if total < SPLIT_ELEMENTS || n == 0 || bands.parts() <= 1 || !crate::parallel::local_bands() {
+        crate::cpu::with_best_isa(rows(0..m, &mut out[..total], &mut mean[..m], &mut rstd[..m]));
+        return Ok(());
+    }
+    let starts = || bands.ranges().map(|(r0, _)| r0);
+    let outs = crate::parallel::Pieces::new(&mut out[..total], starts().map(|r0| r0 * n));
+    let means = crate::parallel::Pieces::new(&mut mean[..m], starts());
+    let rstds = crate::parallel::Pieces::new(&mut rstd[..m], starts());
+    crate::parallel::run_parts(bands.parts(), &|i| {
+        if let (Some((r0, r1)), Some(out), Some(mean), Some(rstd)) =
+            (bands.range(i), outs.take(i), means.take(i), rstds.take(i))
+        {
+            crate::cpu::with_best_isa(rows(r0..r1, out, mean, rstd));
+        }
     });
     Ok(())
 }
+
+/// Fewest elements of a layer norm that threads split.
+const SPLIT_ELEMENTS: usize = 1 << 14;
 
 /// The rows of a layer norm, each normalized on its own (vectorized for the
 /// CPU's best vector ISA; no fused multiply-adds are formed, so the results

@@ -36,6 +36,24 @@ pub fn set_threads(n: usize) {
     let _ = n;
 }
 
+/// Whether memory-bound kernels (copies, permutations, element-wise maps,
+/// normalizations) split in bands ([`set_local_bands`]).
+static LOCAL_BANDS: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
+
+/// Whether memory-bound kernels split large work in bands across threads
+/// (on by default). They split less to share the arithmetic than to keep
+/// each thread reading what it just wrote (see [`for_each_band`]'s
+/// callers); turning it off is how `ptec bench --ab-bands` measures that.
+pub fn set_local_bands(on: bool) {
+    LOCAL_BANDS.store(on, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a memory-bound kernel may split: more than one thread and
+/// [`set_local_bands`] on.
+pub fn local_bands() -> bool {
+    threads() > 1 && LOCAL_BANDS.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Calls `part(i)` for every `i` in `0..parts`, spread over the threads;
 /// returns when all are done. A panicking part is re-raised here, after
 /// the others have finished.
@@ -114,6 +132,24 @@ impl Split {
     pub fn ranges(self) -> impl Iterator<Item = (usize, usize)> {
         (0..self.parts).filter_map(move |p| self.range(p))
     }
+}
+
+/// Bytes a band of [`for_each_band`] covers at least, so that no two
+/// threads write the same cache line and each part is worth waking for.
+const BAND_BYTES: usize = 4096;
+
+/// How many rows of `row_len` elements of `elem_bytes` bytes make one
+/// grain of a band: at least one row and about [`BAND_BYTES`].
+pub fn band_grain(row_len: usize, elem_bytes: usize) -> usize {
+    (BAND_BYTES / elem_bytes.max(1) / row_len.max(1)).max(1)
+}
+
+/// Where to cut an output of `sizes` (row-major) into bands: its outermost
+/// dim of more than one element (the dims before have one) and the length
+/// of a row along it, or `None` when every dim has one element.
+pub fn outer_rows(sizes: &[usize]) -> Option<(usize, usize)> {
+    let dim = sizes.iter().position(|&s| s > 1)?;
+    Some((dim, sizes[dim + 1..].iter().product()))
 }
 
 /// Calls `band(rows, piece)` for bands of the `rows` rows of `out` (each
@@ -746,6 +782,23 @@ mod tests {
             run_both(&|| {
                 let mut out = std::vec![0.0; x.len()];
                 crate::shape::permute_copy(&x, sizes, dims, &mut out);
+                out
+            });
+        }
+        // Layer norms in bands of rows, each band its rows of the mean and
+        // the reciprocal deviation too; one with an odd number of rows.
+        for (rows, n, affine) in [(300, 96, true), (129, 256, false)] {
+            let (x, w, b) = (rng(28, rows * n), rng(29, n), rng(30, n));
+            run_both(&|| {
+                let mut out = std::vec![0.0; rows * n + 2 * rows];
+                let (y, stats) = out.split_at_mut(rows * n);
+                let (mean, rstd) = stats.split_at_mut(rows);
+                let (w, b) = if affine {
+                    (Some(&w[..]), Some(&b[..]))
+                } else {
+                    (None, None)
+                };
+                crate::norm::native_layer_norm(&x, &[rows, n], &[n], w, b, 1e-5, y, mean, rstd).unwrap();
                 out
             });
         }

@@ -417,14 +417,15 @@ pub fn min_dim<T: Element>(x: &[T], sizes: &[usize], dim: usize, values: &mut [T
 pub fn any<T: Element>(x: &[T], sizes: &[usize], dims: &[usize], out: &mut [bool]) {
     let p = ReducePlan::new(sizes, dims);
     let z = T::default();
-    p.for_each_output(|i, base| out[i] = p.fold(x, base, false, |a, v| a || v != z));
+    // `|`, not `||`: no branch per element, so a contiguous run vectorizes.
+    p.for_each_output(|i, base| out[i] = p.fold(x, base, false, |a, v| a | (v != z)));
 }
 
 /// `aten::all.dims` / `all.dim` / `all`: true if every element is non-zero.
 pub fn all<T: Element>(x: &[T], sizes: &[usize], dims: &[usize], out: &mut [bool]) {
     let p = ReducePlan::new(sizes, dims);
     let z = T::default();
-    p.for_each_output(|i, base| out[i] = p.fold(x, base, true, |a, v| a && v != z));
+    p.for_each_output(|i, base| out[i] = p.fold(x, base, true, |a, v| a & (v != z)));
 }
 
 /// Two-pass variance in `f64` of one output: returns (var, mean).

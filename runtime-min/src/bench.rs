@@ -28,6 +28,10 @@ pub struct BenchOptions {
     pub profile_top: usize,
     /// Threads the kernels use ([`crate::set_threads`]).
     pub threads: usize,
+    /// Also time every iteration with the memory-bound kernels' bands off
+    /// ([`ptec_kernels::parallel::set_local_bands`]), alternating with the
+    /// normal run, so both see the same phase of a noisy host.
+    pub ab_bands: bool,
 }
 
 impl Default for BenchOptions {
@@ -41,13 +45,14 @@ impl Default for BenchOptions {
             profile: false,
             profile_top: 25,
             threads: 1,
+            ab_bands: false,
         }
     }
 }
 
 impl BenchOptions {
     /// Parses `[--method NAME] [--iters N] [--warmup N] [--threads N] [--input K=FILE]...
-    /// [--dump-outputs DIR] [--profile] [--profile-top N]`.
+    /// [--dump-outputs DIR] [--profile] [--profile-top N] [--ab-bands]`.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut o = BenchOptions::default();
         let mut args = args.into_iter();
@@ -62,6 +67,7 @@ impl BenchOptions {
                 "--profile" => o.profile = true,
                 "--profile-top" => o.profile_top = number(value()?)?,
                 "--threads" => o.threads = number(value()?)?,
+                "--ab-bands" => o.ab_bands = true,
                 "--input" => {
                     let kv = value()?;
                     let (k, file) = kv
@@ -103,6 +109,9 @@ impl BenchOptions {
         if self.profile {
             args.extend(["--profile".into(), "--profile-top".into(), self.profile_top.to_string()]);
         }
+        if self.ab_bands {
+            args.push("--ab-bands".into());
+        }
         args
     }
 }
@@ -127,6 +136,24 @@ pub struct Timing {
     pub peak_rss_bytes: Option<u64>,
     /// Each timed execution, sorted ascending.
     pub latencies_us: Vec<f64>,
+    /// With [`BenchOptions::ab_bands`]: the same iterations with the bands
+    /// off, each run next to one of `latencies_us`.
+    pub bands_off: Option<BandsOff>,
+}
+
+/// The iterations run with the memory-bound kernels' bands off.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BandsOff {
+    /// Each timed execution with the bands off, sorted ascending.
+    pub latencies_us: Vec<f64>,
+    /// In how many of the pairs (one execution each way, back to back)
+    /// the one with the bands on was faster.
+    pub on_faster: usize,
+}
+
+/// The element at `len / 2` of sorted latencies, as `et_runner`.
+fn median(sorted: &[f64]) -> f64 {
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
 }
 
 impl Timing {
@@ -136,10 +163,7 @@ impl Timing {
 
     /// The element at `len / 2` of the sorted latencies, as `et_runner`.
     pub fn median_us(&self) -> f64 {
-        self.latencies_us
-            .get(self.latencies_us.len() / 2)
-            .copied()
-            .unwrap_or(0.0)
+        median(&self.latencies_us)
     }
 
     pub fn max_us(&self) -> f64 {
@@ -148,8 +172,15 @@ impl Timing {
 
     /// One JSON object on one line.
     pub fn to_json(&self) -> String {
+        let ab = self.bands_off.as_ref().map_or(String::new(), |off| {
+            format!(
+                ", \"bands_off_median_us\": {:.1}, \"bands_on_faster\": {}",
+                median(&off.latencies_us),
+                off.on_faster
+            )
+        });
         format!(
-            "{{\"load_us\": {:.1}, \"planned_bytes\": {}, \"iters\": {}, \"min_us\": {:.1}, \"median_us\": {:.1}, \"max_us\": {:.1}, \"first_us\": {:.1}, \"state_bytes\": {}, \"peak_rss_bytes\": {}}}",
+            "{{\"load_us\": {:.1}, \"planned_bytes\": {}, \"iters\": {}, \"min_us\": {:.1}, \"median_us\": {:.1}, \"max_us\": {:.1}, \"first_us\": {:.1}, \"state_bytes\": {}, \"peak_rss_bytes\": {}{ab}}}",
             self.load_us,
             self.planned_bytes,
             self.latencies_us.len(),
@@ -224,19 +255,41 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
             .map_err(|e| error(&format!("set_input {i}"), e))?;
     }
     let mut latencies_us = Vec::with_capacity(o.iters);
+    let mut off_us = Vec::with_capacity(if o.ab_bands { o.iters } else { 0 });
+    let mut on_faster = 0;
     let mut first_us = 0.0;
-    for i in 0..o.warmup + o.iters {
+    let timed = |model: &mut dyn Model, bands: bool| -> Result<f64, String> {
+        ptec_kernels::parallel::set_local_bands(bands);
         let t0 = Instant::now();
-        model.execute(index).map_err(|e| error("execute", e))?;
+        let run = model.execute(index);
         let us = t0.elapsed().as_secs_f64() * 1e6;
+        ptec_kernels::parallel::set_local_bands(true);
+        run.map_err(|e| error("execute", e))?;
+        Ok(us)
+    };
+    for i in 0..o.warmup + o.iters {
+        // Each way first in turn, so neither always follows the other.
+        let off_first = o.ab_bands && i % 2 == 1;
+        let off_before = if off_first { Some(timed(model, false)?) } else { None };
+        let us = timed(model, true)?;
+        let off = match off_before {
+            Some(off) => Some(off),
+            None if o.ab_bands => Some(timed(model, false)?),
+            None => None,
+        };
         if i == 0 {
             first_us = us;
         }
         if i >= o.warmup {
             latencies_us.push(us);
+            if let Some(off) = off {
+                off_us.push(off);
+                on_faster += usize::from(us < off);
+            }
         }
     }
     latencies_us.sort_by(f64::total_cmp);
+    off_us.sort_by(f64::total_cmp);
     if o.profile {
         let per_step = profile(model, index, o.iters)?;
         std::eprint!("{}", profile_report(&per_step, o.profile_top));
@@ -256,6 +309,10 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
         state_bytes: core::mem::size_of_val(model),
         peak_rss_bytes: peak_rss_bytes(),
         latencies_us,
+        bands_off: o.ab_bands.then_some(BandsOff {
+            latencies_us: off_us,
+            on_faster,
+        }),
     })
 }
 
@@ -389,6 +446,7 @@ mod tests {
         let all = BenchOptions {
             profile: true,
             profile_top: 7,
+            ab_bands: true,
             ..o
         };
         assert_eq!(BenchOptions::parse(all.to_args()).unwrap(), all);
@@ -425,6 +483,7 @@ mod tests {
             state_bytes: 128,
             peak_rss_bytes: Some(4096),
             latencies_us: vec![1.0, 2.0, 3.0, 4.0],
+            bands_off: None,
         };
         assert_eq!((t.min_us(), t.median_us(), t.max_us()), (1.0, 3.0, 4.0));
         assert_eq!(
@@ -433,5 +492,12 @@ mod tests {
         );
         t.peak_rss_bytes = None;
         assert!(t.to_json().ends_with("\"peak_rss_bytes\": null}"));
+        t.bands_off = Some(BandsOff {
+            latencies_us: vec![2.0, 5.0, 6.0],
+            on_faster: 2,
+        });
+        assert!(t
+            .to_json()
+            .ends_with("\"peak_rss_bytes\": null, \"bands_off_median_us\": 5.0, \"bands_on_faster\": 2}"));
     }
 }
