@@ -44,9 +44,21 @@ pub struct CheckResult {
     pub status: CheckStatus,
 }
 
-/// Builds and runs the checks. `progress` receives one line per step;
-/// cargo's own progress goes to this process's stderr when `verbose`.
-pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str)) -> Result<Vec<CheckResult>, String> {
+/// Builds the checks and runs them once on each thread count of
+/// `threads` (the kernels split large work across threads, and every
+/// split must give the bundled outputs too). `progress` receives one line
+/// per step; cargo's own progress goes to this process's stderr when
+/// `verbose`. With more than one thread count, each case's lines say which
+/// it ran on, and its counts add up over them.
+pub fn check(
+    inputs: &[CheckInput],
+    threads: &[usize],
+    verbose: bool,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<CheckResult>, String> {
+    if let Some(bad) = threads.iter().find(|&&t| t == 0) {
+        return Err(format!("cannot run on {bad} threads"));
+    }
     let krate = RunnerCrate::new("ptec-check-run", "opt-level = 2\ncodegen-units = 16\ndebug = false")?;
     let mut results: Vec<CheckResult> = Vec::new();
     let mut modules = Vec::new();
@@ -127,7 +139,7 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
         main.push_str(&format!("#[allow(dead_code)]\nmod {m};\n"));
     }
     main.push_str(
-        "fn main() {\n    let args: Vec<String> = std::env::args().collect();\n    let tols: Vec<f64> = args[1..].iter().map(|a| a.parse().expect(\"tolerance\")).collect();\n",
+        "fn main() {\n    let args: Vec<String> = std::env::args().collect();\n    ptec_runtime::set_threads(args[1].parse().expect(\"thread count\"));\n    let tols: Vec<f64> = args[2..].iter().map(|a| a.parse().expect(\"tolerance\")).collect();\n",
     );
     for (k, (m, _)) in modules.iter().enumerate() {
         main.push_str(&format!(
@@ -141,37 +153,45 @@ pub fn check(inputs: &[CheckInput], verbose: bool, mut progress: impl FnMut(&str
     let target = target_dir("PTEC_CHECK_TARGET_DIR", "ptec-check");
     progress(&format!("building {} module(s) in {}", modules.len(), target.display()));
     let exe = krate.build(&target, None, verbose)?;
-    progress("running");
-    let mut cmd = Command::new(&exe);
-    for (_, i) in &modules {
-        cmd.arg(inputs[*i].rtol.to_string()).arg(inputs[*i].atol.to_string());
-    }
-    let out = cmd.output().map_err(|e| format!("running {}: {e}", exe.display()))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "the generated program crashed: {}\n{}{}",
-            out.status,
-            stdout,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    for (m, i) in &modules {
-        let mut lines = Vec::new();
-        let (mut passed, mut failed) = (0, 0);
-        for line in stdout.lines() {
-            let Some(rest) = line.strip_prefix(&format!("{m} ")) else {
+    for &n in threads {
+        progress(&format!("running on {n} thread(s)"));
+        let mut cmd = Command::new(&exe);
+        cmd.arg(n.to_string());
+        for (_, i) in &modules {
+            cmd.arg(inputs[*i].rtol.to_string()).arg(inputs[*i].atol.to_string());
+        }
+        let out = cmd.output().map_err(|e| format!("running {}: {e}", exe.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "the generated program crashed on {n} thread(s): {}\n{}{}",
+                out.status,
+                stdout,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let on = if threads.len() > 1 {
+            format!("on {n} thread(s): ")
+        } else {
+            String::new()
+        };
+        for (m, i) in &modules {
+            let CheckStatus::Ran { lines, passed, failed } = &mut results[*i].status else {
                 continue;
             };
-            if let Some(counts) = rest.strip_prefix("done ") {
-                let mut it = counts.split(' ').map(|x| x.parse::<usize>().unwrap_or(0));
-                passed = it.next().unwrap_or(0);
-                failed = it.next().unwrap_or(0);
-            } else {
-                lines.push(rest.to_string());
+            for line in stdout.lines() {
+                let Some(rest) = line.strip_prefix(&format!("{m} ")) else {
+                    continue;
+                };
+                if let Some(counts) = rest.strip_prefix("done ") {
+                    let mut it = counts.split(' ').map(|x| x.parse::<usize>().unwrap_or(0));
+                    *passed += it.next().unwrap_or(0);
+                    *failed += it.next().unwrap_or(0);
+                } else {
+                    lines.push(format!("{on}{rest}"));
+                }
             }
         }
-        results[*i].status = CheckStatus::Ran { lines, passed, failed };
     }
     Ok(results)
 }

@@ -82,6 +82,11 @@ enum Command {
         /// against the bundle of the same model exported portably.
         #[arg(long)]
         cases: Option<PathBuf>,
+        /// Run the cases on each of these thread counts (e.g. 1,2): the
+        /// kernels split large work across threads, and each split must
+        /// reproduce the bundled outputs too.
+        #[arg(long, value_delimiter = ',', default_value = "1", value_parser = clap::value_parser!(u32).range(1..=16))]
+        threads: Vec<u32>,
         /// Show cargo's output while building.
         #[arg(short, long)]
         verbose: bool,
@@ -261,6 +266,7 @@ fn run_check(
     data: &[PathBuf],
     (rtol, atol): (f64, f64),
     cases: Option<&PathBuf>,
+    threads: &[u32],
     verbose: bool,
 ) -> Result<bool, String> {
     let inputs: Vec<CheckInput> = files
@@ -273,7 +279,8 @@ fn run_check(
             cases: cases.cloned(),
         })
         .collect();
-    let results = check(&inputs, verbose, |msg| eprintln!("ptec check: {msg}"))?;
+    let threads: Vec<usize> = threads.iter().map(|&t| t as usize).collect();
+    let results = check(&inputs, &threads, verbose, |msg| eprintln!("ptec check: {msg}"))?;
     let (mut passed, mut failed) = (0, 0);
     for r in &results {
         match &r.status {
@@ -312,8 +319,9 @@ fn main() -> ExitCode {
             rtol,
             atol,
             cases,
+            threads,
             verbose,
-        }) => run_check(files, data, (*rtol, *atol), cases.as_ref(), *verbose),
+        }) => run_check(files, data, (*rtol, *atol), cases.as_ref(), threads, *verbose),
         Some(Command::Bench(args)) => run_bench(args).map(|_| true),
         Some(Command::Coverage) => {
             print!("{}", ptec::coverage::coverage_markdown());

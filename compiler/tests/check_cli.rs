@@ -55,6 +55,59 @@ fn altered_expected_output_fails_with_a_mismatch_report() {
 }
 
 #[test]
+fn threads_run_every_case_on_each_count() {
+    // The attention fixture's products, softmax and permutations are large
+    // enough to split on two threads.
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--threads", "1,2"])
+        .arg(fixture("attention.bpte"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        report.lines().any(|l| l == "on 1 thread(s): forward[0]: ok"),
+        "{report}"
+    );
+    assert!(
+        report.lines().any(|l| l == "on 2 thread(s): forward[0]: ok"),
+        "{report}"
+    );
+    assert!(report.lines().any(|l| l == "2 passed, 0 failed"), "{report}");
+    // Every other fixture ptec check can run by itself, on two threads.
+    let names = [
+        "channels_last",
+        "cond",
+        "conv",
+        "dynamic",
+        "kv_cache",
+        "mlp",
+        "multi_method",
+        "ops_mix",
+        "stacktrace",
+        "xnnpack_conv",
+        "xnnpack_ops",
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--threads", "2"])
+        .args(names.map(|n| fixture(&format!("{n}.bpte"))))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        report.lines().last().is_some_and(|l| l.ends_with(" passed, 0 failed")),
+        "{report}"
+    );
+    let zero = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--threads", "0"])
+        .arg(fixture("attention.bpte"))
+        .output()
+        .unwrap();
+    assert!(!zero.status.success());
+}
+
+#[test]
 fn bundles_with_prepared_filters_pass() {
     // Their filters are prepared at compile time and written beside each
     // generated module of the check's crate.

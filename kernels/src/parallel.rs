@@ -197,10 +197,11 @@ impl<'a, T> Pieces<'a, T> {
         let mut ptrs: [core::sync::atomic::AtomicPtr<T>; MAX_THREADS] =
             core::array::from_fn(|_| core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()));
         let mut lens = [0; MAX_THREADS];
-        let mut starts = starts.skip(1).take(MAX_THREADS - 1).peekable();
+        let mut starts = starts.skip(1).take(MAX_THREADS - 1);
         let (mut rest, mut at) = (whole, 0);
         for i in 0..MAX_THREADS {
-            let cut = match starts.next() {
+            let next = starts.next();
+            let cut = match next {
                 Some(next) => next.clamp(at, at + rest.len()) - at,
                 None => rest.len(),
             };
@@ -209,7 +210,9 @@ impl<'a, T> Pieces<'a, T> {
             *ptrs[i].get_mut() = piece.as_mut_ptr();
             at += cut;
             rest = tail;
-            if starts.peek().is_none() && rest.is_empty() {
+            // The last piece takes the rest, even none: every part gets
+            // its piece, empty ones too (a scratch of no floats).
+            if next.is_none() {
                 break;
             }
         }
@@ -785,6 +788,14 @@ mod tests {
                 out
             });
         }
+        // A batch of products too small to need a scratch: each part still
+        // gets its (empty) share of it, and computes its matrices.
+        let (x, y) = (rng(31, 5 * 2 * 6), rng(32, 5 * 6 * 48));
+        run_both(&|| {
+            let mut out = std::vec![0.0; 5 * 2 * 48];
+            crate::linear::bmm(&x, &y, 5, 2, 6, 48, &mut out, &mut []);
+            out
+        });
         // Layer norms in bands of rows, each band its rows of the mean and
         // the reciprocal deviation too; one with an odd number of rows.
         for (rows, n, affine) in [(300, 96, true), (129, 256, false)] {
@@ -860,9 +871,21 @@ mod tests {
         assert!(pieces.take(1).is_none());
         assert_eq!(pieces.take(2).unwrap(), &[7, 8, 9]);
         assert_eq!(pieces.take(0).unwrap(), &[0, 1, 2, 3]);
-        assert!(pieces.take(3).is_none_or(|p| p.is_empty()));
+        assert!(pieces.take(3).is_none());
         a[0] = 40;
         assert_eq!(v[4], 40);
+        // Empty pieces are handed out too: each part of a split gets one,
+        // even of an empty scratch (a bmm of small products needs none).
+        let mut none: [u32; 0] = [];
+        let pieces = Pieces::new(&mut none, [0, 0, 0].into_iter());
+        for i in 0..3 {
+            assert_eq!(pieces.take(i).map(|p| p.len()), Some(0), "piece {i}");
+        }
+        assert!(pieces.take(3).is_none());
+        let mut v: Vec<u32> = (0..4).collect();
+        let pieces = Pieces::new(&mut v, [0, 4].into_iter());
+        assert_eq!(pieces.take(0).unwrap(), &[0, 1, 2, 3]);
+        assert_eq!(pieces.take(1).map(|p| p.len()), Some(0));
     }
 
     #[test]
