@@ -16,6 +16,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("dynamic", "fixtures/dynamic.bpte", None, 1e-4, 1e-5),
     ("ops_mix", "fixtures/ops_mix.bpte", None, 1e-4, 1e-5),
     ("attention", "fixtures/attention.bpte", None, 1e-4, 1e-5),
+    ("small_heads", "fixtures/small_heads.bpte", None, 1e-4, 1e-5),
     ("stacktrace", "fixtures/stacktrace.bpte", None, 1e-4, 1e-5),
     (
         "external_weights",

@@ -84,6 +84,7 @@ fn threads_run_every_case_on_each_count() {
         "mlp",
         "multi_method",
         "ops_mix",
+        "small_heads",
         "stacktrace",
         "xnnpack_conv",
         "xnnpack_ops",

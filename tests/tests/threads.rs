@@ -1,14 +1,22 @@
-//! A program run on two threads: the attention fixture's products, batched
+//! Programs run on two threads: the attention fixture's products, batched
 //! products, softmax and copies are large enough to be split between
 //! threads. Its bundled case must pass on two threads as on one, with
 //! outputs bit-identical (every element is computed the same way whatever
-//! thread computes it).
+//! thread computes it). The small_heads fixture's batched products are
+//! split by head with no scratch to share out.
 
 mod attention {
     ptec_macros::include_pte!("fixtures/attention.bpte", name = Program, tests);
 }
 
+mod small_heads {
+    ptec_macros::include_pte!("fixtures/small_heads.bpte", name = Program, tests);
+}
+
 type Input = [[[f32; 32]; 128]; 1];
+
+/// The thread count is the process's: one test sets it at a time.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn forward(model: &mut attention::Program, x: &Input) -> Vec<f32> {
     let out = model.forward(x).expect("forward");
@@ -22,6 +30,7 @@ fn attention_on_two_threads_matches_one_thread_and_pytorch() {
         *v = (0.1 * i as f32).sin();
     }
     let mut model = attention::Program::boxed();
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     ptec_runtime::set_threads(1);
     let one = forward(&mut model, &x);
     ptec_runtime::set_threads(2);
@@ -37,4 +46,22 @@ fn attention_on_two_threads_matches_one_thread_and_pytorch() {
         one.iter().zip(&two).all(|(a, b)| a.to_bits() == b.to_bits()),
         "outputs differ between one and two threads"
     );
+}
+
+#[test]
+fn small_heads_on_two_threads_match_pytorch() {
+    let mut model = small_heads::Program::boxed();
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    ptec_runtime::set_threads(2);
+    let results: Vec<Result<(), String>> = (0..small_heads::bundled::CASES.len())
+        .map(|case| {
+            small_heads::bundled::run_case(&mut *model, case, small_heads::bundled::TOLERANCE)
+                .map_err(|e| e.to_string())
+        })
+        .collect();
+    ptec_runtime::set_threads(1);
+    assert_eq!(results.len(), 2);
+    for (case, r) in results.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("case {case} on two threads: {e}"));
+    }
 }
