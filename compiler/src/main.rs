@@ -137,9 +137,10 @@ struct BenchArgs {
     #[arg(long, default_value_t = 25)]
     profile_top: u32,
     /// Also run every timed iteration with the bands of memory-bound
-    /// kernels (copies, permutations, element-wise maps) off, alternating,
-    /// and report `bands_off_median_us` and `bands_on_faster` (in how many
-    /// of the pairs the normal run won). Meaningful with --threads > 1.
+    /// kernels (copies, fills, permutations, element-wise maps, layer
+    /// norms) off, alternating, and report `bands_off_median_us` and
+    /// `bands_on_faster` (in how many of the pairs the normal run won).
+    /// Meaningful with --threads > 1.
     #[arg(long)]
     ab_bands: bool,
     /// Show cargo's output while building.

@@ -227,9 +227,6 @@ fn from_band<'a, T>(x: &'a [T], strides: &'a [usize], dim: usize, first: usize) 
     (&x[at.min(x.len())..], &strides[dim.min(strides.len())..])
 }
 
-/// Fewest output elements of an element-wise map that threads split.
-const SPLIT_ELEMENTS: usize = 1 << 14;
-
 /// Runs a map, a large one across threads in bands of its outermost dim
 /// of more than one element (the dims before have one): calls
 /// `band(dim, first, sizes, piece)` for each band, `first` its first index
@@ -242,8 +239,7 @@ const SPLIT_ELEMENTS: usize = 1 << 14;
 /// still sees the generated code's constant sizes and strides.)
 #[inline(always)]
 fn in_bands<O: Send, F: Fn(usize, usize, &[usize], &mut [O]) + Sync>(out: &mut [O], out_sizes: &[usize], band: &F) {
-    let split_up = out.len() >= SPLIT_ELEMENTS
-        && crate::parallel::local_bands()
+    let split_up = crate::parallel::local_bands_for(out.len())
         && out_sizes.len() <= MAX_RANK
         && out_sizes.iter().product::<usize>() == out.len();
     let Some((dim, row_len)) = crate::parallel::outer_rows(out_sizes).filter(|&(_, row_len)| split_up && row_len > 0)

@@ -287,7 +287,7 @@ pub fn native_layer_norm<T: Float>(
     // product split in bands of rows, so each thread mostly normalizes the
     // rows it just wrote (see `parallel::for_each_band`).
     let bands = crate::parallel::split(m, crate::parallel::band_grain(n, core::mem::size_of::<T>()));
-    if total < SPLIT_ELEMENTS || n == 0 || bands.parts() <= 1 || !crate::parallel::local_bands() {
+    if !crate::parallel::local_bands_for(total) || n == 0 || bands.parts() <= 1 {
         crate::cpu::with_best_isa(rows(0..m, &mut out[..total], &mut mean[..m], &mut rstd[..m]));
         return Ok(());
     }
@@ -304,9 +304,6 @@ pub fn native_layer_norm<T: Float>(
     });
     Ok(())
 }
-
-/// Fewest elements of a layer norm that threads split.
-const SPLIT_ELEMENTS: usize = 1 << 14;
 
 /// The rows of a layer norm, each normalized on its own (vectorized for the
 /// CPU's best vector ISA; no fused multiply-adds are formed, so the results

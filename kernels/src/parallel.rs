@@ -54,6 +54,16 @@ pub fn local_bands() -> bool {
     threads() > 1 && LOCAL_BANDS.load(core::sync::atomic::Ordering::Relaxed)
 }
 
+/// Fewest elements of a memory-bound kernel's output (an element-wise
+/// map, a layer norm) that threads split.
+const LOCAL_BAND_ELEMENTS: usize = 1 << 14;
+
+/// Whether a memory-bound kernel of `elements` output elements splits in
+/// bands: [`local_bands`] and at least [`LOCAL_BAND_ELEMENTS`].
+pub fn local_bands_for(elements: usize) -> bool {
+    elements >= LOCAL_BAND_ELEMENTS && local_bands()
+}
+
 /// Calls `part(i)` for every `i` in `0..parts`, spread over the threads;
 /// returns when all are done. A panicking part is re-raised here, after
 /// the others have finished.

@@ -156,6 +156,12 @@ pub fn strided_copy_map<A: Copy, O>(
 /// Fewest bytes of a [`copy`] that threads split.
 const SPLIT_COPY_BYTES: usize = 64 << 10;
 
+/// Whether a copy, fill or permutation of `len` elements of `T` splits in
+/// bands across threads.
+fn copy_bands<T>(len: usize) -> bool {
+    len.saturating_mul(core::mem::size_of::<T>().max(1)) >= SPLIT_COPY_BYTES && crate::parallel::local_bands()
+}
+
 /// `out = x` (equal lengths), in bands across threads when it is large.
 /// On two threads, a copy on one thread of what both just wrote (an
 /// `unsqueeze_copy` after a product split in bands of rows) waits for half
@@ -163,10 +169,8 @@ const SPLIT_COPY_BYTES: usize = 64 << 10;
 /// 73 µs on two. In bands, each thread mostly copies what it wrote.
 pub fn copy<T: Copy + Send + Sync>(x: &[T], out: &mut [T]) {
     assert_eq!(x.len(), out.len(), "a copy between slices of different lengths");
-    let size = core::mem::size_of::<T>().max(1);
-    let split_up = x.len().saturating_mul(size) >= SPLIT_COPY_BYTES && crate::parallel::local_bands();
-    let grain = crate::parallel::band_grain(1, size);
-    crate::parallel::for_each_band(out, x.len(), 1, grain, split_up, &|items, band| {
+    let grain = crate::parallel::band_grain(1, core::mem::size_of::<T>());
+    crate::parallel::for_each_band(out, x.len(), 1, grain, copy_bands::<T>(x.len()), &|items, band| {
         band.copy_from_slice(&x[items]);
     });
 }
@@ -176,7 +180,7 @@ pub fn copy<T: Copy + Send + Sync>(x: &[T], out: &mut [T]) {
 /// bands of the output across threads, as [`copy`] does.
 pub fn permute_copy<T: Copy + Send + Sync>(src: &[T], sizes: &[usize], dims: &[usize], dst: &mut [T]) {
     let size = core::mem::size_of::<T>().max(1);
-    let split_up = dst.len().saturating_mul(size) >= SPLIT_COPY_BYTES && crate::parallel::local_bands();
+    let split_up = copy_bands::<T>(dst.len());
     if let Some((batch, rows, cols)) = batched_transpose(sizes, dims) {
         let matrix = rows * cols;
         let grain = crate::parallel::band_grain(matrix, size);
@@ -748,10 +752,10 @@ pub fn to_dim_order<A: Copy, O>(
 /// against 5.5 µs on one.
 #[inline]
 pub fn fill<T: Copy + Send + Sync>(dst: &mut [T], value: T) {
-    let size = core::mem::size_of::<T>().max(1);
-    let split_up = dst.len().saturating_mul(size) >= SPLIT_COPY_BYTES && crate::parallel::local_bands();
-    let grain = crate::parallel::band_grain(1, size);
-    crate::parallel::for_each_band(dst, dst.len(), 1, grain, split_up, &|_, band| band.fill(value));
+    let grain = crate::parallel::band_grain(1, core::mem::size_of::<T>());
+    crate::parallel::for_each_band(dst, dst.len(), 1, grain, copy_bands::<T>(dst.len()), &|_, band| {
+        band.fill(value)
+    });
 }
 
 /// `aten::full` (alias of [`fill`]).

@@ -268,14 +268,18 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
         Ok(us)
     };
     for i in 0..o.warmup + o.iters {
-        // Each way first in turn, so neither always follows the other.
-        let off_first = o.ab_bands && i % 2 == 1;
-        let off_before = if off_first { Some(timed(model, false)?) } else { None };
-        let us = timed(model, true)?;
-        let off = match off_before {
-            Some(off) => Some(off),
-            None if o.ab_bands => Some(timed(model, false)?),
-            None => None,
+        // With --ab-bands, each way first in turn, so that neither always
+        // follows the other.
+        let (us, off) = match (o.ab_bands, i % 2 == 1) {
+            (false, _) => (timed(model, true)?, None),
+            (true, true) => {
+                let off = timed(model, false)?;
+                (timed(model, true)?, Some(off))
+            }
+            (true, false) => {
+                let us = timed(model, true)?;
+                (us, Some(timed(model, false)?))
+            }
         };
         if i == 0 {
             first_us = us;
