@@ -352,7 +352,103 @@ fn direct_on(isa: Isa, p: &Gemm<'_>, c: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn direct_avx2(p: &Gemm<'_>, c: &mut [f32]) {
+    if p.m == 1 && p.b_trans {
+        // SAFETY: AVX2 and FMA by the caller.
+        return unsafe { row_times_linear_avx2(p, c) };
+    }
     direct(p, c)
+}
+
+/// Rows of a Linear weight a [`row_times_linear_avx2`] step multiplies.
+#[cfg(target_arch = "x86_64")]
+const GEMV_ROWS: usize = 4;
+
+/// One row of `A` times a Linear weight (`B` stored `n × k`): `c[j] =
+/// alpha · A·B[j] (+ beta · c[j])`, four rows of `B` at a time. The
+/// portable loop takes one row at a time, in two chains of FMAs whose
+/// latency bounds it; four rows give eight chains and four streams of the
+/// weight at once. MobileNetV2's classifier (1000 × 1280), alternated in
+/// one process on Zen 3: 95–101 → 75–76 µs from L3, 448–510 → 397–423 µs
+/// with the caches flushed. (A software prefetch 128 to 1024 floats ahead
+/// only slowed both; eight rows at a time ran no faster than four.) Each
+/// output sums its products in 16 lanes, lane `l` taking `q ≡ l (mod 16)`,
+/// then the lanes in order and the tail, whether its row went in a group
+/// of four or alone: a split of the columns across threads gives the same
+/// sums as one thread.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_times_linear_avx2(p: &Gemm<'_>, c: &mut [f32]) {
+    let (n, k) = (p.n, p.k);
+    // With one row, A is the same whether stored transposed or not.
+    let (a, b, c) = (&p.a[..k], &p.b[..n * k], &mut c[..n]);
+    let mut sums = [0.0f32; GEMV_ROWS];
+    let mut j = 0;
+    while j < n {
+        let rows = GEMV_ROWS.min(n - j);
+        let weight = &b[j * k..(j + rows) * k];
+        // SAFETY: AVX2 and FMA by the caller; `weight` holds `rows` rows
+        // of `k` floats and `a` holds `k`.
+        unsafe {
+            if rows == GEMV_ROWS {
+                dot_rows_avx2::<GEMV_ROWS>(a, weight, &mut sums);
+            } else {
+                for (r, s) in sums.iter_mut().enumerate().take(rows) {
+                    dot_rows_avx2::<1>(a, &weight[r * k..(r + 1) * k], core::slice::from_mut(s));
+                }
+            }
+        }
+        for (cj, &s) in c[j..j + rows].iter_mut().zip(&sums) {
+            *cj = if p.beta == 0.0 {
+                p.alpha * s
+            } else {
+                p.alpha * s + p.beta * *cj
+            };
+        }
+        j += rows;
+    }
+}
+
+/// `sums[r] = x · w[r·k ..][..k]` for `R` rows of `w` (`k = x.len()`).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn dot_rows_avx2<const R: usize>(x: &[f32], w: &[f32], sums: &mut [f32]) {
+    use core::arch::x86_64::*;
+    let k = x.len();
+    assert!(w.len() >= R * k && sums.len() >= R);
+    let whole = k / 16 * 16;
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let (xp, wp) = (x.as_ptr(), w.as_ptr());
+    for q in (0..whole).step_by(16) {
+        // SAFETY: q + 16 <= whole <= k: the loads are within `x` and
+        // within each of the `R` rows of `w` (asserted above).
+        unsafe {
+            let x0 = _mm256_loadu_ps(xp.add(q));
+            let x1 = _mm256_loadu_ps(xp.add(q + 8));
+            for (r, lanes) in acc.iter_mut().enumerate() {
+                let row = wp.add(r * k + q);
+                lanes[0] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(row), lanes[0]);
+                lanes[1] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(row.add(8)), lanes[1]);
+            }
+        }
+    }
+    for (r, lanes) in acc.iter().enumerate() {
+        let mut each = [0.0f32; 16];
+        // SAFETY: `each` holds the 16 floats of the two vectors.
+        unsafe {
+            _mm256_storeu_ps(each.as_mut_ptr(), lanes[0]);
+            _mm256_storeu_ps(each.as_mut_ptr().add(8), lanes[1]);
+        }
+        let row = &w[r * k..(r + 1) * k];
+        let tail: f32 = x[whole..].iter().zip(&row[whole..]).fold(0.0, |s, (&u, &v)| s + u * v);
+        sums[r] = each.iter().fold(0.0, |t, &v| t + v) + tail;
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -566,6 +662,57 @@ mod tests {
                 let mut c = vec![f32::NAN; m * n];
                 sgemm_fused(m, n, k, 1.0, &a, false, &b, bt, 0.0, &e, &mut c, &mut scratch);
                 check(&c, &want, k);
+            }
+        }
+    }
+
+    /// One row times a Linear weight on AVX2: right for any width and
+    /// depth (groups of four rows and the rows left over, whole vectors
+    /// and a tail), with and without `beta`; and a split of the columns
+    /// gives the same bits as the whole.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn row_times_linear_weight() {
+        if !has_avx2_fma() {
+            std::eprintln!("row_times_linear_weight: no AVX2 + FMA here, nothing to check");
+            return;
+        }
+        let mut rng = Lcg(11);
+        for &(n, k) in &[(1, 1), (3, 15), (4, 16), (5, 17), (37, 300), (1000, 1280), (9, 33)] {
+            for &(alpha, beta) in &[(1.0f32, 0.0f32), (0.5, 1.0), (-2.0, 0.25)] {
+                let a = rng.vec(k);
+                let b = rng.vec(n * k);
+                let c0 = rng.vec(n);
+                let p = Gemm {
+                    m: 1,
+                    n,
+                    k,
+                    alpha,
+                    a: &a,
+                    a_trans: false,
+                    b: &b,
+                    b_trans: true,
+                    beta,
+                };
+                let mut whole = c0.clone();
+                // SAFETY: AVX2 and FMA checked above.
+                unsafe { row_times_linear_avx2(&p, &mut whole) };
+                check(&whole, &reference(&p, &c0), k);
+                let cut = n / 2 + 1;
+                let mut parts = c0.clone();
+                for cols in [0..cut.min(n), cut.min(n)..n] {
+                    let part = Gemm {
+                        n: cols.len(),
+                        b: &b[cols.start * k..cols.end * k],
+                        ..p
+                    };
+                    // SAFETY: as above.
+                    unsafe { row_times_linear_avx2(&part, &mut parts[cols]) };
+                }
+                assert!(
+                    whole.iter().zip(&parts).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{n} × {k}: a split of the columns changed the sums"
+                );
             }
         }
     }
