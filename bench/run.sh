@@ -19,7 +19,9 @@
 # kernels, a hundred times slower than the rest, for fewer iterations, so
 # that a round is short and its runs see the same machine.
 # --threads N (default 1) is given to every run: ExecuTorch's threadpool
-# and ptec's kernels both use N threads.
+# and ptec's kernels both use N threads; with N > 1, the share of the FMA
+# throughput N threads get at once (gemm_bench --cores) is printed before
+# and after the rounds: on a shared host it moves from run to run.
 # Then the GEMM micro-benchmark (GFLOP/s against the measured FMA peak).
 #
 # et_runner is built by ../shared/anchors/executorch-runner/build.sh into
@@ -103,6 +105,13 @@ PY
 }
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# What N threads get of the FMA throughput at once on this host, now and
+# after the rounds: bounds every N-thread speed-up measured in between.
+cores() {
+  [ "$threads" -gt 1 ] || return 0
+  echo "$1 $(cd "$root" && cargo run --release --quiet -p ptec-kernels --example gemm_bench -- --cores "$threads")"
+}
+cores before
 for r in $(seq 1 "$rounds"); do
   for m in "${models[@]}"; do
     name="$(basename "$m" .bpte)"
@@ -117,6 +126,7 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 
+cores after
 echo
 echo "median latency over $rounds round(s) of $iters iterations, $threads thread(s); ratios < 1: ptec is faster"
 python3 - "$results" <<'PY'

@@ -3,6 +3,11 @@
 //! with an FMA-throughput loop (AVX2 and, where the CPU has it, AVX-512).
 //!
 //!   cargo run --release -p ptec-kernels --example gemm_bench [-- --quick]
+//!   cargo run --release -p ptec-kernels --example gemm_bench -- --cores N
+//!
+//! `--cores N` only measures what N threads get of the peak at once, each
+//! against one thread alone: on a shared host two vCPUs may share a core
+//! or a busy neighbour's, which bounds what any N-thread run can gain.
 use ptec_kernels::gemm::{gemm_scratch_len, sgemm, sgemm_kernel_name, Epilogue};
 use ptec_kernels::nhwc::{conv2d_nhwc, depthwise_conv2d_nhwc, Conv2dNhwc};
 use ptec_kernels::packed;
@@ -94,8 +99,70 @@ fn peaks() -> Vec<(&'static str, f64)> {
     out
 }
 
+/// FMA throughput sustained over about a second (all the calls' flops
+/// over their whole time, not the fastest call: what a thread gets while
+/// others run), with the AVX2 loop; 0 without AVX2 and FMA.
+fn sustained() -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        const ITERS: usize = 2_000_000;
+        let start = Instant::now();
+        let mut calls = 0usize;
+        while calls == 0 || start.elapsed().as_secs_f64() < 1.0 {
+            // SAFETY: the CPU has AVX2 and FMA.
+            black_box(unsafe { peak::avx2(black_box(ITERS), black_box(0.5), black_box(0.25)) });
+            calls += 1;
+        }
+        return (calls * ITERS * 12 * 8 * 2) as f64 / start.elapsed().as_secs_f64() / 1e9;
+    }
+    0.0
+}
+
+/// The FMA throughput of one thread alone, then of each of `n` threads at
+/// once (started together), three times over, as the host's load moves
+/// within seconds: one line, with the median of the slowest thread's
+/// share of the lone throughput measured just before.
+fn cores(n: usize) {
+    let mut shares = Vec::new();
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let alone = sustained();
+        let start = std::sync::Barrier::new(n);
+        let each: Vec<f64> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        sustained()
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().expect("a peak thread")).collect()
+        });
+        let slowest = each.iter().copied().fold(f64::INFINITY, f64::min);
+        shares.push(if alone > 0.0 { slowest / alone } else { 0.0 });
+        let shown: Vec<String> = each.iter().map(|g| format!("{g:.0}")).collect();
+        rounds.push(format!("{alone:.0} | {}", shown.join(" + ")));
+    }
+    shares.sort_by(f64::total_cmp);
+    println!(
+        "cores: AVX2 FMA GFLOP/s, one thread alone | {n} at once: {}; slowest at once: {:.0}% of alone (median)",
+        rounds.join(", "),
+        100.0 * shares[shares.len() / 2]
+    );
+}
+
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--cores") {
+        let n = args.get(i + 1).and_then(|n| n.parse().ok()).filter(|&n| n > 0);
+        let Some(n) = n else {
+            eprintln!("--cores takes a thread count of at least 1");
+            std::process::exit(2);
+        };
+        return cores(n);
+    }
+    let quick = args.iter().any(|a| a == "--quick");
     let budget = if quick { 0.3 } else { 1.5 };
     let peaks = peaks();
     for (isa, p) in &peaks {
