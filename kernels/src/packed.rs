@@ -690,6 +690,9 @@ impl Product<'_> {
     fn dispatch(&self, c: Out) {
         #[cfg(target_arch = "x86_64")]
         {
+            if self.m == 1 && crate::linear::has_avx2_fma() {
+                return self.one_row_avx2(c);
+            }
             if let Some(t) = Avx512::detect() {
                 return self.run(t.for_rows(self.m), c);
             }
@@ -698,6 +701,50 @@ impl Product<'_> {
             }
         }
         self.run(Portable, c)
+    }
+
+    /// A product of one row (a batch of one through a fully-connected
+    /// layer): strip by strip, each in eight chains of FMAs over its whole
+    /// depth ([`strip_dot_avx2`]), then the epilogue. The tiles would give
+    /// one row two chains a strip half, bound by the FMA latency, and a
+    /// trip through `C` per depth block. Zen 3, 1 × 1000 × 1280 from
+    /// cache: 18.9 → 30.6 GFLOP/s; inside the XNNPACK-lowered MobileNetV2
+    /// (its classifier, the old and new runners alternated, six rounds):
+    /// 544 → 413 µs on one thread, 296 → 225 µs on two. Each column sums
+    /// in the same order whatever the thread count: threads take whole
+    /// strips.
+    #[cfg(target_arch = "x86_64")]
+    fn one_row_avx2(&self, mut c: Out) {
+        let (n, k) = (self.n, self.k);
+        let strips = n.div_ceil(NR);
+        let (a, b) = (&self.a[..k], &self.b[..strips * k * NR]);
+        let e = self.epilogue;
+        let bias = e.bias.map(|b| &b[..n]);
+        let clamp = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
+        let view = c;
+        let residual = view.residual_row(0, n).filter(|_| e.residual.is_some());
+        let row = c.row(0, n);
+        for s in 0..strips {
+            let strip = &b[s * k * NR..(s + 1) * k * NR];
+            // SAFETY: `has_avx2_fma` (by the caller); the strip holds `k`
+            // rows of NR floats, as `strip_dot_avx2` asserts.
+            let sums = unsafe { strip_dot_avx2(a, strip) };
+            let j0 = s * NR;
+            for (j, &sum) in sums.iter().enumerate().take(NR.min(n - j0)) {
+                let at = j0 + j;
+                let mut v = if self.accumulate { sum + row[at] } else { sum };
+                if let Some(b) = bias {
+                    v += b[at];
+                }
+                if let Some(r) = residual {
+                    v += r[at];
+                }
+                if clamp {
+                    v = v.max(e.min).min(e.max);
+                }
+                row[at] = v;
+            }
+        }
     }
 
     fn run<T: Tile>(&self, tile: T, c: Out) {
@@ -1064,6 +1111,52 @@ unsafe fn tile_avx2<const MR: usize, const NV: usize>(
             }
         }
     }
+}
+
+/// The [`NR`] sums `a · strip` of one packed strip (`a.len()` rows of
+/// [`NR`] floats): even and odd rows in separate sums, eight chains of FMAs
+/// in all, added at the end.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn strip_dot_avx2(a: &[f32], strip: &[f32]) -> [f32; NR] {
+    use core::arch::x86_64::*;
+    const VECTORS: usize = NR / 8;
+    let k = a.len();
+    assert!(strip.len() >= k * NR);
+    let (ap, bp) = (a.as_ptr(), strip.as_ptr());
+    let mut even = [_mm256_setzero_ps(); VECTORS];
+    let mut odd = even;
+    for q in (0..k / 2 * 2).step_by(2) {
+        // SAFETY: q + 1 < k: rows q and q + 1 of the strip (asserted) and
+        // floats q, q + 1 of `a`.
+        unsafe {
+            let (x0, x1) = (_mm256_broadcast_ss(&*ap.add(q)), _mm256_broadcast_ss(&*ap.add(q + 1)));
+            let (r0, r1) = (bp.add(q * NR), bp.add((q + 1) * NR));
+            for v in 0..VECTORS {
+                even[v] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(r0.add(v * 8)), even[v]);
+                odd[v] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(r1.add(v * 8)), odd[v]);
+            }
+        }
+    }
+    if k % 2 == 1 {
+        // SAFETY: the last row of the strip and float k - 1 of `a`.
+        unsafe {
+            let x = _mm256_broadcast_ss(&*ap.add(k - 1));
+            let r = bp.add((k - 1) * NR);
+            for (v, e) in even.iter_mut().enumerate() {
+                *e = _mm256_fmadd_ps(x, _mm256_loadu_ps(r.add(v * 8)), *e);
+            }
+        }
+    }
+    let mut sums = [0.0f32; NR];
+    for v in 0..VECTORS {
+        // SAFETY: `sums` holds VECTORS vectors.
+        unsafe { _mm256_storeu_ps(sums.as_mut_ptr().add(v * 8), _mm256_add_ps(even[v], odd[v])) };
+    }
+    sums
 }
 
 /// Asks for the `rows` × `cols` floats of `C` from `c` (rows `ldc` apart)
@@ -1581,6 +1674,13 @@ mod tests {
             (8, 1000, 70),
             (11, 8, 40),
             (6, 5, 9),
+            // One row (AVX2: strip by strip over the whole depth): ragged
+            // last strips, 17 to 24 wide among them, odd and even depths,
+            // a weight larger than a depth block.
+            (1, 24, 9),
+            (1, 37, 1),
+            (1, 1000, 70),
+            (1, 70, 600),
         ]
         .iter()
         .map(|&(m, n, k)| (m, n, k, k + 3))

@@ -672,6 +672,24 @@ mod tests {
             gemm_packed(m, n, k, &a, lda, &packed, &e, &mut c, ldc);
             c
         });
+        // One row against a large packed weight (a batch of one through
+        // a fully-connected layer): split by strips, with bias, residual
+        // and clamp.
+        let (n, k) = (700, 400);
+        let (a, b, bias, residual) = (rng(18, k), rng(19, n * k), rng(20, n), rng(21, n));
+        let mut packed = std::vec![0.0; packed_len(k, n)];
+        pack(&b, k, n, true, &mut packed);
+        run_both(&|| {
+            let mut c = std::vec![0.0; n];
+            let e = crate::gemm::Epilogue {
+                bias: Some(&bias),
+                residual: Some(&residual),
+                min: -2.0,
+                max: 2.0,
+            };
+            gemm_packed(1, n, k, &a, k, &packed, &e, &mut c, n);
+            c
+        });
         // Depthwise: stride 1 splits channel blocks (the last one partial
         // here), stride 2 output rows (on AVX2, channel blocks of 32, or
         // the rows when there are fewer blocks than threads).
