@@ -352,20 +352,22 @@ fn direct_on(isa: Isa, p: &Gemm<'_>, c: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn direct_avx2(p: &Gemm<'_>, c: &mut [f32]) {
-    if p.m == 1 && p.b_trans {
+    // With one row, A is the same whether stored transposed or not.
+    if p.b_trans && (p.m == 1 || !p.a_trans) {
         // SAFETY: AVX2 and FMA by the caller.
-        return unsafe { row_times_linear_avx2(p, c) };
+        return unsafe { rows_times_linear_avx2(p, c) };
     }
     direct(p, c)
 }
 
-/// Rows of a Linear weight a [`row_times_linear_avx2`] step multiplies.
+/// Rows of a Linear weight a [`rows_times_linear_avx2`] step multiplies.
 #[cfg(target_arch = "x86_64")]
 const GEMV_ROWS: usize = 4;
 
-/// One row of `A` times a Linear weight (`B` stored `n × k`): `c[j] =
-/// alpha · A·B[j] (+ beta · c[j])`, four rows of `B` at a time. The
-/// portable loop takes one row at a time, in two chains of FMAs whose
+/// A few rows of `A` (row-major) times a Linear weight (`B` stored `n ×
+/// k`), row by row: `c[i][j] = alpha · A[i]·B[j] (+ beta · c[i][j])`, four
+/// rows of `B` at a time. The portable loop takes one row of `B` at a
+/// time, in two chains of FMAs whose
 /// latency bounds it; four rows give eight chains and four streams of the
 /// weight at once. MobileNetV2's classifier (1000 × 1280), alternated in
 /// one process on Zen 3: 95–101 → 75–76 µs from L3, 448–510 → 397–423 µs
@@ -380,10 +382,23 @@ const GEMV_ROWS: usize = 4;
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn row_times_linear_avx2(p: &Gemm<'_>, c: &mut [f32]) {
-    let (n, k) = (p.n, p.k);
-    // With one row, A is the same whether stored transposed or not.
-    let (a, b, c) = (&p.a[..k], &p.b[..n * k], &mut c[..n]);
+unsafe fn rows_times_linear_avx2(p: &Gemm<'_>, c: &mut [f32]) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let b = &p.b[..n * k];
+    for i in 0..m {
+        // SAFETY: AVX2 and FMA by the caller.
+        unsafe { row_times_linear_avx2(p, &p.a[i * k..(i + 1) * k], b, &mut c[i * n..(i + 1) * n]) };
+    }
+}
+
+/// One row `a` of [`rows_times_linear_avx2`] into its row `c` of `n`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_times_linear_avx2(p: &Gemm<'_>, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (n, k) = (c.len(), a.len());
     let mut sums = [0.0f32; GEMV_ROWS];
     let mut j = 0;
     while j < n {
@@ -535,6 +550,36 @@ mod tests {
         r
     }
 
+    /// `(alpha, beta)` pairs the products are checked with.
+    const SCALES: [(f32, f32); 3] = [(1.0, 0.0), (0.5, 1.0), (-2.0, 0.25)];
+
+    /// Random `A` (`m × k`), `B` (`k × n`) and starting `C` (`m × n`).
+    fn operands(rng: &mut Lcg, m: usize, n: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        (rng.vec(m * k), rng.vec(k * n), rng.vec(m * n))
+    }
+
+    /// The product of `A` and `B`, each with whether it is stored
+    /// transposed.
+    fn product<'a>(
+        (m, n, k): (usize, usize, usize),
+        alpha: f32,
+        beta: f32,
+        (a, a_trans): (&'a [f32], bool),
+        (b, b_trans): (&'a [f32], bool),
+    ) -> Gemm<'a> {
+        Gemm {
+            m,
+            n,
+            k,
+            alpha,
+            a,
+            a_trans,
+            b,
+            b_trans,
+            beta,
+        }
+    }
+
     const SHAPES: [(usize, usize, usize); 13] = [
         (1, 1, 1),
         (1, 3, 3),
@@ -557,21 +602,9 @@ mod tests {
         for &(m, n, k) in &SHAPES {
             for at in [false, true] {
                 for bt in [false, true] {
-                    for &(alpha, beta) in &[(1.0f32, 0.0f32), (0.5, 1.0), (-2.0, 0.25)] {
-                        let a = rng.vec(m * k);
-                        let b = rng.vec(k * n);
-                        let c0 = rng.vec(m * n);
-                        let p = Gemm {
-                            m,
-                            n,
-                            k,
-                            alpha,
-                            a: &a,
-                            a_trans: at,
-                            b: &b,
-                            b_trans: bt,
-                            beta,
-                        };
+                    for &(alpha, beta) in &SCALES {
+                        let (a, b, c0) = operands(&mut rng, m, n, k);
+                        let p = product((m, n, k), alpha, beta, (&a, at), (&b, bt));
                         let want = reference(&p, &c0);
                         let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
                         let mut c = c0.clone();
@@ -666,53 +699,47 @@ mod tests {
         }
     }
 
-    /// One row times a Linear weight on AVX2: right for any width and
-    /// depth (groups of four rows and the rows left over, whole vectors
-    /// and a tail), with and without `beta`; and a split of the columns
-    /// gives the same bits as the whole.
+    /// One to three rows times a Linear weight on AVX2: right for any
+    /// width and depth (groups of four weight rows and the rows left over,
+    /// whole vectors and a tail), with and without `beta`; and for one row,
+    /// which threads split by columns, a split gives the same bits as the
+    /// whole.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn row_times_linear_weight() {
+    fn rows_times_linear_weight() {
         if !has_avx2_fma() {
-            std::eprintln!("row_times_linear_weight: no AVX2 + FMA here, nothing to check");
+            std::eprintln!("rows_times_linear_weight: no AVX2 + FMA here, nothing to check");
             return;
         }
         let mut rng = Lcg(11);
-        for &(n, k) in &[(1, 1), (3, 15), (4, 16), (5, 17), (37, 300), (1000, 1280), (9, 33)] {
-            for &(alpha, beta) in &[(1.0f32, 0.0f32), (0.5, 1.0), (-2.0, 0.25)] {
-                let a = rng.vec(k);
-                let b = rng.vec(n * k);
-                let c0 = rng.vec(n);
-                let p = Gemm {
-                    m: 1,
-                    n,
-                    k,
-                    alpha,
-                    a: &a,
-                    a_trans: false,
-                    b: &b,
-                    b_trans: true,
-                    beta,
-                };
-                let mut whole = c0.clone();
-                // SAFETY: AVX2 and FMA checked above.
-                unsafe { row_times_linear_avx2(&p, &mut whole) };
-                check(&whole, &reference(&p, &c0), k);
-                let cut = n / 2 + 1;
-                let mut parts = c0.clone();
-                for cols in [0..cut.min(n), cut.min(n)..n] {
-                    let part = Gemm {
-                        n: cols.len(),
-                        b: &b[cols.start * k..cols.end * k],
-                        ..p
-                    };
-                    // SAFETY: as above.
-                    unsafe { row_times_linear_avx2(&part, &mut parts[cols]) };
+        for m in 1..=3 {
+            for &(n, k) in &[(1, 1), (3, 15), (4, 16), (5, 17), (37, 300), (1000, 1280), (9, 33)] {
+                for &(alpha, beta) in &SCALES {
+                    let (a, b, c0) = operands(&mut rng, m, n, k);
+                    let p = product((m, n, k), alpha, beta, (&a, false), (&b, true));
+                    let mut whole = c0.clone();
+                    // SAFETY: AVX2 and FMA checked above.
+                    unsafe { rows_times_linear_avx2(&p, &mut whole) };
+                    check(&whole, &reference(&p, &c0), k);
+                    if m > 1 {
+                        continue;
+                    }
+                    let cut = n / 2 + 1;
+                    let mut parts = c0.clone();
+                    for cols in [0..cut.min(n), cut.min(n)..n] {
+                        let part = Gemm {
+                            n: cols.len(),
+                            b: &b[cols.start * k..cols.end * k],
+                            ..p
+                        };
+                        // SAFETY: as above.
+                        unsafe { rows_times_linear_avx2(&part, &mut parts[cols]) };
+                    }
+                    assert!(
+                        whole.iter().zip(&parts).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{n} × {k}: a split of the columns changed the sums"
+                    );
                 }
-                assert!(
-                    whole.iter().zip(&parts).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{n} × {k}: a split of the columns changed the sums"
-                );
             }
         }
     }
