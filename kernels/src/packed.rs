@@ -716,13 +716,13 @@ impl Product<'_> {
     #[cfg(target_arch = "x86_64")]
     fn one_row_avx2(&self, mut c: Out) {
         let (n, k) = (self.n, self.k);
+        // One job over every column and the whole depth: its epilogue is
+        // the product's (`Job::finish`).
+        let job = self.job(0, 0, k, n, false);
         let strips = n.div_ceil(NR);
         let (a, b) = (&self.a[..k], &self.b[..strips * k * NR]);
-        let e = self.epilogue;
-        let bias = e.bias.map(|b| &b[..n]);
-        let clamp = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
         let view = c;
-        let residual = view.residual_row(0, n).filter(|_| e.residual.is_some());
+        let residual = view.residual_row(0, n);
         let row = c.row(0, n);
         for s in 0..strips {
             let strip = &b[s * k * NR..(s + 1) * k * NR];
@@ -732,17 +732,7 @@ impl Product<'_> {
             let j0 = s * NR;
             for (j, &sum) in sums.iter().enumerate().take(NR.min(n - j0)) {
                 let at = j0 + j;
-                let mut v = if self.accumulate { sum + row[at] } else { sum };
-                if let Some(b) = bias {
-                    v += b[at];
-                }
-                if let Some(r) = residual {
-                    v += r[at];
-                }
-                if clamp {
-                    v = v.max(e.min).min(e.max);
-                }
-                row[at] = v;
+                row[at] = job.finish(sum, row[at], job.bias.map(|b| b[at]), residual.map(|r| r[at]));
             }
         }
     }
