@@ -415,8 +415,8 @@ unsafe fn rows_times_linear_avx2(p: &Gemm<'_>, c: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn rows_times_weight_avx2<const M: usize, const V: usize>(p: &Gemm<'_>, a: &[f32], b: &[f32], c: &mut [f32]) {
-    let n = c.len() / M;
-    let k = a.len() / M;
+    let (n, k) = (p.n, p.k);
+    let (a, c) = (&a[..M * k], &mut c[..M * n]);
     let rows_of_a: [&[f32]; M] = core::array::from_fn(|i| &a[i * k..(i + 1) * k]);
     let mut sums = [[0.0f32; GEMV_ROWS]; M];
     let mut j = 0;
