@@ -1301,21 +1301,45 @@ pub fn avg_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, 
 
 /// Global average pooling: `out[n, c]` (any output shape with `N · C`
 /// elements) is the mean over the `pixels` pixels of image `n`, clamped.
+/// With threads, one image splits in bands of 16 channels: the product
+/// before it (a few pixels by many channels) split in strips of 16
+/// columns, so each thread mostly sums what it wrote.
 pub fn global_avg_pool_nhwc(batch: usize, pixels: usize, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
     let x = &x[..batch * pixels * c];
-    let scale = if pixels == 0 { 0.0 } else { 1.0 / pixels as f32 };
-    for (n, o) in out[..batch * c].chunks_exact_mut(c.max(1)).enumerate().take(batch) {
-        o.fill(0.0);
-        for px in x[n * pixels * c..][..pixels * c].chunks_exact(c.max(1)) {
-            for (acc, &v) in o.iter_mut().zip(px) {
-                *acc += v;
-            }
-        }
-        for v in o.iter_mut() {
-            *v *= scale;
-        }
-        clamp(o, min, max);
+    if batch == 1 {
+        let split_up = crate::parallel::local_bands_for(x.len());
+        return crate::parallel::for_each_band(&mut out[..c], c, 1, 16, split_up, &|channels, o| {
+            average_pixels(x, pixels, c, channels, min, max, o);
+        });
     }
+    for (n, o) in out[..batch * c].chunks_exact_mut(c.max(1)).enumerate().take(batch) {
+        average_pixels(&x[n * pixels * c..], pixels, c, 0..c, min, max, o);
+    }
+}
+
+/// The means of channels `channels` over the `pixels` pixels (of `c`
+/// channels) of one image `x`, clamped, into `o`.
+fn average_pixels(
+    x: &[f32],
+    pixels: usize,
+    c: usize,
+    channels: core::ops::Range<usize>,
+    min: f32,
+    max: f32,
+    o: &mut [f32],
+) {
+    let o = &mut o[..channels.len()];
+    o.fill(0.0);
+    for px in x[..pixels * c].chunks_exact(c.max(1)) {
+        for (acc, &v) in o.iter_mut().zip(&px[channels.clone()]) {
+            *acc += v;
+        }
+    }
+    let scale = if pixels == 0 { 0.0 } else { 1.0 / pixels as f32 };
+    for v in o.iter_mut() {
+        *v *= scale;
+    }
+    clamp(o, min, max);
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! coalesces dims and copies contiguous runs with slice copies.
 use crate::num::{contiguous_strides, numel, Element};
 use crate::{KernelError, KernelResult, MAX_RANK};
+use core::ops::Range;
 
 /// Calls `f(src_off, dst_off, len, src_inner_stride, dst_inner_stride)` for
 /// every innermost run of a copy of a box `sizes`, where element `idx` of
@@ -182,6 +183,16 @@ pub fn permute_copy<T: Copy + Send + Sync>(src: &[T], sizes: &[usize], dims: &[u
     let size = core::mem::size_of::<T>().max(1);
     let split_up = copy_bands::<T>(dst.len());
     if let Some((batch, rows, cols)) = batched_transpose(sizes, dims) {
+        if batch == 1 {
+            // One matrix (an NCHW image to NHWC): bands of its output rows
+            // (pixels), so that each thread writes the rows that the next
+            // layer's part on that thread reads.
+            let grain = crate::parallel::band_grain(rows, size);
+            crate::parallel::for_each_band(dst, cols, rows, grain, split_up, &|band, piece| {
+                transpose_columns(src, rows, cols, band, piece);
+            });
+            return;
+        }
         let matrix = rows * cols;
         let grain = crate::parallel::band_grain(matrix, size);
         crate::parallel::for_each_band(dst, batch, matrix, grain, split_up, &|b, band| {
@@ -238,45 +249,57 @@ fn batched_transpose(sizes: &[usize], dims: &[usize]) -> Option<(usize, usize, u
     Some((prod(&sizes[..lead]), prod(&sizes[lead..split]), prod(&sizes[split..])))
 }
 
-/// `batch` transposes of `rows × cols` matrices (a few rows are simply
-/// interleaved).
+/// `batch` transposes of `rows × cols` matrices.
 fn transpose_blocks<T: Copy>(src: &[T], batch: usize, rows: usize, cols: usize, dst: &mut [T]) {
     let size = rows * cols;
     for b in 0..batch {
-        let (s, d) = (&src[b * size..][..size], &mut dst[b * size..][..size]);
-        // A few long rows (the channels of an NCHW image): read them side
-        // by side, write the output in order.
-        match rows {
-            1 => d.copy_from_slice(s),
-            2 => interleave::<T, 2>(s, cols, d),
-            3 => interleave::<T, 3>(s, cols, d),
-            4 => interleave::<T, 4>(s, cols, d),
-            _ => transpose_tiles(s, rows, cols, d),
-        }
+        transpose_columns(
+            &src[b * size..][..size],
+            rows,
+            cols,
+            0..cols,
+            &mut dst[b * size..][..size],
+        );
     }
 }
 
-/// Interleaves the `R` rows of `s` (`cols` each) into `d`: groups of a
-/// fixed size, which the compiler turns into vector shuffles.
-fn interleave<T: Copy, const R: usize>(s: &[T], cols: usize, d: &mut [T]) {
-    let rows: [&[T]; R] = core::array::from_fn(|r| &s[r * cols..][..cols]);
-    for (col, out) in d[..R * cols].chunks_exact_mut(R).enumerate() {
+/// Columns `band` of a `rows × cols` matrix `s`, transposed into `d`: the
+/// rows `band` of the transpose (a few rows are simply interleaved).
+fn transpose_columns<T: Copy>(s: &[T], rows: usize, cols: usize, band: Range<usize>, d: &mut [T]) {
+    let d = &mut d[..band.len() * rows];
+    // A few long rows (the channels of an NCHW image): read them side by
+    // side, write the output in order.
+    match rows {
+        1 => d.copy_from_slice(&s[band]),
+        2 => interleave::<T, 2>(s, cols, band, d),
+        3 => interleave::<T, 3>(s, cols, band, d),
+        4 => interleave::<T, 4>(s, cols, band, d),
+        _ => transpose_tiles(s, rows, cols, band, d),
+    }
+}
+
+/// Interleaves columns `band` of the `R` rows of `s` (`cols` each) into
+/// `d`: groups of a fixed size, which the compiler turns into vector
+/// shuffles.
+fn interleave<T: Copy, const R: usize>(s: &[T], cols: usize, band: Range<usize>, d: &mut [T]) {
+    let rows: [&[T]; R] = core::array::from_fn(|r| &s[r * cols..][band.clone()]);
+    for (col, out) in d[..R * band.len()].chunks_exact_mut(R).enumerate() {
         for (r, o) in out.iter_mut().enumerate() {
             *o = rows[r][col];
         }
     }
 }
 
-/// One `rows × cols` transpose, `cols` 16 at a time so that each group's
-/// writes stay within a few cache lines.
-fn transpose_tiles<T: Copy>(s: &[T], rows: usize, cols: usize, d: &mut [T]) {
+/// Columns `band` of one `rows × cols` transpose, 16 at a time so that
+/// each group's writes stay within a few cache lines.
+fn transpose_tiles<T: Copy>(s: &[T], rows: usize, cols: usize, band: Range<usize>, d: &mut [T]) {
     const BLOCK: usize = 16;
-    for c0 in (0..cols).step_by(BLOCK) {
-        let w = BLOCK.min(cols - c0);
+    for c0 in band.clone().step_by(BLOCK) {
+        let w = BLOCK.min(band.end - c0);
         for r in 0..rows {
             let from = &s[r * cols + c0..][..w];
             for (i, &v) in from.iter().enumerate() {
-                d[(c0 + i) * rows + r] = v;
+                d[(c0 - band.start + i) * rows + r] = v;
             }
         }
     }

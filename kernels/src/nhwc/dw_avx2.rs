@@ -128,9 +128,24 @@ pub(super) fn fits(win: &Window2d) -> bool {
 #[repr(C, align(64))]
 struct Ring([f32; RING_PIXELS * PIXEL]);
 
+/// Output rows per thread from which threads split a depthwise layer by
+/// rows rather than by channel blocks.
+///
+/// Each thread should read what it wrote in the layer before. A 1 × 1
+/// layer before a 14 × 14 depthwise one splits in bands of rows, so each
+/// thread wrote those rows. A 1 × 1 layer before a 7 × 7 one splits in
+/// strips of channels, which channel blocks match. Per instruction, on two
+/// threads with their CPUs far apart (a 450 ns round trip), MobileNetV2's
+/// 14 × 14 layers took 45 → 35 µs in rows, and the products around them
+/// 5–20 µs less. Its 7 × 7 layers and their products took 10–20 µs more in
+/// rows (4 + 3 of them). With the CPUs close (50 ns), the two splits
+/// measured the same.
+const ROWS_PER_THREAD: usize = 7;
+
 /// A depthwise convolution whose window [`fits`], all of `out`: with
-/// threads, each takes a share of the channel blocks, or of the output
-/// rows when there are fewer blocks than threads.
+/// threads, each takes a share of the output rows when there are at least
+/// [`ROWS_PER_THREAD`] each or fewer channel blocks than threads, else a
+/// share of the channel blocks.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -145,7 +160,8 @@ pub(super) unsafe fn depthwise_avx2(d: &Depthwise<'_>, out: &mut [f32]) {
     assert!(d.bias.is_none_or(|b| b.len() >= c));
     let blocks = c.div_ceil(PIXEL);
     let worth_splitting = out.len() * win.kernel_h * win.kernel_w >= 1 << 17;
-    let by_blocks = blocks >= crate::parallel::threads();
+    let threads = crate::parallel::threads();
+    let by_blocks = blocks >= threads && rows < ROWS_PER_THREAD * threads;
     let items = match (worth_splitting, by_blocks) {
         (false, _) => 1,
         (true, true) => blocks,
