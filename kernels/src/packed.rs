@@ -886,6 +886,17 @@ struct TilePtrs {
 
 #[cfg(target_arch = "x86_64")]
 impl TilePtrs {
+    /// The same tile from `rows` rows further down.
+    fn down(self, rows: usize) -> Self {
+        let step = |ptr: *const f32, by: usize| if ptr.is_null() { ptr } else { ptr.wrapping_add(by) };
+        TilePtrs {
+            a: self.a.wrapping_add(rows * self.lda),
+            c: self.c.wrapping_add(rows * self.ldc),
+            res: step(self.res, rows * self.ldc),
+            ..self
+        }
+    }
+
     /// The same tile from `cols` columns further right.
     fn right(self, cols: usize) -> Self {
         TilePtrs {
@@ -984,7 +995,8 @@ unsafe fn tiles_avx2(job: &Job<'_>, c: Out) {
 }
 
 /// A tile of exactly `MR` rows across the `nr` columns of its strip: 16
-/// columns at a time, 8 for a last 8 or fewer.
+/// columns at a time, 8 for a last 8 or fewer; a strip 17 to 24 wide
+/// three vectors at once, three rows at a time.
 ///
 /// # Safety
 /// AVX2 and FMA; `p` is a tile of a job that passed [`Job::check`], `kc`
@@ -999,6 +1011,20 @@ unsafe fn strip_avx2<const MR: usize>(kc: usize, f: &Finish, p: TilePtrs, nr: us
     unsafe {
         if nr <= 8 {
             return tile_avx2::<MR, 1>(kc, f, p, nr, prefetch);
+        }
+        if (17..=24).contains(&nr) && matches!(MR, 3 | 5 | 6) {
+            // Three vectors across, three rows at a time: an 8-column tile
+            // after a 16-column one is bound by its loads (a vector of `B`
+            // and six broadcasts for six FMAs; 3136 × 24 × 96: 77 → 81
+            // GFLOP/s). Four rows of three vectors would need every
+            // register for the sums and `B` and spill (44 GFLOP/s).
+            tile_avx2::<3, 3>(kc, f, p, nr, prefetch);
+            match MR {
+                6 => tile_avx2::<3, 3>(kc, f, p.down(3), nr, &[]),
+                5 => tile_avx2::<2, 3>(kc, f, p.down(3), nr, &[]),
+                _ => {}
+            }
+            return;
         }
         tile_avx2::<MR, 2>(kc, f, p, nr.min(16), prefetch);
         match nr {
@@ -1198,9 +1224,9 @@ unsafe fn finish_partial_avx2<const MR: usize, const NV: usize>(
 ) {
     use core::arch::x86_64::*;
     for (i, acc_row) in acc.iter().enumerate() {
-        let mut sums = [0.0f32; 16];
+        let mut sums = [0.0f32; 32];
         for (v, &s) in acc_row.iter().enumerate() {
-            // SAFETY: `sums` holds 16 ≥ 8·NV floats.
+            // SAFETY: `sums` holds 32 ≥ 8·NV floats.
             unsafe { _mm256_storeu_ps(sums.as_mut_ptr().add(v * 8), s) };
         }
         for (j, &sum) in sums.iter().enumerate().take(cols) {
