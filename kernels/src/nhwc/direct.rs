@@ -193,10 +193,9 @@ unsafe fn conv_rows<const PX: usize>(
                 // The window's first tap of each pixel (the last pixel
                 // repeated past `count`; its results are not stored).
                 let ih = win.in_row(oh, 0).unwrap_or(0);
-                let base: [usize; PX] = core::array::from_fn(|p| {
-                    let iw = win.in_col(ow + p.min(count - 1), 0).unwrap_or(0);
-                    ((n * win.in_h + ih) * win.in_w + iw) * c
-                });
+                // Inner pixels' windows start `stride_w` columns apart.
+                let first = (n * win.in_h + ih) * win.in_w + win.in_col(ow, 0).unwrap_or(0);
+                let base: [usize; PX] = core::array::from_fn(|p| (first + p.min(count - 1) * win.stride_w) * c);
                 // Bases grow with the pixel: this bounds every read.
                 assert!(base[PX - 1] + max_offset < x.len());
                 // SAFETY: bounded by the assert.
