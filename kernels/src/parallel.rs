@@ -413,8 +413,8 @@ mod pool {
         /// thread keeps reading its own writes. Parts taken in the order
         /// they were claimed swapped threads in 10–30 % of MobileNetV2's
         /// jobs, and on a host whose two CPUs were far apart (a 450 ns
-        /// round trip) its parts then ran up to twice as long as half the
-        /// work on one thread. A thread that comes late finds its slots
+        /// round trip) its parts then ran up to 1.8 times as long as half
+        /// the work on one thread. A thread that comes late finds its slots
         /// taken, and whoever is free runs them.
         fn claim(&self, me: usize) -> Result<(Slots, Part), u64> {
             'job: loop {
