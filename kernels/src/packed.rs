@@ -888,11 +888,10 @@ struct TilePtrs {
 impl TilePtrs {
     /// The same tile from `rows` rows further down.
     fn down(self, rows: usize) -> Self {
-        let step = |ptr: *const f32, by: usize| if ptr.is_null() { ptr } else { ptr.wrapping_add(by) };
         TilePtrs {
             a: self.a.wrapping_add(rows * self.lda),
             c: self.c.wrapping_add(rows * self.ldc),
-            res: step(self.res, rows * self.ldc),
+            res: offset_unless_null(self.res, rows * self.ldc),
             ..self
         }
     }
@@ -902,18 +901,21 @@ impl TilePtrs {
         TilePtrs {
             b: self.b.wrapping_add(cols),
             c: self.c.wrapping_add(cols),
-            res: if self.res.is_null() {
-                self.res
-            } else {
-                self.res.wrapping_add(cols)
-            },
-            bias: if self.bias.is_null() {
-                self.bias
-            } else {
-                self.bias.wrapping_add(cols)
-            },
+            res: offset_unless_null(self.res, cols),
+            bias: offset_unless_null(self.bias, cols),
             ..self
         }
+    }
+}
+
+/// `ptr` moved `by` floats on, or null when it is null (no residual, no
+/// bias).
+#[cfg(target_arch = "x86_64")]
+fn offset_unless_null(ptr: *const f32, by: usize) -> *const f32 {
+    if ptr.is_null() {
+        ptr
+    } else {
+        ptr.wrapping_add(by)
     }
 }
 

@@ -404,7 +404,7 @@ mod pool {
         }
 
         /// Claims a slot of the current job, thread `me`'s own ones first:
-        /// the slot and the job's function; else the job's generation, all
+        /// the parts it runs and the job's function; else the job's generation, all
         /// of whose slots are claimed.
         ///
         /// A kernel splits its work into one part per thread, and the next
@@ -416,7 +416,7 @@ mod pool {
         /// round trip) its parts then ran up to 1.8 times as long as half
         /// the work on one thread. A thread that comes late finds its slots
         /// taken, and whoever is free runs them.
-        fn claim(&self, me: usize) -> Result<(Slots, Part), u64> {
+        fn claim(&self, me: usize) -> Result<(core::ops::Range<usize>, Part), u64> {
             'job: loop {
                 let word = self.word.load(SeqCst);
                 let generation = word >> 1;
@@ -450,7 +450,7 @@ mod pool {
                     }
                     // SAFETY: `job` points to the caller's `Part`, which
                     // outlives its job's parts (see `run`).
-                    return Ok((slots.with(s), unsafe { *job }));
+                    return Ok((slots.run(s), unsafe { *job }));
                 }
                 return Err(generation);
             }
@@ -466,7 +466,7 @@ mod pool {
                     Err(generation) => return (generation, first_panic),
                 };
                 self.seen_on(me);
-                for i in parts.run {
+                for i in parts {
                     if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| part(i))) {
                         self.panicked.store(true, Relaxed);
                         first_panic.get_or_insert(e);
@@ -479,15 +479,12 @@ mod pool {
 
     /// How a job's parts map to slots: one part a slot, or runs of
     /// consecutive parts when there are more parts than [`SLOTS`].
-    #[derive(Clone)]
     struct Slots {
         parts: usize,
         /// Parts a slot runs (the last may run fewer).
         per: usize,
         /// Slots the parts fill.
         count: usize,
-        /// The parts of the slot claimed (see [`Slots::with`]).
-        run: core::ops::Range<usize>,
     }
 
     impl Slots {
@@ -497,14 +494,12 @@ mod pool {
                 parts,
                 per,
                 count: parts.div_ceil(per),
-                run: 0..0,
             }
         }
 
-        /// These slots with slot `s`'s parts to run.
-        fn with(self, s: usize) -> Self {
-            let run = (s * self.per).min(self.parts)..((s + 1) * self.per).min(self.parts);
-            Slots { run, ..self }
+        /// The parts slot `s` runs.
+        fn run(&self, s: usize) -> core::ops::Range<usize> {
+            (s * self.per).min(self.parts)..((s + 1) * self.per).min(self.parts)
         }
     }
 
@@ -608,7 +603,7 @@ mod pool {
         /// Every slot `me` can claim of the current job, in the order it
         /// claims them.
         fn claims(p: &Pool, me: usize) -> Vec<core::ops::Range<usize>> {
-            core::iter::from_fn(|| p.claim(me).ok().map(|(slots, _)| slots.run)).collect()
+            core::iter::from_fn(|| p.claim(me).ok().map(|(parts, _)| parts)).collect()
         }
 
         #[test]
@@ -625,7 +620,7 @@ mod pool {
             // A thread beyond the job's threads (they were reduced) owns
             // none: it takes them in order.
             p.open(3, 2, &part);
-            assert_eq!(p.claim(1).map(|(slots, _)| slots.run), Ok(1..2));
+            assert_eq!(p.claim(1).map(|(parts, _)| parts), Ok(1..2));
             assert_eq!(claims(&p, 5), [0..1, 2..3]);
             // More parts than slots: runs of consecutive parts a slot.
             p.open(2 * SLOTS + 1, 1, &part);

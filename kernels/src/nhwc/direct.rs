@@ -378,14 +378,12 @@ unsafe fn tile_avx2(
             }
             for (p, a) in acc.iter().enumerate().take(count) {
                 let dst = &mut out[p * o + j0..p * o + j0 + cols];
-                {
-                    let mut v = [0.0f32; 16];
-                    _mm256_storeu_ps(v.as_mut_ptr(), a[0]);
-                    _mm256_storeu_ps(v.as_mut_ptr().add(8), a[1]);
-                    for (j, d) in dst.iter_mut().enumerate() {
-                        let r = v[j] + bias.map_or(0.0, |b| b[j]);
-                        *d = if clamps { r.max(e.min).min(e.max) } else { r };
-                    }
+                let mut v = [0.0f32; 16];
+                _mm256_storeu_ps(v.as_mut_ptr(), a[0]);
+                _mm256_storeu_ps(v.as_mut_ptr().add(8), a[1]);
+                for (j, d) in dst.iter_mut().enumerate() {
+                    let r = v[j] + bias.map_or(0.0, |b| b[j]);
+                    *d = if clamps { r.max(e.min).min(e.max) } else { r };
                 }
             }
         }

@@ -28,8 +28,9 @@
 //! on 112 × 112 × 32 and slower on more channels and on short rows (with
 //! either order of the taps).
 //!
-//! Threads split the channel blocks, or the rows when there are fewer
-//! blocks than threads: each output is computed the same way whatever the
+//! Threads split the output rows when each gets at least
+//! [`ROWS_PER_THREAD`] or there are fewer blocks than threads, else the
+//! channel blocks: each output is computed the same way whatever the
 //! thread count.
 use super::{three_taps, Depthwise, Window2d};
 use core::arch::x86_64::*;
