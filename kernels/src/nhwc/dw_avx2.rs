@@ -345,9 +345,14 @@ impl Block<'_> {
             if whole < outputs {
                 let rest: [*const f32; MAX_ROWS] =
                     core::array::from_fn(|ki| src[ki].wrapping_add(whole * win.stride_w * self.c));
-                for sweep in sweeps {
-                    // SAFETY: as above.
-                    unsafe { sweep.row::<true>(&rest[..win.kernel_h], o.wrapping_add(whole * self.c), outputs - whole) }
+                // SAFETY: as above.
+                unsafe {
+                    Sweep::row::<true>(
+                        sweeps,
+                        &rest[..win.kernel_h],
+                        o.wrapping_add(whole * self.c),
+                        outputs - whole,
+                    )
                 }
             }
         }
@@ -437,13 +442,11 @@ impl Block<'_> {
                 *s = to;
             }
             let o = out.wrapping_add(oh * win.out_w * self.c);
-            for sweep in sweeps {
-                // SAFETY: the window's rows are `rows` consecutive padded
-                // rows at most, so they sit in distinct ring rows, each
-                // holding the `columns` pixels a sweep of `outputs` pixels
-                // reads; the outputs are within the row, lanes below C.
-                unsafe { sweep.row::<false>(&src[..win.kernel_h], o, outputs) }
-            }
+            // SAFETY: the window's rows are `rows` consecutive padded rows
+            // at most, so they sit in distinct ring rows, each holding the
+            // `columns` pixels a sweep of `outputs` pixels reads; the
+            // outputs are within the row, lanes below C.
+            unsafe { Sweep::row::<false>(sweeps, &src[..win.kernel_h], o, outputs) }
             slot0 = wrap(slot0 + step, plan.rows);
         }
     }
@@ -560,25 +563,31 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
-    /// `outputs` pixels of one output row (from `out`) from the ring rows
-    /// `src` (one per kernel row). MobileNet's windows, 3×3, undilated,
-    /// stride 1 or 2 across, get code with every offset known.
+    /// `outputs` pixels of one output row (from `out`) for every vector
+    /// of a block, `sweeps`, from the rows `src` (of the ring, or with
+    /// `DIRECT` of the image; one per kernel row): group by group, each
+    /// group for the block's vectors in turn. MobileNet's windows, 3×3,
+    /// undilated, stride 1 or 2 across, get code with every offset known.
+    /// (One vector's whole row, then the next's, took 6–7% longer in a
+    /// probe: the loop over the groups ended four times as often.)
     ///
     /// # Safety
-    /// AVX2 and FMA; each `src` row holds the [`columns`] pixels a sweep of
-    /// `outputs` reads; `out` holds
+    /// AVX2 and FMA; `sweeps` share one window; each `src` row holds the
+    /// [`columns`] pixels a sweep of `outputs` reads; `out` holds
     /// `outputs` pixels `c` floats apart, whose lanes stored are writable.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn row<const DIRECT: bool>(&self, src: &[*const f32], out: *mut f32, outputs: usize) {
-        let win = self.win;
+    unsafe fn row<const DIRECT: bool>(sweeps: &[Sweep<'_>], src: &[*const f32], out: *mut f32, outputs: usize) {
+        let Some(win) = sweeps.first().map(|s| s.win) else {
+            return;
+        };
         let three = (win.kernel_h, win.kernel_w, win.dilation_h, win.dilation_w) == (3, 3, 1, 1);
         // SAFETY: by the caller.
         unsafe {
             match (three, win.stride_w) {
-                (true, 1) => self.row_of::<3, 1, DIRECT>(src, out, outputs),
-                (true, 2) => self.row_of::<3, 2, DIRECT>(src, out, outputs),
-                _ => self.row_of::<0, 0, DIRECT>(src, out, outputs),
+                (true, 1) => Self::row_of::<3, 1, DIRECT>(sweeps, src, out, outputs),
+                (true, 2) => Self::row_of::<3, 2, DIRECT>(sweeps, src, out, outputs),
+                _ => Self::row_of::<0, 0, DIRECT>(sweeps, src, out, outputs),
             }
         }
     }
@@ -591,7 +600,7 @@ impl Sweep<'_> {
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn row_of<const K: usize, const SW: usize, const DIRECT: bool>(
-        &self,
+        sweeps: &[Sweep<'_>],
         src: &[*const f32],
         out: *mut f32,
         outputs: usize,
@@ -603,14 +612,16 @@ impl Sweep<'_> {
             // `swept(outputs)`, its stores within `outputs`.
             unsafe {
                 match left {
-                    8.. => self.group::<8, K, SW, DIRECT>(src, out, g, 8),
-                    7 => self.group::<7, K, SW, DIRECT>(src, out, g, 7),
-                    6 => self.group::<6, K, SW, DIRECT>(src, out, g, 6),
-                    5 => self.group::<5, K, SW, DIRECT>(src, out, g, 5),
-                    _ => self.group::<4, K, SW, DIRECT>(src, out, g, left),
+                    8.. => sweeps.iter().for_each(|s| s.group::<8, K, SW, DIRECT>(src, out, g, 8)),
+                    7 => sweeps.iter().for_each(|s| s.group::<7, K, SW, DIRECT>(src, out, g, 7)),
+                    6 => sweeps.iter().for_each(|s| s.group::<6, K, SW, DIRECT>(src, out, g, 6)),
+                    5 => sweeps.iter().for_each(|s| s.group::<5, K, SW, DIRECT>(src, out, g, 5)),
+                    _ => sweeps
+                        .iter()
+                        .for_each(|s| s.group::<4, K, SW, DIRECT>(src, out, g, left)),
                 }
-                g += left.clamp(4, 8);
             }
+            g += left.clamp(4, 8);
         }
     }
 
