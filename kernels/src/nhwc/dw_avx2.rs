@@ -4,10 +4,10 @@
 //! As [`super::dw3x3`] does on AVX-512: one block of 32 channels at a
 //! time, each input row is copied once, its padding as zeros, into a ring
 //! of rows on the stack, which stays in L1. Every output row is then a
-//! uniform sweep per vector over the ring rows its window reads, 8 pixels
-//! at a time: 8 independent FMA chains (the latency of 4 cycles times 2
-//! pipes), each FMA taking its input pixel from the ring as a memory
-//! operand and the tap's weight from a register. The pixels at the image's
+//! uniform sweep over the ring rows its window reads, 8 pixels at a time,
+//! each group for the block's vectors in turn: 8 independent FMA chains
+//! (the latency of 4 cycles times 2 pipes), the columns two pixels share
+//! kept in registers. The pixels at the image's
 //! edges, and short rows (7 or 14 pixels), need no code of their own. Long
 //! rows go in segments, so that a ring row has a fixed length.
 //!
