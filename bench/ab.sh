@@ -75,7 +75,10 @@ runner() {
     cp "$target/ptec-bench/native/release/ptec-bench-run" "$out"
     return
   fi
-  sha="$(git -C "$root" rev-parse --verify "$rev^{commit}")"
+  if ! sha="$(git -C "$root" rev-parse --verify --quiet "$rev^{commit}")"; then
+    echo "bench/ab.sh: $rev is not a revision of this repository" >&2
+    exit 2
+  fi
   cache="$target/ab/runners/$sha-$name-$(cksum <"$model" | cut -d' ' -f1)"
   if [ ! -x "$cache" ]; then
     echo "building $rev ($sha)'s runner..." >&2
