@@ -1029,10 +1029,66 @@ mod tests {
                 stage.prepare(k);
             }
             let prepared: Vec<&[f32]> = kept.iter().map(|k| &k[..]).collect();
-            let mut scratch = std::vec![0.0; crate::nhwc::chain_scratch_len(&[g1, g2, g3]).unwrap()];
+            // Shares larger than the chain's buffers, as in a program's
+            // thread scratch.
+            let len = crate::nhwc::chain_scratch_len(&[g1, g2, g3]).unwrap() + crate::nhwc::MAX_CHAIN_PARTS * 13 + 3;
+            let mut scratch = std::vec![f32::NAN; len];
             crate::nhwc::conv2d_folded_chain(&stages, &prepared, &x, &mut out, &mut scratch);
             out
         });
+    }
+
+    /// On two threads a chain's part `p` keeps its buffers at the start of
+    /// share `p` of the scratch, whatever the scratch's length: a program
+    /// gives all its chains one scratch, and each thread's buffers must
+    /// stay in the share only that thread writes.
+    #[test]
+    fn chain_parts_keep_to_their_shares() {
+        use crate::nhwc::{
+            chain_scratch_len, conv2d_folded_chain, Conv2dNhwc, FilterLayout, FoldedConv, MAX_CHAIN_PARTS,
+        };
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let g1 = Conv2dNhwc::regular(&[1, 24, 16, 8], &[32, 1, 1, 8], [1, 1], [0; 4], [1, 1], 1).unwrap();
+        let g2 = Conv2dNhwc::depthwise(&[1, 24, 16, 32], &[1, 3, 3, 32], [1, 1], [1; 4], [1, 1]).unwrap();
+        let (x, w1, w2) = (
+            crate::testing::Lcg(1).vec(24 * 16 * 8),
+            crate::testing::Lcg(2).vec(32 * 8),
+            crate::testing::Lcg(3).vec(32 * 9),
+        );
+        let conv = |geometry, w| FoldedConv {
+            geometry,
+            layout: FilterLayout::Torch,
+            w,
+            bias: None,
+            bn: None,
+            residual: None,
+            min: f32::NEG_INFINITY,
+            max: f32::INFINITY,
+        };
+        let stages = [conv(g1, &w1[..]), conv(g2, &w2[..])];
+        let mut kept: Vec<Vec<f32>> = [g1, g2].iter().map(|g| std::vec![0.0; g.folded_len()]).collect();
+        for (stage, k) in stages.iter().zip(&mut kept) {
+            stage.prepare(k);
+        }
+        let prepared: Vec<&[f32]> = kept.iter().map(|k| &k[..]).collect();
+        let part = chain_scratch_len(&[g1, g2]).unwrap() / MAX_CHAIN_PARTS;
+        let share = 2 * part + 16;
+        let mut scratch = std::vec![f32::NAN; MAX_CHAIN_PARTS * share];
+        let mut out = std::vec![0.0; 24 * 16 * 32];
+        set_threads(2);
+        conv2d_folded_chain(&stages, &prepared, &x, &mut out, &mut scratch);
+        set_threads(1);
+        let written = |r: core::ops::Range<usize>| scratch[r].iter().filter(|v| !v.is_nan()).count();
+        assert!(
+            written(0..part) > 0 && written(share..share + part) > 0,
+            "both parts use their shares"
+        );
+        assert_eq!(written(part..share), 0, "part 1 stays out of share 0");
+        assert_eq!(
+            written(share + part..MAX_CHAIN_PARTS * share),
+            0,
+            "nothing past part 1's buffers"
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! threads. Its bundled case must pass on two threads as on one, with
 //! outputs bit-identical (every element is computed the same way whatever
 //! thread computes it). The small_heads fixture's batched products are
-//! split by head with no scratch to share out.
+//! split by head with no scratch to share out. The conv_chains fixture's
+//! two inverted residual blocks run as chains, each thread's band buffers
+//! in its own share of the thread scratch.
 
 mod attention {
     ptec_macros::include_pte!("fixtures/attention.bpte", name = Program, tests);
@@ -11,6 +13,10 @@ mod attention {
 
 mod small_heads {
     ptec_macros::include_pte!("fixtures/small_heads.bpte", name = Program, tests);
+}
+
+mod conv_chains {
+    ptec_macros::include_pte!("fixtures/conv_chains.bpte", name = Program, tests);
 }
 
 type Input = [[[f32; 32]; 128]; 1];
@@ -64,4 +70,32 @@ fn small_heads_on_two_threads_match_pytorch() {
     for (case, r) in results.into_iter().enumerate() {
         r.unwrap_or_else(|e| panic!("case {case} on two threads: {e}"));
     }
+}
+
+#[test]
+fn conv_chains_on_two_threads_match_one_thread_and_pytorch() {
+    let mut x = Box::new([[[[0.0f32; 56]; 56]; 4]; 1]);
+    for (i, v) in x.iter_mut().flatten().flatten().flatten().enumerate() {
+        *v = (0.1 * i as f32).sin();
+    }
+    let mut model = conv_chains::Program::boxed();
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut run = |threads| {
+        ptec_runtime::set_threads(threads);
+        let out: Vec<f32> = model.forward(&x).expect("forward").iter().flatten().copied().collect();
+        let case =
+            conv_chains::bundled::run_case(&mut *model, 0, conv_chains::bundled::TOLERANCE).map_err(|e| e.to_string());
+        (out, case)
+    };
+    let (one, case_one) = run(1);
+    let (two, case_two) = run(2);
+    ptec_runtime::set_threads(1);
+    case_one.unwrap_or_else(|e| panic!("on one thread: {e}"));
+    case_two.unwrap_or_else(|e| panic!("on two threads: {e}"));
+    assert_eq!(one.len(), 5);
+    assert!(one.iter().all(|v| v.is_finite()));
+    assert!(
+        one.iter().zip(&two).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "outputs differ between one and two threads: {one:?} vs {two:?}"
+    );
 }

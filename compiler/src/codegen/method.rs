@@ -259,6 +259,9 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     let (rs_mut, rs_ref) = (ctx.rs_param(true), ctx.rs_param(false));
     let (rs_arg, rs_arg_after) = (ctx.rs_arg(false), ctx.rs_arg(true));
     let mut scratch = 0usize;
+    // Bytes of one thread's share of the thread scratch (see
+    // `OpCtx::thread_scratch_f32`).
+    let mut thread_share = 0usize;
     let data_expr = |s: DataSource, offset: usize| ctx.data_expr(s, offset);
     let mut ins_fns = Vec::new();
     let mut has_jumps = false;
@@ -304,6 +307,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                         );
                         let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
                         scratch = scratch.max(oc.scratch_bytes);
+                        thread_share = thread_share.max(oc.thread_share_bytes);
                         r.map_err(|detail| {
                             Diagnostic::new(
                                 ErrorKind::BadArguments {
@@ -346,23 +350,41 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     if !errors.is_empty() {
         return Err(errors);
     }
-    let arena_total = layout
+    // The thread scratch goes after the plan and every instruction's own
+    // scratch.
+    let thread_scratch_offset = layout
         .arena_size
         .checked_add(scratch)
-        .and_then(|b| b.checked_next_multiple_of(64))
+        .and_then(|b| b.checked_next_multiple_of(64));
+    let thread_scratch_bytes = thread_share.checked_mul(ptec_runtime::kernels::nhwc::MAX_CHAIN_PARTS);
+    let arena_total = thread_scratch_offset
+        .zip(thread_scratch_bytes)
+        .and_then(|(o, t)| o.checked_add(t))
         .filter(|&b| b <= MAX_ARENA_BYTES);
     let Some(arena_total) = arena_total else {
         return Err(vec![Diagnostic::new(
             ErrorKind::Unsupported {
                 detail: format!(
-                    "the method's memory ({} bytes planned, {scratch} of scratch) is more than a method may take ({MAX_ARENA_BYTES} bytes)",
-                    layout.arena_size
+                    "the method's memory ({} bytes planned, {scratch} of scratch and {} of thread scratch) is more than a method may take ({MAX_ARENA_BYTES} bytes)",
+                    layout.arena_size,
+                    thread_share.saturating_mul(ptec_runtime::kernels::nhwc::MAX_CHAIN_PARTS)
                 ),
             },
             at,
         )]);
     };
     let arena_lit = lit(arena_total);
+    let thread_scratch = (thread_share > 0).then(|| {
+        let offset = lit(thread_scratch_offset.unwrap_or(arena_total));
+        let floats = lit(thread_scratch_bytes.unwrap_or(0) / 4);
+        quote! {
+            /// Where the thread scratch starts in the arena, in bytes, and
+            /// its length in floats: the chains' buffers, each thread's in
+            /// its own share.
+            const THREAD_SCRATCH_OFFSET: usize = #offset;
+            const THREAD_SCRATCH_FLOATS: usize = #floats;
+        }
+    });
     fields.insert(0, quote!(arena: ::ptec_runtime::mem::Arena<#arena_lit>));
 
     // Control: execute, run_at (one instruction), step.
@@ -457,6 +479,8 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
 
         #allow
         impl #state_ident {
+            #thread_scratch
+
             /// Sets live sizes to their bounds, run-time scalars to their
             /// serialized values and mutable tensors to their initial data.
             fn init(&mut self #rs_ref) {

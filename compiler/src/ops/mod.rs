@@ -213,6 +213,9 @@ pub struct OpCtx<'a> {
     /// method's scratch space, at the arena's end), where the plan had no
     /// room.
     pub scratch_bytes: usize,
+    /// Bytes of one thread's share of the method's thread scratch this
+    /// instruction needs (see [`Self::thread_scratch_f32`]).
+    pub thread_share_bytes: usize,
     /// Where constants prepared at compile time go (`None` in
     /// external-weights mode).
     prepared: Option<&'a PreparedData<'a>>,
@@ -246,6 +249,7 @@ impl<'a> OpCtx<'a> {
             occupancy,
             scratch: Vec::new(),
             scratch_bytes: 0,
+            thread_share_bytes: 0,
             prepared,
         }
     }
@@ -637,6 +641,24 @@ impl<'a> OpCtx<'a> {
         self.scratch.push((offset, offset + bytes));
         let off = lit(offset);
         let stmt = quote! { let #name: &mut [f32] = unsafe { ::ptec_runtime::mem::view_mut(base, #off, #len) }; };
+        (name, stmt)
+    }
+
+    /// Emits a mutable `f32` view of the method's thread scratch: a region
+    /// after everything else in the arena, which no tensor and no other
+    /// scratch ever uses, of `parts` equal shares of at least
+    /// `share_floats` each (the largest share any instruction asks for).
+    /// Every instruction that asks gets the same region, so a kernel that
+    /// keeps part `p`'s buffers in share `p` (part `p` runs on thread `p`)
+    /// finds them where only that thread has written.
+    pub fn thread_scratch_f32(&mut self, share_floats: usize) -> (Ident, TokenStream) {
+        let name = self.fresh("scratch");
+        self.thread_share_bytes = self.thread_share_bytes.max((share_floats * 4).div_ceil(64) * 64);
+        let stmt = quote! {
+            let #name: &mut [f32] = unsafe {
+                ::ptec_runtime::mem::view_mut(base, Self::THREAD_SCRATCH_OFFSET, Self::THREAD_SCRATCH_FLOATS)
+            };
+        };
         (name, stmt)
     }
 

@@ -381,7 +381,9 @@ fn conv2d_folded_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     let (xi, s1) = ctx.read(&x)?;
     let (oi, s2) = ctx.write(&out)?;
-    let (sc, s3) = scratch(ctx, len);
+    // Every chain shares one thread scratch, each thread's buffers in its
+    // own share (see `conv2d_folded_chain`).
+    let (sc, s3) = ctx.thread_scratch_f32(len / ::ptec_runtime::kernels::nhwc::MAX_CHAIN_PARTS);
     let stmts = stages.iter().map(|s| &s.stmts);
     let convs = stages.iter().map(|s| &s.conv);
     let kept = stages.iter().map(|s| &s.kept);

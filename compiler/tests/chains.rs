@@ -1,0 +1,60 @@
+//! Chains of convolutions share one thread scratch: the `conv_chains`
+//! fixture's two inverted residual blocks each run as a chain, and both
+//! chains take the same region, after everything else in the arena, so
+//! that each thread's band buffers stay where only that thread writes.
+//! (The `tests` crate runs the fixture's bundle on one and two threads.)
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The number after `key` in `code` (a `usize` literal).
+fn number_after(code: &str, key: &str) -> usize {
+    let at = code
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key} in the generated code"))
+        + key.len();
+    let digits: String = code[at..]
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().unwrap_or_else(|_| panic!("no number after {key}"))
+}
+
+#[test]
+fn chains_share_one_thread_scratch_at_the_arena_end() {
+    let options = ptec::Options::new("conv_chains");
+    let code = ptec::compile_to_source(&fixture("conv_chains.pte"), &[], &options)
+        .unwrap()
+        .code
+        .replace(char::is_whitespace, "");
+    let calls: Vec<&str> = code.split("conv2d_folded_chain(").skip(1).collect();
+    assert_eq!(calls.len(), 2, "one chain per inverted residual block");
+    let views = code
+        .matches("view_mut(base,Self::THREAD_SCRATCH_OFFSET,Self::THREAD_SCRATCH_FLOATS,)")
+        .count();
+    assert_eq!(views, 2, "each chain views the thread scratch");
+    let offset = number_after(&code, "constTHREAD_SCRATCH_OFFSET:usize=");
+    let floats = number_after(&code, "constTHREAD_SCRATCH_FLOATS:usize=");
+    let arena = number_after(&code, "mem::Arena<");
+    assert_eq!(offset % 64, 0, "the thread scratch starts on a cache line");
+    assert_eq!(offset + 4 * floats, arena, "the thread scratch ends the arena");
+    assert_eq!(floats % ptec_runtime::kernels::nhwc::MAX_CHAIN_PARTS, 0, "equal shares");
+    // No tensor of the plan lies in it: every view the instructions take
+    // other than the thread scratch ends at or before its start.
+    for view in code.split("view_mut(base,").skip(1) {
+        if view.starts_with("Self::THREAD_SCRATCH_OFFSET") {
+            continue;
+        }
+        let start: usize = view.split("usize").next().unwrap().parse().expect("a byte offset");
+        assert!(
+            start < offset,
+            "a view at {start} inside the thread scratch at {offset}"
+        );
+    }
+}
