@@ -75,6 +75,14 @@ pub(crate) fn planned_range(m: &Method, v: usize) -> Option<(usize, u64, u64)> {
     (end > offset).then_some((buffer, offset, end))
 }
 
+/// Whether planned tensors `a` and `b` share bytes.
+pub(crate) fn share_bytes(m: &Method, a: usize, b: usize) -> bool {
+    match (planned_range(m, a), planned_range(m, b)) {
+        (Some((ba, sa, ea)), Some((bb, sb, eb))) => ba == bb && sa < eb && sb < ea,
+        _ => false,
+    }
+}
+
 fn is_mutable(m: &Method, v: usize) -> bool {
     matches!(
         m.values.get(v),
