@@ -11,7 +11,8 @@
 //! It also times a cache line passed back and forth between two threads:
 //! on this project's shared VM the round trip is 40–70 ns in some phases
 //! and 380–490 ns in others, when every line one thread writes and another
-//! reads costs several times more (see the README's Threads section).
+//! reads costs several times more (see docs/benchmarking.md, "The host's
+//! phases").
 use ptec_kernels::gemm::{gemm_scratch_len, sgemm, sgemm_kernel_name, Epilogue};
 use ptec_kernels::nhwc::{conv2d_nhwc, depthwise_conv2d_nhwc, Conv2dNhwc};
 use ptec_kernels::packed;
