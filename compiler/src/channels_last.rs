@@ -561,7 +561,10 @@ fn nhwc_images(m: &Method, uses: &Uses, roles: &[Role]) -> HashSet<usize> {
     // The kernel uses of each candidate outside its writer.
     let mut readers: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
     for (&v, &(first, last)) in &writer {
-        let kept = matches!(m.values[v].as_tensor().map(|t| &t.placement), Some(Placement::Planned { .. })) && image(m, v).is_some();
+        let kept = matches!(
+            m.values[v].as_tensor().map(|t| &t.placement),
+            Some(Placement::Planned { .. })
+        ) && image(m, v).is_some();
         if let Some(uses) = uses.kernel_uses(v, first).filter(|_| kept) {
             readers.insert(v, uses.into_iter().filter(|&(r, _)| r < first || r > last).collect());
         }

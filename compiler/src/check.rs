@@ -5,11 +5,11 @@
 //! own module. The build directory persists between checks (under
 //! `target/ptec-check`, or `PTEC_CHECK_TARGET_DIR`), so only the generated
 //! code is compiled again.
-use crate::codegen::{default_struct_name, Options};
+use crate::codegen::Options;
 use crate::compile::{compile_to_source, compile_with_cases_to_source, prepared_include, read_file, ForeignCases};
 use crate::error::{ErrorKind, Errors, Location};
 use crate::runner_crate::{absolute, refuse_user_backends, target_dir, RunnerCrate};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// One bundle to check.
@@ -194,14 +194,4 @@ pub fn check(
         }
     }
     Ok(results)
-}
-
-/// The default struct name `ptec` gives the program of `path`.
-pub fn struct_name_for(path: &Path) -> String {
-    default_struct_name(
-        &path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    )
 }

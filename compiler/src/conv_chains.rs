@@ -18,8 +18,8 @@
 //! output where the first one's input was (dead by then): such an output
 //! loses its plan, and [`crate::temporaries`] gives it bytes clear of
 //! everything in use during the chain.
-use crate::channels_last::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::alias::share_bytes;
+use crate::channels_last::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::channels_last::{image, int, number, residual_add_after, usizes};
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, Uses};

@@ -147,7 +147,7 @@ fn geometry(
     }
     let sd = rank - 2;
     let (n, cin) = (input_sizes[0], input_sizes[1]);
-    if cin % groups != 0 {
+    if !cin.is_multiple_of(groups) {
         return None;
     }
     let cout = if transposed {
@@ -156,7 +156,7 @@ fn geometry(
         }
         weight_sizes[1].checked_mul(groups)?
     } else {
-        if weight_sizes[1].checked_mul(groups)? != cin || weight_sizes[0] % groups != 0 {
+        if weight_sizes[1].checked_mul(groups)? != cin || !weight_sizes[0].is_multiple_of(groups) {
             return None;
         }
         weight_sizes[0]
@@ -799,7 +799,7 @@ fn regular_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, o: 
 #[inline(always)]
 fn transposed_src(o: usize, t: usize, s: usize, p: usize, d: usize, in_len: usize) -> Option<usize> {
     let num = (o + p) as isize - (t * d) as isize;
-    if num < 0 || num as usize % s != 0 {
+    if num < 0 || !(num as usize).is_multiple_of(s) {
         return None;
     }
     let i = num as usize / s;

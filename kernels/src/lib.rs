@@ -56,9 +56,6 @@ pub type KernelResult = Result<(), KernelError>;
 /// The largest tensor rank the kernels handle.
 pub const MAX_RANK: usize = 16;
 
-// conv.rs is being reworked on another branch, which will move its two
-// `x % n != 0` tests to `is_multiple_of` (stable since the 1.89 MSRV).
-#[allow(clippy::manual_is_multiple_of)]
 pub mod conv;
 mod cpu;
 pub mod elementwise;

@@ -57,7 +57,13 @@ pub fn packed_len(k: usize, n: usize) -> usize {
 
 /// The header of a `k × n` packing.
 fn header(k: usize, n: usize) -> [u32; 5] {
-    [MAGIC, k as u32, ((k as u64) >> 32) as u32, n as u32, ((n as u64) >> 32) as u32]
+    [
+        MAGIC,
+        k as u32,
+        ((k as u64) >> 32) as u32,
+        n as u32,
+        ((n as u64) >> 32) as u32,
+    ]
 }
 
 /// The strips of a packing (what follows its header).

@@ -95,11 +95,6 @@ impl ReducePlan {
         p
     }
 
-    /// Number of output elements.
-    pub fn out_numel(&self) -> usize {
-        self.kept_sizes[..self.kept_rank].iter().product()
-    }
-
     /// Number of elements reduced into each output element.
     pub fn red_numel(&self) -> usize {
         self.red_sizes[..self.red_rank].iter().product()

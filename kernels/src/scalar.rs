@@ -534,11 +534,6 @@ pub fn where_<T>(cond: bool, a: T, b: T) -> T {
 pub fn add_int<T: Int>(a: T, b: T) -> T {
     a.w_add(b)
 }
-/// `aten::sub` for integers (wrapping).
-#[inline(always)]
-pub fn sub_int<T: Int>(a: T, b: T) -> T {
-    a.w_sub(b)
-}
 /// `aten::mul` for integers (wrapping).
 #[inline(always)]
 pub fn mul_int<T: Int>(a: T, b: T) -> T {

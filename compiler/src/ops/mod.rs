@@ -397,14 +397,6 @@ impl<'a> OpCtx<'a> {
         }
     }
 
-    pub fn opt_bool(&self, i: usize) -> Result<Option<bool>, String> {
-        if self.is_null(i)? {
-            Ok(None)
-        } else {
-            self.bool(i).map(Some)
-        }
-    }
-
     pub fn scalar(&self, i: usize) -> Result<Scalar, String> {
         let (vi, v) = self.value(i)?;
         if self.runtime(vi) {

@@ -110,37 +110,6 @@ impl OpCtx<'_> {
         Ok((code, kind))
     }
 
-    /// An `i64` expression for Int argument `i`, constant or run-time.
-    pub fn int_expr(&self, i: usize) -> Result<TokenStream, String> {
-        match self.scalar_expr(i)? {
-            (code, ScalarKind::Int) => Ok(code),
-            (_, k) => Err(format!("argument {i} must be an Int, is a {k:?}")),
-        }
-    }
-
-    /// `i64` expressions for the items of IntList argument `i`, each a
-    /// constant or a run-time value (a symbolic size).
-    pub fn int_list_exprs(&self, i: usize) -> Result<Vec<TokenStream>, String> {
-        let (vi, v) = self.value(i)?;
-        let Value::IntList(items) = v else {
-            return Err(format!(
-                "argument {i} (value {vi}) must be an IntList, is a {}",
-                v.kind()
-            ));
-        };
-        items
-            .iter()
-            .map(|&k| match self.method.values.get(k) {
-                Some(Value::Int(_)) if self.runtime(k) => {
-                    let f = scalar_field(k);
-                    Ok(quote!(self.#f))
-                }
-                Some(Value::Int(x)) => Ok(i64_lit(*x)),
-                _ => Err(format!("argument {i} (value {vi}): item value {k} is not an Int")),
-            })
-            .collect()
-    }
-
     fn scalar_operand(&self, i: usize) -> Result<Expr, String> {
         self.scalar_expr(i).map(|(code, kind)| Expr::new(code, kind))
     }
