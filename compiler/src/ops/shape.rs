@@ -46,6 +46,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::slice_scatter.out", slice_scatter),
     ("aten::full.out", full),
     ("aten::empty.out", empty),
+    ("dim_order_ops::_empty_dim_order.out", empty_dim_order),
     ("aten::full_like.out", full_like),
     ("aten::zeros.out", zeros),
     ("aten::ones.out", ones),
@@ -1372,6 +1373,29 @@ fn emit_fill_like(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg, value: TokenStream)
 fn empty(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(4)?;
     let (size, out) = (int_list_arg(ctx, 0)?, ctx.tensor(2)?);
+    sized_out(ctx, &size, &out)
+}
+
+/// `_empty_dim_order.out(size, *, dim_order?, out)`: [`empty`] in the dim
+/// order the output was planned with, which must be the one asked for.
+fn empty_dim_order(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (size, out) = (int_list_arg(ctx, 0)?, ctx.tensor(2)?);
+    if let (vi, Value::IntList(items)) = ctx.value(1)? {
+        let asked: Vec<i64> = items
+            .iter()
+            .map(|&k| match ctx.method.values.get(k) {
+                Some(Value::Int(d)) => Ok(*d),
+                _ => Err(format!("argument 1 (value {vi}): item value {k} is not a constant Int")),
+            })
+            .collect::<Result<_, _>>()?;
+        let planned: Vec<i64> = out.dim_order.iter().map(|&d| i64::from(d)).collect();
+        if asked != planned {
+            return Err(format!(
+                "dim order {asked:?} asked for an output planned in dim order {planned:?}"
+            ));
+        }
+    }
     sized_out(ctx, &size, &out)
 }
 

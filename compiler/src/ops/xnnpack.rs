@@ -27,7 +27,19 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::avg_pool2d_nhwc.out", avg_pool2d_nhwc),
     ("ptec_xnn::global_avg_pool2d_nhwc.out", global_avg_pool2d_nhwc),
     ("ptec_xnn::batch_matmul.out", batch_matmul),
+    (crate::xnnpack::PRELU, prelu),
 ];
+
+/// `prelu(x, slope, out)`: `x` where it is not negative, else `x × slope`
+/// (a NaN stays NaN either way).
+fn prelu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, slope, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
+    f32_static(&[&x, &slope, &out])?;
+    let f = ScalarType::Float;
+    let body = quote!(if a < 0.0 { a * b } else { a });
+    super::elementwise::emit_map(ctx, &[&x, &slope], &out, &[f, f], f, body, false)
+}
 
 /// Requires static, contiguous `f32` tensors.
 fn f32_static(ts: &[&TArg]) -> Result<(), String> {

@@ -91,6 +91,9 @@ pub enum BinaryOp {
     Divide,
     Minimum,
     Maximum,
+    /// `a` where it is not negative, else `a` times `b` (the slope, one per
+    /// channel of the last dimension).
+    PReLU,
 }
 
 /// Operations of one input with an output of the same shape.
@@ -794,6 +797,7 @@ impl GraphReader<'_> {
             N::XNNDiv => binary(n.node_as_xnndiv(), BinaryOp::Divide)?,
             N::XNNMinimum => binary(n.node_as_xnnminimum(), BinaryOp::Minimum)?,
             N::XNNMaximum => binary(n.node_as_xnnmaximum(), BinaryOp::Maximum)?,
+            N::XNNPReLU => binary(n.node_as_xnnpre_lu(), BinaryOp::PReLU)?,
             N::XNNClamp => unary(n.node_as_xnnclamp(), UnaryOp::Clamp)?,
             N::XNNSoftmax => unary(n.node_as_xnnsoftmax(), UnaryOp::Softmax)?,
             N::XNNSigmoid => unary(n.node_as_xnnsigmoid(), UnaryOp::Sigmoid)?,

@@ -482,6 +482,7 @@ impl<'a> CallLowering<'a> {
                     BinaryOp::Divide => self.aten("aten::div.out", vec![sa, sb], dst),
                     BinaryOp::Minimum => self.aten("aten::minimum.out", vec![sa, sb], dst),
                     BinaryOp::Maximum => self.aten("aten::maximum.out", vec![sa, sb], dst),
+                    BinaryOp::PReLU => self.kernel(super::PRELU, vec![sa, sb, dst, dst]),
                 }
                 self.finish_clamp(node, dst, o);
                 Ok(())

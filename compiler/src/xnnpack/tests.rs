@@ -357,21 +357,38 @@ fn error(r: Result<Program, Errors>) -> (ErrorKind, String) {
 }
 
 #[test]
-fn unsupported_nodes_and_datatypes_are_named() {
-    let (kind, within) = error(lower(
+fn prelu_becomes_ptecs_prelu_over_the_slope() {
+    // out = prelu(x, slope), the slope one per channel of the last dim.
+    let p = lower(
         &[
-            V(0, &[4], 0, 0, INPUT),
-            V(1, &[4], 0, 1, INPUT),
-            V(2, &[4], 0, 2, OUTPUT),
+            V(0, &[2, 3], 0, 0, INPUT),
+            V(1, &[3], 0, 1, INPUT),
+            V(2, &[2, 3], 0, 2, OUTPUT),
         ],
         &[N::Binary(fb::NodeUnion::XNNPReLU, 0, 1, 2)],
-        &[&[4], &[4], &[4]],
+        &[&[2, 3], &[3], &[2, 3]],
+    )
+    .unwrap();
+    let m = &p.methods[0];
+    assert_eq!(ops(m), [crate::xnnpack::PRELU]);
+    let Instruction::Kernel { args, .. } = &m.instructions[0] else {
+        unreachable!()
+    };
+    assert_eq!(args[..], [0, 1, 2, 2]);
+}
+
+#[test]
+fn unsupported_nodes_and_datatypes_are_named() {
+    let (kind, within) = error(lower(
+        &[V(0, &[4], 0, 0, INPUT), V(1, &[4], 0, 1, OUTPUT)],
+        &[N::Unary(fb::NodeUnion::XNNConvert, 0, 1)],
+        &[&[4], &[4]],
     ));
     assert!(
-        matches!(&kind, ErrorKind::Unsupported { detail } if detail.contains("XNNPReLU")),
+        matches!(&kind, ErrorKind::Unsupported { detail } if detail.contains("XNNConvert")),
         "{kind}"
     );
-    assert_eq!(within, "XNNPACK node 0 (XNNPReLU)");
+    assert_eq!(within, "XNNPACK node 0 (XNNConvert)");
     let (kind, within) = error(lower_with(
         &[V(0, &[4], 0, 0, INPUT), V(1, &[4], 0, 1, OUTPUT)],
         &[N::Unary(fb::NodeUnion::XNNSigmoid, 0, 1)],
