@@ -47,6 +47,8 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    ("breadth", "fixtures/breadth.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at

@@ -93,6 +93,8 @@ fn threads_run_every_case_on_each_count() {
         "aliased_chain",
         "xnnpack_patch_embed",
         "xnnpack_view_aliases",
+        "breadth",
+        "xnnpack_breadth",
     ];
     let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
         .args(["check", "--threads", "2"])

@@ -21,6 +21,9 @@ const FLAG_EXTERNAL_OUTPUT: u32 = 2;
 /// `XNN_FLAG_TRANSPOSE_WEIGHTS` (fully connected) and `XNN_FLAG_TRANSPOSE_B`
 /// (batch matrix multiply).
 const FLAG_TRANSPOSE_WEIGHTS: u32 = 1;
+/// XNNPACK's `XNN_FLAG_ALIGN_CORNERS` (of resizing; its other flag there,
+/// TensorFlow 1.x's legacy mode, is refused).
+const FLAG_ALIGN_CORNERS: u32 = 8;
 /// `XNN_FLAG_KEEP_DIMS` (pooling): the output keeps its spatial dims, which
 /// the output value's dims already say.
 const FLAG_KEEP_DIMS: u32 = 0x40;
@@ -187,6 +190,16 @@ pub enum Op {
         input: usize,
         out: usize,
     },
+    /// Bilinear resizing of an NHWC image to `height × width`, with
+    /// PyTorch's half-pixel centers or, when `align_corners`, its corner
+    /// pixels aligned.
+    ResizeBilinear {
+        height: usize,
+        width: usize,
+        align_corners: bool,
+        input: usize,
+        out: usize,
+    },
     /// Same elements, new shape (a 0 in `new_shape` is inferred).
     Reshape {
         new_shape: Vec<usize>,
@@ -233,6 +246,7 @@ impl Op {
             | Op::Pool2d { input, .. }
             | Op::GlobalAvgPool { input, .. }
             | Op::Transpose { input, .. }
+            | Op::ResizeBilinear { input, .. }
             | Op::Reshape { input, .. }
             | Op::Slice { input, .. }
             | Op::Pad { input, .. } => vec![*input],
@@ -256,6 +270,7 @@ impl Op {
             | Op::Pool2d { out, .. }
             | Op::GlobalAvgPool { out, .. }
             | Op::Transpose { out, .. }
+            | Op::ResizeBilinear { out, .. }
             | Op::Reshape { out, .. }
             | Op::Slice { out, .. }
             | Op::Pad { out, .. }
@@ -866,6 +881,17 @@ impl GraphReader<'_> {
                     perm: list(s.perm()),
                     input: id(s.input_id())?,
                     out: id(s.output_id())?,
+                }
+            }
+            N::XNNStaticResizeBilinear2D => {
+                let r = n.node_as_xnnstatic_resize_bilinear_2_d().ok_or_else(missing)?;
+                flags_ok(r.flags(), FLAG_ALIGN_CORNERS)?;
+                Op::ResizeBilinear {
+                    height: r.new_height() as usize,
+                    width: r.new_width() as usize,
+                    align_corners: r.flags() & FLAG_ALIGN_CORNERS != 0,
+                    input: id(r.input_id())?,
+                    out: id(r.output_id())?,
                 }
             }
             N::XNNStaticReshape => {

@@ -715,6 +715,38 @@ impl<'a> CallLowering<'a> {
                 self.aten("aten::permute_copy.out", vec![si, p], o);
                 Ok(())
             }
+            Op::ResizeBilinear {
+                height,
+                width,
+                align_corners,
+                input,
+                out,
+            } => {
+                let &[n, h, w, c] = self.dims(*input) else {
+                    return Err(self.node_error(i, node, format!("input of dims {:?}, not NHWC", self.dims(*input))));
+                };
+                if h == 0 || w == 0 || *height == 0 || *width == 0 {
+                    return Err(self.node_error(i, node, "an empty image".into()));
+                }
+                self.expect_dims(i, node, *out, &[n, *height, *width, c])?;
+                // aten's kernel runs on NCHW images: the image goes there and back.
+                let (si, o) = (self.slot(*input), self.slot(*out));
+                let nchw_in = self.temp(vec![n, c, h, w]);
+                let to_nchw = self.int_list(&[0, 3, 1, 2]);
+                self.aten("aten::permute_copy.out", vec![si, to_nchw], nchw_in);
+                let nchw_out = self.temp(vec![n, c, *height, *width]);
+                let size = self.int_list(&[*height, *width]);
+                let align = self.push(Value::Bool(*align_corners));
+                let scales = self.null();
+                self.aten(
+                    "aten::upsample_bilinear2d.vec_out",
+                    vec![nchw_in, size, align, scales],
+                    nchw_out,
+                );
+                let to_nhwc = self.int_list(&[0, 2, 3, 1]);
+                self.aten("aten::permute_copy.out", vec![nchw_out, to_nhwc], o);
+                Ok(())
+            }
             Op::Reshape { new_shape, input, out } => {
                 let (x, o) = (self.dims(*input), self.dims(*out));
                 let fits = new_shape.len() == o.len() && new_shape.iter().zip(o).all(|(&s, &d)| s == 0 || s == d);
