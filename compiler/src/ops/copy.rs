@@ -1,6 +1,6 @@
 //! Copies and casts: `_to_dim_order_copy`, `_clone_dim_order`, `clone`,
 //! `_to_copy`, `copy_`, `copy`.
-use super::elementwise::{compute_type, convert, emit_map};
+use super::elementwise::{compute_type, convert, emit_map, emit_map_shaped};
 use super::*;
 
 pub const OPS: &[(&str, Emitter)] = &[
@@ -77,14 +77,20 @@ fn to_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 fn copy_inplace(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(4)?;
     let (dst, src) = (ctx.tensor(0)?, ctx.tensor(1)?);
-    let c = compute_type(src.dtype);
-    emit_map(ctx, &[&src], &dst, &[c], c, quote!(a), false)
+    emit_broadcast_copy(ctx, &dst, &src, &dst)
 }
 
 /// `copy.out(self, src, non_blocking, out)`: `out` = `src` broadcast to `self`'s shape.
 fn copy_out(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(5)?;
-    let (src, out) = (ctx.tensor(1)?, ctx.tensor(3)?);
+    let (like, src, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(3)?);
+    emit_broadcast_copy(ctx, &like, &src, &out)
+}
+
+/// `out` = `src` broadcast to the shape of `like` (whose data is not
+/// read): the two broadcast together, which gives `like`'s shape exactly
+/// when `src` broadcasts to it (the output's sizes are checked).
+fn emit_broadcast_copy(ctx: &mut OpCtx<'_>, like: &TArg, src: &TArg, out: &TArg) -> Result<TokenStream, String> {
     let c = compute_type(src.dtype);
-    emit_map(ctx, &[&src], &out, &[c], c, quote!(a), false)
+    emit_map_shaped(ctx, Some(like), &[src], out, &[c], c, quote!(a), false)
 }

@@ -212,13 +212,29 @@ pub fn emit_map(
     body: TokenStream,
     fallible: bool,
 ) -> Result<TokenStream, String> {
+    emit_map_shaped(ctx, None, inputs, out, compute, result, body, fallible)
+}
+
+/// [`emit_map`], the inputs broadcast together with the sizes of `like`
+/// too (whose data is not read).
+#[allow(clippy::too_many_arguments)]
+pub fn emit_map_shaped(
+    ctx: &mut OpCtx<'_>,
+    like: Option<&TArg>,
+    inputs: &[&TArg],
+    out: &TArg,
+    compute: &[ScalarType],
+    result: ScalarType,
+    body: TokenStream,
+    fallible: bool,
+) -> Result<TokenStream, String> {
     let mut ts: Vec<&TArg> = inputs.to_vec();
     ts.push(out);
     require_contiguous(&ts)?;
     let mut stmts = Vec::new();
-    let any_dynamic = inputs.iter().any(|t| t.dynamic) || out.dynamic;
+    let any_dynamic = inputs.iter().chain(like.as_slice()).any(|t| t.dynamic) || out.dynamic;
     // Output sizes: checked at compile time, or computed at run time.
-    let mut bshape: Vec<usize> = Vec::new();
+    let mut bshape: Vec<usize> = like.map(|l| l.sizes.clone()).unwrap_or_default();
     for t in inputs {
         let (s, r) = ptec_runtime::kernels::elementwise::broadcast_sizes(&bshape, &t.sizes)
             .ok_or_else(|| format!("sizes {:?} and {:?} do not broadcast", bshape, t.sizes))?;
@@ -244,7 +260,10 @@ pub fn emit_map(
             ));
         }
         let ins = lit(ctx.instruction);
-        let mut shape = quote!(&[]);
+        let mut shape = match like {
+            Some(l) => ctx.sizes(l),
+            None => quote!(&[]),
+        };
         for (k, t) in inputs.iter().enumerate() {
             let s = ctx.sizes(t);
             let name = format_ident!("bs{}", k);
