@@ -58,3 +58,17 @@ fn chains_share_one_thread_scratch_at_the_arena_end() {
         );
     }
 }
+
+#[test]
+fn an_expansion_read_through_a_view_breaks_no_chain_open() {
+    // aliased_chain's first block would be a chain, but its expansion is
+    // also read, after the block, through a flatten planned at its bytes:
+    // a chain keeps the expansion in band buffers only, so none may form,
+    // and the expansion is written in full (NCHW, for the view's reader).
+    let options = ptec::Options::new("aliased_chain");
+    let code = ptec::compile_to_source(&fixture("aliased_chain.pte"), &[], &options)
+        .unwrap()
+        .code;
+    assert_eq!(code.matches("conv2d_folded_chain(").count(), 0);
+    assert!(code.contains("conv2d_folded("), "the convolutions still run NHWC");
+}
