@@ -60,7 +60,7 @@ fn chains_share_one_thread_scratch_at_the_arena_end() {
 }
 
 #[test]
-fn an_expansion_read_through_a_view_breaks_no_chain_open() {
+fn a_block_whose_expansion_is_viewed_forms_no_chain() {
     // aliased_chain's first block would be a chain, but its expansion is
     // also read, after the block, through a flatten planned at its bytes:
     // a chain keeps the expansion in band buffers only, so none may form,
