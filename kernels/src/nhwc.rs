@@ -124,6 +124,7 @@ impl Window2d {
 
     /// The output columns whose window rows lie wholly inside the image
     /// across: one range (the windows move one way), empty when none do.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn inner_cols(&self) -> core::ops::Range<usize> {
         let last = self.kernel_w - 1;
         inner_range(self.out_w, |ow| {
@@ -133,6 +134,7 @@ impl Window2d {
 
     /// The output rows whose windows lie wholly inside the image down, as
     /// [`Self::inner_cols`] across.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn inner_rows(&self) -> core::ops::Range<usize> {
         let last = self.kernel_h - 1;
         inner_range(self.out_h, |oh| {
@@ -142,6 +144,7 @@ impl Window2d {
 }
 
 /// The first run of `0..outs` for which `inner` holds.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn inner_range(outs: usize, inner: impl Fn(usize) -> bool) -> core::ops::Range<usize> {
     let start = (0..outs).find(|&o| inner(o)).unwrap_or(outs);
     start..(start..outs).find(|&o| !inner(o)).unwrap_or(outs)

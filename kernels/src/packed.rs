@@ -403,6 +403,8 @@ fn depth_block(m: usize, n: usize, k: usize) -> usize {
 /// Rows per tile of the tile kernel this CPU runs, for `m` rows: bands of
 /// rows split across threads are whole tiles.
 fn tile_rows(m: usize) -> usize {
+    // Only the x86-64 tiles depend on it.
+    let _ = m;
     match crate::cpu::Isa::detect() {
         #[cfg(target_arch = "x86_64")]
         crate::cpu::Isa::Avx512 if !m.is_multiple_of(8) && m.is_multiple_of(7) => 7,
@@ -569,6 +571,8 @@ struct At<'a> {
     s: usize,
     mr: usize,
     nr: usize,
+    /// Read by the x86-64 micro-kernels only.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     prefetch: &'a [f32],
 }
 
@@ -584,12 +588,14 @@ impl<'a> Job<'a> {
 
     /// The `MR` rows of `A` that tile `at` multiplies; rows past its `mr`
     /// repeat its first (their results are not stored).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn rows<const MR: usize>(&self, at: At<'_>) -> [*const f32; MR] {
         let a = self.a[at.ir * self.lda..].as_ptr();
         core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * self.lda) } else { a })
     }
 
     /// The clamp's bounds (infinite when there is none).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn bounds(&self) -> (f32, f32) {
         self.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY))
     }

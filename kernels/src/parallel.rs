@@ -188,7 +188,7 @@ pub fn for_each_band<T: Send>(
 
 /// Disjoint pieces of one slice, one per part: each part takes its own
 /// (once) and writes it while the others write theirs.
-pub struct Pieces<'a, T> {
+pub(crate) struct Pieces<'a, T> {
     ptrs: [core::sync::atomic::AtomicPtr<T>; MAX_THREADS],
     lens: [usize; MAX_THREADS],
     _whole: core::marker::PhantomData<&'a mut [T]>,
@@ -203,7 +203,7 @@ impl<'a, T> Pieces<'a, T> {
     /// `whole` cut at the starts of `ranges` (increasing, from 0; at most
     /// [`MAX_THREADS`]): piece `i` runs from range `i`'s start to the next
     /// one's, the last to the end of `whole`.
-    pub fn new(whole: &'a mut [T], starts: impl Iterator<Item = usize>) -> Self {
+    pub(crate) fn new(whole: &'a mut [T], starts: impl Iterator<Item = usize>) -> Self {
         let mut ptrs: [core::sync::atomic::AtomicPtr<T>; MAX_THREADS] =
             core::array::from_fn(|_| core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()));
         let mut lens = [0; MAX_THREADS];
@@ -234,11 +234,20 @@ impl<'a, T> Pieces<'a, T> {
     }
 
     /// Piece `i`, the first time it is asked for.
-    pub fn take(&self, i: usize) -> Option<&'a mut [T]> {
-        let p = self
-            .ptrs
-            .get(i)?
-            .swap(core::ptr::null_mut(), core::sync::atomic::Ordering::AcqRel);
+    pub(crate) fn take(&self, i: usize) -> Option<&'a mut [T]> {
+        let slot = self.ptrs.get(i)?;
+        #[cfg(target_has_atomic = "ptr")]
+        let p = slot.swap(core::ptr::null_mut(), core::sync::atomic::Ordering::AcqRel);
+        // Without compare-and-swap there is no `std` (it needs it), so no
+        // pool: `run_parts` runs every part on the calling thread, one
+        // after another, and `Pieces` never leaves this crate's kernels.
+        #[cfg(not(target_has_atomic = "ptr"))]
+        let p = {
+            use core::sync::atomic::Ordering;
+            let p = slot.load(Ordering::Acquire);
+            slot.store(core::ptr::null_mut(), Ordering::Release);
+            p
+        };
         // SAFETY: `p` came from a piece of `whole` (borrowed for 'a) of
         // `lens[i]` elements, disjoint from the others, and is handed out
         // only this once.
