@@ -1,0 +1,70 @@
+//! The XNNPACK delegate blob reader and lowering on arbitrary bytes.
+//!
+//! The input is one byte that picks an XNNPACK delegate of the fixtures
+//! (`xnnpack_conv.pte`, `xnnpack_ops.pte`), then the blob that replaces
+//! that delegate's: appended to the program's file, which the delegate then
+//! points at. The program is lowered (the blob read, verified and turned
+//! into kernel calls), transformed and, when that succeeds, generated.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use ptec::ir::{DataRef, DataSource};
+use std::sync::OnceLock;
+
+/// One XNNPACK delegate of a fixture.
+struct Call {
+    file: &'static [u8],
+    loaded: ptec::Loaded,
+    method: usize,
+    delegate: usize,
+}
+
+fn calls() -> &'static [Call] {
+    static CALLS: OnceLock<Vec<Call>> = OnceLock::new();
+    CALLS.get_or_init(|| {
+        let files: [&'static [u8]; 2] = [
+            include_bytes!("../../tests/fixtures/xnnpack_conv.pte"),
+            include_bytes!("../../tests/fixtures/xnnpack_ops.pte"),
+        ];
+        let mut calls = Vec::new();
+        for file in files {
+            let loaded = ptec::load(file, &[]).expect("fixture loads");
+            let program = loaded.program.as_ref().expect("fixture is a program");
+            for (method, m) in program.methods.iter().enumerate() {
+                for (delegate, d) in m.delegates.iter().enumerate() {
+                    if d.id == ptec::xnnpack::BACKEND_ID {
+                        calls.push(Call {
+                            file,
+                            loaded: loaded.clone(),
+                            method,
+                            delegate,
+                        });
+                    }
+                }
+            }
+        }
+        assert!(calls.len() >= 3, "fixtures have {} XNNPACK delegates", calls.len());
+        calls
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&pick, blob)) = data.split_first() else {
+        return;
+    };
+    let calls = calls();
+    let call = &calls[pick as usize % calls.len()];
+    let mut file = call.file.to_vec();
+    let offset = file.len();
+    file.extend_from_slice(blob);
+    let mut loaded = call.loaded.clone();
+    let program = loaded.program.as_mut().expect("fixture is a program");
+    program.methods[call.method].delegates[call.delegate].processed = DataRef {
+        source: DataSource::Program,
+        offset,
+        len: blob.len(),
+    };
+    let options = ptec::Options::new("/fuzz/input.pte");
+    if ptec::transform(&mut loaded, &file, &options).is_ok() {
+        let _ = ptec::codegen::generate(&loaded, &file, &[], &options);
+    }
+});
