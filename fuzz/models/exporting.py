@@ -5,7 +5,6 @@ a float64 reference run; and run `ptec check` over many bundles at once."""
 from __future__ import annotations
 
 import copy
-import importlib.metadata
 import os
 import re
 import subprocess
@@ -13,23 +12,11 @@ import sys
 import warnings
 from pathlib import Path
 
-PINNED = {"torch": "2.14.1", "executorch": "1.5.1"}
+REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 
-
-def check_versions() -> None:
-    bad = []
-    for dist, want in PINNED.items():
-        try:
-            have = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            have = "<not installed>"
-        if have.split("+")[0] != want:
-            bad.append(f"{dist}: need {want}, found {have}")
-    if bad:
-        sys.exit("fuzz/models: wrong package versions:\n  " + "\n  ".join(bad) + "\nuse /opt/ptec-venv/bin/python")
-
-
-check_versions()
+# The fixtures' script pins the versions (and refuses to run with others).
+from make_fixtures import PINNED  # noqa: E402,F401
 
 import torch  # noqa: E402
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: E402
@@ -43,7 +30,6 @@ from executorch.exir.passes import MemoryPlanningPass  # noqa: E402
 
 import fuzzgen  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent.parent
 PTEC = REPO / "target" / "release" / "ptec"
 
 RTOL = 1e-4
@@ -118,7 +104,7 @@ def ptec_check_group(paths, rtol, atol, timeout=3600):
     {path: (status, detail)} with status pass / mismatch / refused, or None
     when the check as a whole failed (a build failure or a crash of the
     generated program: the caller bisects)."""
-    cmd = [str(PTEC), "check", "--rtol", repr(rtol), "--atol", repr(atol)] + [str(p) for p in paths]
+    cmd = [str(PTEC), "check", "--threads", "1,2", "--rtol", repr(rtol), "--atol", repr(atol)] + [str(p) for p in paths]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -78,6 +78,8 @@ def op(name, weight=1.0, exact=False, needs_exact=False):
     `needs_exact`: its float inputs must be exact (a step function)."""
 
     def reg(cls):
+        if not hasattr(cls, "make"):
+            cls.make = lambda self, p, xs: self.module(p, xs)
         if not hasattr(cls, "requires_exact"):
             cls.requires_exact = lambda self, p: self.needs_exact
         cls.name = name
@@ -88,6 +90,14 @@ def op(name, weight=1.0, exact=False, needs_exact=False):
         return cls
 
     return reg
+
+
+class Layer(nn.Module):
+    """A layer whose behaviour its parameters `p` say."""
+
+    def __init__(self, p, xs=None):
+        super().__init__()
+        self.p = p
 
 
 class Fn(nn.Module):
@@ -105,6 +115,7 @@ class State:
     def __init__(self, vals, exact):
         self.vals = vals  # example tensors, by id
         self.exact = exact  # per id
+        self.n_inputs = len(vals)
 
     def pick(self, rng, pred=lambda t: True, exact=False):
         """A value id satisfying `pred` (and exact, if asked): mostly the
@@ -112,7 +123,8 @@ class State:
         ids = [i for i, t in enumerate(self.vals) if pred(t) and (self.exact[i] or not exact)]
         if not ids:
             return None
-        newest = len(self.vals) - 1
+        # The newest layer's result, or the primary input before any.
+        newest = len(self.vals) - 1 if len(self.vals) > self.n_inputs else 0
         if newest in ids and rng.random() < 0.8:
             return newest
         return rng.choice(ids)
@@ -178,35 +190,14 @@ class Conv:
         return [x], p
 
     def make(self, p, xs):
-        c = xs[0].shape[1]
-        nd = p["nd"]
+        kw = dict(stride=p["stride"], padding=p["padding"], dilation=p["dilation"], groups=p["groups"], bias=p["bias"])
         if p["transposed"]:
-            cls = nn.ConvTranspose1d if nd == 1 else nn.ConvTranspose2d
-            m = cls(
-                c,
-                p["out"],
-                p["k"],
-                stride=p["stride"],
-                padding=p["padding"],
-                output_padding=p["output_padding"],
-                groups=p["groups"],
-                bias=p["bias"],
-                dilation=p["dilation"],
-            )
+            cls = nn.ConvTranspose1d if p["nd"] == 1 else nn.ConvTranspose2d
+            kw["output_padding"] = p["output_padding"]
         else:
-            cls = nn.Conv1d if nd == 1 else nn.Conv2d
-            m = cls(
-                c,
-                p["out"],
-                p["k"],
-                stride=p["stride"],
-                padding=p["padding"],
-                dilation=p["dilation"],
-                groups=p["groups"],
-                bias=p["bias"],
-                padding_mode=p["mode"],
-            )
-        return m
+            cls = nn.Conv1d if p["nd"] == 1 else nn.Conv2d
+            kw["padding_mode"] = p["mode"]
+        return cls(xs[0].shape[1], p["out"], p["k"], **kw)
 
 
 # ---- pooling ---------------------------------------------------------------
@@ -264,10 +255,9 @@ class Linear:
         return nn.Linear(xs[0].shape[-1], p["out"], bias=p["bias"])
 
 
-class MatmulModule(nn.Module):
+class MatmulModule(Layer):
     def __init__(self, p, xs):
-        super().__init__()
-        self.p = p
+        super().__init__(p)
         if p["with"] == "weight":
             self.w = nn.Parameter(torch.randn(xs[0].shape[-1], p["m"]) / math.sqrt(xs[0].shape[-1]))
 
@@ -317,8 +307,7 @@ class Matmul:
             fn = "bmm"
         return [x, y], {"with": "value", "fn": fn}
 
-    def make(self, p, xs):
-        return MatmulModule(p, xs)
+    module = MatmulModule
 
 
 # ---- normalisation ---------------------------------------------------------
@@ -415,10 +404,9 @@ class Mha(nn.Module):
         return out
 
 
-class Sdpa(nn.Module):
+class Sdpa(Layer):
     def __init__(self, p, xs):
-        super().__init__()
-        self.p = p
+        super().__init__(p)
         if p["proj"]:
             e = xs[0].shape[-1]
             self.qkv = nn.Linear(e, 3 * e)
@@ -579,10 +567,9 @@ def broadcast_shape(rng, shape):
     return s[drop:]
 
 
-class BinaryModule(nn.Module):
+class BinaryModule(Layer):
     def __init__(self, p, xs):
-        super().__init__()
-        self.p = p
+        super().__init__(p)
         if p["with"] == "param":
             c = torch.randn(p["shape"]).to(xs[0].dtype) if is_float(xs[0]) else torch.randint(-3, 4, p["shape"])
             self.register_buffer("c", c)
@@ -636,28 +623,21 @@ class Binary:
         elif kind == "param":
             p["shape"] = broadcast_shape(rng, list(t.shape))
         elif kind == "value":
-            want_float = is_float(t)
-            y = st.pick(
-                rng,
-                lambda u: u.dtype != torch.bool and is_float(u) == want_float and u.dtype == t.dtype and broadcastable(t, u),
-            )
-            if y is None:
+            # Another value (a residual, when it has the same shape).
+            cands = [i for i, u in enumerate(st.vals) if i != x and u.dtype == t.dtype and broadcastable(t, u)]
+            if not cands:
                 return None
-            ins.append(y)
+            same = [i for i in cands if st.vals[i].shape == t.shape]
+            ins.append(rng.choice(same if same and rng.random() < 0.6 else cands))
         return ins, p
 
-    def make(self, p, xs):
-        return BinaryModule(p, xs)
+    module = BinaryModule
 
 
 # ---- dtypes: casts, comparisons, masks --------------------------------------
 
 
-class CastModule(nn.Module):
-    def __init__(self, p):
-        super().__init__()
-        self.p = p
-
+class CastModule(Layer):
     def forward(self, x):
         k = self.p["kind"]
         if k == "to_f64":
@@ -700,15 +680,10 @@ class Cast:
             return None
         return [x], dict(kind=k, s=rng.choice([2.0, 4.0, 8.0]))
 
-    def make(self, p, xs):
-        return CastModule(p)
+    module = CastModule
 
 
-class CompareModule(nn.Module):
-    def __init__(self, p):
-        super().__init__()
-        self.p = p
-
+class CompareModule(Layer):
     def forward(self, x, *ys):
         other = ys[0] if ys else self.p["s"]
         return getattr(torch, self.p["op"])(x, other)
@@ -730,15 +705,10 @@ class Compare:
                 ins.append(y)
         return ins, p
 
-    def make(self, p, xs):
-        return CompareModule(p)
+    module = CompareModule
 
 
-class LogicModule(nn.Module):
-    def __init__(self, p):
-        super().__init__()
-        self.p = p
-
+class LogicModule(Layer):
     def forward(self, m, *xs):
         k = self.p["kind"]
         if k == "not":
@@ -780,58 +750,39 @@ class Logic:
                 ins.append(b)
         return ins, p
 
-    def make(self, p, xs):
-        return LogicModule(p)
+    module = LogicModule
 
 
 # ---- reductions, softmax ---------------------------------------------------
 
 
-class ReduceModule(nn.Module):
-    def __init__(self, p):
-        super().__init__()
-        self.p = p
+# Reductions over the dims `dims` (or the first of them, `d0`).
+REDUCTIONS = {
+    "sum": lambda x, dims, d0, keep, corr: x.sum(dim=dims, keepdim=keep),
+    "mean": lambda x, dims, d0, keep, corr: x.mean(dim=dims, keepdim=keep),
+    "amax": lambda x, dims, d0, keep, corr: x.amax(dim=dims, keepdim=keep),
+    "amin": lambda x, dims, d0, keep, corr: x.amin(dim=dims, keepdim=keep),
+    "max": lambda x, dims, d0, keep, corr: x.max(dim=d0, keepdim=keep).values,
+    "min": lambda x, dims, d0, keep, corr: x.min(dim=d0, keepdim=keep).values,
+    "var": lambda x, dims, d0, keep, corr: x.var(dim=dims, keepdim=keep, correction=corr),
+    "std": lambda x, dims, d0, keep, corr: x.std(dim=dims, keepdim=keep, correction=corr),
+    "logsumexp": lambda x, dims, d0, keep, corr: torch.logsumexp(x, dim=dims, keepdim=keep),
+    "prod": lambda x, dims, d0, keep, corr: torch.prod(torch.clamp(x, -1.5, 1.5), dim=d0, keepdim=keep),
+    "norm": lambda x, dims, d0, keep, corr: torch.linalg.vector_norm(x, dim=dims, keepdim=keep),
+    "argmax": lambda x, dims, d0, keep, corr: x.argmax(dim=d0, keepdim=keep),
+    "argmin": lambda x, dims, d0, keep, corr: x.argmin(dim=d0, keepdim=keep),
+    "any": lambda x, dims, d0, keep, corr: x.any(dim=d0, keepdim=keep),
+    "all": lambda x, dims, d0, keep, corr: x.all(dim=d0, keepdim=keep),
+    "cumsum": lambda x, dims, d0, keep, corr: torch.cumsum(x, dim=d0),
+    "sum_all": lambda x, dims, d0, keep, corr: x.sum(),
+    "mean_all": lambda x, dims, d0, keep, corr: x.mean(),
+}
 
+
+class ReduceModule(Layer):
     def forward(self, x):
-        k, dims, keep = self.p["kind"], self.p["dims"], self.p["keep"]
-        d0 = dims[0]
-        if k == "sum":
-            return x.sum(dim=dims, keepdim=keep)
-        if k == "mean":
-            return x.mean(dim=dims, keepdim=keep)
-        if k == "amax":
-            return x.amax(dim=dims, keepdim=keep)
-        if k == "amin":
-            return x.amin(dim=dims, keepdim=keep)
-        if k == "max":
-            return x.max(dim=d0, keepdim=keep).values
-        if k == "min":
-            return x.min(dim=d0, keepdim=keep).values
-        if k == "var":
-            return x.var(dim=dims, keepdim=keep, correction=self.p["corr"])
-        if k == "std":
-            return x.std(dim=dims, keepdim=keep, correction=self.p["corr"])
-        if k == "logsumexp":
-            return torch.logsumexp(x, dim=dims, keepdim=keep)
-        if k == "prod":
-            return torch.prod(torch.clamp(x, -1.5, 1.5), dim=d0, keepdim=keep)
-        if k == "norm":
-            return torch.linalg.vector_norm(x, dim=dims, keepdim=keep)
-        if k == "argmax":
-            return x.argmax(dim=d0, keepdim=keep)
-        if k == "argmin":
-            return x.argmin(dim=d0, keepdim=keep)
-        if k == "any":
-            return x.any(dim=d0, keepdim=keep)
-        if k == "all":
-            return x.all(dim=d0, keepdim=keep)
-        if k == "cumsum":
-            return torch.cumsum(x, dim=d0)
-        if k == "sum_all":
-            return x.sum()
-        if k == "mean_all":
-            return x.mean()
-        raise ValueError(k)
+        p = self.p
+        return REDUCTIONS[p["kind"]](x, p["dims"], p["dims"][0], p["keep"], p["corr"])
 
 
 @op("reduce", weight=2.0)
@@ -859,8 +810,7 @@ class Reduce:
             dims = [d - t.dim() for d in dims]
         return [x], dict(kind=k, dims=dims, keep=rng.random() < 0.4, corr=rng.choice([0, 1]))
 
-    def make(self, p, xs):
-        return ReduceModule(p)
+    module = ReduceModule
 
 
 @op("softmax", weight=1.5)
@@ -918,11 +868,7 @@ def factorisations(n, rank, rng):
     return dims
 
 
-class ShapeModule(nn.Module):
-    def __init__(self, p):
-        super().__init__()
-        self.p = p
-
+class ShapeModule(Layer):
     def forward(self, x, *ys):
         p = self.p
         k = p["kind"]
@@ -1115,17 +1061,15 @@ class Shape:
             p["diag"] = rng.randint(-1, 1)
         return ins, p
 
-    def make(self, p, xs):
-        return ShapeModule(p)
+    module = ShapeModule
 
 
 # ---- embeddings ------------------------------------------------------------
 
 
-class Embed(nn.Module):
-    def __init__(self, p):
-        super().__init__()
-        self.p = p
+class Embed(Layer):
+    def __init__(self, p, xs=None):
+        super().__init__(p)
         self.emb = nn.Embedding(p["vocab"], p["dim"])
 
     def forward(self, x):
@@ -1140,8 +1084,7 @@ class Embedding:
             return None
         return [x], dict(vocab=rng.choice([5, 10, 17]), dim=rng.choice([4, 8, 16]))
 
-    def make(self, p, xs):
-        return Embed(p)
+    module = Embed
 
 
 # --------------------------------------------------------------------------
@@ -1275,6 +1218,9 @@ def build(desc, cases=1):
     return model, inputs
 
 
+IMAGE_BOOST = {"conv": 2.0, "pool": 2.0, "norm": 1.5, "act": 1.5}
+
+
 def generate(seed, index, attempt=0):
     rng = random.Random(f"{seed}:{index}:{attempt}")
     desc = {
@@ -1294,7 +1240,9 @@ def generate(seed, index, attempt=0):
     tries = 0
     while len(desc["layers"]) < n_layers and tries < 300:
         tries += 1
-        name = rng.choices(names, weights)[0]
+        # After an image, mostly what image networks do next.
+        image = st.vals[-1].dim() == 4 and is_f32(st.vals[-1])
+        name = rng.choices(names, [w * IMAGE_BOOST.get(n, 1.0) if image else w for n, w in zip(names, weights)])[0]
         prop = OPS[name].propose(st, rng)
         if prop is None:
             continue
