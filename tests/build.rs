@@ -29,6 +29,24 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("channels_last", "fixtures/channels_last.bpte", None, 1e-4, 1e-4),
     ("xnnpack_conv", "fixtures/xnnpack_conv.bpte", None, 1e-4, 1e-5),
     ("xnnpack_ops", "fixtures/xnnpack_ops.bpte", None, 1e-4, 1e-5),
+    // Views planned at their base's bytes (compiler/src/alias.rs).
+    ("patch_embed", "fixtures/patch_embed.bpte", None, 1e-4, 1e-4),
+    ("view_aliases", "fixtures/view_aliases.bpte", None, 1e-4, 1e-4),
+    ("aliased_chain", "fixtures/aliased_chain.bpte", None, 1e-4, 1e-4),
+    (
+        "xnnpack_patch_embed",
+        "fixtures/xnnpack_patch_embed.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
+    (
+        "xnnpack_view_aliases",
+        "fixtures/xnnpack_view_aliases.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at
@@ -45,6 +63,7 @@ const EXTERNAL: &[&str] = &[
     "channels_last",
     "xnnpack_conv",
     "xnnpack_ops",
+    "view_aliases",
 ];
 
 /// Fixtures compiled again with their convolutions left NCHW (no
@@ -130,6 +149,14 @@ fn main() {
     }
     let corpus = Path::new("../../shared/corpus");
     println!("cargo:rerun-if-changed={}", corpus.display());
+    println!("cargo:rerun-if-env-changed=PTEC_REQUIRE_CORPUS");
+    // In CI the corpus must be there: its tests may not pass by skipping.
+    let required = std::env::var_os("PTEC_REQUIRE_CORPUS").is_some_and(|v| !v.is_empty() && v != "0");
+    assert!(
+        !required || corpus.join("manifest.json").exists(),
+        "PTEC_REQUIRE_CORPUS is set but there is no corpus at {}",
+        corpus.display()
+    );
     if corpus.join("manifest.json").exists() {
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(corpus.join("manifest.json")).expect("manifest"))

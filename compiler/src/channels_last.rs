@@ -24,6 +24,7 @@
 //! change to `[N, H, W, C]`. Where a convolution reads an image that stays
 //! NCHW, or writes one, a permutation into (out of) a temporary is made.
 //! Methods with jumps are left as they are.
+use crate::alias::share_bytes;
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, push_f32_tensor, push_int_list, push_value, AddedBuffer, Uses};
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
@@ -275,23 +276,6 @@ pub(crate) mod folded {
             }
             args
         }
-    }
-}
-
-/// `(buffer, start, end)` of a planned tensor's bytes.
-fn planned_bytes(m: &Method, v: usize) -> Option<(usize, u64, u64)> {
-    let t = m.values.get(v)?.as_tensor()?;
-    match t.placement {
-        Placement::Planned { buffer, offset } => Some((buffer, offset, offset + t.nbytes() as u64)),
-        _ => None,
-    }
-}
-
-/// Whether planned tensors `a` and `b` share bytes.
-pub(crate) fn share_bytes(m: &Method, a: usize, b: usize) -> bool {
-    match (planned_bytes(m, a), planned_bytes(m, b)) {
-        (Some((ba, sa, ea)), Some((bb, sb, eb))) => ba == bb && sa < eb && sb < ea,
-        _ => false,
     }
 }
 
@@ -577,7 +561,7 @@ fn nhwc_images(m: &Method, uses: &Uses, roles: &[Role]) -> HashSet<usize> {
     // The kernel uses of each candidate outside its writer.
     let mut readers: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
     for (&v, &(first, last)) in &writer {
-        let kept = planned_bytes(m, v).is_some() && image(m, v).is_some();
+        let kept = matches!(m.values[v].as_tensor().map(|t| &t.placement), Some(Placement::Planned { .. })) && image(m, v).is_some();
         if let Some(uses) = uses.kernel_uses(v, first).filter(|_| kept) {
             readers.insert(v, uses.into_iter().filter(|&(r, _)| r < first || r > last).collect());
         }

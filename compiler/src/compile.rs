@@ -61,7 +61,11 @@ pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result
         return Ok(());
     };
     if options.channels_last {
+        let before = program.methods.clone();
         crate::channels_last::channels_last(program);
+        for (old, new) in before.iter().zip(&program.methods) {
+            crate::alias::check_relaid(old, new)?;
+        }
     }
     for m in &mut program.methods {
         crate::temporaries::plan_temporaries(m);

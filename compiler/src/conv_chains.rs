@@ -19,7 +19,8 @@
 //! loses its plan, and [`crate::temporaries`] gives it bytes clear of
 //! everything in use during the chain.
 use crate::channels_last::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
-use crate::channels_last::{image, int, number, residual_add_after, share_bytes, usizes};
+use crate::alias::share_bytes;
+use crate::channels_last::{image, int, number, residual_add_after, usizes};
 use crate::ir::*;
 use crate::rewrite::{kernel_call, kernel_name, Uses};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};

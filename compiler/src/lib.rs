@@ -7,6 +7,7 @@
 //! - [`load`] reads any ExecuTorch file (`.pte`, `.bp`, `.bpte`, `.ptd`) into
 //!   the [`ir`] and verifies it ([`verify`]);
 //! - [`inspect`] describes it for a person or as JSON.
+mod alias;
 pub mod bench;
 pub mod bundle;
 pub mod channels_last;

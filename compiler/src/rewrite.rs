@@ -1,6 +1,7 @@
 //! What the IR-to-IR passes (the XNNPACK lowering, channels-last regions)
 //! add to a method: values, operators, and planned buffers for the
 //! temporaries and kept data they introduce.
+use crate::alias::Aliases;
 use crate::ir::*;
 use std::collections::HashMap;
 
@@ -110,7 +111,22 @@ pub(crate) struct Uses {
 }
 
 impl Uses {
+    /// The uses of `m`'s values, where a value that shares data with
+    /// another through planned memory ([`Aliases`]) counts as used
+    /// elsewhere: its kernel uses are not all its readers and writers, so
+    /// no pass may reason from them alone.
     pub(crate) fn of(m: &Method) -> Uses {
+        let mut uses = Self::direct(m);
+        let aliases = Aliases::of(m);
+        for (v, e) in uses.elsewhere.iter_mut().enumerate() {
+            *e |= aliases.is_aliased(v);
+        }
+        uses
+    }
+
+    /// The uses of `m`'s values by name only, blind to aliases: for a pass
+    /// that consults [`Aliases`] itself.
+    pub(crate) fn direct(m: &Method) -> Uses {
         let mut by_kernels: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
         let mut elsewhere = vec![false; m.values.len()];
         let mut mark = |v: usize| {
@@ -245,82 +261,6 @@ pub(crate) fn lives(m: &Method, also: impl Fn(usize) -> Option<usize>) -> Vec<Op
         }
     }
     lives
-}
-
-/// Which values get written: the method's inputs and mutable buffers
-/// (before it runs), and what kernel calls write, as far as their calling
-/// convention tells: a call's last argument is its return value, the
-/// tensor (or list of tensors) it wrote. (Delegate calls and moves count
-/// as writing nothing: the callers of this err on the side of "not
-/// written".)
-pub(crate) fn written(m: &Method) -> Vec<bool> {
-    let mut written: Vec<bool> = m
-        .values
-        .iter()
-        .map(|v| matches!(v, Value::Tensor(t) if matches!(t.placement, Placement::Mutable { .. })))
-        .collect();
-    for &v in &m.inputs {
-        if let Some(w) = written.get_mut(v) {
-            *w = true;
-        }
-    }
-    for ins in &m.instructions {
-        let Instruction::Kernel { args, .. } = ins else {
-            continue;
-        };
-        let Some(&ret) = args.last() else { continue };
-        let mut mark = |v: usize| {
-            if let Some(w) = written.get_mut(v) {
-                *w = true;
-            }
-        };
-        match m.values.get(ret) {
-            Some(Value::Tensor(_)) => mark(ret),
-            Some(Value::TensorList(items)) => items.iter().for_each(|&i| mark(i)),
-            _ => {}
-        }
-    }
-    written
-}
-
-/// A value's bytes in use.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Held<T> {
-    pub(crate) value: usize,
-    pub(crate) life: Life,
-    /// Byte range (start, end).
-    pub(crate) range: (T, T),
-    /// Whether the value gets written (see [`written`]).
-    pub(crate) written: bool,
-}
-
-/// ExecuTorch may alias a value with another, with no instruction between
-/// them (a view: see `format-notes.md`): the view is never written, and
-/// starts at the same byte as its base. So an entry of `held` that is
-/// never written shares its life with the entry before it among those
-/// starting at its byte, in the order of their first use: its base, or a
-/// view of its base. Returns the pairs so aliased: (the entry before, the
-/// view).
-/// (A value the plan merely reuses bytes for may so get a longer life than
-/// it has: that costs room, never correctness.)
-pub(crate) fn merge_aliases<T: Copy + Ord>(held: &mut [Held<T>]) -> Vec<(usize, usize)> {
-    held.sort_unstable_by_key(|h| (h.range.0, h.life.first, h.life.last, h.value));
-    let mut viewed = Vec::new();
-    for group in held.chunk_by_mut(|a, b| a.range.0 == b.range.0) {
-        for k in 1..group.len() {
-            if !group[k].written {
-                let (before, now) = (group[k - 1].life, group[k].life);
-                let both = Life {
-                    first: before.first.min(now.first),
-                    last: before.last.max(now.last),
-                };
-                group[k - 1].life = both;
-                group[k].life = both;
-                viewed.push((group[k - 1].value, group[k].value));
-            }
-        }
-    }
-    viewed
 }
 
 /// The lowest multiple of [`ALIGN`] at which `size` bytes fit below `limit`

