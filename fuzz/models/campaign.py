@@ -217,6 +217,7 @@ def campaign(args):
                 reason = op or detail.splitlines()[0][:160] if detail else "?"
                 refusals[reason] += 1
                 rec["reason"] = reason
+                rec["detail"] = detail[:1000]
             elif status != "pass":
                 rec["detail"] = detail[:2000]
                 failures[name] = (desc, flavour, status, detail, files)

@@ -164,16 +164,14 @@ def _check_bisect(paths, rtol, atol, log):
 
 
 def refused_operator(detail):
-    """The operator or node kind a refusal names, if it names one."""
-    m = re.search(r"unsupported operator `?([\w:.]+)`?", detail)
+    """The phrase of ptec's refusal that names what it does not support (an
+    operator or an XNNPACK node kind), if it names one."""
+    m = re.search(r"unsupported operator `[^`]+`", detail)
     if m:
-        return m.group(1)
-    m = re.search(r"operator `([^`]+)`", detail)
+        return m.group(0)
+    m = re.search(r"unsupported: XNNPACK node kind \w+", detail)
     if m:
-        return m.group(1)
-    m = re.search(r"node kind `?(\w+)`?", detail)
-    if m:
-        return "xnnpack:" + m.group(1)
+        return m.group(0)
     return None
 
 

@@ -112,7 +112,8 @@ class Fn(nn.Module):
 
 
 class State:
-    def __init__(self, vals, exact):
+    def __init__(self, vals, exact, flavour):
+        self.flavour = flavour
         self.vals = vals  # example tensors, by id
         self.exact = exact  # per id
         self.n_inputs = len(vals)
@@ -505,7 +506,13 @@ class Act:
         x = st.pick(rng, lambda t: is_float(t))
         if x is None:
             return None
-        return [x], dict(f=rng.choice(sorted(ACTS)))
+        names = sorted(ACTS)
+        if st.flavour == "xnnpack":
+            # ExecuTorch's XNNPACK partitioner takes gelu(approximate="tanh")
+            # as XNNPACK's erf GELU: its own runtime differs from eager by
+            # up to 5e-4 (see docs/model-fuzzing.md), so do not ask for it.
+            names.remove("gelu_tanh")
+        return [x], dict(f=rng.choice(names))
 
     def make(self, p, xs):
         if p["f"] == "prelu":
@@ -1233,7 +1240,7 @@ def generate(seed, index, attempt=0):
         "outputs": [],
     }
     ins = [example_inputs(desc, 0)]
-    st = State(list(ins[0]), [True] * len(ins[0]))
+    st = State(list(ins[0]), [True] * len(ins[0]), flavour(index))
     n_layers = rng.choice([2, 3, 4, 4, 5, 5, 6, 6, 7, 8, 10, 12])
     names = sorted(OPS)
     weights = [OPS[n].weight for n in names]

@@ -5,8 +5,9 @@ XNNPACK, committed as bundles under fuzz/models/seeds/.
 
     /opt/ptec-venv/bin/python fuzz/models/make_seeds.py
 
-rewrites every bundle listed in seeds/manifest.json from its (seed, index,
-attempt): deterministic, the same bytes with the pinned torch/executorch.
+rewrites every bundle listed in seeds/manifest.json from the model
+description it records (so that changes to the grammar do not change the
+set): deterministic, the same bytes with the pinned torch/executorch.
 
     /opt/ptec-venv/bin/python fuzz/models/make_seeds.py --select --seed 1000 --want 120
 
@@ -38,7 +39,7 @@ SEEDS = HERE / "seeds"
 def regenerate():
     manifest = json.loads((SEEDS / "manifest.json").read_text())
     for e in manifest["programs"]:
-        desc = fuzzgen.generate(manifest["seed"], e["index"], e["attempt"])
+        desc = e["desc"]
         bundle, _, rtol, atol = exporting.export(desc, e["flavour"])
         assert (rtol, atol) == (e["rtol"], e["atol"]), (e["file"], rtol, atol)
         (SEEDS / e["file"]).write_bytes(bundle)
@@ -91,6 +92,7 @@ def select(seed, want, max_bytes, batch):
                         "atol": atol,
                         "cases": desc.get("cases", 1),
                         "ops": campaign.ops_of(desc),
+                        "desc": desc,
                     }
                 )
             print(f"{len(programs)} of {want} chosen after {index} programs", flush=True)
