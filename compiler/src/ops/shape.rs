@@ -1381,14 +1381,7 @@ fn empty(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 fn empty_dim_order(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(4)?;
     let (size, out) = (int_list_arg(ctx, 0)?, ctx.tensor(2)?);
-    if let (vi, Value::IntList(items)) = ctx.value(1)? {
-        let asked: Vec<i64> = items
-            .iter()
-            .map(|&k| match ctx.method.values.get(k) {
-                Some(Value::Int(d)) => Ok(*d),
-                _ => Err(format!("argument 1 (value {vi}): item value {k} is not a constant Int")),
-            })
-            .collect::<Result<_, _>>()?;
+    if let Some(asked) = ctx.opt_int_list(1)? {
         let planned: Vec<i64> = out.dim_order.iter().map(|&d| i64::from(d)).collect();
         if asked != planned {
             return Err(format!(
