@@ -25,7 +25,7 @@
 //! - a method with jumps has no single order of instructions, so there any
 //!   two named values whose bytes overlap are aliases, in use throughout;
 //! - mutable buffers carry data from one run to the next, so values
-//!   overlapping one are its aliases, in use throughout;
+//!   overlapping one are its aliases, and its bytes are in use throughout;
 //! - the caller may run a method again on the inputs it set, so theirs stay
 //!   in use throughout.
 use crate::ir::*;
@@ -207,28 +207,17 @@ impl Aliases {
                 });
             }
         };
-        // The caller may run the method again on the inputs it set: their
-        // bytes stay in use throughout.
-        for &v in &m.inputs {
+        // What holds data from run to run, the inputs the caller may run
+        // the method again on and the mutable buffers, is written before
+        // the first instruction and in use throughout; and what a delegate
+        // names first, it writes.
+        let mut named_before = vec![false; m.values.len()];
+        let held = (0..m.values.len()).filter(|&v| is_mutable(m, v) && !m.inputs.contains(&v));
+        for v in m.inputs.iter().copied().chain(held) {
             write(&mut writes, v, 0);
             if let Some(w) = writes.last_mut().filter(|w| w.value == v) {
                 w.last_read = usize::MAX;
             }
-        }
-        for v in 0..m.values.len() {
-            if is_mutable(m, v) && !m.inputs.contains(&v) {
-                write(&mut writes, v, 0);
-            }
-        }
-        // What a delegate names first, it writes: the inputs and mutable
-        // buffers are named before the first instruction.
-        let mut named_before = vec![false; m.values.len()];
-        for v in m
-            .inputs
-            .iter()
-            .copied()
-            .chain((0..m.values.len()).filter(|&v| is_mutable(m, v)))
-        {
             if let Some(b) = named_before.get_mut(v) {
                 *b = true;
             }
@@ -310,7 +299,8 @@ impl Aliases {
                 named[v] = true;
             }
         }
-        for &v in m.inputs.iter().chain(&m.outputs) {
+        let held = (0..m.values.len()).filter(|&v| is_mutable(m, v));
+        for v in m.inputs.iter().chain(&m.outputs).copied().chain(held) {
             if let Some(b) = named.get_mut(v) {
                 *b = true;
             }
@@ -328,24 +318,14 @@ impl Aliases {
         }));
     }
 
-    /// Values overlapping a mutable buffer are its aliases, and the
-    /// buffer's bytes are in use throughout.
+    /// Values overlapping a mutable buffer are its aliases (its data
+    /// crosses runs, past any order of instructions).
     fn mutable_buffers(&mut self, m: &Method, skip: &impl Fn(usize) -> bool) {
         let held: Vec<(usize, (usize, u64, u64))> = (0..m.values.len())
             .filter(|&v| !skip(v))
             .filter_map(|v| Some((v, planned_range(m, v)?)))
             .collect();
         self.overlapping_pairs(&held, |a, b| is_mutable(m, a) || is_mutable(m, b));
-        for &(value, (buffer, s, e)) in &held {
-            if is_mutable(m, value) {
-                self.spans.push(Span {
-                    value,
-                    buffer,
-                    range: (s, e),
-                    life: Life::ALWAYS,
-                });
-            }
-        }
     }
 
     /// Pairs the values of `held` whose bytes overlap, where `keep` says.
