@@ -2,7 +2,8 @@
 use crate::codegen::{generate, to_source, Generated, Options};
 use crate::error::{ErrorKind, Errors, Location, Result};
 use crate::ir::{DataSource, TestValue};
-use crate::load::{load, Loaded};
+use crate::passes::transform;
+use crate::read::load;
 use crate::verify::verify_program;
 use proc_macro2::TokenStream;
 
@@ -35,42 +36,6 @@ fn internal_error(panic: Box<dyn std::any::Any + Send>) -> Errors {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_default();
     Errors::one(ErrorKind::Internal { detail: msg }, Location::default())
-}
-
-/// Compiles the delegate calls ptec knows how to compile into kernel
-/// calls: those of the XNNPACK backend when `lower_xnnpack` is set. The
-/// lowered program is verified again, as a loaded one is.
-pub fn lower_delegates(loaded: &mut Loaded, bytes: &[u8], lower_xnnpack: bool) -> Result<()> {
-    let Some(program) = loaded.program.as_mut() else {
-        return Ok(());
-    };
-    if lower_xnnpack {
-        crate::xnnpack::lower_xnnpack_delegates(program, bytes)?;
-        verify_program(program, &loaded.suites)?;
-    }
-    Ok(())
-}
-
-/// The IR-to-IR passes `options` ask for, in order: delegate lowering
-/// ([`lower_delegates`]), then channels-last regions
-/// ([`crate::channels_last`]); then the unplanned temporaries get bytes
-/// ([`crate::temporaries`]). The result is verified again.
-pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result<()> {
-    lower_delegates(loaded, bytes, options.lower_xnnpack)?;
-    let Some(program) = loaded.program.as_mut() else {
-        return Ok(());
-    };
-    if options.channels_last {
-        let before = program.methods.clone();
-        crate::channels_last::channels_last(program);
-        for (old, new) in before.iter().zip(&program.methods) {
-            crate::alias::check_relaid(old, new)?;
-        }
-    }
-    for m in &mut program.methods {
-        crate::temporaries::plan_temporaries(m);
-    }
-    verify_program(program, &loaded.suites)
 }
 
 /// [`compile`], formatted as a source file with its `@generated` header.

@@ -16,7 +16,7 @@ pub fn portable_operators() -> Vec<&'static str> {
 
 /// The Markdown coverage table (`docs/operator-coverage.md`).
 pub fn coverage_markdown() -> String {
-    let supported: BTreeSet<&str> = crate::ops::registry().map(|(n, _)| n).collect();
+    let supported: BTreeSet<&str> = crate::codegen::ops::registry().map(|(n, _)| n).collect();
     let portable = portable_operators();
     let covered = portable.iter().filter(|o| supported.contains(*o)).count();
     let extra: Vec<&str> = supported.iter().copied().filter(|o| !portable.contains(o)).collect();
@@ -44,7 +44,7 @@ pub fn coverage_markdown() -> String {
 
 /// `(covered, total)` of the portable list.
 pub fn coverage_counts() -> (usize, usize) {
-    let supported: BTreeSet<&str> = crate::ops::registry().map(|(n, _)| n).collect();
+    let supported: BTreeSet<&str> = crate::codegen::ops::registry().map(|(n, _)| n).collect();
     let portable = portable_operators();
     (
         portable.iter().filter(|o| supported.contains(*o)).count(),

@@ -76,6 +76,22 @@ pub struct Program {
     pub external_files: Vec<ExternalFile>,
 }
 
+impl Program {
+    /// The distinct ids of the backends the program's delegate calls name
+    /// (after lowering: those whose calls ptec left in place, which the
+    /// generated code must be given).
+    pub fn backend_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .methods
+            .iter()
+            .flat_map(|m| m.delegates.iter().map(|d| d.id.clone()))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+}
+
 /// One `named_data` entry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NamedData {

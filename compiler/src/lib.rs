@@ -1,44 +1,47 @@
 //! ptec: an ahead-of-time compiler from ExecuTorch programs to Rust.
 //!
-//! One library behind three front ends (the `ptec` CLI, the `include_pte!`
-//! macro and the [`Builder`] for build scripts), so they accept, reject and
-//! generate exactly the same things:
+//! One library behind three front ends (the `ptec` command line, the
+//! `include_pte!` macro and the [`Builder`] for build scripts), so they
+//! accept, reject and generate exactly the same things. Its stages, each a
+//! module, in the order [`compile`] runs them:
 //!
-//! - [`load`] reads any ExecuTorch file (`.pte`, `.bp`, `.bpte`, `.ptd`) into
-//!   the [`ir`] and verifies it ([`verify`]);
-//! - [`inspect`] describes it for a person or as JSON.
-mod alias;
-pub mod bench;
-pub mod bundle;
-pub mod channels_last;
-pub mod check;
-pub mod codegen;
+//! 1. `read`: file bytes → the [`ir`] ([`load`]), verified (`verify`);
+//! 2. `passes`: IR → IR ([`transform`]), consulting `analysis` (uses,
+//!    lives, values that share bytes);
+//! 3. `plan`: bytes for what the passes added, each value's home;
+//! 4. `codegen`: the IR → Rust tokens, one emitter per operator;
+//! 5. formatting: tokens → a source file ([`compile_to_string`]).
+//!
+//! `frontend` holds the path handling the macro and the [`Builder`] share.
+mod analysis;
+mod codegen;
 mod compile;
-pub mod container;
-pub mod conv_chains;
 pub mod coverage;
 pub mod error;
 mod frontend;
-pub mod inspect;
 pub mod ir;
-pub mod load;
-pub mod ops;
-pub mod ptd;
-pub mod reader;
-mod rewrite;
-mod runner_crate;
-mod temporaries;
-pub mod verify;
-pub mod xnnpack;
+mod passes;
+mod plan;
+mod read;
+mod verify;
 
-pub use codegen::{Generated, Options};
+pub use codegen::{generate, to_source, Generated, Options};
 pub use compile::{
-    compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, lower_delegates,
-    prepared_file, prepared_include, read_file, transform, write_if_changed, ForeignCases, Source,
+    compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, prepared_file,
+    prepared_include, read_file, write_if_changed, ForeignCases, Source,
 };
-pub use error::{Diagnostic, ErrorKind, Errors, Location};
+pub use error::{Diagnostic, ErrorKind, Errors, Location, Result};
 pub use frontend::{compile_path, expand_macro, source_path, Builder, Settings};
-pub use load::{load, Loaded};
+pub use passes::xnnpack::BACKEND_ID as XNNPACK_BACKEND_ID;
+pub use passes::{lower_delegates, transform};
+pub use read::{load, Loaded};
+
+/// The readers one by one, for the fuzz targets; not a stable API.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use crate::read::bundle::{read_bp04, read_bp08};
+    pub use crate::read::ptd::read_ptd;
+}
 
 /// The version of ptec, written into generated code.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -130,7 +130,7 @@ fn xnnpack_blob_corruptions_are_handled() {
         let r = catch_unwind(AssertUnwindSafe(|| match ptec::lower_delegates(&mut l, &bytes, true) {
             Ok(()) => {
                 let options = ptec::Options::new("/nonexistent/program.pte");
-                if let Err(e) = ptec::codegen::generate(&l, &bytes, &[], &options) {
+                if let Err(e) = ptec::generate(&l, &bytes, &[], &options) {
                     assert!(!matches!(e.first().kind, ptec::ErrorKind::Internal { .. }), "{e}");
                 }
                 lowered += 1;

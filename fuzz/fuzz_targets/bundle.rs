@@ -7,8 +7,8 @@ use libfuzzer_sys::fuzz_target;
 mod common;
 
 fuzz_target!(|data: &[u8]| {
-    let bp08 = ptec::bundle::read_bp08(data, &[]);
-    let bp04 = ptec::bundle::read_bp04(data, &[]);
+    let bp08 = ptec::__fuzz::read_bp08(data, &[]);
+    let bp04 = ptec::__fuzz::read_bp04(data, &[]);
     if bp08.is_err() && bp04.is_err() {
         return;
     }

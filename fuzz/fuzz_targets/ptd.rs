@@ -9,7 +9,7 @@ mod common;
 const PROGRAM: &[u8] = include_bytes!("../../tests/fixtures/external_weights.pte");
 
 fuzz_target!(|data: &[u8]| {
-    if ptec::ptd::read_ptd(data, 0).is_err() {
+    if ptec::__fuzz::read_ptd(data, 0).is_err() {
         return;
     }
     if ptec::load(PROGRAM, &[data]).is_ok() {

@@ -31,7 +31,7 @@ fn calls() -> &'static [Call] {
             let program = loaded.program.as_ref().expect("fixture is a program");
             for (method, m) in program.methods.iter().enumerate() {
                 for (delegate, d) in m.delegates.iter().enumerate() {
-                    if d.id == ptec::xnnpack::BACKEND_ID {
+                    if d.id == ptec::XNNPACK_BACKEND_ID {
                         calls.push(Call {
                             file,
                             loaded: loaded.clone(),
@@ -65,6 +65,6 @@ fuzz_target!(|data: &[u8]| {
     };
     let options = ptec::Options::new("/fuzz/input.pte");
     if ptec::transform(&mut loaded, &file, &options).is_ok() {
-        let _ = ptec::codegen::generate(&loaded, &file, &[], &options);
+        let _ = ptec::generate(&loaded, &file, &[], &options);
     }
 });

@@ -11,11 +11,12 @@
 //!   are packed once, when the program is constructed, into the strips the
 //!   GEMM micro-kernel reads; the products then pack only their left
 //!   operand.
-use super::layout::{overlaps, Home, MethodLayout};
 use super::prepare::PreparedData;
-use crate::alias::Aliases;
+use crate::analysis::alias::Aliases;
+use crate::analysis::uses::Uses;
 use crate::ir::*;
-use crate::rewrite::{kernel_name, Uses};
+use crate::passes::rewrite::kernel_name;
+use crate::plan::layout::{overlaps, Home, MethodLayout};
 use std::collections::{HashMap, HashSet};
 
 /// A constant right operand packed once, on the first run.
@@ -308,14 +309,14 @@ fn fusable_relu(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::layout::layout_method;
+    use crate::plan::layout::layout_method;
 
     /// The forward method of tests/fixtures/mlp.pte: 0 permute_copy(w1) →
     /// 1 addmm → 2 relu → 3 permute_copy(w2) → 4 addmm → 5 softmax.
     fn mlp() -> Method {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
         let bytes = std::fs::read(path).unwrap();
-        let loaded = crate::load::load(&bytes, &[]).unwrap();
+        let loaded = crate::read::load(&bytes, &[]).unwrap();
         loaded.program.unwrap().methods[0].clone()
     }
 

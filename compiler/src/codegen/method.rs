@@ -2,12 +2,12 @@
 //! instruction counter), one function per instruction, `execute`/`step`,
 //! the dynamic interface (`set_input`/`output`) and the typed function.
 use super::fold::Folds;
-use super::layout::{layout_prepared, Home, MethodLayout, Occupancy};
 use super::resources::delegate_body;
 use super::Ctx;
+use crate::codegen::ops::{self, i64_lit, lit, rust_type, scalar_field, sizes_field, usize_slice, OpCtx};
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
-use crate::ops::{self, i64_lit, lit, rust_type, scalar_field, sizes_field, usize_slice, OpCtx};
+use crate::plan::layout::{layout_prepared, Home, MethodLayout, Occupancy};
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
@@ -191,7 +191,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             )]
         })?;
     }
-    let occupancy = Occupancy::of(m, &layout, &folds);
+    let occupancy = Occupancy::of(m, &layout, |n| folds.elided(n), |v| folds.bypassed(v));
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);
     let mut errors = Vec::new();

@@ -4,17 +4,17 @@
 //! The module holds the embedded constants, one struct for the program with
 //! a state per method, the typed function of each method and an
 //! implementation of `ptec_runtime::Model` (the dynamic interface).
-pub mod compact;
-pub mod fold;
-pub mod layout;
+pub(crate) mod compact;
+pub(crate) mod fold;
 mod method;
-pub mod prepare;
+pub(crate) mod ops;
+pub(crate) mod prepare;
 mod resources;
 mod tests;
 
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
-use crate::load::Loaded;
+use crate::read::Loaded;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 use sha2::{Digest, Sha256};
@@ -50,10 +50,10 @@ pub struct Options {
     /// otherwise names no file).
     pub track_inputs: bool,
     /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
-    /// (see [`crate::xnnpack`]); when off they are left as delegate calls.
+    /// (see [`crate::passes::xnnpack`]); when off they are left as delegate calls.
     pub lower_xnnpack: bool,
     /// Run aten convolutions on NHWC images, with batch norms and clamps
-    /// folded in (see [`crate::channels_last`]); when off they run NCHW,
+    /// folded in (see [`crate::passes::channels_last`]); when off they run NCHW,
     /// operation by operation, as the program says.
     pub channels_last: bool,
 }
@@ -165,7 +165,7 @@ impl Ctx<'_> {
         self.reads.borrow_mut().insert((source, offset));
         match source {
             DataSource::Program | DataSource::External(_) if self.runtime_files => {
-                let k = crate::ops::lit(Self::file_index(source));
+                let k = crate::codegen::ops::lit(Self::file_index(source));
                 quote!(rs.files[#k].bytes())
             }
             // Never embedded; `generate` fails on such a read before the
@@ -238,19 +238,6 @@ impl Ctx<'_> {
             quote!()
         }
     }
-}
-
-/// The distinct ids of the backends a program's generated code must be
-/// given (its delegates ptec does not compile itself).
-pub fn backend_ids(p: &Program) -> Vec<String> {
-    let mut ids: Vec<String> = p
-        .methods
-        .iter()
-        .flat_map(|m| m.delegates.iter().map(|d| d.id.clone()))
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
 }
 
 /// The bytes of a file the program was read from (none for the blocks the
@@ -440,7 +427,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
                 );
                 (name, data.get(i).copied().unwrap_or(&[]))
             };
-            let size = crate::ops::lit(bytes.len());
+            let size = crate::codegen::ops::lit(bytes.len());
             let hash = proc_macro2::Literal::u64_suffixed(ptec_runtime::content_hash(bytes));
             quote!(::ptec_runtime::FileCheck { name: #name, size: #size, hash: #hash })
         })
@@ -454,8 +441,8 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     let field_names: Vec<&Ident> = methods.iter().map(|m| &m.field).collect();
     let metas = methods.iter().map(|m| &m.meta);
     let typed = methods.iter().map(|m| &m.typed_fn);
-    let idx: Vec<TokenStream> = (0..methods.len()).map(crate::ops::lit).collect();
-    let n_methods = crate::ops::lit(methods.len());
+    let idx: Vec<TokenStream> = (0..methods.len()).map(crate::codegen::ops::lit).collect();
+    let n_methods = crate::codegen::ops::lit(methods.len());
     let abi = ptec_runtime::ABI_VERSION;
     let zeroed: Vec<TokenStream> = methods
         .iter()
@@ -641,7 +628,7 @@ fn prepared_static(ctx: &Ctx<'_>, options: &Options, bytes: &[u8]) -> TokenStrea
         return quote!();
     }
     let ident = ctx.data_ident(DataSource::Embedded);
-    let n = crate::ops::lit(bytes.len());
+    let n = crate::codegen::ops::lit(bytes.len());
     let data = match &options.prepared_path {
         Some(path) => quote!(*include_bytes!(#path)),
         None => {
@@ -687,7 +674,7 @@ fn data_statics(
                 data.get(i).map_or(0, |d| d.len()),
             )
         };
-        let n = crate::ops::lit(len);
+        let n = crate::codegen::ops::lit(len);
         let allow = allow_lints();
         statics.push(quote! {
             #allow
@@ -761,7 +748,7 @@ fn construction_with_resources(
     let r = ctx.resources_ident();
     let allow = allow_lints();
     let (params, args) = resources::constructor_params(ctx, file_checks.len());
-    let n_files = crate::ops::lit(file_checks.len());
+    let n_files = crate::codegen::ops::lit(file_checks.len());
     let files_const = if ctx.runtime_files {
         quote! {
             /// The files `new` and `boxed` take, in order (the program,

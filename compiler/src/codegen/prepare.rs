@@ -11,9 +11,9 @@
 //! binary (see `codegen::compact`).
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
-use crate::channels_last::folded;
 use crate::ir::*;
-use crate::rewrite::kernel_name;
+use crate::passes::channels_last::folded;
+use crate::passes::rewrite::kernel_name;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
@@ -38,7 +38,7 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
     };
     match name {
         folded::NAME => vec![folded_at(folded::WEIGHT)],
-        crate::conv_chains::CHAIN => {
+        crate::passes::conv_chains::CHAIN => {
             let stages = n_args.saturating_sub(2) / FOLDED_ARGS;
             (0..stages).map(|i| folded_at(1 + i * FOLDED_ARGS)).collect()
         }

@@ -1,10 +1,10 @@
 //! What a program is given when it is constructed: data files read at run
 //! time (external-weights mode) and delegate backends. Both live in one
 //! generated `…Resources` struct that method states borrow while they run.
-use super::layout::{overlaps, Home, MethodLayout};
 use super::Ctx;
+use crate::codegen::ops::{lit, scalar_field, sizes_field, usize_slice};
 use crate::ir::*;
-use crate::ops::{lit, scalar_field, sizes_field, usize_slice};
+use crate::plan::layout::{overlaps, Home, MethodLayout};
 use proc_macro2::TokenStream;
 use quote::quote;
 

@@ -5,8 +5,8 @@
 //! Inputs and expected outputs are not copied into the code: they are byte
 //! ranges of the embedded bundle file.
 use super::Ctx;
+use crate::codegen::ops::{f64_lit, i64_lit, lit, usize_slice};
 use crate::ir::*;
-use crate::ops::{f64_lit, i64_lit, lit, usize_slice};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 

@@ -1,0 +1,341 @@
+//! The `ptec` command line: a thin caller of the ptec library.
+use clap::{Args, Parser, Subcommand};
+use ptec_cli::check::{check, CheckInput, CheckStatus};
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "ptec",
+    version,
+    about = "Ahead-of-time compiler from ExecuTorch .pte programs to Rust",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    compile: CompileArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Weights {
+    Embedded,
+    External,
+}
+
+#[derive(Args)]
+struct CompileArgs {
+    /// The program (.pte) or bundle (.bpte, .bp) to compile.
+    file: Option<PathBuf>,
+    /// Where to write the Rust module (`-` for stdout).
+    #[arg(short, long, default_value = "-")]
+    output: String,
+    /// Name of the generated program struct (default: the file stem in CamelCase).
+    #[arg(long)]
+    name: Option<String>,
+    /// External tensor data (.ptd) the program refers to; embedded too
+    /// unless the weights are external.
+    #[arg(long = "data")]
+    data: Vec<PathBuf>,
+    /// `embedded`: the weights are compiled into the binary. `external`: the
+    /// program is given the .pte (and .ptd files) at construction and reads
+    /// them in place (memory-mapped with `ptec_runtime::Blob::open`).
+    #[arg(long, value_enum, default_value = "embedded")]
+    weights: Weights,
+    /// For a bundle: also generate its test cases (a `bundled` module with one #[test] per case).
+    #[arg(long)]
+    tests: bool,
+    /// Relative tolerance of generated tests.
+    #[arg(long, default_value_t = 1e-4)]
+    rtol: f64,
+    /// Absolute tolerance of generated tests.
+    #[arg(long, default_value_t = 1e-5)]
+    atol: f64,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what a .pte, .bp, .bpte or .ptd file holds.
+    Inspect {
+        file: PathBuf,
+        /// Print a JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        /// External tensor data (.ptd) the program refers to.
+        #[arg(long = "data")]
+        data: Vec<PathBuf>,
+    },
+    /// Compile bundles, build and run their test cases; exit 0 only if all pass.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// External tensor data (.ptd) the programs refer to.
+        #[arg(long = "data")]
+        data: Vec<PathBuf>,
+        #[arg(long, default_value_t = 1e-4)]
+        rtol: f64,
+        #[arg(long, default_value_t = 1e-5)]
+        atol: f64,
+        /// Check the files against this bundle's test cases instead of
+        /// their own (a .pte has none): e.g. a program exported for XNNPACK
+        /// against the bundle of the same model exported portably.
+        #[arg(long)]
+        cases: Option<PathBuf>,
+        /// Run the cases on each of these thread counts (e.g. 1,2): the
+        /// kernels split large work across threads, and each split must
+        /// reproduce the bundled outputs too.
+        #[arg(long, value_delimiter = ',', default_value = "1", value_parser = clap::value_parser!(u32).range(1..=16))]
+        threads: Vec<u32>,
+        /// Show cargo's output while building.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Print the operator coverage table (Markdown).
+    Coverage,
+    /// Build a program in release mode and time it; prints one JSON line
+    /// with the keys of ExecuTorch's et_runner plus gen_ms, build_s and
+    /// binary_bytes.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// The program (.pte) or bundle (.bpte, .bp) to time.
+    file: PathBuf,
+    #[arg(long, default_value = "forward")]
+    method: String,
+    /// Timed executions.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Untimed executions before them.
+    #[arg(long, default_value_t = 3)]
+    warmup: u32,
+    /// Threads the kernels use (large matrix products and depthwise
+    /// convolutions split their work).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    threads: u32,
+    /// Raw little-endian bytes for input K (K=FILE); other inputs get
+    /// et_runner's fill: sin(0.1 i) for floats, i % 7 for integers.
+    #[arg(long = "input", value_name = "K=FILE", value_parser = parse_input)]
+    inputs: Vec<(usize, PathBuf)>,
+    /// Write each tensor output's bytes to DIR/output<i>.bin, as et_runner.
+    #[arg(long, value_name = "DIR")]
+    dump_outputs: Option<PathBuf>,
+    /// External tensor data (.ptd) the program refers to.
+    #[arg(long = "data")]
+    data: Vec<PathBuf>,
+    /// Build for the target's baseline CPU instead of `-C target-cpu=native`.
+    #[arg(long)]
+    portable: bool,
+    /// Also time each instruction (stepping through the method) and print
+    /// the costliest to stderr; instruction numbers are those of the
+    /// generated code (`ptec FILE` shows it).
+    #[arg(long)]
+    profile: bool,
+    /// How many instructions `--profile` lists, costliest first.
+    #[arg(long, default_value_t = 25)]
+    profile_top: u32,
+    /// Also run every timed iteration with the bands of memory-bound
+    /// kernels (copies, fills, permutations, element-wise maps, layer
+    /// norms) off, alternating, and report `bands_off_median_us` and
+    /// `bands_on_faster` (in how many of the pairs the normal run won).
+    /// Meaningful with --threads > 1.
+    #[arg(long)]
+    ab_bands: bool,
+    /// Show cargo's output while building.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+fn parse_input(s: &str) -> Result<(usize, PathBuf), String> {
+    let (k, file) = s.split_once('=').ok_or("expected K=FILE")?;
+    let k = k.parse().map_err(|_| format!("`{k}` is not an input index"))?;
+    Ok((k, PathBuf::from(file)))
+}
+
+fn run_bench(a: &BenchArgs) -> Result<(), String> {
+    let mut req = ptec_cli::bench::BenchRequest::new(&a.file);
+    req.data = a.data.clone();
+    req.run.method = a.method.clone();
+    req.run.iters = a.iters as usize;
+    req.run.warmup = a.warmup as usize;
+    req.run.input_files = a.inputs.iter().map(|(k, f)| (*k, f.display().to_string())).collect();
+    req.run.dump_outputs = a.dump_outputs.as_ref().map(|d| d.display().to_string());
+    req.run.profile = a.profile;
+    req.run.profile_top = a.profile_top as usize;
+    req.run.threads = a.threads as usize;
+    req.run.ab_bands = a.ab_bands;
+    req.native = !a.portable;
+    req.verbose = a.verbose;
+    let report = ptec_cli::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
+    println!("{}", report.to_json());
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn inspect(file: &Path, json: bool, data: &[PathBuf]) -> Result<(), String> {
+    let bytes = read(file)?;
+    let data_bytes = data.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&[u8]> = data_bytes.iter().map(|d| d.as_slice()).collect();
+    let loaded = ptec::load(&bytes, &refs).map_err(|e| format!("{}: {e}", file.display()))?;
+    if json {
+        let doc = ptec_cli::inspect::to_json(&loaded, bytes.len());
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
+    } else {
+        print!(
+            "{}",
+            ptec_cli::inspect::to_text(&loaded, &file.display().to_string(), bytes.len())
+        );
+    }
+    Ok(())
+}
+
+/// `to` relative to directory `from` when both are absolute, else `to`.
+fn relative_to(from: &Path, to: &Path) -> PathBuf {
+    let (Ok(from), Ok(to)) = (std::fs::canonicalize(from), std::fs::canonicalize(to)) else {
+        return to.to_path_buf();
+    };
+    let f: Vec<Component> = from.components().collect();
+    let t: Vec<Component> = to.components().collect();
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..f.len() {
+        out.push("..");
+    }
+    for c in &t[common..] {
+        out.push(c);
+    }
+    out
+}
+
+/// The path a generated `include_bytes!` uses: relative to the output file
+/// when writing one, absolute for stdout.
+fn include_path(input: &Path, output: &str) -> String {
+    if output == "-" {
+        return std::fs::canonicalize(input)
+            .unwrap_or_else(|_| input.to_path_buf())
+            .display()
+            .to_string();
+    }
+    let out_dir = Path::new(output)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // The output's directory must exist to be resolved; it is about to be
+    // written into anyway.
+    let _ = std::fs::create_dir_all(out_dir);
+    relative_to(out_dir, input).display().to_string()
+}
+
+fn compile(a: &CompileArgs) -> Result<(), String> {
+    let Some(file) = &a.file else {
+        return Err("no input file: `ptec MODEL.pte -o model.rs`, or see `ptec --help`".into());
+    };
+    let bytes = read(file)?;
+    let data_bytes = a.data.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&[u8]> = data_bytes.iter().map(|d| d.as_slice()).collect();
+    let mut options = ptec::Options::new(include_path(file, &a.output));
+    options.source_name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    options.data_paths = a.data.iter().map(|d| include_path(d, &a.output)).collect();
+    options.struct_name = a.name.clone();
+    options.tests = a.tests.then_some((a.rtol, a.atol));
+    options.external_weights = a.weights == Weights::External;
+    // The constants go beside the output (`model.rs` → `model.prepared`),
+    // or, on standard output, into the code itself.
+    let out = Path::new(&a.output);
+    if a.output != "-" {
+        options.prepared_path = Some(ptec::prepared_include(out));
+    }
+    let source = ptec::compile_to_source(&bytes, &refs, &options).map_err(|e| format!("{}: {e}", file.display()))?;
+    if a.output == "-" {
+        print!("{}", source.code);
+    } else {
+        source.write(out).map_err(|e| format!("{}: {e}", a.output))?;
+    }
+    Ok(())
+}
+
+fn run_check(
+    files: &[PathBuf],
+    data: &[PathBuf],
+    (rtol, atol): (f64, f64),
+    cases: Option<&PathBuf>,
+    threads: &[u32],
+    verbose: bool,
+) -> Result<bool, String> {
+    let inputs: Vec<CheckInput> = files
+        .iter()
+        .map(|f| CheckInput {
+            path: f.clone(),
+            data: data.to_vec(),
+            rtol,
+            atol,
+            cases: cases.cloned(),
+        })
+        .collect();
+    let threads: Vec<usize> = threads.iter().map(|&t| t as usize).collect();
+    let results = check(&inputs, &threads, verbose, |msg| eprintln!("ptec check: {msg}"))?;
+    let (mut passed, mut failed) = (0, 0);
+    for r in &results {
+        match &r.status {
+            CheckStatus::Ran {
+                lines,
+                passed: p,
+                failed: f,
+            } => {
+                for l in lines {
+                    if results.len() > 1 {
+                        println!("{}: {l}", r.input.path.display());
+                    } else {
+                        println!("{l}");
+                    }
+                }
+                passed += p;
+                failed += f;
+            }
+            CheckStatus::NotCompiled(e) => {
+                println!("{}: not compiled: {e}", r.input.path.display());
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(failed == 0)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Some(Command::Inspect { file, json, data }) => inspect(file, *json, data).map(|_| true),
+        Some(Command::Check {
+            files,
+            data,
+            rtol,
+            atol,
+            cases,
+            threads,
+            verbose,
+        }) => run_check(files, data, (*rtol, *atol), cases.as_ref(), threads, *verbose),
+        Some(Command::Bench(args)) => run_bench(args).map(|_| true),
+        Some(Command::Coverage) => {
+            print!("{}", ptec::coverage::coverage_markdown());
+            Ok(true)
+        }
+        None => compile(&cli.compile).map(|_| true),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! A temporary binary crate that builds generated modules against the
+//! repository's `ptec-runtime`: what `ptec check` and `ptec bench` run.
+//!
+//! The crate itself lives in a temporary directory, but its target
+//! directory persists between runs, so the runtime and kernels are built
+//! once and later runs compile only the generated code.
+use ptec::{ErrorKind, Errors, Location, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Where the runtime crate is: next to this compiler in the repository.
+fn runtime_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../runtime-min")
+}
+
+/// A persistent target directory: `$env_var` if set, else `name` under
+/// `CARGO_TARGET_DIR` (or the repository's `target`).
+pub fn target_dir(env_var: &str, name: &str) -> PathBuf {
+    if let Some(d) = std::env::var_os(env_var) {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    base.join(name)
+}
+
+/// `p` made absolute when it exists (generated `include_bytes!` paths must
+/// not depend on the temporary crate's location).
+pub fn absolute(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Fails for a program whose delegates need backends from the user: the
+/// runner crate has none to give (`tool` names the command, `instead` says
+/// what to do).
+pub fn refuse_user_backends(bytes: &[u8], data: &[&[u8]], tool: &str, instead: &str) -> Result<()> {
+    let mut loaded = ptec::load(bytes, data)?;
+    // Delegates ptec compiles itself need no user backend.
+    ptec::lower_delegates(&mut loaded, bytes, true)?;
+    match loaded.program.iter().flat_map(|p| p.backend_ids()).next() {
+        Some(id) => Err(Errors::one(
+            ErrorKind::Unsupported {
+                detail: format!(
+                    "the program calls backend `{id}` through a DelegateCall; ptec {tool} has no user backends to give it ({instead})"
+                ),
+            },
+            Location::default(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The temporary crate: a package `name` whose `src/main.rs` and modules
+/// the caller writes.
+pub struct RunnerCrate {
+    dir: tempfile::TempDir,
+    name: &'static str,
+}
+
+impl RunnerCrate {
+    /// Creates the crate with the given `[profile.release]` settings (TOML
+    /// lines).
+    pub fn new(name: &'static str, release_profile: &str) -> std::result::Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{name}-"))
+            .tempdir()
+            .map_err(|e| format!("temporary crate: {e}"))?;
+        std::fs::create_dir_all(dir.path().join("src")).map_err(|e| e.to_string())?;
+        let runtime = absolute(&runtime_dir());
+        let manifest = format!(
+            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {{ path = {:?} }}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n",
+            runtime.display().to_string()
+        );
+        std::fs::write(dir.path().join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
+        // The repository's lock file pins the runtime's dependencies, so an
+        // offline build finds them.
+        let lock = runtime.join("../Cargo.lock");
+        if lock.exists() {
+            let _ = std::fs::copy(&lock, dir.path().join("Cargo.lock"));
+        }
+        Ok(RunnerCrate { dir, name })
+    }
+
+    /// Writes `src/<file>`.
+    pub fn write(&self, file: &str, contents: &str) -> std::result::Result<(), String> {
+        let path = self.dir.path().join("src").join(file);
+        std::fs::write(&path, contents).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Writes generated code as `src/file`, with its prepared constants
+    /// beside it (compiled with `Options::prepared_path` set to
+    /// [`ptec::prepared_include`]`(file)`).
+    pub fn write_source(&self, file: &str, source: &ptec::Source) -> std::result::Result<(), String> {
+        let path = self.dir.path().join("src").join(file);
+        source
+            .write(&path)
+            .map(|_| ())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Builds the executable in release mode into `target` and returns the
+    /// path of a copy of it in this crate's directory. `rustflags`, when
+    /// given, replace the environment's flags (they are part of what
+    /// `target` caches, so keep one target per set).
+    ///
+    /// Runs of ptec at the same time share `target`, where each builds an
+    /// executable of the same name: a lock held from the build to the copy
+    /// keeps one from running another's program.
+    ///
+    /// Cargo hashes a path package by its path relative to its workspace,
+    /// so every runner crate of a name shares one fingerprint: a crate
+    /// whose files are older than another's last build would be taken as
+    /// built. Its fingerprint is removed first, so the crate is always
+    /// compiled (the dependencies stay cached).
+    pub fn build(&self, target: &Path, rustflags: Option<&str>, verbose: bool) -> std::result::Result<PathBuf, String> {
+        std::fs::create_dir_all(target).map_err(|e| format!("{}: {e}", target.display()))?;
+        let lock_path = target.join(".ptec-build.lock");
+        let lock = std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        lock.lock()
+            .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        let fingerprints = target.join("release").join(".fingerprint");
+        let prefix = format!("{}-", self.name);
+        for entry in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|e| format!("removing {}: {e}", entry.path().display()))?;
+            }
+        }
+        let built = self.build_locked(target, rustflags, verbose)?;
+        let copy = self.dir.path().join(self.name);
+        std::fs::copy(&built, &copy).map_err(|e| format!("copying {}: {e}", built.display()))?;
+        Ok(copy)
+    }
+
+    fn build_locked(
+        &self,
+        target: &Path,
+        rustflags: Option<&str>,
+        verbose: bool,
+    ) -> std::result::Result<PathBuf, String> {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(&cargo);
+        cmd.args(["build", "--release", "--offline", "--quiet"])
+            .arg("--manifest-path")
+            .arg(self.dir.path().join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", target)
+            .stdout(Stdio::null())
+            .stderr(if verbose { Stdio::inherit() } else { Stdio::piped() });
+        if let Some(flags) = rustflags {
+            // The encoded form takes precedence over RUSTFLAGS.
+            let encoded: Vec<&str> = flags.split_whitespace().collect();
+            cmd.env("CARGO_ENCODED_RUSTFLAGS", encoded.join("\x1f"));
+        }
+        let out = cmd.output().map_err(|e| format!("running cargo: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("building the generated code failed:\n{err}"));
+        }
+        Ok(target.join("release").join(self.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crate_older_than_another_of_its_name_is_still_built() {
+        // Crate `a` is written first, `b` later and built first: `a`'s
+        // files are older than the executable in the shared target, and
+        // `a` must still run its own program.
+        let target = target_dir("PTEC_CHECK_TARGET_DIR", "ptec-check");
+        let program = |answer: u32| format!("fn main() {{ println!(\"{answer}\"); }}\n");
+        let a = RunnerCrate::new("ptec-runner-crate-test", "").unwrap();
+        a.write("main.rs", &program(1)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let b = RunnerCrate::new("ptec-runner-crate-test", "").unwrap();
+        b.write("main.rs", &program(2)).unwrap();
+        for (krate, answer) in [(&b, "2"), (&a, "1")] {
+            let exe = krate.build(&target, None, false).unwrap();
+            let out = Command::new(exe).output().unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), answer);
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! `ptec check` from the command line: a good bundle passes, a bundle whose
+//! expected output was altered fails with a mismatch report, and a malformed
+//! bundle gets a located error.
+use ptec::ir::TestValue;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn ptec_check(file: &std::path::Path) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .arg("check")
+        .arg(file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn altered_expected_output_fails_with_a_mismatch_report() {
+    let bytes = std::fs::read(fixture("mlp.bpte")).unwrap();
+    let (ok, report) = ptec_check(&fixture("mlp.bpte"));
+    assert!(ok, "{report}");
+    assert!(report.lines().any(|l| l == "3 passed, 0 failed"), "{report}");
+
+    // Change element 7 of case 1's expected output by +0.5.
+    let loaded = ptec::load(&bytes, &[]).unwrap();
+    let TestValue::Tensor { data, .. } = &loaded.suites[0].cases[1].expected[0] else {
+        panic!("tensor output")
+    };
+    let at = data.offset + 7 * 4;
+    let want = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut altered = bytes.clone();
+    altered[at..at + 4].copy_from_slice(&(want + 0.5).to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("altered.bpte");
+    std::fs::write(&path, &altered).unwrap();
+
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok, "an altered bundle passed:\n{report}");
+    assert!(report.lines().any(|l| l == "2 passed, 1 failed"), "{report}");
+    let line = report.lines().find(|l| l.starts_with("forward[1]:")).unwrap();
+    assert!(line.contains("output 0: 1 element(s) differ"), "{line}");
+    assert!(
+        line.contains(&format!("[7] expected {}", (want + 0.5) as f64)),
+        "{line}"
+    );
+}
+
+#[test]
+fn threads_run_every_case_on_each_count() {
+    // The attention fixture's products, softmax and permutations are large
+    // enough to split on two threads.
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--threads", "1,2"])
+        .arg(fixture("attention.bpte"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        report.lines().any(|l| l == "on 1 thread(s): forward[0]: ok"),
+        "{report}"
+    );
+    assert!(
+        report.lines().any(|l| l == "on 2 thread(s): forward[0]: ok"),
+        "{report}"
+    );
+    assert!(report.lines().any(|l| l == "2 passed, 0 failed"), "{report}");
+    // Every other fixture ptec check can run by itself, on two threads.
+    let names = [
+        "channels_last",
+        "cond",
+        "conv",
+        "dynamic",
+        "kv_cache",
+        "mlp",
+        "multi_method",
+        "ops_mix",
+        "small_heads",
+        "stacktrace",
+        "xnnpack_conv",
+        "xnnpack_ops",
+        "patch_embed",
+        "view_aliases",
+        "aliased_chain",
+        "xnnpack_patch_embed",
+        "xnnpack_view_aliases",
+        "breadth",
+        "xnnpack_breadth",
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--threads", "2"])
+        .args(names.map(|n| fixture(&format!("{n}.bpte"))))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        report.lines().last().is_some_and(|l| l.ends_with(" passed, 0 failed")),
+        "{report}"
+    );
+    let zero = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--threads", "0"])
+        .arg(fixture("attention.bpte"))
+        .output()
+        .unwrap();
+    assert!(!zero.status.success());
+}
+
+#[test]
+fn bundles_with_prepared_filters_pass() {
+    // Their filters are prepared at compile time and written beside each
+    // generated module of the check's crate.
+    for name in ["conv.bpte", "xnnpack_conv.bpte"] {
+        let (ok, report) = ptec_check(&fixture(name));
+        assert!(ok, "{name}: {report}");
+        let passed = report
+            .lines()
+            .find_map(|l| l.strip_suffix(" passed, 0 failed"))
+            .and_then(|n| n.parse::<usize>().ok());
+        assert!(passed.is_some_and(|n| n > 0), "{name}: {report}");
+    }
+}
+
+/// `mlp.bpte` with its planned buffer's size (an int64 in the method's
+/// plan, which occurs once in the file) made `bytes`.
+fn with_plan_of(bytes: u64) -> (tempfile::TempDir, PathBuf) {
+    let file = std::fs::read(fixture("mlp.bpte")).unwrap();
+    let loaded = ptec::load(&file, &[]).unwrap();
+    let planned = *loaded.program.unwrap().methods[0].buffer_sizes.last().unwrap();
+    assert!(planned > 0);
+    let at: Vec<usize> = file
+        .windows(8)
+        .enumerate()
+        .filter(|(_, w)| *w == planned.to_le_bytes())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "{planned} at {at:?}");
+    let mut altered = file.clone();
+    altered[at[0]..at[0] + 8].copy_from_slice(&bytes.to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big_plan.bpte");
+    std::fs::write(&path, &altered).unwrap();
+    (dir, path)
+}
+
+/// A plan larger than any heap (a corrupted buffer size; 4 PiB) compiles,
+/// as the program is well formed, but the check reports that the program
+/// could not be constructed instead of crashing on the allocation.
+#[test]
+fn a_plan_no_heap_holds_is_reported_not_a_crash() {
+    let (_dir, path) = with_plan_of(1 << 52);
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok, "{report}");
+    assert!(!report.contains("crashed"), "{report}");
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("construction:"))
+        .unwrap_or_default();
+    assert!(line.contains("bytes failed"), "{report}");
+    assert!(report.lines().any(|l| l == "0 passed, 1 failed"), "{report}");
+}
+
+/// A plan too large for any Rust type (2^60 bytes) is a compile error that
+/// names the method, not generated code that does not build.
+#[test]
+fn a_plan_no_type_holds_is_a_compile_error() {
+    let (_dir, path) = with_plan_of(1 << 60);
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok, "{report}");
+    assert!(!report.contains("building the generated code failed"), "{report}");
+    assert!(report.contains("method `forward`"), "{report}");
+    assert!(report.contains("more than a method may take"), "{report}");
+}
+
+/// A program without test cases (a .pte) has nothing to run: it is
+/// reported as such, and the files beside it are still checked.
+#[test]
+fn a_program_without_cases_is_reported_and_the_others_run() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .arg("check")
+        .arg(fixture("mlp.pte"))
+        .arg(fixture("mlp.bpte"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{report}");
+    assert!(!report.contains("building the generated code failed"), "{report}");
+    let line = report.lines().find(|l| l.contains("mlp.pte:")).unwrap_or_default();
+    assert!(line.contains("holds no test cases"), "{report}");
+    assert!(report.lines().any(|l| l == "3 passed, 1 failed"), "{report}");
+}
+
+#[test]
+fn malformed_bundle_gets_a_located_error() {
+    let mut bytes = std::fs::read(fixture("mlp.bpte")).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("truncated.bpte");
+    std::fs::write(&path, &bytes).unwrap();
+    let (ok, report) = ptec_check(&path);
+    assert!(!ok);
+    assert!(
+        report.contains("not compiled") && report.contains("byte offset"),
+        "{report}"
+    );
+    assert!(report.lines().any(|l| l == "0 passed, 1 failed"), "{report}");
+}

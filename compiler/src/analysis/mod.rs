@@ -1,0 +1,48 @@
+//! What the passes, the memory plan and code generation ask of a method:
+//! where each value is used and how long it lives ([`uses`]), and which
+//! values share planned bytes ([`alias`]).
+pub(crate) mod alias;
+pub(crate) mod uses;
+
+/// Small methods for the tests of the passes that place bytes.
+#[cfg(test)]
+pub(crate) mod test_methods {
+    use crate::ir::*;
+
+    /// A tensor of `bytes` bytes.
+    pub(crate) fn bytes(bytes: usize, placement: Placement) -> Value {
+        Value::Tensor(Tensor {
+            dtype: ScalarType::Byte,
+            sizes: vec![bytes],
+            dim_order: vec![0],
+            dynamism: Dynamism::Static,
+            placement,
+        })
+    }
+
+    /// A method of one 1024-byte planned buffer whose instructions are
+    /// calls naming the values listed (the last one as what they write).
+    pub(crate) fn calls(values: Vec<Value>, calls: &[&[usize]], inputs: &[usize], outputs: &[usize]) -> Method {
+        Method {
+            name: "forward".into(),
+            values,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+            instructions: calls
+                .iter()
+                .map(|a| Instruction::Kernel {
+                    op: 0,
+                    args: a.to_vec(),
+                })
+                .collect(),
+            operators: vec![Operator {
+                name: "aten::op".into(),
+                overload: "out".into(),
+            }],
+            delegates: vec![],
+            buffer_sizes: vec![0, 1024],
+            program_buffers: 2,
+            stacktraces: None,
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! `quantized_decomposed` quantize/dequantize, per tensor and per channel,
+//! computed as PyTorch's reference decomposition does (see the kernels).
+use super::*;
+use ScalarType::*;
+
+pub const OPS: &[(&str, Emitter)] = &[
+    ("quantized_decomposed::quantize_per_tensor.out", quantize_per_tensor),
+    (
+        "quantized_decomposed::quantize_per_tensor.tensor_out",
+        quantize_per_tensor_tensor,
+    ),
+    ("quantized_decomposed::dequantize_per_tensor.out", dequantize_per_tensor),
+    (
+        "quantized_decomposed::dequantize_per_tensor.tensor_out",
+        dequantize_per_tensor_tensor,
+    ),
+    ("quantized_decomposed::quantize_per_channel.out", quantize_per_channel),
+    (
+        "quantized_decomposed::dequantize_per_channel.out",
+        dequantize_per_channel,
+    ),
+];
+
+/// The integer dtypes quantized values are stored in.
+const QUANTIZED: &[ScalarType] = &[Byte, Char, Short, Int, UInt16];
+
+/// Checks the quantized tensor `q` against the op's `dtype` argument (an
+/// integer `ScalarType` code) and its `[quant_min, quant_max]` range.
+fn check_quantized(ctx: &OpCtx<'_>, q: &TArg, qmin: usize, qmax: usize, dtype: usize) -> Result<(i64, i64), String> {
+    require_dtype(q, QUANTIZED)?;
+    let code = ctx.int(dtype)?;
+    if ScalarType::from_code(code as i8) != Some(q.dtype) {
+        return Err(format!(
+            "dtype argument {code} does not name the quantized tensor's dtype {}",
+            q.dtype
+        ));
+    }
+    let (lo, hi) = (ctx.int(qmin)?, ctx.int(qmax)?);
+    if lo > hi {
+        return Err(format!("quant_min {lo} is greater than quant_max {hi}"));
+    }
+    Ok((lo, hi))
+}
+
+/// The dequantized output: `out_dtype` if given, else `float32`.
+fn check_dequantized(ctx: &OpCtx<'_>, out_dtype: usize, out: &TArg) -> Result<(), String> {
+    let want = match ctx.opt_int(out_dtype)? {
+        Some(code) => ScalarType::from_code(code as i8).ok_or_else(|| format!("{code} is not a dtype"))?,
+        None => Float,
+    };
+    if out.dtype != want {
+        return Err(format!(
+            "output value {} has dtype {}, expected {}",
+            out.value, out.dtype, want
+        ));
+    }
+    require_dtype(out, FLOATS)
+}
+
+/// Output sizes equal to the input's (checked, or set when dynamic).
+fn same_sizes(ctx: &OpCtx<'_>, x: &TArg, out: &TArg) -> Result<TokenStream, String> {
+    require_contiguous(&[x, out])?;
+    if !x.dynamic {
+        require_sizes(out, &x.sizes)?;
+    }
+    Ok(ctx.set_sizes(out, ctx.sizes(x)))
+}
+
+/// Where the scale and zero point of a per-tensor op come from.
+enum Params {
+    /// Constant arguments.
+    Constants { scale: f64, zero_point: i64 },
+    /// One-element tensors (the `.tensor_out` overloads), read at run time.
+    Tensors { scale: TArg, zero_point: TArg },
+}
+
+impl Params {
+    fn read(ctx: &OpCtx<'_>, tensors: bool) -> Result<Params, String> {
+        if !tensors {
+            return Ok(Params::Constants {
+                scale: ctx.double(1)?,
+                zero_point: ctx.int(2)?,
+            });
+        }
+        let (scale, zero_point) = (ctx.tensor(1)?, ctx.tensor(2)?);
+        for t in [&scale, &zero_point] {
+            if t.dynamic || t.numel() != 1 {
+                return Err(format!("value {} must be a static one-element tensor", t.value));
+            }
+        }
+        Ok(Params::Tensors { scale, zero_point })
+    }
+
+    /// Statements binding `scale: f64` and `zero_point: i64`.
+    fn bind(&self, ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+        Ok(match self {
+            Params::Constants { scale, zero_point } => {
+                let (s, z) = (f64_lit(*scale), i64_lit(*zero_point));
+                quote! { let scale: f64 = #s; let zero_point: i64 = #z; }
+            }
+            Params::Tensors { scale, zero_point } => {
+                let (s, s1) = ctx.read(scale)?;
+                let (z, s2) = ctx.read(zero_point)?;
+                let e = quote!(::ptec_runtime::kernels::num::Element);
+                quote! {
+                    #s1 #s2
+                    let scale: f64 = #e::to_f64(#s[0]);
+                    let zero_point: i64 = #e::to_i64(#z[0]);
+                }
+            }
+        })
+    }
+}
+
+/// `quantize_per_tensor.out(input, scale, zero_point, quant_min, quant_max, dtype, out)`.
+fn emit_quantize_per_tensor(ctx: &mut OpCtx<'_>, tensors: bool) -> Result<TokenStream, String> {
+    ctx.arity(8)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(6)?);
+    require_dtype(&x, &[Float, Half, BFloat16])?;
+    let (lo, hi) = check_quantized(ctx, &out, 3, 4, 5)?;
+    let params = Params::read(ctx, tensors)?;
+    let set = same_sizes(ctx, &x, &out)?;
+    let bind = params.bind(ctx)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (lo, hi) = (i64_lit(lo), i64_lit(hi));
+    Ok(quote! {
+        #set #bind #s1 #s2
+        ::ptec_runtime::kernels::quant::quantize_per_tensor(#xi, scale, zero_point, #lo, #hi, #o);
+    })
+}
+
+fn quantize_per_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    emit_quantize_per_tensor(ctx, false)
+}
+fn quantize_per_tensor_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    emit_quantize_per_tensor(ctx, true)
+}
+
+/// `dequantize_per_tensor.out(input, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype?, out)`.
+fn emit_dequantize_per_tensor(ctx: &mut OpCtx<'_>, tensors: bool) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let (q, out) = (ctx.tensor(0)?, ctx.tensor(7)?);
+    check_quantized(ctx, &q, 3, 4, 5)?;
+    check_dequantized(ctx, 6, &out)?;
+    let params = Params::read(ctx, tensors)?;
+    let set = same_sizes(ctx, &q, &out)?;
+    let bind = params.bind(ctx)?;
+    let (qi, s1) = ctx.read(&q)?;
+    let (o, s2) = ctx.write(&out)?;
+    Ok(quote! {
+        #set #bind #s1 #s2
+        ::ptec_runtime::kernels::quant::dequantize_per_tensor(#qi, scale, zero_point, #o);
+    })
+}
+
+fn dequantize_per_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    emit_dequantize_per_tensor(ctx, false)
+}
+fn dequantize_per_tensor_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    emit_dequantize_per_tensor(ctx, true)
+}
+
+/// The channel axis of a per-channel op and a check that `params` (scales
+/// or zero points) hold one value per channel; the kernels index them by
+/// channel, so their length must cover the channel dim's bound.
+fn channel_axis(x: &TArg, axis: i64, params: &[&TArg]) -> Result<usize, String> {
+    if x.rank() == 0 {
+        return Err("per-channel quantization needs a tensor of rank 1 or more".into());
+    }
+    let axis = norm_dim(axis, x.rank())?;
+    for p in params {
+        if p.dynamic || p.rank() != 1 || p.sizes[0] != x.sizes[axis] {
+            return Err(format!(
+                "value {} must be a static 1-d tensor of {} (the size of dim {axis}), has sizes {:?}",
+                p.value, x.sizes[axis], p.sizes
+            ));
+        }
+    }
+    Ok(axis)
+}
+
+/// `quantize_per_channel.out(input, scales, zero_points, axis, quant_min, quant_max, dtype, out)`.
+fn quantize_per_channel(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let (x, scales, zero_points, axis, out) = (
+        ctx.tensor(0)?,
+        ctx.tensor(1)?,
+        ctx.tensor(2)?,
+        ctx.int(3)?,
+        ctx.tensor(7)?,
+    );
+    require_dtype(&x, &[Float, Half, BFloat16])?;
+    let (lo, hi) = check_quantized(ctx, &out, 4, 5, 6)?;
+    let axis = lit(channel_axis(&x, axis, &[&scales, &zero_points])?);
+    let set = same_sizes(ctx, &x, &out)?;
+    let sizes = ctx.sizes(&x);
+    let (xi, s1) = ctx.read(&x)?;
+    let (si, s2) = ctx.read(&scales)?;
+    let (zi, s3) = ctx.read(&zero_points)?;
+    let (o, s4) = ctx.write(&out)?;
+    let (lo, hi) = (i64_lit(lo), i64_lit(hi));
+    Ok(quote! {
+        #set #s1 #s2 #s3 #s4
+        ::ptec_runtime::kernels::quant::quantize_per_channel(#xi, #sizes, #si, #zi, #axis, #lo, #hi, #o);
+    })
+}
+
+/// `dequantize_per_channel.out(input, scales, zero_points?, axis, quant_min, quant_max, dtype, *, out_dtype?, out)`.
+fn dequantize_per_channel(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(10)?;
+    let (q, scales, zero_points, axis, out) = (
+        ctx.tensor(0)?,
+        ctx.tensor(1)?,
+        ctx.opt_tensor(2)?,
+        ctx.int(3)?,
+        ctx.tensor(8)?,
+    );
+    check_quantized(ctx, &q, 4, 5, 6)?;
+    check_dequantized(ctx, 7, &out)?;
+    let mut params = vec![&scales];
+    params.extend(zero_points.as_ref());
+    let axis = lit(channel_axis(&q, axis, &params)?);
+    let set = same_sizes(ctx, &q, &out)?;
+    let sizes = ctx.sizes(&q);
+    let (qi, s1) = ctx.read(&q)?;
+    let (si, s2) = ctx.read(&scales)?;
+    let (zp, s3) = match &zero_points {
+        Some(z) => {
+            let (zi, s) = ctx.read(z)?;
+            (quote!(Some(#zi)), s)
+        }
+        // Any element type will do for an absent zero point.
+        None => (quote!(None::<&[i64]>), quote!()),
+    };
+    let (o, s4) = ctx.write(&out)?;
+    Ok(quote! {
+        #set #s1 #s2 #s3 #s4
+        ::ptec_runtime::kernels::quant::dequantize_per_channel(#qi, #sizes, #si, #zp, #axis, #o);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(sizes: &[usize]) -> TArg {
+        TArg {
+            value: 0,
+            dtype: Float,
+            sizes: sizes.to_vec(),
+            dynamic: false,
+            contiguous: true,
+            dim_order: (0..sizes.len() as u8).collect(),
+            home: crate::plan::layout::Home::None,
+        }
+    }
+
+    #[test]
+    fn channel_params_cover_the_axis() {
+        let x = t(&[6, 3, 3, 3]);
+        assert_eq!(channel_axis(&x, 0, &[&t(&[6])]).unwrap(), 0);
+        assert_eq!(channel_axis(&x, -3, &[&t(&[3]), &t(&[3])]).unwrap(), 1);
+        assert!(channel_axis(&x, 0, &[&t(&[3])]).is_err());
+        assert!(channel_axis(&x, 4, &[&t(&[6])]).is_err());
+        assert!(channel_axis(&t(&[]), 0, &[&t(&[1])]).is_err());
+    }
+}

@@ -1,0 +1,582 @@
+//! Passes over `ptec_xnn::conv2d_folded` calls (those the channels-last
+//! pass makes of aten convolutions and the XNNPACK lowering of its own),
+//! after [`crate::passes::channels_last`]: residual adds ([`fuse_residual_adds`]),
+//! then chains.
+//!
+//! Convolution chains:
+//! a pointwise `ptec_xnn::conv2d_folded` (or a stem: a regular one of a
+//! shallow window) then a depthwise one, a depthwise one then a pointwise
+//! one, or all three (an inverted residual block's expansion, depthwise
+//! and projection), each result read only by the next instruction, become
+//! one `ptec_xnn::conv2d_folded_chain` when a
+//! result between them is too large for the L2 cache. The chain runs band
+//! by band (see `ptec_runtime::kernels::nhwc::conv2d_folded_chain`), so
+//! those results never go to memory; their planned bytes are left unused.
+//!
+//! A chain reads its input while it writes its output, so the two must not
+//! share bytes, though ExecuTorch's plan may put the last convolution's
+//! output where the first one's input was (dead by then): such an output
+//! loses its plan, and [`crate::plan::temporaries`] gives it bytes clear of
+//! everything in use during the chain.
+use crate::analysis::alias::share_bytes;
+use crate::analysis::uses::Uses;
+use crate::ir::*;
+use crate::passes::channels_last::folded::{
+    self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X,
+};
+use crate::passes::channels_last::{image, int, number, residual_add_after, usizes};
+use crate::passes::rewrite::{kernel_call, kernel_name};
+use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
+
+/// The call a chain becomes; `ops::xnnpack` emits it.
+pub(crate) const CHAIN: &str = "ptec_xnn::conv2d_folded_chain.out";
+
+/// Smallest result between two convolutions worth a chain: below it the
+/// result stays in the L2 cache between them anyway.
+const CHAIN_MIN_BYTES: usize = 512 * 1024;
+
+/// Fuses the chains of `m` (see the module docs), longest first. Methods
+/// with jumps are left as they are (fusing renumbers instructions).
+pub fn fuse_chains(m: &mut Method) {
+    fuse_runs(m, |m, uses, n| {
+        let (len, args) = [3, 2]
+            .into_iter()
+            .find_map(|len| Some((len, chain_args(m, uses, &m.instructions, n, len)?)))?;
+        Some(Fused {
+            len,
+            name: CHAIN,
+            reads: vec![args[0]],
+            out: args[args.len() - 1],
+            args,
+        })
+    })
+}
+
+/// A `conv2d_folded` without a residual or a clamp followed by the `add`
+/// of its result (read by nothing else) to another image becomes one call
+/// that adds the residual as it stores (the XNNPACK lowering leaves them
+/// apart; the channels-last pass makes such calls of aten convolutions
+/// itself). The sum loses its plan when its bytes are the input's or the
+/// residual's, as a chain's output does.
+pub fn fuse_residual_adds(m: &mut Method) {
+    fuse_runs(m, |m, uses, n| {
+        let args = residual_args(m, uses, n)?;
+        Some(Fused {
+            len: 2,
+            name: folded::NAME,
+            reads: vec![args[X], args[RESIDUAL]],
+            out: args[OUT],
+            args,
+        })
+    })
+}
+
+/// A run of instructions that becomes one call.
+struct Fused {
+    len: usize,
+    name: &'static str,
+    args: Vec<usize>,
+    /// What the call reads as it writes `out`: an `out` planned on the
+    /// bytes of one of them loses its plan (see the module's notes).
+    reads: Vec<usize>,
+    out: usize,
+}
+
+/// Replaces the runs `find` finds (scanning from the first instruction,
+/// past each run found) by their calls; the call keeps its first
+/// instruction's stack frames. Methods with jumps are left as they are.
+fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> Option<Fused>) {
+    if m.has_jumps() {
+        return;
+    }
+    let uses = Uses::of(m);
+    let mut runs = Vec::new();
+    let mut n = 0;
+    while n < m.instructions.len() {
+        match find(m, &uses, n) {
+            Some(run) => {
+                let len = run.len;
+                runs.push((n, run));
+                n += len;
+            }
+            None => n += 1,
+        }
+    }
+    if runs.is_empty() {
+        return;
+    }
+    let old = std::mem::take(&mut m.instructions);
+    let mut traces = m.stacktraces.take();
+    let mut code = Vec::with_capacity(old.len());
+    let mut moved = Vec::new();
+    let mut next = 0;
+    for (start, run) in runs {
+        code.extend_from_slice(&old[next..start]);
+        if run.reads.iter().any(|&r| share_bytes(m, r, run.out)) {
+            moved.push(run.out);
+        }
+        code.push(kernel_call(m, run.name, run.args));
+        if let Some(t) = traces.as_mut() {
+            for _ in 1..run.len {
+                t.remove(code.len());
+            }
+        }
+        next = start + run.len;
+    }
+    code.extend_from_slice(&old[next..]);
+    m.instructions = code;
+    m.stacktraces = traces;
+    for v in moved {
+        if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
+            t.placement = Placement::Unplanned;
+        }
+    }
+}
+
+/// The arguments of the call that instruction `n` and the `add` after it
+/// become (see [`fuse_residual_adds`]), when they make one.
+fn residual_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
+    let (name, args) = kernel_name(m, m.instructions.get(n)?)?;
+    if name != folded::NAME || args.len() != folded::COUNT {
+        return None;
+    }
+    let plain = matches!(m.values.get(args[RESIDUAL]), Some(Value::Null))
+        && number(m, args[MIN]) == Some(f64::NEG_INFINITY)
+        && number(m, args[MAX]) == Some(f64::INFINITY);
+    if !plain {
+        return None;
+    }
+    let (residual, sum) = residual_add_after(m, uses, n, args[OUT])?;
+    // A sum whose bytes are the input's or the residual's moves, which
+    // only one that the method's kernels alone use may.
+    let clash = share_bytes(m, args[X], sum) || share_bytes(m, residual, sum);
+    if clash && uses.kernel_uses(sum, usize::MAX).is_none() {
+        return None;
+    }
+    let mut fused = args.to_vec();
+    fused[RESIDUAL] = residual;
+    fused[OUT] = sum;
+    Some(fused)
+}
+
+/// The arguments of a chain made of the `len` instructions from `n`, when
+/// they make one: the first's input, each one's arguments from its weight
+/// to its kept filter, the last one's output.
+fn chain_args(m: &Method, uses: &Uses, code: &[Instruction], n: usize, len: usize) -> Option<Vec<usize>> {
+    let mut calls = Vec::with_capacity(len);
+    for i in n..n + len {
+        let (name, args) = kernel_name(m, code.get(i)?)?;
+        if name != folded::NAME || args.len() != folded::COUNT {
+            return None;
+        }
+        calls.push(args);
+    }
+    let mut geometries = Vec::with_capacity(len);
+    let mut input = image(m, calls[0][X])?;
+    let mut large = false;
+    for (i, args) in calls.iter().enumerate() {
+        let g = geometry(m, args, input)?;
+        input = g.output_sizes();
+        geometries.push(g);
+        let Some(next) = calls.get(i + 1) else { break };
+        // A result between two stages: read by the next one alone, and
+        // plain (a residual comes only at the end).
+        let only_reader = uses.kernel_uses(args[OUT], n + i)? == [(n + i + 1, X)];
+        let plain = matches!(m.values.get(args[RESIDUAL]), Some(Value::Null));
+        if !(only_reader && plain && next[X] == args[OUT]) {
+            return None;
+        }
+        large |= input.iter().product::<usize>() * 4 >= CHAIN_MIN_BYTES;
+    }
+    let (x, out, residual) = (calls[0][X], calls[len - 1][OUT], calls[len - 1][RESIDUAL]);
+    let adds = !matches!(m.values.get(residual), Some(Value::Null));
+    if !large || chain_scratch_len(&geometries).is_none() || (adds && !chain_takes_residual(&geometries)) {
+        return None;
+    }
+    // An output that shares bytes with the input moves (see the module
+    // docs): only one that the method's kernels alone use, and not onto
+    // the residual's bytes (the single convolution already had those
+    // apart).
+    if share_bytes(m, x, out) && (uses.kernel_uses(out, usize::MAX).is_none() || share_bytes(m, residual, out)) {
+        return None;
+    }
+    let mut args = vec![calls[0][X]];
+    for call in &calls {
+        args.extend(&call[WEIGHT..OUT]);
+    }
+    args.push(calls[len - 1][OUT]);
+    Some(args)
+}
+
+/// A list of exactly `N` non-negative integers.
+fn fixed<const N: usize>(m: &Method, v: usize) -> Option<[usize; N]> {
+    usizes(m, v)?.try_into().ok()
+}
+
+/// The geometry of the `conv2d_folded` with arguments `args` over an input
+/// of `input` sizes (as its emitter checks it).
+fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc> {
+    let groups = usize::try_from(int(m, args[GROUPS])?).ok()?;
+    Conv2dNhwc::folded(
+        folded::layout(int(m, args[folded::LAYOUT])?)?,
+        &input,
+        &image(m, args[WEIGHT])?,
+        fixed(m, args[STRIDE])?,
+        fixed(m, args[PADDING])?,
+        fixed(m, args[DILATION])?,
+        groups,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::passes::rewrite::{push_f32_tensor, push_int_list, push_value};
+    use ptec_runtime::kernels::nhwc::FilterLayout;
+
+    const TORCH: FilterLayout = FilterLayout::Torch;
+
+    fn planned(m: &mut Method, sizes: [usize; 4], offset: u64) -> usize {
+        push_f32_tensor(m, sizes.to_vec(), Placement::Planned { buffer: 1, offset })
+    }
+
+    /// A `conv2d_folded` of `x` into `out` with a weight of `o` filters of
+    /// `cg` channels, `k × k`, in `layout`; returns its kept tensor.
+    #[allow(clippy::too_many_arguments)]
+    fn folded(
+        m: &mut Method,
+        layout: FilterLayout,
+        x: usize,
+        o: usize,
+        cg: usize,
+        k: usize,
+        groups: usize,
+        residual: Option<usize>,
+        out: usize,
+    ) -> usize {
+        let sizes = match layout {
+            FilterLayout::Torch => vec![o, cg, k, k],
+            FilterLayout::Xnnpack if groups == 1 => vec![o, k, k, cg],
+            FilterLayout::Xnnpack => vec![1, k, k, o],
+        };
+        let w = push_f32_tensor(m, sizes, Placement::Unplanned);
+        let null = push_value(m, Value::Null);
+        let kept = push_f32_tensor(m, vec![1], Placement::Unplanned);
+        let mut args = vec![x, w, null, null, null, null, null, null];
+        args.push(push_int_list(m, &[k / 2; 4]));
+        args.push(push_int_list(m, &[1, 1]));
+        args.push(push_int_list(m, &[1, 1]));
+        args.push(push_value(m, Value::Int(groups as i64)));
+        args.push(push_value(m, Value::Double(0.0)));
+        args.push(push_value(m, Value::Double(6.0)));
+        args.push(residual.unwrap_or(null));
+        let layout = push_value(m, Value::Int(folded::layout_code(layout)));
+        args.extend([kept, layout, out]);
+        let call = kernel_call(m, folded::NAME, args);
+        m.instructions.push(call);
+        kept
+    }
+
+    fn method() -> Method {
+        Method {
+            name: "forward".into(),
+            values: vec![],
+            inputs: vec![],
+            outputs: vec![],
+            instructions: vec![],
+            operators: vec![],
+            delegates: vec![],
+            buffer_sizes: vec![0, 1 << 30],
+            program_buffers: 2,
+            stacktraces: None,
+        }
+    }
+
+    /// Input `[1, side, side, 8]` expanded to 64 channels, then a 3×3
+    /// depthwise convolution: the method and its pointwise result.
+    fn block(side: usize) -> (Method, usize) {
+        let mut m = method();
+        let x = planned(&mut m, [1, side, side, 8], 0);
+        let mid = planned(&mut m, [1, side, side, 64], 1 << 24);
+        let out = planned(&mut m, [1, side, side, 64], 1 << 26);
+        m.inputs.push(x);
+        m.outputs.push(out);
+        folded(&mut m, TORCH, x, 64, 8, 1, 1, None, mid);
+        folded(&mut m, TORCH, mid, 64, 1, 3, 64, None, out);
+        (m, mid)
+    }
+
+    /// A method input `[1, 48, 48, 64]` through a 3×3 depthwise
+    /// convolution (a 576 KiB result) and a pointwise one to 16 channels,
+    /// whose output is planned at `out_offset` (the input is at 0):
+    /// the input and that output.
+    fn dw_then_pw(m: &mut Method, out_offset: u64) -> (usize, usize) {
+        let x = planned(m, [1, 48, 48, 64], 0);
+        let dw = planned(m, [1, 48, 48, 64], 1 << 24);
+        let out = planned(m, [1, 48, 48, 16], out_offset);
+        folded(m, TORCH, x, 64, 1, 3, 64, None, dw);
+        folded(m, TORCH, dw, 16, 64, 1, 1, None, out);
+        m.inputs.push(x);
+        (x, out)
+    }
+
+    /// The one instruction of `m`, a chain: its arguments.
+    fn the_chain(m: &Method) -> Vec<usize> {
+        assert_eq!(m.instructions.len(), 1);
+        let (name, args) = kernel_name(m, &m.instructions[0]).unwrap();
+        assert_eq!(name, CHAIN);
+        args.to_vec()
+    }
+
+    #[test]
+    fn a_large_pointwise_result_read_only_by_a_depthwise_convolution_chains() {
+        // 48 × 48 pixels of 64 channels: 576 KiB.
+        let (mut m, mid) = block(48);
+        let (x, out) = (m.inputs[0], m.outputs[0]);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        assert_eq!(args.len(), 2 * OUT);
+        assert_eq!((args[0], args[args.len() - 1]), (x, out));
+        assert!(!args.contains(&mid));
+    }
+
+    /// An inverted residual block: expansion, depthwise convolution and
+    /// a projection that adds the block's input.
+    #[test]
+    fn an_inverted_residual_block_chains_whole() {
+        let mut m = method();
+        let x = planned(&mut m, [1, 48, 48, 8], 0);
+        let mid = planned(&mut m, [1, 48, 48, 64], 1 << 24);
+        let dw = planned(&mut m, [1, 48, 48, 64], 1 << 25);
+        let out = planned(&mut m, [1, 48, 48, 8], 1 << 26);
+        m.inputs.push(x);
+        m.outputs.push(out);
+        folded(&mut m, TORCH, x, 64, 8, 1, 1, None, mid);
+        folded(&mut m, TORCH, mid, 64, 1, 3, 64, None, dw);
+        folded(&mut m, TORCH, dw, 8, 64, 1, 1, Some(x), out);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        assert_eq!(args.len(), 3 * (OUT - 1) + 2);
+        assert_eq!((args[0], args[args.len() - 1]), (x, out));
+        assert!(!args.contains(&mid) && !args.contains(&dw));
+        // The projection's residual is the block's input.
+        assert_eq!(args[1 + 2 * (OUT - 1) + RESIDUAL - 1], x);
+    }
+
+    /// A large depthwise result read only by a pointwise convolution
+    /// (MobileNetV2's first block, which has no expansion).
+    #[test]
+    fn a_large_depthwise_result_read_only_by_a_pointwise_convolution_chains() {
+        let mut m = method();
+        let (x, out) = dw_then_pw(&mut m, 1 << 26);
+        m.outputs.push(out);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        assert_eq!((args[0], args[args.len() - 1]), (x, out));
+    }
+
+    /// `moved` lost its plan, and once the temporaries are placed it
+    /// shares no bytes with `input`.
+    fn assert_moved_off(m: &mut Method, moved: usize, input: usize) {
+        assert_eq!(m.values[moved].as_tensor().unwrap().placement, Placement::Unplanned);
+        crate::plan::temporaries::plan_temporaries(m);
+        assert!(matches!(
+            m.values[moved].as_tensor().unwrap().placement,
+            Placement::Planned { .. }
+        ));
+        assert!(!share_bytes(m, input, moved));
+    }
+
+    /// ExecuTorch's plan may put the last output where the first input was
+    /// (dead once the first convolution ran); a chain reads one while it
+    /// writes the other, so the output moves to a buffer of its own.
+    #[test]
+    fn an_output_planned_over_the_input_moves() {
+        let mut m = method();
+        let (x, out) = dw_then_pw(&mut m, 0);
+        let next = planned(&mut m, [1, 48, 48, 16], 1 << 26);
+        folded(&mut m, TORCH, out, 16, 16, 1, 1, None, next);
+        m.outputs.push(next);
+        fuse_chains(&mut m);
+        assert_eq!(m.instructions.len(), 2);
+        assert_moved_off(&mut m, out, x);
+        // Planned elsewhere, it stays where it was.
+        let mut m = method();
+        let (_, out) = dw_then_pw(&mut m, 1 << 26);
+        m.outputs.push(out);
+        let before = m.values[out].clone();
+        fuse_chains(&mut m);
+        assert_eq!(m.instructions.len(), 1);
+        assert_eq!(m.values[out], before);
+    }
+
+    /// The arguments of instruction `i`, a kernel call.
+    fn kernel_args(m: &mut Method, i: usize) -> &mut Vec<usize> {
+        let Instruction::Kernel { args, .. } = &mut m.instructions[i] else {
+            unreachable!("instruction {i} is not a kernel call")
+        };
+        args
+    }
+
+    #[test]
+    fn other_pairs_stay_apart() {
+        // A result that fits in L2 (32 × 32 × 64 floats: 256 KiB).
+        let (mut m, _) = block(32);
+        let want = m.clone();
+        fuse_chains(&mut m);
+        assert_eq!(m, want);
+        // A result something else reads too.
+        let (mut m, mid) = block(48);
+        m.outputs.push(mid);
+        let want = m.clone();
+        fuse_chains(&mut m);
+        assert_eq!(m, want);
+        // A depthwise convolution that adds a residual, last.
+        let (mut m, _) = block(48);
+        let residual = m.values.len();
+        m.values.push(m.values[m.outputs[0]].clone());
+        kernel_args(&mut m, 1)[RESIDUAL] = residual;
+        let want = m.clone();
+        fuse_chains(&mut m);
+        assert_eq!(m, want);
+        // An expansion that adds a residual, first.
+        let (mut m, mid) = block(48);
+        let residual = m.values.len();
+        m.values.push(m.values[mid].clone());
+        kernel_args(&mut m, 0)[RESIDUAL] = residual;
+        let want = m.clone();
+        fuse_chains(&mut m);
+        assert_eq!(m, want);
+        // A 5×5 convolution first, too deep a window for a stem.
+        let (mut m, _) = block(48);
+        let want = first_regular(&mut m, 5);
+        fuse_chains(&mut m);
+        assert_eq!(m, want);
+    }
+
+    /// Makes the first convolution of `block`'s method a regular `k`×`k`
+    /// one (padded to keep the size): the method as it then is.
+    fn first_regular(m: &mut Method, k: usize) -> Method {
+        let weight = push_f32_tensor(m, vec![64, 8, k, k], Placement::Unplanned);
+        let padding = push_int_list(m, &[k / 2; 4]);
+        let args = kernel_args(m, 0);
+        (args[WEIGHT], args[PADDING]) = (weight, padding);
+        m.clone()
+    }
+
+    #[test]
+    fn a_stem_opens_a_chain() {
+        // A 3×3 convolution of 8 channels (72 floats a window) then the
+        // depthwise one: the two become a chain as a pointwise one would.
+        let (mut m, _) = block(48);
+        let before = first_regular(&mut m, 3);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        let (_, first) = kernel_name(&before, &before.instructions[0]).unwrap();
+        assert_eq!(args[0], first[X]);
+        assert_eq!(args[1], first[WEIGHT]);
+    }
+
+    /// The same block with XNNPACK's weights (`[O, kH, kW, C]` and
+    /// `[1, kH, kW, O]`), as the XNNPACK lowering makes it.
+    #[test]
+    fn convolutions_with_xnnpack_weights_chain() {
+        let mut m = method();
+        let x = planned(&mut m, [1, 48, 48, 8], 0);
+        let mid = planned(&mut m, [1, 48, 48, 64], 1 << 24);
+        let out = planned(&mut m, [1, 48, 48, 64], 1 << 26);
+        m.inputs.push(x);
+        m.outputs.push(out);
+        folded(&mut m, FilterLayout::Xnnpack, x, 64, 8, 1, 1, None, mid);
+        folded(&mut m, FilterLayout::Xnnpack, mid, 64, 1, 3, 64, None, out);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        assert_eq!((args[0], args[args.len() - 1]), (x, out));
+        assert!(!args.contains(&mid));
+    }
+
+    /// `[1, 8, 8, 16]` through a pointwise convolution without a clamp
+    /// into `y`, then `add(y, r)` (or `add(r, y)`) into `sum`, all planned
+    /// apart unless `sum_offset` says otherwise: the method and `(x, r,
+    /// sum)`.
+    fn conv_then_add(y_first: bool, sum_offset: u64) -> (Method, [usize; 3]) {
+        let mut m = method();
+        let x = planned(&mut m, [1, 8, 8, 16], 0);
+        let r = planned(&mut m, [1, 8, 8, 16], 1 << 20);
+        let y = planned(&mut m, [1, 8, 8, 16], 1 << 21);
+        let sum = planned(&mut m, [1, 8, 8, 16], sum_offset);
+        m.inputs.extend([x, r]);
+        m.outputs.push(sum);
+        folded(&mut m, TORCH, x, 16, 16, 1, 1, None, y);
+        let (lo, hi) = (
+            push_value(&mut m, Value::Double(f64::NEG_INFINITY)),
+            push_value(&mut m, Value::Double(f64::INFINITY)),
+        );
+        (kernel_args(&mut m, 0)[MIN], kernel_args(&mut m, 0)[MAX]) = (lo, hi);
+        let alpha = push_value(&mut m, Value::Int(1));
+        let (a, b) = if y_first { (y, r) } else { (r, y) };
+        let add = kernel_call(&mut m, "aten::add.out", vec![a, b, alpha, sum, sum]);
+        m.instructions.push(add);
+        (m, [x, r, sum])
+    }
+
+    #[test]
+    fn a_convolution_absorbs_the_residual_add_after_it() {
+        for y_first in [true, false] {
+            let (mut m, [x, r, sum]) = conv_then_add(y_first, 1 << 22);
+            fuse_residual_adds(&mut m);
+            assert_eq!(m.instructions.len(), 1);
+            let (name, args) = kernel_name(&m, &m.instructions[0]).unwrap();
+            assert_eq!(name, folded::NAME);
+            assert_eq!((args[X], args[RESIDUAL], args[OUT]), (x, r, sum));
+        }
+    }
+
+    /// A sum planned over the convolution's input (dead after it before
+    /// the fusion) moves to a buffer of its own, unless something other
+    /// than a kernel uses it (here: a method output).
+    #[test]
+    fn a_sum_planned_over_the_input_moves() {
+        let (mut m, [x, _, sum]) = conv_then_add(true, 0);
+        m.outputs.clear();
+        let tail = planned(&mut m, [1, 8, 8, 16], 1 << 23);
+        folded(&mut m, TORCH, sum, 16, 16, 1, 1, None, tail);
+        m.outputs.push(tail);
+        fuse_residual_adds(&mut m);
+        assert_eq!(m.instructions.len(), 2);
+        assert_moved_off(&mut m, sum, x);
+        let (mut m, _) = conv_then_add(true, 0);
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+    }
+
+    #[test]
+    fn other_adds_stay_apart() {
+        // The convolution clamps before the add.
+        let (mut m, _) = conv_then_add(true, 1 << 22);
+        kernel_args(&mut m, 0)[MAX] = push_value(&mut m, Value::Double(6.0));
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+        // Its result is a method output too.
+        let (mut m, _) = conv_then_add(true, 1 << 22);
+        let y = kernel_args(&mut m, 0)[OUT];
+        m.outputs.push(y);
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+        // It adds a residual already.
+        let (mut m, [_, r, _]) = conv_then_add(true, 1 << 22);
+        kernel_args(&mut m, 0)[RESIDUAL] = r;
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+        // The add scales the result (alpha 2).
+        let (mut m, _) = conv_then_add(true, 1 << 22);
+        kernel_args(&mut m, 1)[2] = push_value(&mut m, Value::Int(2));
+        let want = m.clone();
+        fuse_residual_adds(&mut m);
+        assert_eq!(m, want);
+    }
+}

@@ -1,0 +1,60 @@
+//! The IR-to-IR passes, in the order [`transform`] runs them. Each leaves
+//! a program that verifies, and the driver checks that it does.
+//!
+//! 1. [`xnnpack`]: XNNPACK delegate calls become kernel calls;
+//! 2. [`channels_last`]: convolution regions run on NHWC images, with
+//!    batch norms and clamps folded into the convolutions;
+//! 3. [`conv_chains`]: residual adds fold into the convolution before them,
+//!    and runs of 1×1 convolutions become one chained call;
+//! 4. [`temporaries`](crate::plan::temporaries): what the passes added
+//!    gets bytes where the program's plan is free.
+pub(crate) mod channels_last;
+pub(crate) mod conv_chains;
+pub(crate) mod rewrite;
+pub mod xnnpack;
+
+use crate::codegen::Options;
+use crate::error::Result;
+use crate::ir::{Program, TestSuite};
+use crate::read::Loaded;
+use crate::verify::verify_program;
+
+/// Runs the passes `options` ask for on a loaded program (see the module
+/// docs); a `.ptd` file, which holds no program, is left as it is.
+pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result<()> {
+    lower_delegates(loaded, bytes, options.lower_xnnpack)?;
+    let Some(program) = loaded.program.as_mut() else {
+        return Ok(());
+    };
+    let suites = &loaded.suites;
+    if options.channels_last {
+        let before = program.methods.clone();
+        each_method(program, suites, channels_last::convert_method)?;
+        each_method(program, suites, conv_chains::fuse_residual_adds)?;
+        each_method(program, suites, conv_chains::fuse_chains)?;
+        // No value another reads through shared bytes may change layout.
+        for (old, new) in before.iter().zip(&program.methods) {
+            crate::analysis::alias::check_relaid(old, new)?;
+        }
+    }
+    each_method(program, suites, crate::plan::temporaries::plan_temporaries)
+}
+
+/// Compiles the delegate calls ptec knows how to compile into kernel
+/// calls: those of the XNNPACK backend when `lower_xnnpack` is set.
+pub fn lower_delegates(loaded: &mut Loaded, bytes: &[u8], lower_xnnpack: bool) -> Result<()> {
+    let Some(program) = loaded.program.as_mut() else {
+        return Ok(());
+    };
+    if lower_xnnpack {
+        xnnpack::lower_xnnpack_delegates(program, bytes)?;
+        verify_program(program, &loaded.suites)?;
+    }
+    Ok(())
+}
+
+/// Runs a method pass over every method, then verifies the program.
+fn each_method(program: &mut Program, suites: &[TestSuite], pass: fn(&mut crate::ir::Method)) -> Result<()> {
+    program.methods.iter_mut().for_each(pass);
+    verify_program(program, suites)
+}

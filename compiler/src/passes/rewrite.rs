@@ -1,0 +1,56 @@
+//! What the IR-to-IR passes add to a method: values, operators and calls.
+use crate::ir::*;
+
+/// Appends `v` to the method's values; returns its index.
+pub(crate) fn push_value(m: &mut Method, v: Value) -> usize {
+    m.values.push(v);
+    m.values.len() - 1
+}
+
+/// A new static, contiguous `f32` tensor.
+pub(crate) fn push_f32_tensor(m: &mut Method, sizes: Vec<usize>, placement: Placement) -> usize {
+    let rank = sizes.len();
+    push_value(
+        m,
+        Value::Tensor(Tensor {
+            dtype: ScalarType::Float,
+            sizes,
+            dim_order: (0..rank as u8).collect(),
+            dynamism: Dynamism::Static,
+            placement,
+        }),
+    )
+}
+
+/// A new list of integer values.
+pub(crate) fn push_int_list(m: &mut Method, xs: &[usize]) -> usize {
+    let items = xs.iter().map(|&x| push_value(m, Value::Int(x as i64))).collect();
+    push_value(m, Value::IntList(items))
+}
+
+/// A call of `full_name` (`namespace::name.overload`) with `args`, its
+/// operator added to the method's table unless already there.
+pub(crate) fn kernel_call(m: &mut Method, full_name: &str, args: Vec<usize>) -> Instruction {
+    let (name, overload) = full_name.split_once('.').unwrap_or((full_name, ""));
+    let op = Operator {
+        name: name.to_string(),
+        overload: overload.to_string(),
+    };
+    let index = match m.operators.iter().position(|o| *o == op) {
+        Some(i) => i,
+        None => {
+            m.operators.push(op);
+            m.operators.len() - 1
+        }
+    };
+    Instruction::Kernel { op: index, args }
+}
+
+/// The operator (`namespace::name.overload`) and arguments of a kernel
+/// call; None for other instructions.
+pub(crate) fn kernel_name<'a>(m: &Method, ins: &'a Instruction) -> Option<(String, &'a [usize])> {
+    match ins {
+        Instruction::Kernel { op, args } => Some((m.operators.get(*op)?.full_name(), args)),
+        _ => None,
+    }
+}

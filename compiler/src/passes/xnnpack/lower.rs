@@ -1,0 +1,1009 @@
+//! Lowering XNNPACK delegate calls to kernel calls (an IR-to-IR pass).
+//!
+//! Each subgraph value becomes a method value: the call's arguments for
+//! external values, constants pointing at the program's bytes, and new
+//! tensors for intermediates. Each node becomes one kernel call (two when
+//! a fused clamp has no kernel to fuse into) whose arguments are
+//! synthesized values. A convolution with constant weights, ungrouped or
+//! depthwise, becomes the `conv2d_folded` call that the channels-last pass
+//! makes of an aten convolution (its filter in XNNPACK's layout), so that
+//! the passes after it fuse residual adds and chains alike.
+//!
+//! Intermediates are laid out by this pass in one extra planned buffer per
+//! method, reusing bytes between values whose lifetimes within a call do
+//! not overlap (calls never overlap, so all of a method's calls share the
+//! buffer). Constant weights that kernels rearrange (pack) get a second
+//! buffer, where the packing made on the first run stays for the next
+//! ones.
+//!
+//! Shapes are checked here, against the node's parameters, so that a
+//! malformed subgraph is reported at its node; the emitters check their
+//! arguments again when the code is generated.
+use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueKind, XNode};
+use super::BACKEND_ID;
+use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
+use crate::ir::*;
+use crate::passes::channels_last::folded;
+use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
+use crate::plan::AddedBuffer;
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
+use ptec_runtime::kernels::packed::packed_len;
+
+/// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
+/// kernel calls. `file` is the file the program was read from (its blobs
+/// and constants are byte ranges of it). Calls to other backends are left
+/// alone.
+pub fn lower_xnnpack_delegates(program: &mut Program, file: &[u8]) -> Result<()> {
+    let Program {
+        methods,
+        named_data,
+        external_files,
+        ..
+    } = program;
+    let named = NamedSources {
+        named_data,
+        external_files,
+    };
+    let mut errors = Vec::new();
+    for m in methods.iter_mut() {
+        let uses_xnnpack = m.instructions.iter().any(|i| is_xnnpack_call(m, i));
+        if uses_xnnpack {
+            errors.extend(lower_method(m, file, &named));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Errors(errors))
+    }
+}
+
+fn is_xnnpack_call(m: &Method, ins: &Instruction) -> bool {
+    matches!(ins, Instruction::Delegate { delegate, .. }
+        if m.delegates.get(*delegate).is_some_and(|d| d.id == BACKEND_ID))
+}
+
+/// Lowers the XNNPACK calls of one method; returns the problems found.
+fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Diagnostic> {
+    let old = std::mem::take(&mut m.instructions);
+    let old_traces = m.stacktraces.take();
+    let mut errors = Vec::new();
+    let mut instructions = Vec::with_capacity(old.len());
+    let mut traces = old_traces.as_ref().map(|_| Vec::new());
+    // Where each old instruction starts in the new list (and the end).
+    let mut start = Vec::with_capacity(old.len() + 1);
+    let mut buffers = Buffers::default();
+    for (n, ins) in old.iter().enumerate() {
+        start.push(instructions.len());
+        let lowered = match ins {
+            Instruction::Delegate { delegate, args } if is_xnnpack_call(m, ins) => {
+                let at = Location::method(&m.name).instruction(n);
+                let blob = m.delegates[*delegate].processed;
+                match read_graph(file, blob, named, args.len(), &at)
+                    .and_then(|g| CallLowering::new(m, &g, args, at, &mut buffers).run())
+                {
+                    Ok(list) => list,
+                    Err(e) => {
+                        errors.extend(e.0);
+                        Vec::new()
+                    }
+                }
+            }
+            other => vec![other.clone()],
+        };
+        if let (Some(t), Some(old_t)) = (traces.as_mut(), old_traces.as_ref()) {
+            let frames = old_t.get(n).cloned().unwrap_or_default();
+            t.extend(std::iter::repeat_n(frames, lowered.len()));
+        }
+        instructions.extend(lowered);
+    }
+    let end = instructions.len();
+    start.push(end);
+    for ins in &mut instructions {
+        if let Instruction::JumpFalse { destination, .. } = ins {
+            *destination = start.get(*destination).copied().unwrap_or(end);
+        }
+    }
+    m.instructions = instructions;
+    m.stacktraces = traces;
+    buffers.kept.install(m);
+    if errors.is_empty() {
+        drop_uncalled_delegates(m);
+    }
+    errors
+}
+
+/// Removes the delegates no instruction calls any more (the compiled
+/// XNNPACK ones), renumbering the calls of the others: what is left are
+/// the backends the generated code must be given.
+fn drop_uncalled_delegates(m: &mut Method) {
+    let mut called = vec![false; m.delegates.len()];
+    for ins in &m.instructions {
+        if let Instruction::Delegate { delegate, .. } = ins {
+            if let Some(c) = called.get_mut(*delegate) {
+                *c = true;
+            }
+        }
+    }
+    let mut new_index = Vec::with_capacity(called.len());
+    let mut next = 0;
+    for &c in &called {
+        new_index.push(next);
+        next += usize::from(c);
+    }
+    let mut k = 0;
+    m.delegates.retain(|_| {
+        k += 1;
+        called[k - 1]
+    });
+    for ins in &mut m.instructions {
+        if let Instruction::Delegate { delegate, .. } = ins {
+            if let Some(&i) = new_index.get(*delegate) {
+                *delegate = i;
+            }
+        }
+    }
+}
+
+/// The buffer the pass adds to a method, for packed weights (kept from run
+/// to run, so each has bytes of its own). The calls' intermediates are
+/// left unplanned, for [`crate::plan::temporaries`].
+#[derive(Default)]
+struct Buffers {
+    kept: AddedBuffer,
+}
+
+/// The lowering of one call.
+struct CallLowering<'a> {
+    m: &'a mut Method,
+    g: &'a Graph,
+    args: &'a [usize],
+    at: Location,
+    /// Method value of each subgraph value, once created.
+    slots: Vec<Option<usize>>,
+    out: Vec<Instruction>,
+    buffers: &'a mut Buffers,
+}
+
+type Step = Result<()>;
+
+impl<'a> CallLowering<'a> {
+    fn new(m: &'a mut Method, g: &'a Graph, args: &'a [usize], at: Location, buffers: &'a mut Buffers) -> Self {
+        CallLowering {
+            slots: vec![None; g.values.len()],
+            m,
+            g,
+            args,
+            at,
+            out: Vec::new(),
+            buffers,
+        }
+    }
+
+    fn run(mut self) -> Result<Vec<Instruction>> {
+        for (i, v) in self.g.values.iter().enumerate() {
+            if let ValueKind::Input { .. } | ValueKind::Output { .. } = v.kind {
+                self.bind_argument(i)?;
+            }
+        }
+        self.outputs_apart()?;
+        for (i, node) in self.g.nodes.iter().enumerate() {
+            self.node(i, node)?;
+        }
+        Ok(self.out)
+    }
+
+    /// The lowered nodes write each output while later nodes may still
+    /// read the inputs: an output planned over an input's bytes (or over
+    /// another output's) would corrupt them, so such a call is refused.
+    fn outputs_apart(&self) -> Step {
+        let arg = |x: &crate::passes::xnnpack::blob::XValue| match x.kind {
+            ValueKind::Input { arg } => Some((false, arg)),
+            ValueKind::Output { arg } => Some((true, arg)),
+            _ => None,
+        };
+        let args: Vec<(bool, usize)> = self.g.values.iter().filter_map(arg).collect();
+        for (k, &(writes, a)) in args.iter().enumerate() {
+            for &(other_writes, b) in &args[k + 1..] {
+                let (va, vb) = (self.args[a], self.args[b]);
+                if (writes || other_writes) && va != vb && crate::analysis::alias::share_bytes(self.m, va, vb) {
+                    return Err(Errors::one(
+                        ErrorKind::Unsupported {
+                            detail: format!(
+                                "XNNPACK delegate arguments {a} and {b} (values {va} and {vb}) share planned bytes, one of them an output"
+                            ),
+                        },
+                        self.at.clone(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------
+    // Values
+
+    /// An invalid-subgraph error at `within` (a value or node) and byte
+    /// `offset` of the call's blob.
+    fn error(&self, within: String, offset: usize, detail: String) -> Errors {
+        Errors::one(
+            ErrorKind::BadDelegate {
+                backend: BACKEND_ID,
+                detail,
+            },
+            self.at.clone().within(within).offset(offset),
+        )
+    }
+
+    fn value_error(&self, x: usize, detail: String) -> Errors {
+        let v = &self.g.values[x];
+        self.error(format!("XNNPACK value id {}", v.id), v.offset, detail)
+    }
+
+    /// Binds an external value to its argument of the call, through an
+    /// alias with the value's dims when the argument's differ: a dim order
+    /// that is not the default (XNNPACK sees the tensor's bytes in memory
+    /// order) or a 0-d tensor.
+    fn bind_argument(&mut self, x: usize) -> Step {
+        let v = &self.g.values[x];
+        let (ValueKind::Input { arg } | ValueKind::Output { arg }) = v.kind else {
+            return Ok(());
+        };
+        let writes = matches!(v.kind, ValueKind::Output { .. });
+        let vi = self.args[arg];
+        let t = match self.m.values.get(vi) {
+            Some(Value::Tensor(t)) => t.clone(),
+            Some(other) => {
+                return Err(self.value_error(
+                    x,
+                    format!(
+                        "delegate argument {arg} (value {vi}) is a {}, not a tensor",
+                        other.kind()
+                    ),
+                ))
+            }
+            None => return Err(self.value_error(x, format!("delegate argument {arg} names value {vi}, out of range"))),
+        };
+        if t.dtype != ScalarType::Float {
+            return Err(self.value_error(
+                x,
+                format!(
+                    "delegate argument {arg} (value {vi}) has dtype {}, the subgraph fp32",
+                    t.dtype
+                ),
+            ));
+        }
+        if t.dynamism != Dynamism::Static {
+            return Err(Errors::one(
+                ErrorKind::Unsupported {
+                    detail: format!("XNNPACK delegate argument {arg} (value {vi}) with a dynamic shape"),
+                },
+                self.at.clone().value(vi),
+            ));
+        }
+        let memory_order: Vec<usize> = t
+            .dim_order
+            .iter()
+            .map(|&d| t.sizes.get(d as usize).copied().unwrap_or(0))
+            .collect();
+        // A 0-d tensor is a 1-element value of any rank to XNNPACK.
+        let scalar = t.sizes.is_empty() && v.dims.iter().all(|&d| d == 1);
+        if memory_order != v.dims && !scalar {
+            return Err(self.value_error(
+                x,
+                format!(
+                    "delegate argument {arg} (value {vi}) has sizes {:?} in dim order {:?}, the subgraph's value dims {:?}",
+                    t.sizes, t.dim_order, v.dims
+                ),
+            ));
+        }
+        if writes && matches!(t.placement, Placement::Constant { .. } | Placement::External { .. }) {
+            return Err(self.value_error(x, format!("the call writes argument {arg} (value {vi}), a constant")));
+        }
+        let slot = if t.is_contiguous() && t.sizes == v.dims {
+            vi
+        } else {
+            let placement = match &t.placement {
+                Placement::Mutable { buffer, offset, .. } => Placement::Planned {
+                    buffer: *buffer,
+                    offset: *offset,
+                },
+                Placement::Unplanned => {
+                    return Err(Errors::one(
+                        ErrorKind::Unsupported {
+                            detail: format!(
+                            "XNNPACK delegate argument {arg} (value {vi}) with dim order {:?} and no planned memory",
+                            t.dim_order
+                        ),
+                        },
+                        self.at.clone().value(vi),
+                    ))
+                }
+                p => p.clone(),
+            };
+            self.push_tensor(v.dims.clone(), placement)
+        };
+        self.slots[x] = Some(slot);
+        Ok(())
+    }
+
+    fn push_tensor(&mut self, sizes: Vec<usize>, placement: Placement) -> usize {
+        push_f32_tensor(self.m, sizes, placement)
+    }
+
+    /// A new intermediate tensor of this call (unplanned, see
+    /// [`Buffers`]).
+    fn temp(&mut self, sizes: Vec<usize>) -> usize {
+        self.push_tensor(sizes, Placement::Unplanned)
+    }
+
+    /// The method value of subgraph value `x`, created on first use.
+    fn slot(&mut self, x: usize) -> usize {
+        if let Some(s) = self.slots[x] {
+            return s;
+        }
+        let v = &self.g.values[x];
+        let s = match &v.kind {
+            ValueKind::Constant(data) => self.push_tensor(v.dims.clone(), Placement::Constant { data: *data }),
+            // Arguments are bound before any node is lowered.
+            _ => self.temp(v.dims.clone()),
+        };
+        self.slots[x] = Some(s);
+        s
+    }
+
+    fn is_constant(&self, x: usize) -> bool {
+        matches!(self.g.values[x].kind, ValueKind::Constant(_))
+    }
+
+    /// Where a kernel keeps subgraph value `x` packed (`len` floats) from
+    /// run to run: a tensor of its own in the kept buffer when `x` is a
+    /// constant, else None (the kernel packs it on every call).
+    fn kept_packing(&mut self, x: usize, len: usize) -> usize {
+        if !self.is_constant(x) {
+            return self.null();
+        }
+        let placement = self.buffers.kept.reserve(self.m, len as u64 * 4);
+        self.push_tensor(vec![len], placement)
+    }
+
+    fn push(&mut self, v: Value) -> usize {
+        push_value(self.m, v)
+    }
+
+    fn int(&mut self, x: usize) -> usize {
+        self.push(Value::Int(x as i64))
+    }
+
+    fn int_list(&mut self, xs: &[usize]) -> usize {
+        push_int_list(self.m, xs)
+    }
+
+    fn double(&mut self, x: f32) -> usize {
+        self.push(Value::Double(x as f64))
+    }
+
+    fn null(&mut self) -> usize {
+        self.push(Value::Null)
+    }
+
+    /// Appends a call of `name.overload` with `args`.
+    fn kernel(&mut self, full_name: &str, args: Vec<usize>) {
+        let call = kernel_call(self.m, full_name, args);
+        self.out.push(call);
+    }
+
+    /// An aten out-variant call: the out tensor is passed and returned.
+    fn aten(&mut self, full_name: &str, mut args: Vec<usize>, out: usize) {
+        args.extend([out, out]);
+        self.kernel(full_name, args);
+    }
+
+    // -----------------------------------------------------------------
+    // Nodes
+
+    fn node_error(&self, i: usize, node: &XNode, detail: String) -> Errors {
+        self.error(format!("XNNPACK node {i} ({})", node.kind), node.offset, detail)
+    }
+
+    fn dims(&self, x: usize) -> &'a [usize] {
+        &self.g.values[x].dims
+    }
+
+    /// Fails unless value `out` has dims `want`.
+    fn expect_dims(&self, i: usize, node: &XNode, out: usize, want: &[usize]) -> Step {
+        if self.dims(out) == want {
+            Ok(())
+        } else {
+            Err(self.node_error(
+                i,
+                node,
+                format!(
+                    "output value id {} has dims {:?}, the node computes {want:?}",
+                    self.g.values[out].id,
+                    self.dims(out)
+                ),
+            ))
+        }
+    }
+
+    /// Where a node whose kernel cannot clamp writes: `out` itself, or a
+    /// temporary that [`Self::finish_clamp`] clamps into `out`.
+    fn clamp_target(&mut self, node: &XNode, out: usize) -> (usize, usize) {
+        let o = self.slot(out);
+        if has_clamp(node) {
+            (self.temp(self.dims(out).to_vec()), o)
+        } else {
+            (o, o)
+        }
+    }
+
+    fn finish_clamp(&mut self, node: &XNode, written: usize, out: usize) {
+        if written != out {
+            let lo = self.bound(node.min);
+            let hi = self.bound(node.max);
+            self.aten("aten::clamp.out", vec![written, lo, hi], out);
+        }
+    }
+
+    /// A clamp bound: the value, or None for an infinite one.
+    fn bound(&mut self, b: f32) -> usize {
+        if b.is_infinite() {
+            self.null()
+        } else {
+            self.double(b)
+        }
+    }
+
+    fn node(&mut self, i: usize, node: &XNode) -> Step {
+        match &node.op {
+            Op::Binary { op, a, b, out } => {
+                let want = broadcast(self.dims(*a), self.dims(*b)).ok_or_else(|| {
+                    self.node_error(
+                        i,
+                        node,
+                        format!("dims {:?} and {:?} do not broadcast", self.dims(*a), self.dims(*b)),
+                    )
+                })?;
+                self.expect_dims(i, node, *out, &want)?;
+                let (sa, sb) = (self.slot(*a), self.slot(*b));
+                let (dst, o) = self.clamp_target(node, *out);
+                match op {
+                    BinaryOp::Add | BinaryOp::Subtract => {
+                        let alpha = self.push(Value::Int(1));
+                        let name = if *op == BinaryOp::Add {
+                            "aten::add.out"
+                        } else {
+                            "aten::sub.out"
+                        };
+                        self.aten(name, vec![sa, sb, alpha], dst);
+                    }
+                    BinaryOp::Multiply => self.aten("aten::mul.out", vec![sa, sb], dst),
+                    BinaryOp::Divide => self.aten("aten::div.out", vec![sa, sb], dst),
+                    BinaryOp::Minimum => self.aten("aten::minimum.out", vec![sa, sb], dst),
+                    BinaryOp::Maximum => self.aten("aten::maximum.out", vec![sa, sb], dst),
+                    BinaryOp::PReLU => self.kernel(super::PRELU, vec![sa, sb, dst, dst]),
+                }
+                self.finish_clamp(node, dst, o);
+                Ok(())
+            }
+            Op::Unary { op, input, out } => {
+                let want = self.dims(*input).to_vec();
+                self.expect_dims(i, node, *out, &want)?;
+                self.unary(i, node, *op, *input, *out)
+            }
+            Op::FullyConnected {
+                input,
+                filter,
+                bias,
+                out,
+                weight_transposed,
+            } => {
+                let (x, w) = (self.dims(*input), self.dims(*filter));
+                let k = x.last().copied().unwrap_or(0);
+                let n = match (w, weight_transposed) {
+                    (&[n, wk], false) | (&[wk, n], true) if wk == k => n,
+                    _ => {
+                        return Err(self.node_error(
+                            i,
+                            node,
+                            format!("input dims {x:?} and filter dims {w:?} do not fit"),
+                        ))
+                    }
+                };
+                if x.is_empty() || bias.is_some_and(|b| self.g.values[b].numel() != n) {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("input dims {x:?} or the bias do not fit {n} outputs"),
+                    ));
+                }
+                let mut want = x.to_vec();
+                *want.last_mut().expect("rank >= 1") = n;
+                // XNNPACK keeps the leading dims; only their product matters.
+                let (o, got) = (self.dims(*out), want.iter().product::<usize>());
+                if o.last() != Some(&n) || o.iter().product::<usize>() != got {
+                    self.expect_dims(i, node, *out, &want)?;
+                }
+                let args = vec![
+                    self.slot(*input),
+                    self.slot(*filter),
+                    self.opt_slot(*bias),
+                    self.push(Value::Bool(*weight_transposed)),
+                    self.double(node.min),
+                    self.double(node.max),
+                    self.kept_packing(*filter, packed_len(k, n)),
+                    self.slot(*out),
+                ];
+                self.kernel("ptec_xnn::fully_connected.out", args);
+                Ok(())
+            }
+            Op::Conv2d {
+                depthwise,
+                input,
+                filter,
+                bias,
+                out,
+                padding,
+                kernel,
+                stride,
+                dilation,
+                groups,
+                group_input_channels,
+                group_output_channels,
+            } => {
+                let (x, w) = (self.dims(*input), self.dims(*filter));
+                let geometry = if *depthwise {
+                    Conv2dNhwc::depthwise(x, w, *stride, *padding, *dilation).filter(|g| {
+                        g.groups == *groups
+                            && *group_input_channels > 0
+                            && g.out_c == groups * (group_output_channels / group_input_channels)
+                    })
+                } else {
+                    Conv2dNhwc::regular(x, w, *stride, *padding, *dilation, *groups).filter(|g| {
+                        g.out_c == groups * group_output_channels && g.in_c == groups * group_input_channels
+                    })
+                };
+                let g = geometry
+                    .filter(|g| [g.window.kernel_h, g.window.kernel_w] == *kernel)
+                    .ok_or_else(|| {
+                        self.node_error(
+                            i,
+                            node,
+                            format!(
+                                "input dims {x:?}, filter dims {w:?}, kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups of {group_input_channels} → {group_output_channels} channels do not fit"
+                            ),
+                        )
+                    })?;
+                if bias.is_some_and(|b| self.g.values[b].numel() != g.out_c) {
+                    return Err(self.node_error(i, node, format!("the bias does not have {} elements", g.out_c)));
+                }
+                self.expect_dims(i, node, *out, &g.output_sizes())?;
+                // The geometry the call's emitter will find for the
+                // filter in XNNPACK's layout (ungrouped, or depthwise with
+                // more than one channel).
+                let as_folded = Conv2dNhwc::folded(FilterLayout::Xnnpack, x, w, *stride, *padding, *dilation, g.groups);
+                if as_folded == Some(g) && self.is_constant(*filter) && bias.is_none_or(|b| self.is_constant(b)) {
+                    // The call the channels-last pass makes of an aten
+                    // convolution: the passes after this one fuse residual
+                    // adds and chains of such calls.
+                    let groups = g.groups;
+                    let [weight, bias] = [self.slot(*filter), self.opt_slot(*bias)];
+                    let null = self.null();
+                    let args = folded::Args {
+                        x: self.slot(*input),
+                        weight,
+                        bias,
+                        bn: [null; 5],
+                        padding: self.int_list(padding),
+                        stride: self.int_list(stride),
+                        dilation: self.int_list(dilation),
+                        groups: self.int(groups),
+                        min: self.double(node.min),
+                        max: self.double(node.max),
+                        residual: null,
+                        kept: self.kept_packing(*filter, g.folded_len()),
+                        layout: self.push(Value::Int(folded::layout_code(FilterLayout::Xnnpack))),
+                        out: self.slot(*out),
+                    };
+                    self.kernel(folded::NAME, args.to_vec());
+                    return Ok(());
+                }
+                let mut args = vec![
+                    self.slot(*input),
+                    self.slot(*filter),
+                    self.opt_slot(*bias),
+                    self.int_list(padding),
+                    self.int_list(stride),
+                    self.int_list(dilation),
+                ];
+                if !depthwise {
+                    args.push(self.int(*groups));
+                }
+                args.extend([self.double(node.min), self.double(node.max)]);
+                if !depthwise {
+                    let kept = if *groups == 1 {
+                        self.kept_packing(*filter, g.packed_filter_len())
+                    } else {
+                        self.null()
+                    };
+                    args.push(kept);
+                }
+                args.push(self.slot(*out));
+                let name = if *depthwise {
+                    "ptec_xnn::depthwise_conv2d_nhwc.out"
+                } else {
+                    "ptec_xnn::conv2d_nhwc.out"
+                };
+                self.kernel(name, args);
+                Ok(())
+            }
+            Op::Pool2d {
+                max,
+                input,
+                out,
+                padding,
+                kernel,
+                stride,
+                dilation,
+            } => {
+                let x = self.dims(*input);
+                let window = match *x {
+                    [n, h, w, _] => Window2d::new(n, h, w, *kernel, *stride, *padding, *dilation),
+                    _ => None,
+                };
+                let win = window.ok_or_else(|| {
+                    self.node_error(
+                        i,
+                        node,
+                        format!(
+                            "input dims {x:?}, window {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} do not fit"
+                        ),
+                    )
+                })?;
+                self.expect_dims(i, node, *out, &[win.batch, win.out_h, win.out_w, x[3]])?;
+                let mut args = vec![
+                    self.slot(*input),
+                    self.int_list(kernel),
+                    self.int_list(stride),
+                    self.int_list(padding),
+                ];
+                if *max {
+                    args.push(self.int_list(dilation));
+                }
+                args.extend([self.double(node.min), self.double(node.max), self.slot(*out)]);
+                let name = if *max {
+                    "ptec_xnn::max_pool2d_nhwc.out"
+                } else {
+                    "ptec_xnn::avg_pool2d_nhwc.out"
+                };
+                self.kernel(name, args);
+                Ok(())
+            }
+            Op::GlobalAvgPool { input, out } => {
+                let x = self.dims(*input);
+                let [n, _, _, c] = *x else {
+                    return Err(self.node_error(i, node, format!("input dims {x:?} are not [N, H, W, C]")));
+                };
+                let o = self.dims(*out);
+                if o.iter().product::<usize>() != n * c || o.last() != Some(&c) {
+                    self.expect_dims(i, node, *out, &[n, 1, 1, c])?;
+                }
+                let args = vec![
+                    self.slot(*input),
+                    self.double(node.min),
+                    self.double(node.max),
+                    self.slot(*out),
+                ];
+                self.kernel("ptec_xnn::global_avg_pool2d_nhwc.out", args);
+                Ok(())
+            }
+            Op::Transpose { perm, input, out } => {
+                let x = self.dims(*input);
+                let mut seen = vec![false; x.len()];
+                let is_perm = perm.len() == x.len()
+                    && perm
+                        .iter()
+                        .all(|&p| p < x.len() && !std::mem::replace(&mut seen[p], true));
+                if !is_perm {
+                    return Err(self.node_error(i, node, format!("{perm:?} is not a permutation of {} dims", x.len())));
+                }
+                let want: Vec<usize> = perm.iter().map(|&p| x[p]).collect();
+                self.expect_dims(i, node, *out, &want)?;
+                let (si, p) = (self.slot(*input), self.int_list(perm));
+                let o = self.slot(*out);
+                self.aten("aten::permute_copy.out", vec![si, p], o);
+                Ok(())
+            }
+            Op::ResizeBilinear {
+                height,
+                width,
+                align_corners,
+                input,
+                out,
+            } => {
+                let &[n, h, w, c] = self.dims(*input) else {
+                    return Err(self.node_error(i, node, format!("input of dims {:?}, not NHWC", self.dims(*input))));
+                };
+                if h == 0 || w == 0 || *height == 0 || *width == 0 {
+                    return Err(self.node_error(i, node, "an empty image".into()));
+                }
+                self.expect_dims(i, node, *out, &[n, *height, *width, c])?;
+                // aten's kernel runs on NCHW images: the image goes there and back.
+                let (si, o) = (self.slot(*input), self.slot(*out));
+                let nchw_in = self.temp(vec![n, c, h, w]);
+                let to_nchw = self.int_list(&[0, 3, 1, 2]);
+                self.aten("aten::permute_copy.out", vec![si, to_nchw], nchw_in);
+                let nchw_out = self.temp(vec![n, c, *height, *width]);
+                let size = self.int_list(&[*height, *width]);
+                let align = self.push(Value::Bool(*align_corners));
+                let scales = self.null();
+                self.aten(
+                    "aten::upsample_bilinear2d.vec_out",
+                    vec![nchw_in, size, align, scales],
+                    nchw_out,
+                );
+                let to_nhwc = self.int_list(&[0, 2, 3, 1]);
+                self.aten("aten::permute_copy.out", vec![nchw_out, to_nhwc], o);
+                Ok(())
+            }
+            Op::Reshape { new_shape, input, out } => {
+                let (x, o) = (self.dims(*input), self.dims(*out));
+                let fits = new_shape.len() == o.len() && new_shape.iter().zip(o).all(|(&s, &d)| s == 0 || s == d);
+                if !fits || x.iter().product::<usize>() != o.iter().product::<usize>() {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("reshape of {x:?} to {new_shape:?} does not give the output's dims {o:?}"),
+                    ));
+                }
+                let (si, shape) = (self.slot(*input), self.int_list(o));
+                let so = self.slot(*out);
+                self.aten("aten::view_copy.out", vec![si, shape], so);
+                Ok(())
+            }
+            Op::Slice {
+                offsets,
+                sizes,
+                input,
+                out,
+            } => {
+                let (x, o) = (self.dims(*input), self.dims(*out));
+                let fits = offsets.len() == x.len()
+                    && sizes.len() == x.len()
+                    && o.len() == x.len()
+                    && (0..x.len()).all(|d| {
+                        (sizes[d] == 0 || sizes[d] == o[d]) && offsets[d].checked_add(o[d]).is_some_and(|e| e <= x[d])
+                    });
+                if !fits {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("slice at {offsets:?} of sizes {sizes:?} does not fit input {x:?} and output {o:?}"),
+                    ));
+                }
+                let strides = contiguous_strides(x);
+                let start: usize = offsets.iter().zip(&strides).map(|(a, b)| a * b).sum();
+                let args = vec![
+                    self.slot(*input),
+                    self.int_list(o),
+                    self.int_list(&strides),
+                    self.int(start),
+                ];
+                let so = self.slot(*out);
+                self.aten("aten::as_strided_copy.out", args, so);
+                Ok(())
+            }
+            Op::Pad {
+                pre,
+                post,
+                value,
+                input,
+                out,
+            } => {
+                let x = self.dims(*input);
+                if pre.len() != x.len() || post.len() != x.len() {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("paddings for {} dims, input has {}", pre.len(), x.len()),
+                    ));
+                }
+                let want: Option<Vec<usize>> = (0..x.len())
+                    .map(|d| x[d].checked_add(pre[d])?.checked_add(post[d]))
+                    .collect();
+                let want = want.ok_or_else(|| self.node_error(i, node, "padded sizes overflow".into()))?;
+                self.expect_dims(i, node, *out, &want)?;
+                // aten's pad list runs from the last dim to the first.
+                let pads: Vec<usize> = (0..x.len()).rev().flat_map(|d| [pre[d], post[d]]).collect();
+                let args = vec![self.slot(*input), self.int_list(&pads), self.double(*value)];
+                let so = self.slot(*out);
+                self.aten("aten::constant_pad_nd.out", args, so);
+                Ok(())
+            }
+            Op::Concat { axis, inputs, out } => {
+                let first = self.dims(inputs[0]);
+                let mut want = first.to_vec();
+                let mut fits = *axis < first.len();
+                if fits {
+                    want[*axis] = 0;
+                    for &t in inputs {
+                        let d = self.dims(t);
+                        fits &= d.len() == first.len() && (0..d.len()).all(|j| j == *axis || d[j] == first[j]);
+                        if fits {
+                            want[*axis] += d[*axis];
+                        }
+                    }
+                }
+                if !fits {
+                    let all: Vec<&[usize]> = inputs.iter().map(|&t| self.dims(t)).collect();
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("inputs {all:?} do not concatenate along dim {axis}"),
+                    ));
+                }
+                self.expect_dims(i, node, *out, &want)?;
+                let items = inputs.iter().map(|&t| self.slot(t)).collect();
+                let list = self.push(Value::TensorList(items));
+                let ax = self.int(*axis);
+                let so = self.slot(*out);
+                self.aten("aten::cat.out", vec![list, ax], so);
+                Ok(())
+            }
+            Op::BatchMatMul { a, b, out, transpose_b } => {
+                let (da, db) = (self.dims(*a), self.dims(*b));
+                let want = batch_matmul_sizes(da, db, *transpose_b).ok_or_else(|| {
+                    self.node_error(
+                        i,
+                        node,
+                        format!("batch matrix multiply of {da:?} and {db:?} does not fit"),
+                    )
+                })?;
+                self.expect_dims(i, node, *out, &want)?;
+                let args = vec![
+                    self.slot(*a),
+                    self.slot(*b),
+                    self.push(Value::Bool(*transpose_b)),
+                    self.slot(*out),
+                ];
+                self.kernel("ptec_xnn::batch_matmul.out", args);
+                Ok(())
+            }
+        }
+    }
+
+    fn opt_slot(&mut self, x: Option<usize>) -> usize {
+        match x {
+            Some(x) => self.slot(x),
+            None => self.null(),
+        }
+    }
+
+    fn unary(&mut self, i: usize, node: &XNode, op: UnaryOp, input: usize, out: usize) -> Step {
+        let si = self.slot(input);
+        let so = self.slot(out);
+        let simple = |op| match op {
+            UnaryOp::Sigmoid => Some("aten::sigmoid.out"),
+            UnaryOp::Floor => Some("aten::floor.out"),
+            UnaryOp::Ceiling => Some("aten::ceil.out"),
+            UnaryOp::SquareRoot => Some("aten::sqrt.out"),
+            UnaryOp::ReciprocalSquareRoot => Some("aten::rsqrt.out"),
+            UnaryOp::Hardswish => Some("aten::hardswish.out"),
+            UnaryOp::Negate => Some("aten::neg.out"),
+            UnaryOp::Abs => Some("aten::abs.out"),
+            UnaryOp::Log => Some("aten::log.out"),
+            UnaryOp::Exp => Some("aten::exp.out"),
+            UnaryOp::Tanh => Some("aten::tanh.out"),
+            UnaryOp::Sin => Some("aten::sin.out"),
+            UnaryOp::Cos => Some("aten::cos.out"),
+            _ => None,
+        };
+        if let Some(name) = simple(op) {
+            self.aten(name, vec![si], so);
+            return Ok(());
+        }
+        match op {
+            UnaryOp::Clamp if has_clamp(node) => {
+                let (lo, hi) = (self.bound(node.min), self.bound(node.max));
+                self.aten("aten::clamp.out", vec![si, lo, hi], so);
+            }
+            UnaryOp::Clamp | UnaryOp::Copy => {
+                let fmt = self.null();
+                self.aten("aten::clone.out", vec![si, fmt], so);
+            }
+            UnaryOp::Softmax => {
+                if self.dims(input).is_empty() {
+                    return Err(self.node_error(i, node, "softmax of a 0-d tensor".into()));
+                }
+                let dim = self.push(Value::Int(-1));
+                let half = self.push(Value::Bool(false));
+                self.aten("aten::_softmax.out", vec![si, dim, half], so);
+            }
+            UnaryOp::Square => self.aten("aten::mul.out", vec![si, si], so),
+            UnaryOp::Gelu => {
+                let exact = self.push(Value::String("none".into()));
+                self.aten("aten::gelu.out", vec![si, exact], so);
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                let s = self.double(negative_slope);
+                self.aten("aten::leaky_relu.out", vec![si, s], so);
+            }
+            UnaryOp::Elu { alpha } => {
+                let (a, one, one2) = (self.double(alpha), self.double(1.0), self.double(1.0));
+                self.aten("aten::elu.out", vec![si, a, one, one2], so);
+            }
+            _ => unreachable!("simple unary operations are handled above"),
+        }
+        Ok(())
+    }
+}
+
+fn has_clamp(node: &XNode) -> bool {
+    node.min > f32::NEG_INFINITY || node.max < f32::INFINITY
+}
+
+/// NumPy broadcasting of two shapes (aligned at the last dim).
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let at = |s: &[usize], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
+    (0..rank)
+        .map(|d| match (at(a, d), at(b, d)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Row-major strides (in elements) of a shape.
+fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1];
+    }
+    s
+}
+
+/// Output dims of a batch matrix multiply: `[batch.., m, n]`.
+pub(crate) fn batch_matmul_sizes(a: &[usize], b: &[usize], transpose_b: bool) -> Option<Vec<usize>> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+    let (kb, n) = if transpose_b {
+        (b[b.len() - 1], b[b.len() - 2])
+    } else {
+        (b[b.len() - 2], b[b.len() - 1])
+    };
+    if k != kb {
+        return None;
+    }
+    let mut out = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])?;
+    out.extend([m, n]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes() {
+        assert_eq!(broadcast(&[2, 1, 4], &[3, 1]), Some(vec![2, 3, 4]));
+        assert_eq!(broadcast(&[2, 3], &[4, 3]), None);
+        assert_eq!(broadcast(&[], &[5]), Some(vec![5]));
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(
+            batch_matmul_sizes(&[4, 128, 64], &[4, 64, 128], false),
+            Some(vec![4, 128, 128])
+        );
+        assert_eq!(
+            batch_matmul_sizes(&[2, 1, 5, 3], &[4, 7, 3], true),
+            Some(vec![2, 4, 5, 7])
+        );
+        assert_eq!(batch_matmul_sizes(&[5, 3], &[4, 3], false), None);
+    }
+}

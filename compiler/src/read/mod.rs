@@ -1,0 +1,61 @@
+//! Reading any file ptec accepts into the IR: the first stage.
+//!
+//! [`container`] finds what a file is and where its parts are; [`program`]
+//! reads a program's flatbuffer, [`bundle`] a bundle's test cases, [`ptd`]
+//! a `.ptd` file's tensors. [`load`] does all that and verifies the result.
+pub(crate) mod bundle;
+pub(crate) mod container;
+pub(crate) mod program;
+pub(crate) mod ptd;
+
+use crate::error::Result;
+use crate::ir::*;
+use crate::read::bundle::{read_bp04, read_bp08};
+use crate::read::container::detect;
+use crate::read::program::read_program;
+use crate::read::ptd::read_ptd;
+use crate::verify::verify_program;
+
+/// A file, read and verified.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub kind: FileKind,
+    /// The program (of a `.pte` or a bundle).
+    pub program: Option<Program>,
+    /// Test suites of a bundle.
+    pub suites: Vec<TestSuite>,
+    /// The tensors of a `.ptd` file.
+    pub tensor_data: Option<ExternalFile>,
+}
+
+/// Reads and verifies `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`), resolving
+/// external tensors against the `.ptd` files in `data_files`.
+pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
+    let kind = detect(bytes)?;
+    let external = data_files
+        .iter()
+        .enumerate()
+        .map(|(i, b)| read_ptd(b, i))
+        .collect::<Result<Vec<_>>>()?;
+    let (program, suites, tensor_data) = match kind {
+        FileKind::Program { .. } => (Some(read_program(bytes, 0, bytes.len(), &external)?), Vec::new(), None),
+        FileKind::BundleBp08 => {
+            let b = read_bp08(bytes, &external)?;
+            (Some(b.program), b.suites, None)
+        }
+        FileKind::BundleBp04 => {
+            let b = read_bp04(bytes, &external)?;
+            (Some(b.program), b.suites, None)
+        }
+        FileKind::TensorData => (None, Vec::new(), Some(read_ptd(bytes, 0)?)),
+    };
+    if let Some(p) = &program {
+        verify_program(p, &suites)?;
+    }
+    Ok(Loaded {
+        kind,
+        program,
+        suites,
+        tensor_data,
+    })
+}
