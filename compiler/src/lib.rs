@@ -20,6 +20,7 @@ pub mod coverage;
 pub mod error;
 mod frontend;
 pub mod ir;
+mod names;
 mod passes;
 mod plan;
 mod read;

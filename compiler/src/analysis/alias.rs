@@ -28,7 +28,7 @@
 //!   overlapping one are its aliases, and its bytes are in use throughout;
 //! - the caller may run a method again on the inputs it set, so theirs stay
 //!   in use throughout.
-use crate::analysis::uses::Life;
+use crate::analysis::lives::Life;
 use crate::ir::*;
 
 /// The aliases of each value, and when each write's bytes are in use.

@@ -1,7 +1,8 @@
 //! What the passes, the memory plan and code generation ask of a method:
-//! where each value is used and how long it lives ([`uses`]), and which
-//! values share planned bytes ([`alias`]).
+//! where each value is used ([`uses`]), how long it lives ([`lives`]), and
+//! which values share planned bytes ([`alias`]).
 pub(crate) mod alias;
+pub(crate) mod lives;
 pub(crate) mod uses;
 
 /// Small methods for the tests of the passes that place bytes.

@@ -113,7 +113,7 @@ impl Folds {
             let Some((name, args)) = kernel_name(m, ins) else {
                 continue;
             };
-            if name == "aten::permute_copy.out" {
+            if name == crate::names::aten::PERMUTE_COPY {
                 let Some((src, out)) = constant_transpose(m, layout, args) else {
                     continue;
                 };

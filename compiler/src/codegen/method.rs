@@ -4,7 +4,9 @@
 use super::fold::Folds;
 use super::resources::delegate_body;
 use super::Ctx;
-use crate::codegen::ops::{self, i64_lit, lit, rust_type, scalar_field, sizes_field, usize_slice, OpCtx};
+use crate::codegen::ops::{
+    self, dtype_tokens, lit, rust_type, scalar_field, scalar_lit, sizes_field, usize_slice, OpCtx,
+};
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
 use crate::plan::layout::{layout_prepared, Home, MethodLayout, Occupancy};
@@ -39,20 +41,6 @@ pub fn scalar_ty(v: &Value) -> Option<TokenStream> {
         Value::Bool(_) => Some(quote!(bool)),
         _ => None,
     }
-}
-
-pub(super) fn scalar_lit(v: &Value) -> TokenStream {
-    match v {
-        Value::Int(x) => i64_lit(*x),
-        Value::Double(x) => ops::f64_lit(*x),
-        Value::Bool(b) => quote!(#b),
-        _ => quote!(()),
-    }
-}
-
-pub(super) fn dtype_tokens(d: ScalarType) -> TokenStream {
-    let name = format_ident!("{}", format!("{d:?}"));
-    quote!(::ptec_runtime::ScalarType::#name)
 }
 
 fn dynamism_tokens(d: Dynamism) -> TokenStream {

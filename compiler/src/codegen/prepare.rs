@@ -12,7 +12,7 @@
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
 use crate::ir::*;
-use crate::passes::channels_last::folded;
+use crate::names::{conv2d_nhwc, folded, fully_connected, CONV2D_FOLDED_CHAIN};
 use crate::passes::rewrite::kernel_name;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -38,12 +38,12 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
     };
     match name {
         folded::NAME => vec![folded_at(folded::WEIGHT)],
-        crate::passes::conv_chains::CHAIN => {
+        CONV2D_FOLDED_CHAIN => {
             let stages = n_args.saturating_sub(2) / FOLDED_ARGS;
             (0..stages).map(|i| folded_at(1 + i * FOLDED_ARGS)).collect()
         }
-        "ptec_xnn::fully_connected.out" => vec![(6, vec![1])],
-        "ptec_xnn::conv2d_nhwc.out" => vec![(9, vec![1])],
+        fully_connected::NAME => vec![(fully_connected::KEPT, vec![fully_connected::WEIGHT])],
+        conv2d_nhwc::NAME => vec![(conv2d_nhwc::KEPT, vec![conv2d_nhwc::WEIGHT])],
         _ => Vec::new(),
     }
 }

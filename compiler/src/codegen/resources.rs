@@ -34,7 +34,7 @@ pub fn delegate_body(
             .ok_or_else(|| format!("argument {k} names value {vi}, out of range"))?;
         let item = match v {
             Value::Tensor(t) => {
-                let dtype = super::method::dtype_tokens(t.dtype);
+                let dtype = super::ops::dtype_tokens(t.dtype);
                 let order = &t.dim_order;
                 let es = lit(t.dtype.element_size());
                 let (sizes, len) = if t.dynamism != Dynamism::Static {
@@ -76,7 +76,7 @@ pub fn delegate_body(
                     let f = scalar_field(vi);
                     quote!(self.#f)
                 } else {
-                    super::method::scalar_lit(v)
+                    super::ops::scalar_lit(v)
                 };
                 let ctor = match v {
                     Value::Int(_) => quote!(Int),

@@ -27,15 +27,13 @@
 use crate::analysis::alias::share_bytes;
 use crate::analysis::uses::Uses;
 use crate::ir::*;
+use crate::names::aten::{ADD, BATCH_NORM, CLAMP, CONVOLUTION, HARDTANH, MEAN, PERMUTE_COPY, RELU};
+use crate::names::{folded, AVG_POOL2D_NHWC, GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC};
 use crate::passes::rewrite::{kernel_call, kernel_name, push_f32_tensor, push_int_list, push_value};
 use crate::plan::AddedBuffer;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
 use std::collections::{HashMap, HashSet};
 
-const CONVOLUTION: &str = "aten::convolution.out";
-const BATCH_NORM: &str = "aten::_native_batch_norm_legit_no_training.out";
-const ADD: &str = "aten::add.out";
-const MEAN: &str = "aten::mean.out";
 /// NCHW → NHWC and back, as `permute_copy` dims.
 const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
@@ -176,102 +174,6 @@ fn pair(m: &Method, v: usize) -> Option<[usize; 2]> {
     }
 }
 
-/// `ptec_xnn::conv2d_folded`, the call this pass makes of a convolution,
-/// and its arguments' positions: this pass writes them, `conv_chains` and
-/// the call's emitter read them.
-pub(crate) mod folded {
-    pub(crate) const NAME: &str = "ptec_xnn::conv2d_folded.out";
-    pub(crate) const X: usize = 0;
-    pub(crate) const WEIGHT: usize = 1;
-    pub(crate) const BIAS: usize = 2;
-    pub(crate) const BN_WEIGHT: usize = 3;
-    pub(crate) const BN_BIAS: usize = 4;
-    pub(crate) const MEAN: usize = 5;
-    pub(crate) const VAR: usize = 6;
-    pub(crate) const EPS: usize = 7;
-    pub(crate) const PADDING: usize = 8;
-    pub(crate) const STRIDE: usize = 9;
-    pub(crate) const DILATION: usize = 10;
-    pub(crate) const GROUPS: usize = 11;
-    pub(crate) const MIN: usize = 12;
-    pub(crate) const MAX: usize = 13;
-    pub(crate) const RESIDUAL: usize = 14;
-    pub(crate) const KEPT: usize = 15;
-    /// The weight's layout, an integer ([`layout_code`]).
-    pub(crate) const LAYOUT: usize = 16;
-    pub(crate) const OUT: usize = 17;
-    /// Arguments in all.
-    pub(crate) const COUNT: usize = OUT + 1;
-
-    use ptec_runtime::kernels::nhwc::FilterLayout;
-
-    /// The integer a call holds for `layout`.
-    pub(crate) fn layout_code(layout: FilterLayout) -> i64 {
-        match layout {
-            FilterLayout::Torch => 0,
-            FilterLayout::Xnnpack => 1,
-        }
-    }
-
-    /// The layout `code` stands for.
-    pub(crate) fn layout(code: i64) -> Option<FilterLayout> {
-        [FilterLayout::Torch, FilterLayout::Xnnpack]
-            .into_iter()
-            .find(|&l| layout_code(l) == code)
-    }
-
-    /// The values a call takes, by name (an absent optional is a null
-    /// value; `bn` is the batch norm's weight, bias, mean, variance and
-    /// eps).
-    pub(crate) struct Args {
-        pub x: usize,
-        pub weight: usize,
-        pub bias: usize,
-        pub bn: [usize; 5],
-        pub padding: usize,
-        pub stride: usize,
-        pub dilation: usize,
-        pub groups: usize,
-        pub min: usize,
-        pub max: usize,
-        pub residual: usize,
-        pub kept: usize,
-        pub layout: usize,
-        pub out: usize,
-    }
-
-    impl Args {
-        /// In the call's order.
-        pub(crate) fn to_vec(&self) -> Vec<usize> {
-            let [bn_weight, bn_bias, mean, var, eps] = self.bn;
-            let mut args = vec![0; COUNT];
-            for (at, v) in [
-                (X, self.x),
-                (WEIGHT, self.weight),
-                (BIAS, self.bias),
-                (BN_WEIGHT, bn_weight),
-                (BN_BIAS, bn_bias),
-                (MEAN, mean),
-                (VAR, var),
-                (EPS, eps),
-                (PADDING, self.padding),
-                (STRIDE, self.stride),
-                (DILATION, self.dilation),
-                (GROUPS, self.groups),
-                (MIN, self.min),
-                (MAX, self.max),
-                (RESIDUAL, self.residual),
-                (KEPT, self.kept),
-                (LAYOUT, self.layout),
-                (OUT, self.out),
-            ] {
-                args[at] = v;
-            }
-            args
-        }
-    }
-}
-
 /// The convolution at instruction `n`, when this pass can run it NHWC.
 fn convolution(m: &Method, args: &[usize]) -> Option<Conv> {
     let &[x, w, bias, stride, padding, dilation, transposed, _, groups, out, ret] = args else {
@@ -395,11 +297,9 @@ fn clamp_of(m: &Method, name: &str, a: &[usize]) -> Option<((f64, f64), usize, u
         _ => number(m, v),
     };
     let (bounds, x, out, ret) = match (name, a) {
-        ("aten::relu.out", &[x, out, ret]) => ((0.0, f64::INFINITY), x, out, ret),
-        ("aten::hardtanh.out", &[x, lo, hi, out, ret]) => ((number(m, lo)?, number(m, hi)?), x, out, ret),
-        ("aten::clamp.out", &[x, lo, hi, out, ret]) => {
-            ((bound(lo, f64::NEG_INFINITY)?, bound(hi, f64::INFINITY)?), x, out, ret)
-        }
+        (RELU, &[x, out, ret]) => ((0.0, f64::INFINITY), x, out, ret),
+        (HARDTANH, &[x, lo, hi, out, ret]) => ((number(m, lo)?, number(m, hi)?), x, out, ret),
+        (CLAMP, &[x, lo, hi, out, ret]) => ((bound(lo, f64::NEG_INFINITY)?, bound(hi, f64::INFINITY)?), x, out, ret),
         _ => return None,
     };
     let (lo, hi) = bounds;
@@ -430,13 +330,7 @@ fn pooling(m: &Method, uses: &Uses, n: usize, name: &str, args: &[usize]) -> Opt
             if !uses.kernel_uses(indices, n)?.is_empty() {
                 return None;
             }
-            (
-                "ptec_xnn::max_pool2d_nhwc.out",
-                x,
-                out,
-                Some(pair(m, dilation)?),
-                ceil_mode,
-            )
+            (MAX_POOL2D_NHWC, x, out, Some(pair(m, dilation)?), ceil_mode)
         }
         ("aten::avg_pool2d.out", &[x, _, _, padding, ceil_mode, count_pad, divisor, out, ret]) => {
             let unpadded = pair(m, padding)? == [0, 0];
@@ -444,7 +338,7 @@ fn pooling(m: &Method, uses: &Uses, n: usize, name: &str, args: &[usize]) -> Opt
             if ret != out || !matches!(m.values.get(divisor), Some(Value::Null)) || (counts_pad && !unpadded) {
                 return None;
             }
-            ("ptec_xnn::avg_pool2d_nhwc.out", x, out, None, ceil_mode)
+            (AVG_POOL2D_NHWC, x, out, None, ceil_mode)
         }
         _ => return None,
     };
@@ -629,7 +523,7 @@ pub(crate) fn convert_method(m: &mut Method) {
             Role::Conv(c) => r.conv(c),
             Role::SpatialMean { x, out } if r.nhwc.contains(x) => {
                 let (lo, hi) = r.bounds((f64::NEG_INFINITY, f64::INFINITY));
-                r.call("ptec_xnn::global_avg_pool2d_nhwc.out", vec![*x, lo, hi, *out]);
+                r.call(GLOBAL_AVG_POOL2D_NHWC, vec![*x, lo, hi, *out]);
             }
             Role::Pool(p) if r.nhwc.contains(&p.x) => r.pool(p),
             _ => r.code.push(ins.clone()),
@@ -682,7 +576,7 @@ impl Rewrite<'_> {
     /// `permute_copy(from, dims, to)`.
     fn permute(&mut self, from: usize, dims: [usize; 4], to: usize) {
         let dims = push_int_list(self.m, &dims);
-        self.call("aten::permute_copy.out", vec![from, dims, to, to]);
+        self.call(PERMUTE_COPY, vec![from, dims, to, to]);
     }
 
     /// An image an NHWC operation reads (of NHWC sizes `sizes`): itself
@@ -832,15 +726,12 @@ mod tests {
         assert_eq!(count(&new, BATCH_NORM), 0);
         // Three relus (one after the residual add) and the clamp are
         // absorbed, and so is the add.
-        assert_eq!(count(&old, "aten::relu.out"), 3);
-        assert_eq!(count(&new, "aten::relu.out") + count(&new, "aten::clamp.out"), 0);
+        assert_eq!(count(&old, RELU), 3);
+        assert_eq!(count(&new, RELU) + count(&new, CLAMP), 0);
         assert_eq!((count(&old, ADD), count(&new, ADD)), (1, 0));
         // The residual block's second convolution adds the block's input
         // (the pooled image, kept NHWC), then clamps at zero.
-        let (_, pool) = new
-            .iter()
-            .find(|(n, _)| n == "ptec_xnn::max_pool2d_nhwc.out")
-            .expect("the pooling");
+        let (_, pool) = new.iter().find(|(n, _)| n == MAX_POOL2D_NHWC).expect("the pooling");
         let pooled = *pool.last().unwrap();
         let with_residual: Vec<&Vec<usize>> = new
             .iter()
@@ -854,8 +745,8 @@ mod tests {
             (number(&after, c2[folded::MIN]), number(&after, c2[folded::MAX])),
             (Some(0.0), Some(f64::INFINITY))
         );
-        assert_eq!(count(&new, "ptec_xnn::max_pool2d_nhwc.out"), 1);
-        assert_eq!(count(&new, "ptec_xnn::global_avg_pool2d_nhwc.out"), 1);
+        assert_eq!(count(&new, MAX_POOL2D_NHWC), 1);
+        assert_eq!(count(&new, GLOBAL_AVG_POOL2D_NHWC), 1);
         // The clamp is the depthwise convolution's bounds.
         let dw = new
             .iter()
@@ -874,7 +765,7 @@ mod tests {
         let new = calls(&after);
         let permutes: Vec<Vec<i64>> = new
             .iter()
-            .filter(|(n, _)| n == "aten::permute_copy.out")
+            .filter(|(n, _)| n == PERMUTE_COPY)
             .map(|(_, a)| ints(&after, a[1]).unwrap())
             .collect();
         // The input in, the image the grouped convolution reads out and its

@@ -21,15 +21,11 @@
 use crate::analysis::alias::share_bytes;
 use crate::analysis::uses::Uses;
 use crate::ir::*;
-use crate::passes::channels_last::folded::{
-    self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X,
-};
+use crate::names::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
+use crate::names::CONV2D_FOLDED_CHAIN as CHAIN;
 use crate::passes::channels_last::{image, int, number, residual_add_after, usizes};
 use crate::passes::rewrite::{kernel_call, kernel_name};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
-
-/// The call a chain becomes; `ops::xnnpack` emits it.
-pub(crate) const CHAIN: &str = "ptec_xnn::conv2d_folded_chain.out";
 
 /// Smallest result between two convolutions worth a chain: below it the
 /// result stays in the L2 cache between them anyway.
@@ -515,7 +511,7 @@ mod tests {
         (kernel_args(&mut m, 0)[MIN], kernel_args(&mut m, 0)[MAX]) = (lo, hi);
         let alpha = push_value(&mut m, Value::Int(1));
         let (a, b) = if y_first { (y, r) } else { (r, y) };
-        let add = kernel_call(&mut m, "aten::add.out", vec![a, b, alpha, sum, sum]);
+        let add = kernel_call(&mut m, crate::names::aten::ADD, vec![a, b, alpha, sum, sum]);
         m.instructions.push(add);
         (m, [x, r, sum])
     }

@@ -6,7 +6,7 @@
 //! outputs without a plan), so that generated code never needs a pointer
 //! from outside. Constants stay in the embedded file data.
 use crate::analysis::alias::Aliases;
-use crate::analysis::uses::{lives, Life};
+use crate::analysis::lives::{lives, Life};
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
 use crate::plan::lowest_fit;

@@ -5,7 +5,7 @@
 //! in use, so that ptec's rewriting costs no memory beyond the plan; what
 //! finds no room there shares one buffer of ptec's own.
 use crate::analysis::alias::Aliases;
-use crate::analysis::uses::{lives, Life};
+use crate::analysis::lives::{lives, Life};
 use crate::ir::*;
 use crate::plan::{lowest_fit, AddedBuffer, ALIGN};
 

@@ -794,3 +794,19 @@ pub const FLOATS: &[ScalarType] = &[
 pub fn writes_scalar(full_name: &str) -> bool {
     prim::OPS.iter().any(|(n, _)| *n == full_name)
 }
+
+/// A scalar value as a literal (`()` for anything else).
+pub(crate) fn scalar_lit(v: &Value) -> TokenStream {
+    match v {
+        Value::Int(x) => i64_lit(*x),
+        Value::Double(x) => f64_lit(*x),
+        Value::Bool(b) => quote!(#b),
+        _ => quote!(()),
+    }
+}
+
+/// A dtype as the runtime's `ScalarType`.
+pub(crate) fn dtype_tokens(d: ScalarType) -> TokenStream {
+    let name = format_ident!("{}", format!("{d:?}"));
+    quote!(::ptec_runtime::ScalarType::#name)
+}

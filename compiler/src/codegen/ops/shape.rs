@@ -11,7 +11,7 @@ use super::elementwise::{compute_type, convert, scalar_in};
 use super::*;
 
 pub const OPS: &[(&str, Emitter)] = &[
-    ("aten::permute_copy.out", permute_copy),
+    (crate::names::aten::PERMUTE_COPY, permute_copy),
     ("aten::view_copy.out", view_copy),
     ("aten::_unsafe_view.out", view_copy),
     ("executorch_prim::et_view.default", et_view),

@@ -12,22 +12,25 @@
 //! return). Every tensor is a static, contiguous `f32` tensor.
 use super::conv::usize_list;
 use super::*;
-use crate::passes::channels_last::folded;
+use crate::names::{
+    conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, CONV2D_FOLDED_CHAIN, DEPTHWISE_CONV2D_NHWC,
+    GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
+};
 use ptec_runtime::kernels::gemm::gemm_scratch_len;
 use ptec_runtime::kernels::nhwc::{BatchNormFold, Conv2dNhwc, FoldedConv, Window2d};
 use ptec_runtime::kernels::packed::packed_len;
 
 pub const OPS: &[(&str, Emitter)] = &[
-    ("ptec_xnn::fully_connected.out", fully_connected),
-    ("ptec_xnn::conv2d_nhwc.out", conv2d_nhwc),
+    (fully_connected::NAME, fully_connected),
+    (conv2d_nhwc::NAME, conv2d_nhwc),
     (folded::NAME, conv2d_folded),
-    (crate::passes::conv_chains::CHAIN, conv2d_folded_chain),
-    ("ptec_xnn::depthwise_conv2d_nhwc.out", depthwise_conv2d_nhwc),
-    ("ptec_xnn::max_pool2d_nhwc.out", max_pool2d_nhwc),
-    ("ptec_xnn::avg_pool2d_nhwc.out", avg_pool2d_nhwc),
-    ("ptec_xnn::global_avg_pool2d_nhwc.out", global_avg_pool2d_nhwc),
-    ("ptec_xnn::batch_matmul.out", batch_matmul),
-    (crate::passes::xnnpack::PRELU, prelu),
+    (CONV2D_FOLDED_CHAIN, conv2d_folded_chain),
+    (DEPTHWISE_CONV2D_NHWC, depthwise_conv2d_nhwc),
+    (MAX_POOL2D_NHWC, max_pool2d_nhwc),
+    (AVG_POOL2D_NHWC, avg_pool2d_nhwc),
+    (GLOBAL_AVG_POOL2D_NHWC, global_avg_pool2d_nhwc),
+    (BATCH_MATMUL, batch_matmul),
+    (PRELU, prelu),
 ];
 
 /// `prelu(x, slope, out)`: `x` where it is not negative, else `x × slope`
@@ -127,16 +130,17 @@ fn conv_tokens(g: &Conv2dNhwc) -> TokenStream {
 /// `packed`, when given, keeps the packed weight between runs (it must
 /// belong to this call alone).
 fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(8)?;
+    use fully_connected::{BIAS, COUNT, KEPT, MIN, OUT, TRANSPOSED, WEIGHT, X};
+    ctx.arity(COUNT)?;
     let (x, w, bias, packed, out) = (
-        ctx.tensor(0)?,
-        ctx.tensor(1)?,
-        ctx.opt_tensor(2)?,
-        ctx.opt_tensor(6)?,
-        ctx.tensor(7)?,
+        ctx.tensor(X)?,
+        ctx.tensor(WEIGHT)?,
+        ctx.opt_tensor(BIAS)?,
+        ctx.opt_tensor(KEPT)?,
+        ctx.tensor(OUT)?,
     );
-    let transposed = ctx.bool(3)?;
-    let (min, max) = bounds(ctx, 4)?;
+    let transposed = ctx.bool(TRANSPOSED)?;
+    let (min, max) = bounds(ctx, MIN)?;
     let mut all = vec![&x, &w, &out];
     all.extend(bias.as_ref());
     all.extend(packed.as_ref());
@@ -312,12 +316,17 @@ fn emit_conv(
 /// `packed`, when given (ungrouped only), keeps the packed filter between
 /// runs (it must belong to this call alone).
 fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(11)?;
-    let operands = conv_operands(ctx, 10)?;
-    let (padding, stride, dilation) = (array::<4>(ctx, 3)?, array::<2>(ctx, 4)?, array::<2>(ctx, 5)?);
-    let groups = super::conv::usize_arg(ctx, 6)?;
-    let b = bounds(ctx, 7)?;
-    let packed = ctx.opt_tensor(9)?;
+    use conv2d_nhwc::{COUNT, DILATION, GROUPS, KEPT, MIN, OUT, PADDING, STRIDE};
+    ctx.arity(COUNT)?;
+    let operands = conv_operands(ctx, OUT)?;
+    let (padding, stride, dilation) = (
+        array::<4>(ctx, PADDING)?,
+        array::<2>(ctx, STRIDE)?,
+        array::<2>(ctx, DILATION)?,
+    );
+    let groups = super::conv::usize_arg(ctx, GROUPS)?;
+    let b = bounds(ctx, MIN)?;
+    let packed = ctx.opt_tensor(KEPT)?;
     let (x, w) = (&operands.0, &operands.1);
     let g = Conv2dNhwc::regular(&x.sizes, &w.sizes, stride, padding, dilation, groups).ok_or_else(|| {
         format!(

@@ -23,7 +23,11 @@ use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueK
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
-use crate::passes::channels_last::folded;
+use crate::names::aten::{ADD, CLAMP, PERMUTE_COPY};
+use crate::names::{
+    conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, DEPTHWISE_CONV2D_NHWC, GLOBAL_AVG_POOL2D_NHWC,
+    MAX_POOL2D_NHWC, PRELU,
+};
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
 use crate::plan::AddedBuffer;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
@@ -443,7 +447,7 @@ impl<'a> CallLowering<'a> {
         if written != out {
             let lo = self.bound(node.min);
             let hi = self.bound(node.max);
-            self.aten("aten::clamp.out", vec![written, lo, hi], out);
+            self.aten(CLAMP, vec![written, lo, hi], out);
         }
     }
 
@@ -472,18 +476,14 @@ impl<'a> CallLowering<'a> {
                 match op {
                     BinaryOp::Add | BinaryOp::Subtract => {
                         let alpha = self.push(Value::Int(1));
-                        let name = if *op == BinaryOp::Add {
-                            "aten::add.out"
-                        } else {
-                            "aten::sub.out"
-                        };
+                        let name = if *op == BinaryOp::Add { ADD } else { "aten::sub.out" };
                         self.aten(name, vec![sa, sb, alpha], dst);
                     }
                     BinaryOp::Multiply => self.aten("aten::mul.out", vec![sa, sb], dst),
                     BinaryOp::Divide => self.aten("aten::div.out", vec![sa, sb], dst),
                     BinaryOp::Minimum => self.aten("aten::minimum.out", vec![sa, sb], dst),
                     BinaryOp::Maximum => self.aten("aten::maximum.out", vec![sa, sb], dst),
-                    BinaryOp::PReLU => self.kernel(super::PRELU, vec![sa, sb, dst, dst]),
+                    BinaryOp::PReLU => self.kernel(PRELU, vec![sa, sb, dst, dst]),
                 }
                 self.finish_clamp(node, dst, o);
                 Ok(())
@@ -536,7 +536,7 @@ impl<'a> CallLowering<'a> {
                     self.kept_packing(*filter, packed_len(k, n)),
                     self.slot(*out),
                 ];
-                self.kernel("ptec_xnn::fully_connected.out", args);
+                self.kernel(fully_connected::NAME, args);
                 Ok(())
             }
             Op::Conv2d {
@@ -632,9 +632,9 @@ impl<'a> CallLowering<'a> {
                 }
                 args.push(self.slot(*out));
                 let name = if *depthwise {
-                    "ptec_xnn::depthwise_conv2d_nhwc.out"
+                    DEPTHWISE_CONV2D_NHWC
                 } else {
-                    "ptec_xnn::conv2d_nhwc.out"
+                    conv2d_nhwc::NAME
                 };
                 self.kernel(name, args);
                 Ok(())
@@ -673,11 +673,7 @@ impl<'a> CallLowering<'a> {
                     args.push(self.int_list(dilation));
                 }
                 args.extend([self.double(node.min), self.double(node.max), self.slot(*out)]);
-                let name = if *max {
-                    "ptec_xnn::max_pool2d_nhwc.out"
-                } else {
-                    "ptec_xnn::avg_pool2d_nhwc.out"
-                };
+                let name = if *max { MAX_POOL2D_NHWC } else { AVG_POOL2D_NHWC };
                 self.kernel(name, args);
                 Ok(())
             }
@@ -696,7 +692,7 @@ impl<'a> CallLowering<'a> {
                     self.double(node.max),
                     self.slot(*out),
                 ];
-                self.kernel("ptec_xnn::global_avg_pool2d_nhwc.out", args);
+                self.kernel(GLOBAL_AVG_POOL2D_NHWC, args);
                 Ok(())
             }
             Op::Transpose { perm, input, out } => {
@@ -713,7 +709,7 @@ impl<'a> CallLowering<'a> {
                 self.expect_dims(i, node, *out, &want)?;
                 let (si, p) = (self.slot(*input), self.int_list(perm));
                 let o = self.slot(*out);
-                self.aten("aten::permute_copy.out", vec![si, p], o);
+                self.aten(PERMUTE_COPY, vec![si, p], o);
                 Ok(())
             }
             Op::ResizeBilinear {
@@ -734,7 +730,7 @@ impl<'a> CallLowering<'a> {
                 let (si, o) = (self.slot(*input), self.slot(*out));
                 let nchw_in = self.temp(vec![n, c, h, w]);
                 let to_nchw = self.int_list(&[0, 3, 1, 2]);
-                self.aten("aten::permute_copy.out", vec![si, to_nchw], nchw_in);
+                self.aten(PERMUTE_COPY, vec![si, to_nchw], nchw_in);
                 let nchw_out = self.temp(vec![n, c, *height, *width]);
                 let size = self.int_list(&[*height, *width]);
                 let align = self.push(Value::Bool(*align_corners));
@@ -745,7 +741,7 @@ impl<'a> CallLowering<'a> {
                     nchw_out,
                 );
                 let to_nhwc = self.int_list(&[0, 2, 3, 1]);
-                self.aten("aten::permute_copy.out", vec![nchw_out, to_nhwc], o);
+                self.aten(PERMUTE_COPY, vec![nchw_out, to_nhwc], o);
                 Ok(())
             }
             Op::Reshape { new_shape, input, out } => {
@@ -868,7 +864,7 @@ impl<'a> CallLowering<'a> {
                     self.push(Value::Bool(*transpose_b)),
                     self.slot(*out),
                 ];
-                self.kernel("ptec_xnn::batch_matmul.out", args);
+                self.kernel(BATCH_MATMUL, args);
                 Ok(())
             }
         }
@@ -907,7 +903,7 @@ impl<'a> CallLowering<'a> {
         match op {
             UnaryOp::Clamp if has_clamp(node) => {
                 let (lo, hi) = (self.bound(node.min), self.bound(node.max));
-                self.aten("aten::clamp.out", vec![si, lo, hi], so);
+                self.aten(CLAMP, vec![si, lo, hi], so);
             }
             UnaryOp::Clamp | UnaryOp::Copy => {
                 let fmt = self.null();

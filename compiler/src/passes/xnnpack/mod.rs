@@ -15,11 +15,6 @@
 pub mod blob;
 mod lower;
 
-/// XNNPACK's PReLU as ptec's operator: `prelu(x, slope, out)`, the slope
-/// broadcast as in `mul` (XNNPACK's is one per channel of the last
-/// dimension).
-pub(crate) const PRELU: &str = "ptec_xnn::prelu.out";
-
 pub(crate) use lower::batch_matmul_sizes;
 pub use lower::lower_xnnpack_delegates;
 

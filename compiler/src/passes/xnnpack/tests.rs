@@ -370,7 +370,7 @@ fn prelu_becomes_ptecs_prelu_over_the_slope() {
     )
     .unwrap();
     let m = &p.methods[0];
-    assert_eq!(ops(m), [crate::passes::xnnpack::PRELU]);
+    assert_eq!(ops(m), [crate::names::PRELU]);
     let Instruction::Kernel { args, .. } = &m.instructions[0] else {
         unreachable!()
     };
@@ -509,7 +509,8 @@ fn calls_of_other_backends_stay_and_are_renumbered() {
 /// and that pass then absorbs the residual add.
 #[test]
 fn convolutions_become_folded_calls_that_absorb_the_residual_add() {
-    use crate::passes::channels_last::{folded, int};
+    use crate::names::folded;
+    use crate::passes::channels_last::int;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/xnnpack_conv.pte");
     let bytes = std::fs::read(path).unwrap();
     let mut program = crate::read::load(&bytes, &[]).unwrap().program.unwrap();

@@ -1,0 +1,163 @@
+//! The operators ptec writes into programs (`ptec_xnn::*`), with the
+//! positions of their arguments, and the aten operators that passes both
+//! look for and write: one place shared by the pass that makes a call and
+//! the emitter that reads it.
+
+/// aten operators the passes look for or write.
+pub(crate) mod aten {
+    pub(crate) const ADD: &str = "aten::add.out";
+    pub(crate) const BATCH_NORM: &str = "aten::_native_batch_norm_legit_no_training.out";
+    pub(crate) const CLAMP: &str = "aten::clamp.out";
+    pub(crate) const CONVOLUTION: &str = "aten::convolution.out";
+    pub(crate) const HARDTANH: &str = "aten::hardtanh.out";
+    pub(crate) const MEAN: &str = "aten::mean.out";
+    pub(crate) const PERMUTE_COPY: &str = "aten::permute_copy.out";
+    pub(crate) const RELU: &str = "aten::relu.out";
+}
+
+/// `fully_connected(x, weight, bias?, weight_transposed, min, max, kept?, out)`:
+/// XNNPACK's fully connected layer, `kept` its packed weight.
+pub(crate) mod fully_connected {
+    pub(crate) const NAME: &str = "ptec_xnn::fully_connected.out";
+    pub(crate) const X: usize = 0;
+    pub(crate) const WEIGHT: usize = 1;
+    pub(crate) const BIAS: usize = 2;
+    pub(crate) const TRANSPOSED: usize = 3;
+    pub(crate) const MIN: usize = 4;
+    pub(crate) const KEPT: usize = 6;
+    pub(crate) const OUT: usize = 7;
+    /// Arguments in all.
+    pub(crate) const COUNT: usize = OUT + 1;
+}
+
+/// `conv2d_nhwc(x, weight, bias?, padding, stride, dilation, groups, min,
+/// max, kept?, out)`: XNNPACK's convolution on NHWC images, `kept` its
+/// packed filter.
+pub(crate) mod conv2d_nhwc {
+    pub(crate) const NAME: &str = "ptec_xnn::conv2d_nhwc.out";
+    pub(crate) const WEIGHT: usize = 1;
+    pub(crate) const PADDING: usize = 3;
+    pub(crate) const STRIDE: usize = 4;
+    pub(crate) const DILATION: usize = 5;
+    pub(crate) const GROUPS: usize = 6;
+    pub(crate) const MIN: usize = 7;
+    pub(crate) const KEPT: usize = 9;
+    pub(crate) const OUT: usize = 10;
+    /// Arguments in all.
+    pub(crate) const COUNT: usize = OUT + 1;
+}
+
+/// `depthwise_conv2d_nhwc(x, weight, bias?, padding, stride, dilation, min,
+/// max, out)`.
+pub(crate) const DEPTHWISE_CONV2D_NHWC: &str = "ptec_xnn::depthwise_conv2d_nhwc.out";
+/// `max_pool2d_nhwc(x, kernel, stride, padding, dilation, min, max, out)`.
+pub(crate) const MAX_POOL2D_NHWC: &str = "ptec_xnn::max_pool2d_nhwc.out";
+/// `avg_pool2d_nhwc(x, kernel, stride, padding, min, max, out)`.
+pub(crate) const AVG_POOL2D_NHWC: &str = "ptec_xnn::avg_pool2d_nhwc.out";
+/// `global_avg_pool2d_nhwc(x, min, max, out)`.
+pub(crate) const GLOBAL_AVG_POOL2D_NHWC: &str = "ptec_xnn::global_avg_pool2d_nhwc.out";
+/// XNNPACK's batch matrix multiply.
+pub(crate) const BATCH_MATMUL: &str = "ptec_xnn::batch_matmul.out";
+/// XNNPACK's PReLU: `prelu(x, slope, out)`, the slope broadcast as in
+/// `mul` (XNNPACK's is one per channel of the last dimension).
+pub(crate) const PRELU: &str = "ptec_xnn::prelu.out";
+/// A chain of folded convolutions (see `passes::conv_chains`): the input,
+/// then each stage's arguments of [`folded`] after its input, then the
+/// output.
+pub(crate) const CONV2D_FOLDED_CHAIN: &str = "ptec_xnn::conv2d_folded_chain.out";
+
+/// `conv2d_folded`: an NHWC convolution with a batch norm, a clamp and a
+/// residual add folded in, made by the channels-last pass and, from
+/// XNNPACK's convolutions, by the XNNPACK lowering.
+pub(crate) mod folded {
+    pub(crate) const NAME: &str = "ptec_xnn::conv2d_folded.out";
+    pub(crate) const X: usize = 0;
+    pub(crate) const WEIGHT: usize = 1;
+    pub(crate) const BIAS: usize = 2;
+    pub(crate) const BN_WEIGHT: usize = 3;
+    pub(crate) const BN_BIAS: usize = 4;
+    pub(crate) const MEAN: usize = 5;
+    pub(crate) const VAR: usize = 6;
+    pub(crate) const EPS: usize = 7;
+    pub(crate) const PADDING: usize = 8;
+    pub(crate) const STRIDE: usize = 9;
+    pub(crate) const DILATION: usize = 10;
+    pub(crate) const GROUPS: usize = 11;
+    pub(crate) const MIN: usize = 12;
+    pub(crate) const MAX: usize = 13;
+    pub(crate) const RESIDUAL: usize = 14;
+    pub(crate) const KEPT: usize = 15;
+    /// The weight's layout, an integer ([`layout_code`]).
+    pub(crate) const LAYOUT: usize = 16;
+    pub(crate) const OUT: usize = 17;
+    /// Arguments in all.
+    pub(crate) const COUNT: usize = OUT + 1;
+
+    use ptec_runtime::kernels::nhwc::FilterLayout;
+
+    /// The integer a call holds for `layout`.
+    pub(crate) fn layout_code(layout: FilterLayout) -> i64 {
+        match layout {
+            FilterLayout::Torch => 0,
+            FilterLayout::Xnnpack => 1,
+        }
+    }
+
+    /// The layout `code` stands for.
+    pub(crate) fn layout(code: i64) -> Option<FilterLayout> {
+        [FilterLayout::Torch, FilterLayout::Xnnpack]
+            .into_iter()
+            .find(|&l| layout_code(l) == code)
+    }
+
+    /// The values a call takes, by name (an absent optional is a null
+    /// value; `bn` is the batch norm's weight, bias, mean, variance and
+    /// eps).
+    pub(crate) struct Args {
+        pub x: usize,
+        pub weight: usize,
+        pub bias: usize,
+        pub bn: [usize; 5],
+        pub padding: usize,
+        pub stride: usize,
+        pub dilation: usize,
+        pub groups: usize,
+        pub min: usize,
+        pub max: usize,
+        pub residual: usize,
+        pub kept: usize,
+        pub layout: usize,
+        pub out: usize,
+    }
+
+    impl Args {
+        /// In the call's order.
+        pub(crate) fn to_vec(&self) -> Vec<usize> {
+            let [bn_weight, bn_bias, mean, var, eps] = self.bn;
+            let mut args = vec![0; COUNT];
+            for (at, v) in [
+                (X, self.x),
+                (WEIGHT, self.weight),
+                (BIAS, self.bias),
+                (BN_WEIGHT, bn_weight),
+                (BN_BIAS, bn_bias),
+                (MEAN, mean),
+                (VAR, var),
+                (EPS, eps),
+                (PADDING, self.padding),
+                (STRIDE, self.stride),
+                (DILATION, self.dilation),
+                (GROUPS, self.groups),
+                (MIN, self.min),
+                (MAX, self.max),
+                (RESIDUAL, self.residual),
+                (KEPT, self.kept),
+                (LAYOUT, self.layout),
+                (OUT, self.out),
+            ] {
+                args[at] = v;
+            }
+            args
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The compiler's production modules import each other without cycles: each
+//! stage uses the ones before it. Checked from the source: every
+//! `crate::…`, `super::…` and `self::…` path outside test code names the
+//! module it reaches; a module using its own ancestor or descendant does
+//! not count (a parent and its children are one room).
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every module of `src` (as `a::b`, the root as ``) and its file.
+fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path.file_name().unwrap() == "tests.rs" {
+                continue;
+            }
+            let rel = path.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+                parts.pop();
+            }
+            out.insert(parts.join("::"), path);
+        }
+    }
+    out
+}
+
+/// The production code of a file: comments dropped, and everything from
+/// the first `#[cfg(test)]` module on (test modules come last).
+fn production(text: &str) -> String {
+    let end = text.find("#[cfg(test)]\nmod ").unwrap_or(text.len());
+    text[..end]
+        .lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths a `crate::`/`super::`/`self::` reference at `rest` spells out,
+/// with `use` groups (`a::{b, c::d}`) expanded.
+fn expand(rest: &str) -> Vec<String> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let head: String = rest.chars().take_while(|&c| ident(c)).collect();
+    let after = &rest[head.len()..];
+    if !head.ends_with("::") || !after.starts_with('{') {
+        return vec![head.trim_end_matches(':').to_string()];
+    }
+    // A group: split at top-level commas up to the matching brace.
+    let (mut depth, mut items, mut start) = (0, Vec::new(), 1);
+    for (i, c) in after.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    items.push(&after[start..i]);
+                    break;
+                }
+            }
+            ',' if depth == 1 => {
+                items.push(&after[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items
+        .into_iter()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .flat_map(|item| expand(item).into_iter().map(|p| format!("{head}{p}")))
+        .collect()
+}
+
+/// The longest known module `path` (relative to the crate root) lies in.
+fn resolve(path: &[&str], known: &BTreeMap<String, PathBuf>) -> Option<String> {
+    (1..=path.len())
+        .rev()
+        .map(|n| path[..n].join("::"))
+        .find(|m| known.contains_key(m))
+}
+
+fn related(a: &str, b: &str) -> bool {
+    let inside = |x: &str, y: &str| y.is_empty() || x == y || x.starts_with(&format!("{y}::"));
+    inside(a, b) || inside(b, a)
+}
+
+/// The module import graph of a crate's production code.
+fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let known = modules(src);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, file) in &known {
+        let code = production(&std::fs::read_to_string(file).unwrap());
+        let here: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
+        let targets = edges.entry(module.clone()).or_default();
+        for (kw, base) in [
+            ("crate::", Vec::new()),
+            ("super::", here[..here.len().saturating_sub(1)].to_vec()),
+            ("self::", here.clone()),
+        ] {
+            for (i, _) in code.match_indices(kw) {
+                let before = code[..i].chars().last();
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                for p in expand(&code[i + kw.len()..]) {
+                    let mut full = base.clone();
+                    for seg in p.split("::").filter(|s| !s.is_empty() && *s != "self") {
+                        if seg == "super" {
+                            full.pop();
+                        } else {
+                            full.push(seg);
+                        }
+                    }
+                    if let Some(t) = resolve(&full, &known) {
+                        if !related(module, &t) {
+                            targets.insert(t);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// The cycles of `edges`, each as the modules on it (one per strongly
+/// connected component with more than one module).
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let reach = |from: &str| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_string()];
+        while let Some(m) = stack.pop() {
+            for t in edges.get(&m).into_iter().flatten() {
+                if seen.insert(t.clone()) {
+                    stack.push(t.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> = edges.keys().map(|m| (m, reach(m))).collect();
+    let mut found: Vec<Vec<String>> = Vec::new();
+    for m in edges.keys() {
+        let component: Vec<String> = edges
+            .keys()
+            .filter(|o| *o != m && reaches[m].contains(*o) && reaches[*o].contains(m))
+            .chain(std::iter::once(m))
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if component.len() > 1 && !found.contains(&component) {
+            found.push(component);
+        }
+    }
+    found
+}
+
+#[test]
+fn production_modules_import_without_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for src in [root.join("src"), root.join("cli/src"), root.join("../kernels/src")] {
+        let edges = graph(&src);
+        assert!(edges.len() > 3, "{}: no modules found", src.display());
+        let found = cycles(&edges);
+        assert!(found.is_empty(), "{}: import cycles among {found:?}", src.display());
+    }
+}
+
+/// The checker itself finds a cycle, through a `use` group and `super::`.
+#[test]
+fn the_checker_sees_cycles() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir(src.join("a")).unwrap();
+    std::fs::write(src.join("lib.rs"), "mod a;\nmod c;\n").unwrap();
+    std::fs::write(src.join("a/mod.rs"), "pub mod b;\nuse crate::c::{x, y::z};\n").unwrap();
+    std::fs::write(src.join("a/b.rs"), "use super::super::c;\n").unwrap();
+    std::fs::write(
+        src.join("c.rs"),
+        "// crate::a is only mentioned here\nfn f() { crate::a::b::g(); }\n",
+    )
+    .unwrap();
+    let edges = graph(src);
+    assert_eq!(cycles(&edges), vec![vec!["a::b".to_string(), "c".to_string()]]);
+    std::fs::write(
+        src.join("c.rs"),
+        "fn f() {}\n#[cfg(test)]\nmod tests { use crate::a; }\n",
+    )
+    .unwrap();
+    assert!(cycles(&graph(src)).is_empty());
+}
