@@ -70,7 +70,7 @@ runner() {
   local rev="$1" out="$2" sha tree cache
   if [ "$rev" = "." ]; then
     echo "building the working tree's runner..." >&2
-    (cd "$root" && cargo build --release --quiet -p ptec)
+    (cd "$root" && cargo build --release --quiet -p ptec-cli)
     "$target/release/ptec" bench "$model" --iters 1 >/dev/null
     cp "$target/ptec-bench/native/release/ptec-bench-run" "$out"
     return
@@ -87,7 +87,10 @@ runner() {
     # ptec's dependencies are shared between revisions; each revision's
     # runner crate gets its own directory, since it builds that revision's
     # kernels.
-    (cd "$tree" && CARGO_TARGET_DIR="$target/ab/build" cargo build --release --quiet -p ptec)
+    # The command line is its own package (ptec-cli) from 0.1 on; older
+    # revisions build it with the library.
+    (cd "$tree" && { [ -d compiler/cli ] && pkg=ptec-cli || pkg=ptec
+      CARGO_TARGET_DIR="$target/ab/build" cargo build --release --quiet -p "$pkg"; })
     CARGO_TARGET_DIR="$target/ab/build" PTEC_BENCH_TARGET_DIR="$target/ab/bench-$sha" \
       "$target/ab/build/release/ptec" bench "$model" --iters 1 >/dev/null
     mkdir -p "$(dirname "$cache")"

@@ -33,7 +33,7 @@ if [ ! -x "$et_dir/et_runner" ]; then
   echo "no $et_dir/et_runner: build it with ../shared/anchors/executorch-runner/build.sh $et_dir" >&2
   exit 2
 fi
-(cd "$root" && cargo build --release --quiet -p ptec)
+(cd "$root" && cargo build --release --quiet -p ptec-cli)
 "$target/release/ptec" bench "$model" --iters 1 > /dev/null
 runner="$(mktemp)"
 cp "$target/ptec-bench/native/release/ptec-bench-run" "$runner"

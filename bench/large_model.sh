@@ -19,7 +19,7 @@ if [ ! -f "$model" ]; then
   "${PYTHON:-/opt/ptec-venv/bin/python}" "$repo/tests/fixtures/make_fixtures.py" --large resnet18 "$model"
 fi
 model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
-cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p ptec
+cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p ptec-cli
 ptec="${CARGO_TARGET_DIR:-$repo/target}/release/ptec"
 export CARGO_TARGET_DIR="$work/target"
 

@@ -60,7 +60,7 @@ if [ ${#models[@]} -eq 0 ]; then
 fi
 
 echo "building ptec..." >&2
-(cd "$root" && cargo build --release --quiet -p ptec)
+(cd "$root" && cargo build --release --quiet -p ptec-cli)
 ptec="$target/release/ptec"
 
 et=""

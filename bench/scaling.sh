@@ -33,7 +33,7 @@ if [ -z "$model" ] || [ ! -e "$model" ]; then
   echo "give MODEL.bpte (or .pte)" >&2
   exit 2
 fi
-(cd "$root" && cargo build --release --quiet -p ptec)
+(cd "$root" && cargo build --release --quiet -p ptec-cli)
 "$target/release/ptec" bench "$model" --iters 1 > /dev/null
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

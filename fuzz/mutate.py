@@ -14,7 +14,7 @@ their cases, but not crash, panic or fail to build. Each finding's inputs
 and output go to --out (default target/fuzz-findings); the exit status is 1
 when there were any.
 
-Build ptec first: cargo build --release -p ptec.
+Build ptec first: cargo build --release -p ptec-cli.
 """
 import argparse
 import glob
@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     if not os.access(PTEC, os.X_OK):
-        print(f"no {PTEC}: run cargo build --release -p ptec", file=sys.stderr)
+        print(f"no {PTEC}: run cargo build --release -p ptec-cli", file=sys.stderr)
         return 2
     files = a.files or sorted(
         f for pattern in ["tests/fixtures/*.pte", "tests/fixtures/*.bpte", "tests/fixtures/*.bp",

@@ -1,6 +1,7 @@
 //! The one entry point of the three front ends: file bytes in, Rust out.
-use crate::codegen::{generate, to_source, Generated, Options};
+use crate::codegen::{generate, Generated, Options};
 use crate::error::{ErrorKind, Errors, Location, Result};
+use crate::format::to_source;
 use crate::ir::{DataSource, TestValue};
 use crate::passes::transform;
 use crate::read::load;

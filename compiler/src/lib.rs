@@ -10,7 +10,7 @@
 //!    lives, values that share bytes);
 //! 3. `plan`: bytes for what the passes added, each value's home;
 //! 4. `codegen`: the IR → Rust tokens, one emitter per operator;
-//! 5. formatting: tokens → a source file ([`compile_to_string`]).
+//! 5. `format`: tokens → a source file ([`to_source`]).
 //!
 //! `frontend` holds the path handling the macro and the [`Builder`] share.
 mod analysis;
@@ -18,6 +18,7 @@ mod codegen;
 mod compile;
 pub mod coverage;
 pub mod error;
+mod format;
 mod frontend;
 pub mod ir;
 mod names;
@@ -26,12 +27,13 @@ mod plan;
 mod read;
 mod verify;
 
-pub use codegen::{generate, to_source, Generated, Options};
+pub use codegen::{generate, Generated, Options};
 pub use compile::{
     compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, prepared_file,
     prepared_include, read_file, write_if_changed, ForeignCases, Source,
 };
 pub use error::{Diagnostic, ErrorKind, Errors, Location, Result};
+pub use format::to_source;
 pub use frontend::{compile_path, expand_macro, source_path, Builder, Settings};
 pub use passes::xnnpack::BACKEND_ID as XNNPACK_BACKEND_ID;
 pub use passes::{lower_delegates, transform};

@@ -6,7 +6,7 @@ fn coverage_table_is_current() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "docs/operator-coverage.md is stale: run `cargo run -p ptec -- coverage > docs/operator-coverage.md`"
+        "docs/operator-coverage.md is stale: run `cargo run -p ptec-cli -- coverage > docs/operator-coverage.md`"
     );
     let (covered, total) = ptec::coverage::coverage_counts();
     assert_eq!(total, 209);

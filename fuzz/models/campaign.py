@@ -2,7 +2,7 @@
 """A differential model-fuzzing campaign: N random small models (program i of
 seed S is always the same model; even i exported portably, odd i through the
 XNNPACK partitioner), each bundled with eager PyTorch's outputs and checked
-with `ptec check` (release build, `cargo build --release -p ptec`), many
+with `ptec check` (release build, `cargo build --release -p ptec-cli`), many
 bundles per call.
 
     /opt/ptec-venv/bin/python fuzz/models/campaign.py --count 200 --seed 1 [--out DIR]
@@ -279,7 +279,7 @@ def main():
             ap.error("--replay needs --bundle")
         return replay(args)
     if not exporting.PTEC.exists():
-        sys.exit(f"{exporting.PTEC} is missing: cargo build --release -p ptec")
+        sys.exit(f"{exporting.PTEC} is missing: cargo build --release -p ptec-cli")
     if args.out is None:
         args.out = str(exporting.REPO / "target" / "model-fuzz" / f"seed-{args.seed}")
     campaign(args)
