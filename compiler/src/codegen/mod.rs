@@ -49,10 +49,10 @@ pub struct Options {
     /// otherwise names no file).
     pub track_inputs: bool,
     /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
-    /// (see [`crate::passes::xnnpack`]); when off they are left as delegate calls.
+    /// (the `passes::xnnpack` pass); when off they are left as delegate calls.
     pub lower_xnnpack: bool,
     /// Run aten convolutions on NHWC images, with batch norms and clamps
-    /// folded in (see [`crate::passes::channels_last`]); when off they run NCHW,
+    /// folded in (the `passes::channels_last` pass); when off they run NCHW,
     /// operation by operation, as the program says.
     pub channels_last: bool,
 }
@@ -318,7 +318,7 @@ pub struct Generated {
 /// Generates the module of a loaded program. `program_bytes` and `data` are
 /// the files' bytes (for checks, and the constants the code embeds and the
 /// compiler prepares). With embedded weights it generates twice: see
-/// [`compact`].
+/// `compact`.
 pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
     let program = loaded.program.as_ref().ok_or_else(|| {
         Errors::one(
