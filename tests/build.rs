@@ -49,6 +49,8 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ),
     ("breadth", "fixtures/breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
+    ("llama_kv", "fixtures/llama_kv.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_llama_kv", "fixtures/xnnpack_llama_kv.bpte", None, 1e-4, 1e-4),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at
@@ -58,6 +60,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
 const EXTERNAL: &[&str] = &[
     "external_weights",
     "kv_cache",
+    "llama_kv",
     "multi_method",
     "mlp",
     "attention",

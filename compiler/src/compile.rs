@@ -47,6 +47,7 @@ pub fn compile_to_string(bytes: &[u8], data: &[&[u8]], options: &Options) -> Res
 /// A generated source file and the constants it embeds.
 #[derive(Clone, Debug)]
 pub struct Source {
+    /// The source file's text.
     pub code: String,
     /// For the file at `Options::prepared_path` (see [`Generated`]).
     pub prepared: Vec<u8>,
@@ -105,7 +106,9 @@ pub fn compile_to_source(bytes: &[u8], data: &[&[u8]], options: &Options) -> Res
 /// and the path the generated code embeds it from.
 #[derive(Clone, Copy, Debug)]
 pub struct ForeignCases<'a> {
+    /// The bundle's bytes.
     pub bytes: &'a [u8],
+    /// The path the generated code's `include_bytes!` reads the bundle from.
     pub path: &'a str,
 }
 

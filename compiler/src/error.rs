@@ -9,8 +9,11 @@ use std::fmt;
 /// Where a problem is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Location {
+    /// Name of the method.
     pub method: Option<String>,
+    /// Index of the instruction in the method.
     pub instruction: Option<usize>,
+    /// Index of the value in the method.
     pub value: Option<usize>,
     /// A place inside a structure nested in the instruction, such as a node
     /// or value of a delegate's subgraph (`XNNPACK node 4 (XNNConv2d)`).
@@ -20,6 +23,7 @@ pub struct Location {
 }
 
 impl Location {
+    /// In method `name`.
     pub fn method(name: &str) -> Self {
         Location {
             method: Some(name.to_string()),
@@ -27,6 +31,7 @@ impl Location {
         }
     }
 
+    /// At byte `offset` of the file.
     pub fn at_offset(offset: usize) -> Self {
         Location {
             offset: Some(offset),
@@ -34,21 +39,26 @@ impl Location {
         }
     }
 
+    /// This location, at instruction `i`.
     pub fn instruction(mut self, i: usize) -> Self {
         self.instruction = Some(i);
         self
     }
 
+    /// This location, at value `v`.
     pub fn value(mut self, v: usize) -> Self {
         self.value = Some(v);
         self
     }
 
+    /// This location, at byte offset `o` of the file.
     pub fn offset(mut self, o: usize) -> Self {
         self.offset = Some(o);
         self
     }
 
+    /// This location, at `place` inside a structure nested in the
+    /// instruction.
     pub fn within(mut self, place: impl Into<String>) -> Self {
         self.within = Some(place.into());
         self
@@ -87,74 +97,164 @@ impl fmt::Display for Location {
 pub enum ErrorKind {
     /// The file is empty.
     Empty,
-    /// The file is not one ptec reads; `looks_like` names what it seems to
-    /// be when its magic is recognisable.
-    NotExecuTorch { looks_like: Option<&'static str> },
+    /// The file is not one ptec reads.
+    NotExecuTorch {
+        /// What the file seems to be, when its magic is recognisable.
+        looks_like: Option<&'static str>,
+    },
     /// The file ends before a structure it declares.
     Truncated {
+        /// The structure (`program header`, `segment data`, ...).
         what: &'static str,
+        /// Bytes the file (or blob) must have to hold it.
         needed: u64,
+        /// Bytes it has.
         available: u64,
     },
     /// A header field is invalid.
-    BadHeader { what: String },
+    BadHeader {
+        /// Which field, and what is wrong with it.
+        what: String,
+    },
     /// The flatbuffer does not verify.
-    Flatbuffer { what: &'static str, detail: String },
+    Flatbuffer {
+        /// Which flatbuffer (`program`, `BP08 bundle`, ...).
+        what: &'static str,
+        /// The flatbuffers verifier's message.
+        detail: String,
+    },
     /// A required field is absent.
-    Missing { what: &'static str },
+    Missing {
+        /// The absent field.
+        what: &'static str,
+    },
     /// An index is outside the table it indexes.
-    IndexOutOfRange { what: &'static str, index: i64, len: usize },
+    IndexOutOfRange {
+        /// What the index refers to (`operator`, `input value`, ...).
+        what: &'static str,
+        /// The index, as the file gives it (it may be negative).
+        index: i64,
+        /// Entries in the table; 0 when the reader rejects the index (a
+        /// negative one, say) without it.
+        len: usize,
+    },
     /// A value is of another kind than its use requires.
     WrongValueKind {
+        /// The kind (or kinds) the use requires.
         expected: &'static str,
+        /// The value's kind, as [`Value::kind`](crate::ir::Value::kind) names it.
         found: &'static str,
     },
     /// An unknown scalar type code.
-    UnknownScalarType { code: i8 },
+    UnknownScalarType {
+        /// The code, as the file gives it.
+        code: i8,
+    },
     /// A negative size, or sizes whose element count or byte size overflow.
-    BadSizes { detail: String },
+    BadSizes {
+        /// The sizes, and what is wrong with them.
+        detail: String,
+    },
     /// `dim_order` is not a permutation of the tensor's dimensions.
-    BadDimOrder { dim_order: Vec<u8>, rank: usize },
+    BadDimOrder {
+        /// The tensor's dim order.
+        dim_order: Vec<u8>,
+        /// Its number of dimensions (the length of its sizes).
+        rank: usize,
+    },
     /// `storage_offset` is not 0.
-    StorageOffset { offset: i32 },
+    StorageOffset {
+        /// The tensor's `storage_offset`.
+        offset: i32,
+    },
     /// A planned tensor does not fit in its buffer.
     OutsideBuffer {
+        /// The buffer's memory id.
         buffer: usize,
+        /// Byte offset of the tensor in the buffer.
         offset: u64,
+        /// Size of the tensor's data in bytes.
         nbytes: u64,
+        /// Size of the buffer in bytes.
         buffer_size: u64,
     },
     /// Data of a tensor or delegate lies outside the file or its segment.
     OutsideData {
+        /// What the data is (`segment`, `constant`, `XNNPACK blob`, ...).
         what: &'static str,
+        /// Byte offset of the data, in the file or in the segment or blob
+        /// that holds it.
         offset: u64,
+        /// Length of the data in bytes.
         len: u64,
+        /// Size in bytes of the file, segment or blob that must hold it.
         limit: u64,
     },
-    /// A planned tensor's offset is not aligned for its element type.
-    Misaligned { offset: u64, align: usize },
+    /// A tensor's offset is not aligned for its element type.
+    Misaligned {
+        /// The byte offset: in its planned buffer, or of its data in its file.
+        offset: u64,
+        /// The alignment required, in bytes (the element size).
+        align: usize,
+    },
     /// The tensor's data placement is contradictory or unsupported.
-    BadPlacement { detail: String },
+    BadPlacement {
+        /// What is contradictory or unsupported.
+        detail: String,
+    },
     /// An external tensor's key is missing from the given `.ptd` files, or
     /// its layout there differs.
-    External { key: String, detail: String },
+    External {
+        /// The tensor's fully qualified name.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// Two methods share a name.
     DuplicateMethod,
     /// A bundle's test case does not fit its method.
-    BadTestCase { detail: String },
+    BadTestCase {
+        /// What does not fit.
+        detail: String,
+    },
     /// A delegate's processed data is invalid (dangling ids, inconsistent
     /// shapes, arguments that do not match the call).
-    BadDelegate { backend: &'static str, detail: String },
+    BadDelegate {
+        /// Id of the delegate's backend (`XnnpackBackend`).
+        backend: &'static str,
+        /// What is invalid.
+        detail: String,
+    },
     /// The program uses an operator ptec cannot compile.
-    UnsupportedOperator { name: String },
+    UnsupportedOperator {
+        /// The operator's full name (`name.overload`).
+        name: String,
+    },
     /// The program uses a feature ptec cannot compile.
-    Unsupported { detail: String },
+    Unsupported {
+        /// The feature.
+        detail: String,
+    },
     /// An operator's arguments are invalid (count, kinds, dtypes, shapes).
-    BadArguments { operator: String, detail: String },
+    BadArguments {
+        /// The operator's full name (`name.overload`).
+        operator: String,
+        /// What is invalid.
+        detail: String,
+    },
     /// An I/O failure reading or writing a file.
-    Io { path: String, detail: String },
-    /// A bug in ptec (it panicked); please report it with the file.
-    Internal { detail: String },
+    Io {
+        /// The file's path.
+        path: String,
+        /// The I/O error's message.
+        detail: String,
+    },
+    /// A bug in ptec (it panicked, or broke an invariant); please report it
+    /// with the file.
+    Internal {
+        /// The panic's message, or the invariant broken.
+        detail: String,
+    },
 }
 
 impl fmt::Display for ErrorKind {
@@ -210,11 +310,14 @@ impl fmt::Display for ErrorKind {
 /// One problem and where it is.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Diagnostic {
+    /// What is wrong.
     pub kind: ErrorKind,
+    /// Where.
     pub at: Location,
 }
 
 impl Diagnostic {
+    /// The problem `kind`, at `at`.
     pub fn new(kind: ErrorKind, at: Location) -> Self {
         Diagnostic { kind, at }
     }
@@ -237,10 +340,12 @@ impl std::error::Error for Diagnostic {}
 pub struct Errors(pub Vec<Diagnostic>);
 
 impl Errors {
+    /// A single problem.
     pub fn one(kind: ErrorKind, at: Location) -> Self {
         Errors(vec![Diagnostic::new(kind, at)])
     }
 
+    /// The first problem found.
     pub fn first(&self) -> &Diagnostic {
         &self.0[0]
     }
@@ -266,4 +371,5 @@ impl fmt::Display for Errors {
 
 impl std::error::Error for Errors {}
 
+/// A result whose error is every problem found.
 pub type Result<T, E = Errors> = std::result::Result<T, E>;

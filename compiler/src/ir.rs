@@ -28,18 +28,23 @@ pub enum DataSource {
 /// A byte range of a source file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DataRef {
+    /// The file the bytes are in.
     pub source: DataSource,
     /// Byte offset from the start of the source file.
     pub offset: usize,
+    /// Length in bytes.
     pub len: usize,
 }
 
 /// What kind of file was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
-    /// A `.pte` program; `extended_header` is the length of its `eh00`
-    /// header (24 or 32), or `None` when it has none.
-    Program { extended_header: Option<u32> },
+    /// A `.pte` program.
+    Program {
+        /// Length in bytes of its `eh00` extended header (24 or 32), or
+        /// `None` when it has none.
+        extended_header: Option<u32>,
+    },
     /// A BP04 bundled program (`.bp`).
     BundleBp04,
     /// A BP08 bundled program (`.bpte`).
@@ -49,6 +54,7 @@ pub enum FileKind {
 }
 
 impl FileKind {
+    /// The kind's name, as `ptec inspect` prints it (`program`, `bundle-bp08`...).
     pub fn name(&self) -> &'static str {
         match self {
             FileKind::Program { .. } => "program",
@@ -62,10 +68,12 @@ impl FileKind {
 /// A program: its methods and the data they refer to.
 #[derive(Clone, Debug)]
 pub struct Program {
+    /// The program's schema version (its flatbuffer `version` field).
     pub version: u32,
     /// Byte range of the program (flatbuffer and segments) in its source
     /// file: the whole file for a `.pte`, the embedded bytes for a bundle.
     pub range: DataRef,
+    /// Its methods, in the program's order.
     pub methods: Vec<Method>,
     /// Data segments, resolved to absolute byte ranges.
     pub segments: Vec<DataRef>,
@@ -95,38 +103,54 @@ impl Program {
 /// One `named_data` entry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NamedData {
+    /// The key the data is looked up by.
     pub key: String,
+    /// Index of the segment holding the data, in [`Program::segments`].
     pub segment: usize,
+    /// The bytes of that segment; `None` when the index is out of range.
     pub data: Option<DataRef>,
 }
 
 /// A `.ptd` file: named tensors and their bytes.
 #[derive(Clone, Debug)]
 pub struct ExternalFile {
+    /// Its tensors, in the order of the file's `named_data`.
     pub tensors: Vec<ExternalTensor>,
 }
 
 /// One named tensor of a `.ptd` file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExternalTensor {
+    /// The fully qualified name a program's `EXTERNAL` tensor names it by.
     pub key: String,
+    /// Element type from its tensor layout; `None` when the file gives none
+    /// or an unknown code.
     pub dtype: Option<ScalarType>,
+    /// Sizes from its tensor layout, outermost first, as the file gives
+    /// them; empty when it gives none.
     pub sizes: Vec<i64>,
+    /// Dim order from its tensor layout; empty when the file gives none.
     pub dim_order: Vec<u8>,
+    /// Its bytes: the whole segment its entry names.
     pub data: DataRef,
 }
 
 /// One method (ExecuTorch `ExecutionPlan`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Method {
+    /// The name the method is called by.
     pub name: String,
+    /// Its values (EValues); everything else refers to them by index.
     pub values: Vec<Value>,
     /// Value indices of the inputs.
     pub inputs: Vec<usize>,
     /// Value indices of the outputs.
     pub outputs: Vec<usize>,
+    /// Its instructions, run in order except where one jumps.
     pub instructions: Vec<Instruction>,
+    /// The operators [`Instruction::Kernel`] calls, by index.
     pub operators: Vec<Operator>,
+    /// The delegates [`Instruction::Delegate`] calls, by index.
     pub delegates: Vec<Delegate>,
     /// Planned buffer sizes, indexed by memory id (entry 0 is reserved).
     pub buffer_sizes: Vec<u64>,
@@ -149,15 +173,23 @@ impl Method {
 /// An EValue.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// No value (`None`).
     Null,
+    /// An integer.
     Int(i64),
+    /// A boolean.
     Bool(bool),
+    /// A double-precision float.
     Double(f64),
+    /// A string.
     String(String),
+    /// A tensor.
     Tensor(Tensor),
     /// Indices of `Int` values (not the integers themselves).
     IntList(Vec<usize>),
+    /// Doubles, held in the list itself.
     DoubleList(Vec<f64>),
+    /// Booleans, held in the list itself.
     BoolList(Vec<bool>),
     /// Indices of tensor values.
     TensorList(Vec<usize>),
@@ -183,6 +215,7 @@ impl Value {
         }
     }
 
+    /// The tensor, when the value is one.
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Value::Tensor(t) => Some(t),
@@ -194,19 +227,26 @@ impl Value {
 /// A tensor value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
+    /// Element type.
     pub dtype: ScalarType,
-    /// Sizes (upper bounds when dynamic).
+    /// Sizes, outermost first (upper bounds when dynamic).
     pub sizes: Vec<usize>,
+    /// The dimensions in memory order, outermost first: a permutation of
+    /// `0..sizes.len()`, `0, 1, ...` when contiguous.
     pub dim_order: Vec<u8>,
+    /// Whether the sizes are fixed, bounds, or unbounded.
     pub dynamism: Dynamism,
+    /// Where its data lives.
     pub placement: Placement,
 }
 
 impl Tensor {
+    /// Number of elements at [`Tensor::sizes`] (1 for a scalar).
     pub fn numel(&self) -> usize {
         self.sizes.iter().product()
     }
 
+    /// Size of its data in bytes at [`Tensor::sizes`].
     pub fn nbytes(&self) -> usize {
         self.numel() * self.dtype.element_size()
     }
@@ -220,19 +260,35 @@ impl Tensor {
 /// Where a tensor's data lives.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Placement {
-    /// In planned buffer `buffer` (a memory id, >= 1) at byte `offset`.
-    Planned { buffer: usize, offset: u64 },
+    /// In a planned buffer.
+    Planned {
+        /// The buffer's memory id (>= 1), an index of [`Method::buffer_sizes`].
+        buffer: usize,
+        /// Byte offset of the data in the buffer.
+        offset: u64,
+    },
     /// Constant data in the program.
-    Constant { data: DataRef },
+    Constant {
+        /// The tensor's bytes.
+        data: DataRef,
+    },
     /// Planned, with an initial value copied in before the first run.
     Mutable {
+        /// The buffer's memory id (>= 1), an index of [`Method::buffer_sizes`].
         buffer: usize,
+        /// Byte offset of the data in the buffer.
         offset: u64,
+        /// The bytes of the initial value.
         initial: DataRef,
     },
-    /// Constant data kept in a `.ptd` file under `key`; `data` when the file
-    /// was given to the reader.
-    External { key: String, data: Option<DataRef> },
+    /// Constant data kept in a `.ptd` file.
+    External {
+        /// The tensor's fully qualified name in the `.ptd` file.
+        key: String,
+        /// The tensor's bytes; `None` when no `.ptd` file was given to the
+        /// reader.
+        data: Option<DataRef>,
+    },
     /// No storage in the program: the caller provides it (an unplanned
     /// input) or a kernel does at run time.
     Unplanned,
@@ -241,20 +297,45 @@ pub enum Placement {
 /// One instruction.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Instruction {
-    /// Calls `Method::operators[op]` with value indices `args` (the
-    /// operator's out-variant arguments, out tensors last).
-    Kernel { op: usize, args: Vec<usize> },
-    /// Calls `Method::delegates[delegate]` with value indices `args`.
-    Delegate { delegate: usize, args: Vec<usize> },
+    /// Calls an operator.
+    Kernel {
+        /// Index of the operator in [`Method::operators`].
+        op: usize,
+        /// Value indices of the operator's out-variant arguments, out tensors
+        /// last.
+        args: Vec<usize>,
+    },
+    /// Calls a delegate.
+    Delegate {
+        /// Index of the delegate in [`Method::delegates`].
+        delegate: usize,
+        /// Value indices of the arguments.
+        args: Vec<usize>,
+    },
     /// `values[to] = values[from]`.
-    Move { from: usize, to: usize },
-    /// Jumps to `destination` when value `cond` is false.
-    JumpFalse { cond: usize, destination: usize },
-    /// Releases run-time storage of value `value` (nothing for planned data).
-    Free { value: usize },
+    Move {
+        /// Index of the value copied.
+        from: usize,
+        /// Index of the value it is copied to.
+        to: usize,
+    },
+    /// Jumps when a condition is false.
+    JumpFalse {
+        /// Index of the condition value (a `Bool`, or a bool tensor).
+        cond: usize,
+        /// Index of the instruction to jump to; `instructions.len()` ends
+        /// the method.
+        destination: usize,
+    },
+    /// Releases the run-time storage of a tensor (nothing for planned data).
+    Free {
+        /// Index of the tensor value.
+        value: usize,
+    },
 }
 
 impl Instruction {
+    /// The kind's name as the schema's `InstructionArguments` spells it.
     pub fn kind(&self) -> &'static str {
         match self {
             Instruction::Kernel { .. } => "KernelCall",
@@ -269,7 +350,9 @@ impl Instruction {
 /// An operator, named as `name.overload`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Operator {
+    /// The name with its namespace (`aten::add`).
     pub name: String,
+    /// The overload (`out`); empty for none.
     pub overload: String,
 }
 
@@ -287,54 +370,76 @@ impl Operator {
 /// A backend delegate: its id, processed blob and compile specs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delegate {
+    /// Id of the backend that runs it (`XnnpackBackend`).
     pub id: String,
+    /// The processed blob: what the backend's preprocessing made at export.
     pub processed: DataRef,
     /// Whether the blob came from `backend_delegate_data` (inline) or a
     /// segment.
     pub inline: bool,
+    /// The backend's compile specs: keys and their value bytes.
     pub compile_specs: Vec<(String, Vec<u8>)>,
 }
 
 /// One frame of an instruction's source stack.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Frame {
+    /// The source file.
     pub filename: String,
+    /// The line number in it.
     pub lineno: i32,
+    /// The function the frame is in.
     pub name: String,
+    /// The source code of the line.
     pub context: String,
 }
 
 /// A bundled program: a program plus test cases per method.
 #[derive(Clone, Debug)]
 pub struct Bundle {
+    /// The program the bundle embeds.
     pub program: Program,
+    /// The test cases, by method.
     pub suites: Vec<TestSuite>,
 }
 
 /// Test cases of one method.
 #[derive(Clone, Debug)]
 pub struct TestSuite {
+    /// Name of the method tested.
     pub method: String,
+    /// Its test cases.
     pub cases: Vec<TestCase>,
 }
 
 /// Inputs and the outputs eager PyTorch computed for them.
 #[derive(Clone, Debug)]
 pub struct TestCase {
+    /// One value per method input, in order.
     pub inputs: Vec<TestValue>,
+    /// The expected outputs, in the method's output order.
     pub expected: Vec<TestValue>,
 }
 
 /// A value of a test case.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TestValue {
+    /// A tensor.
     Tensor {
+        /// Element type.
         dtype: ScalarType,
+        /// Sizes, outermost first.
         sizes: Vec<usize>,
+        /// The dimensions in memory order (the default when the bundle
+        /// gives none).
         dim_order: Vec<u8>,
+        /// Its bytes in the bundle, exactly as many as the sizes need.
         data: DataRef,
     },
+    /// An integer.
     Int(i64),
+    /// A boolean.
     Bool(bool),
+    /// A double-precision float.
     Double(f64),
 }

@@ -13,6 +13,7 @@
 //! 5. `format`: tokens → a source file ([`to_source`]).
 //!
 //! `frontend` holds the path handling the macro and the [`Builder`] share.
+#![warn(missing_docs)]
 mod analysis;
 mod codegen;
 mod compile;

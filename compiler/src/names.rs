@@ -161,3 +161,32 @@ pub(crate) mod folded {
         }
     }
 }
+
+/// The `llama::` operators of ExecuTorch's LLM export
+/// (`extension/llm/custom_ops`).
+pub(crate) mod llama {
+    /// `update_cache(value, cache, start_pos, out)`: writes `value`
+    /// (`[B, S, H, D]`) into `cache` (`[B, max_S, H, D]`) at sequence
+    /// position `start_pos`, in place; `out` is a placeholder.
+    pub(crate) const UPDATE_CACHE: &str = "llama::update_cache.out";
+    /// `update_cache_with_indices(value, cache, start_pos, indices, out)`:
+    /// as `update_cache`, each token at the position `indices[b][s]`.
+    pub(crate) const UPDATE_CACHE_WITH_INDICES: &str = "llama::update_cache_with_indices.out";
+    /// `custom_sdpa(q, k_cache, v_cache, start_pos, attn_mask?, dropout_p,
+    /// is_causal, scale?, out)`: attention of `q` (`[B, S, H, D]`) over the
+    /// caches' first `start_pos + S` positions.
+    pub(crate) const CUSTOM_SDPA: &str = "llama::custom_sdpa.out";
+    /// The cache argument of both `update_cache` operators.
+    pub(crate) const CACHE: usize = 1;
+}
+
+/// The arguments other than the last (the out tensor) that operator `name`
+/// writes in place. Their bytes hold data from run to run (a KV cache), so
+/// every analysis treats them as written by the call and in use
+/// throughout.
+pub(crate) fn written_in_place(name: &str) -> &'static [usize] {
+    match name {
+        llama::UPDATE_CACHE | llama::UPDATE_CACHE_WITH_INDICES => &[llama::CACHE],
+        _ => &[],
+    }
+}

@@ -56,6 +56,7 @@ pub type KernelResult = Result<(), KernelError>;
 /// The largest tensor rank the kernels handle.
 pub const MAX_RANK: usize = 16;
 
+pub mod attention;
 pub mod conv;
 mod cpu;
 pub mod elementwise;

@@ -21,6 +21,7 @@ via_macro! {
     view_aliases => ("fixtures/view_aliases.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-4)
     aliased_chain => ("fixtures/aliased_chain.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-4)
     xnnpack_view_aliases => ("fixtures/xnnpack_view_aliases.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-4)
+    llama_kv => ("fixtures/llama_kv.bpte", name = Program, tests, rtol = 1e-4, atol = 1e-4)
     external_weights => ("fixtures/external_weights.bpte", name = Program, data = ["fixtures/external_weights.ptd"], tests)
     external_weights_at_run_time => ("fixtures/external_weights.bpte", name = Program, data = ["fixtures/external_weights.ptd"], weights = external, tests)
 }

@@ -95,6 +95,8 @@ fn threads_run_every_case_on_each_count() {
         "xnnpack_view_aliases",
         "breadth",
         "xnnpack_breadth",
+        "llama_kv",
+        "xnnpack_llama_kv",
     ];
     let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
         .args(["check", "--threads", "2"])

@@ -28,8 +28,9 @@
 //!   overlapping one are its aliases, and its bytes are in use throughout;
 //! - the caller may run a method again on the inputs it set, so theirs stay
 //!   in use throughout.
-use crate::analysis::lives::Life;
+use crate::analysis::lives::{held, Life};
 use crate::ir::*;
+use crate::names::written_in_place;
 
 /// The aliases of each value, and when each write's bytes are in use.
 #[derive(Clone, Debug, Default)]
@@ -83,16 +84,6 @@ pub(crate) fn share_bytes(m: &Method, a: usize, b: usize) -> bool {
     }
 }
 
-fn is_mutable(m: &Method, v: usize) -> bool {
-    matches!(
-        m.values.get(v),
-        Some(Value::Tensor(Tensor {
-            placement: Placement::Mutable { .. },
-            ..
-        }))
-    )
-}
-
 /// The tensors value `v` names: itself, or a list's items.
 fn tensors_of(m: &Method, v: usize, out: &mut Vec<usize>) {
     match m.values.get(v) {
@@ -107,9 +98,15 @@ fn tensors_of(m: &Method, v: usize, out: &mut Vec<usize>) {
 fn accesses(m: &Method, named_before: &[bool], n: usize) -> (Vec<usize>, Vec<usize>) {
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
     match &m.instructions[n] {
-        Instruction::Kernel { args, .. } => {
+        Instruction::Kernel { op, args } => {
             if let Some((&ret, rest)) = args.split_last() {
                 tensors_of(m, ret, &mut writes);
+                let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
+                for &i in written_in_place(&name) {
+                    if let Some(&a) = args.get(i) {
+                        tensors_of(m, a, &mut writes);
+                    }
+                }
                 for &a in rest {
                     tensors_of(m, a, &mut reads);
                 }
@@ -212,8 +209,7 @@ impl Aliases {
         // the first instruction and in use throughout; and what a delegate
         // names first, it writes.
         let mut named_before = vec![false; m.values.len()];
-        let held = (0..m.values.len()).filter(|&v| is_mutable(m, v) && !m.inputs.contains(&v));
-        for v in m.inputs.iter().copied().chain(held) {
+        for v in m.inputs.iter().copied().chain(held(m)) {
             write(&mut writes, v, 0);
             if let Some(w) = writes.last_mut().filter(|w| w.value == v) {
                 w.last_read = usize::MAX;
@@ -299,8 +295,7 @@ impl Aliases {
                 named[v] = true;
             }
         }
-        let held = (0..m.values.len()).filter(|&v| is_mutable(m, v));
-        for v in m.inputs.iter().chain(&m.outputs).copied().chain(held) {
+        for v in m.inputs.iter().chain(&m.outputs).copied().chain(held(m)) {
             if let Some(b) = named.get_mut(v) {
                 *b = true;
             }
@@ -318,14 +313,16 @@ impl Aliases {
         }));
     }
 
-    /// Values overlapping a mutable buffer are its aliases (its data
-    /// crosses runs, past any order of instructions).
+    /// Values overlapping a mutable buffer, or another tensor held from
+    /// run to run, are its aliases (its data crosses runs, past any order
+    /// of instructions).
     fn mutable_buffers(&mut self, m: &Method, skip: &impl Fn(usize) -> bool) {
+        let across = held(m);
         let held: Vec<(usize, (usize, u64, u64))> = (0..m.values.len())
             .filter(|&v| !skip(v))
             .filter_map(|v| Some((v, planned_range(m, v)?)))
             .collect();
-        self.overlapping_pairs(&held, |a, b| is_mutable(m, a) || is_mutable(m, b));
+        self.overlapping_pairs(&held, |a, b| across.contains(&a) || across.contains(&b));
     }
 
     /// Pairs the values of `held` whose bytes overlap, where `keep` says.
@@ -392,6 +389,40 @@ mod tests {
         // Value 0's bytes are in use until the view is read.
         let span = a.spans().iter().find(|s| s.value == 0).unwrap();
         assert_eq!(span.life, Life { first: 0, last: 1 });
+    }
+
+    /// A KV cache written in place by `llama::update_cache` holds its bytes
+    /// from run to run: written before the first instruction and by the
+    /// update, in use throughout, its own life too; and a value planned
+    /// over it, even before its first use, is its alias.
+    #[test]
+    fn a_cache_written_in_place_is_held_across_runs() {
+        // 0 writes value 0 (the projected value); 1 updates the cache
+        // (value 1) in place, its out a placeholder (value 2); 2 reads the
+        // cache into value 3. Value 4 is planned over the cache.
+        let mut m = calls(
+            vec![at(0, 64), at(128, 64), at(320, 64), at(384, 64), at(128, 64)],
+            &[&[4], &[0], &[0, 1, 2], &[1, 3]],
+            &[],
+            &[3],
+        );
+        m.operators.push(Operator {
+            name: "llama::update_cache".into(),
+            overload: "out".into(),
+        });
+        if let Instruction::Kernel { op, .. } = &mut m.instructions[2] {
+            *op = 1;
+        }
+        assert_eq!(held(&m), [1]);
+        let lives = crate::analysis::lives::lives(&m, |_| None);
+        assert_eq!(lives[1], Some(Life::ALWAYS));
+        let (_, writes) = accesses(&m, &[false; 5], 2);
+        assert!(writes.contains(&1), "{writes:?}");
+        let a = Aliases::of(&m);
+        assert!(a.partners(1).contains(&4), "{:?}", a.partners(1));
+        assert!(a.spans().iter().any(|s| s.value == 1 && s.life.last == usize::MAX));
+        let uses = crate::analysis::uses::Uses::direct(&m);
+        assert!(uses.kernel_uses(1, usize::MAX).is_none());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! How long each value is in use, in instructions: what the memory plan
 //! and the alias analysis reason from.
 use crate::ir::*;
+use crate::names::written_in_place;
 
 /// When a value is in use: from the first instruction that names it to the
 /// last, both included.
@@ -65,13 +66,6 @@ pub(crate) fn lives(m: &Method, also: impl Fn(usize) -> Option<usize>) -> Vec<Op
             }
         }
     }
-    let held = m.values.iter().enumerate().filter_map(|(v, value)| match value {
-        Value::Tensor(Tensor {
-            placement: Placement::Mutable { .. },
-            ..
-        }) => Some(v),
-        _ => None,
-    });
     for &v in &m.outputs {
         if let Some(life) = lives.get_mut(v) {
             *life = Some(Life {
@@ -80,10 +74,38 @@ pub(crate) fn lives(m: &Method, also: impl Fn(usize) -> Option<usize>) -> Vec<Op
             });
         }
     }
-    for v in m.inputs.iter().copied().chain(held) {
+    for v in m.inputs.iter().copied().chain(held(m)) {
         if let Some(life) = lives.get_mut(v) {
             *life = Some(Life::ALWAYS);
         }
     }
     lives
+}
+
+/// The tensors other than inputs that hold data from run to run: mutable
+/// buffers, and what a call writes in place (a KV cache; see
+/// [`written_in_place`]), whose planned bytes nothing else may use.
+pub(crate) fn held(m: &Method) -> Vec<usize> {
+    let mut held: Vec<usize> = m
+        .values
+        .iter()
+        .enumerate()
+        .filter_map(|(v, value)| match value {
+            Value::Tensor(Tensor {
+                placement: Placement::Mutable { .. },
+                ..
+            }) => Some(v),
+            _ => None,
+        })
+        .collect();
+    for ins in &m.instructions {
+        if let Instruction::Kernel { op, args } = ins {
+            let Some(o) = m.operators.get(*op) else { continue };
+            held.extend(written_in_place(&o.full_name()).iter().filter_map(|&i| args.get(i)));
+        }
+    }
+    held.retain(|v| !m.inputs.contains(v));
+    held.sort_unstable();
+    held.dedup();
+    held
 }

@@ -2,6 +2,7 @@
 //! memory plan and code generation reason from.
 use crate::analysis::alias::Aliases;
 use crate::ir::*;
+use crate::names::written_in_place;
 use std::collections::HashMap;
 
 /// Where each value is used: `(instruction, argument position)` of every
@@ -42,7 +43,15 @@ impl Uses {
         }
         for (n, ins) in m.instructions.iter().enumerate() {
             match ins {
-                Instruction::Kernel { args, .. } => {
+                Instruction::Kernel { op, args } => {
+                    // A tensor written in place holds data across runs: no
+                    // pass may reason from its kernel uses.
+                    let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
+                    for &i in written_in_place(&name) {
+                        if let Some(&v) = args.get(i) {
+                            mark(v);
+                        }
+                    }
                     for (pos, &v) in args.iter().enumerate() {
                         let mut note = |v: usize| by_kernels.entry(v).or_default().push((n, pos));
                         note(v);

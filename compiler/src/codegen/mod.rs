@@ -58,6 +58,9 @@ pub struct Options {
 }
 
 impl Options {
+    /// The defaults for the program read from `program_path` (as the
+    /// generated `include_bytes!` names it): embedded weights, no tests,
+    /// XNNPACK lowered, convolutions channels-last.
     pub fn new(program_path: impl Into<String>) -> Self {
         let program_path = program_path.into();
         let source_name = std::path::Path::new(&program_path)
@@ -301,6 +304,7 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
 /// A generated module.
 #[derive(Clone, Debug)]
 pub struct Generated {
+    /// The module's items.
     pub tokens: TokenStream,
     /// The constants the code embeds (see [`DataSource::Embedded`]), for the
     /// file at [`Options::prepared_path`] (when set; the code embeds them

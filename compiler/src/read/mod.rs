@@ -19,6 +19,7 @@ use crate::verify::verify_program;
 /// A file, read and verified.
 #[derive(Clone, Debug)]
 pub struct Loaded {
+    /// What kind of file it is.
     pub kind: FileKind,
     /// The program (of a `.pte` or a bundle).
     pub program: Option<Program>,

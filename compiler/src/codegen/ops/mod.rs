@@ -21,6 +21,7 @@ mod copy;
 mod elementwise;
 mod index;
 mod linear;
+mod llama;
 mod norm;
 mod pool;
 mod prim;
@@ -59,11 +60,13 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
     .copied()
 }
 
-/// The emitter of an operator: one of the [`registry`], or one of ptec's
-/// own operators that lowered XNNPACK subgraphs call (`ptec_xnn::*`).
+/// The emitter of an operator: one of the [`registry`], one of ptec's own
+/// operators that lowered XNNPACK subgraphs call (`ptec_xnn::*`), or one
+/// of the LLM export's `llama::` operators.
 pub fn lookup(full_name: &str) -> Option<Emitter> {
     registry()
         .chain(xnnpack::OPS.iter().copied())
+        .chain(llama::OPS.iter().copied())
         .find(|(n, _)| *n == full_name)
         .map(|(_, e)| e)
 }

@@ -1,0 +1,322 @@
+//! The attention operators of ExecuTorch's LLM export (`llama::*` in
+//! `extension/llm/custom_ops`): writing a KV cache in place, and attention
+//! of a block of queries over a cache's first positions.
+//!
+//! Tensors are `[batch, seq, heads, head_dim]` (the sequence before the
+//! heads, as the export lays out its caches). A cache holds `cache_len`
+//! positions; a call at `start_pos` covers positions `start_pos..start_pos
+//! + seq`.
+use crate::{KernelError, KernelResult};
+
+/// The sizes of a rank-4 `[batch, seq, heads, head_dim]` tensor.
+fn dims4(sizes: &[usize]) -> Result<[usize; 4], KernelError> {
+    match *sizes {
+        [b, s, h, d] => Ok([b, s, h, d]),
+        _ => Err(KernelError::ShapeMismatch),
+    }
+}
+
+/// Checks `start_pos..start_pos + seq` lies in a cache of `cache_len`
+/// positions (ExecuTorch's `validate_cache_params`); returns `start_pos`.
+fn window(start_pos: i64, seq: usize, cache_len: usize) -> Result<usize, KernelError> {
+    let start = usize::try_from(start_pos)
+        .ok()
+        .filter(|&s| s < cache_len)
+        .ok_or(KernelError::IndexOutOfRange {
+            index: start_pos,
+            size: cache_len,
+        })?;
+    if start + seq > cache_len {
+        return Err(KernelError::IndexOutOfRange {
+            index: (start + seq) as i64,
+            size: cache_len + 1,
+        });
+    }
+    Ok(start)
+}
+
+/// `llama::update_cache`: `cache[b, start_pos + s] = value[b, s]` for every
+/// batch line `b` and position `s` of `value`.
+pub fn update_cache<T: Copy>(
+    value: &[T],
+    value_sizes: &[usize],
+    cache: &mut [T],
+    cache_sizes: &[usize],
+    start_pos: i64,
+) -> KernelResult {
+    let ([b, s, h, d], [cb, len, ch, cd]) = (dims4(value_sizes)?, dims4(cache_sizes)?);
+    if (b, h, d) != (cb, ch, cd) || value.len() != b * s * h * d || cache.len() != cb * len * ch * cd {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let start = window(start_pos, s, len)?;
+    let (line, token) = (s * h * d, h * d);
+    for i in 0..b {
+        let at = i * len * token + start * token;
+        cache[at..at + line].copy_from_slice(&value[i * line..(i + 1) * line]);
+    }
+    Ok(())
+}
+
+/// `llama::update_cache_with_indices`: `cache[b, indices[b, s]] =
+/// value[b, s]`. `indices` is `[batch, seq]`.
+pub fn update_cache_with_indices<T: Copy>(
+    value: &[T],
+    value_sizes: &[usize],
+    cache: &mut [T],
+    cache_sizes: &[usize],
+    indices: &[i64],
+) -> KernelResult {
+    let ([b, s, h, d], [cb, len, ch, cd]) = (dims4(value_sizes)?, dims4(cache_sizes)?);
+    if (b, h, d) != (cb, ch, cd)
+        || value.len() != b * s * h * d
+        || cache.len() != cb * len * ch * cd
+        || indices.len() != b * s
+    {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let token = h * d;
+    for i in 0..b {
+        for j in 0..s {
+            let index = indices[i * s + j];
+            let pos = usize::try_from(index)
+                .ok()
+                .filter(|&p| p < len)
+                .ok_or(KernelError::IndexOutOfRange { index, size: len })?;
+            let (at, from) = ((i * len + pos) * token, (i * s + j) * token);
+            cache[at..at + token].copy_from_slice(&value[from..from + token]);
+        }
+    }
+    Ok(())
+}
+
+/// The arguments of [`custom_sdpa`] other than the data.
+#[derive(Clone, Copy, Debug)]
+pub struct Sdpa<'a> {
+    /// `[batch, seq, heads, head_dim]` of the queries (and the output).
+    pub q_sizes: &'a [usize],
+    /// `[batch, cache_len, kv_heads, head_dim]` of each cache.
+    pub cache_sizes: &'a [usize],
+    /// The sequence position of the first query.
+    pub start_pos: i64,
+    /// An additive float mask of `[seq, start_pos + seq]`.
+    pub mask: Option<&'a [f32]>,
+    /// The mask's sizes.
+    pub mask_sizes: &'a [usize],
+    /// Query `s` sees only the keys up to position `start_pos + s`.
+    pub is_causal: bool,
+    /// Multiplies `q · k` (ExecuTorch's default is `1 / sqrt(head_dim)`).
+    pub scale: f32,
+}
+
+/// Scratch floats [`custom_sdpa`] needs: one row of scores.
+pub fn sdpa_scratch_len(cache_len: usize) -> usize {
+    cache_len
+}
+
+/// `llama::custom_sdpa`: for each batch line, head and query, softmax over
+/// the keys at positions `0..start_pos + seq` (only those up to the
+/// query's own position when causal) of `scale · q · k` (plus the mask),
+/// then the weighted sum of the values. Query head `h` reads kv head `h /
+/// (heads / kv_heads)` (grouped-query attention).
+pub fn custom_sdpa(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    args: &Sdpa<'_>,
+    out: &mut [f32],
+    scores: &mut [f32],
+) -> KernelResult {
+    let ([b, s, h, d], [cb, len, kvh, cd]) = (dims4(args.q_sizes)?, dims4(args.cache_sizes)?);
+    let cache_numel = cb * len * kvh * cd;
+    if cb != b
+        || cd != d
+        || kvh == 0
+        || h % kvh != 0
+        || q.len() != b * s * h * d
+        || out.len() != q.len()
+        || k_cache.len() != cache_numel
+        || v_cache.len() != cache_numel
+    {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let start = window(args.start_pos, s, len)?;
+    let keys = start + s;
+    if scores.len() < keys {
+        return Err(KernelError::ShapeMismatch);
+    }
+    if let Some(mask) = args.mask {
+        if args.mask_sizes != [s, keys] || mask.len() != s * keys {
+            return Err(KernelError::ShapeMismatch);
+        }
+    }
+    let reps = h / kvh;
+    for bi in 0..b {
+        for hi in 0..h {
+            let kv = hi / reps;
+            for si in 0..s {
+                let qo = ((bi * s + si) * h + hi) * d;
+                let qrow = &q[qo..qo + d];
+                // Keys past the query's own position are left out when
+                // causal: their weight is exp(-inf) = 0.
+                let seen = if args.is_causal { start + si + 1 } else { keys };
+                let row = &mut scores[..seen];
+                let mut max = f32::NEG_INFINITY;
+                for (j, sc) in row.iter_mut().enumerate() {
+                    let ko = ((bi * len + j) * kvh + kv) * d;
+                    let dot: f32 = qrow.iter().zip(&k_cache[ko..ko + d]).map(|(a, b)| a * b).sum();
+                    *sc = dot * args.scale + args.mask.map_or(0.0, |m| m[si * keys + j]);
+                    max = max.max(*sc);
+                }
+                let mut sum = 0.0f32;
+                for sc in row.iter_mut() {
+                    *sc = libm::expf(*sc - max);
+                    sum += *sc;
+                }
+                let o = &mut out[qo..qo + d];
+                o.fill(0.0);
+                for (j, &p) in row.iter().enumerate() {
+                    let vo = ((bi * len + j) * kvh + kv) * d;
+                    for (x, &v) in o.iter_mut().zip(&v_cache[vo..vo + d]) {
+                        *x += p * v;
+                    }
+                }
+                let inv = 1.0 / sum;
+                o.iter_mut().for_each(|x| *x *= inv);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::testing::Lcg;
+    use std::{vec, vec::Vec};
+
+    #[test]
+    fn update_cache_writes_at_start_pos_and_checks_the_window() {
+        let mut cache = [0i32; 2 * 4 * 2];
+        let value = [1, 2, 3, 4, 5, 6, 7, 8];
+        update_cache(&value, &[2, 2, 1, 2], &mut cache, &[2, 4, 1, 2], 1).unwrap();
+        assert_eq!(cache, [0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8, 0, 0]);
+        assert!(update_cache(&value, &[2, 2, 1, 2], &mut cache, &[2, 4, 1, 2], 3).is_err());
+        assert!(update_cache(&value, &[2, 2, 1, 2], &mut cache, &[2, 4, 1, 2], -1).is_err());
+        let mut cache = [0i32; 4 * 2];
+        update_cache_with_indices(&[1, 2, 3, 4], &[1, 2, 1, 2], &mut cache, &[1, 4, 1, 2], &[3, 0]).unwrap();
+        assert_eq!(cache, [3, 4, 0, 0, 0, 0, 1, 2]);
+        assert!(update_cache_with_indices(&[1, 2], &[1, 1, 1, 2], &mut cache, &[1, 4, 1, 2], &[4]).is_err());
+    }
+
+    /// Attention written out the slow way, in f64.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dims: [usize; 6],
+        start: usize,
+        causal: bool,
+        scale: f64,
+    ) -> Vec<f32> {
+        let [b, s, h, kvh, d, len] = dims;
+        let mut out = vec![0.0; b * s * h * d];
+        for bi in 0..b {
+            for hi in 0..h {
+                let kv = hi / (h / kvh);
+                for si in 0..s {
+                    let n = if causal { start + si + 1 } else { start + s };
+                    let at = |t: &[f32], j: usize, e: usize| t[((bi * len + j) * kvh + kv) * d + e] as f64;
+                    let qv = |e: usize| q[((bi * s + si) * h + hi) * d + e] as f64;
+                    let w: Vec<f64> = (0..n)
+                        .map(|j| (0..d).map(|e| qv(e) * at(k, j, e)).sum::<f64>() * scale)
+                        .collect();
+                    let m = w.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = w.iter().map(|x| (x - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for c in 0..d {
+                        let o: f64 = (0..n).map(|j| e[j] * at(v, j, c)).sum::<f64>() / z;
+                        out[((bi * s + si) * h + hi) * d + c] = o as f32;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn custom_sdpa_matches_attention_written_out() {
+        let mut rng = Lcg(7);
+        let (b, s, h, kvh, d, len) = (2, 3, 4, 2, 5, 8);
+        let q = rng.vec(b * s * h * d);
+        let k = rng.vec(b * len * kvh * d);
+        let v = rng.vec(b * len * kvh * d);
+        for (start, causal) in [(0, true), (2, true), (5, true), (2, false)] {
+            let mut out = vec![0.0; q.len()];
+            let mut scores = vec![0.0; sdpa_scratch_len(len)];
+            let args = Sdpa {
+                q_sizes: &[b, s, h, d],
+                cache_sizes: &[b, len, kvh, d],
+                start_pos: start as i64,
+                mask: None,
+                mask_sizes: &[],
+                is_causal: causal,
+                scale: 0.4,
+            };
+            custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).unwrap();
+            let want = reference(&q, &k, &v, [b, s, h, kvh, d, len], start, causal, 0.4f32 as f64);
+            for (x, y) in out.iter().zip(&want) {
+                assert!((x - y).abs() < 1e-5, "start {start} causal {causal}: {x} vs {y}");
+            }
+        }
+        let mut out = vec![0.0; q.len()];
+        let mut scores = vec![0.0; len];
+        let args = Sdpa {
+            q_sizes: &[b, s, h, d],
+            cache_sizes: &[b, len, kvh, d],
+            start_pos: 6,
+            mask: None,
+            mask_sizes: &[],
+            is_causal: true,
+            scale: 1.0,
+        };
+        assert!(custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).is_err());
+    }
+
+    /// An additive mask of zeros and -inf is a causal mask.
+    #[test]
+    fn a_mask_adds_to_the_scores() {
+        let mut rng = Lcg(3);
+        let (s, h, d, len, start) = (2, 2, 3, 4, 1);
+        let q = rng.vec(s * h * d);
+        let k = rng.vec(len * h * d);
+        let v = rng.vec(len * h * d);
+        let keys = start + s;
+        let mask: Vec<f32> = (0..s * keys)
+            .map(|i| {
+                if i % keys <= start + i / keys {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        let run = |mask: Option<&[f32]>, causal: bool| {
+            let mut out = vec![0.0; q.len()];
+            let mut scores = vec![0.0; len];
+            let args = Sdpa {
+                q_sizes: &[1, s, h, d],
+                cache_sizes: &[1, len, h, d],
+                start_pos: start as i64,
+                mask,
+                mask_sizes: &[s, keys],
+                is_causal: causal,
+                scale: 0.5,
+            };
+            custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).unwrap();
+            out
+        };
+        assert_eq!(run(Some(&mask), false), run(None, true));
+    }
+}
