@@ -266,20 +266,47 @@ fn embedding(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(7)?;
     let (w, indices, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(5)?);
     require_same(&[&w, &out])?;
-    require_static(ctx, &[&w, &out])?;
+    require_static(ctx, &[&w])?;
+    // The indices may vary up to their bound (a prompt's tokens); the
+    // output then follows them.
+    if indices.dynamic != out.dynamic {
+        return Err(no_dynamic(ctx));
+    }
+    let dynamic = indices.dynamic;
+    let indices = TArg {
+        dynamic: false,
+        ..indices
+    };
     require_index(ctx, &indices)?;
+    let indices = TArg { dynamic, ..indices };
     if w.rank() != 2 {
         return Err(format!("embedding weight must be 2-d, has sizes {:?}", w.sizes));
     }
     let mut want = indices.sizes.clone();
     want.push(w.sizes[1]);
     require_sizes(&out, &want)?;
+    let set = if dynamic {
+        let (rank, dim) = (indices.rank(), lit(w.sizes[1]));
+        let (r, r1) = (lit(rank), lit(rank + 1));
+        let is = ctx.sizes(&indices);
+        ctx.set_sizes(
+            &out,
+            quote!(&{
+                let mut s = [0usize; #r1];
+                s[..#r].copy_from_slice(#is);
+                s[#r] = #dim;
+                s
+            }),
+        )
+    } else {
+        quote!()
+    };
     let (wi, s1) = ctx.read(&w)?;
     let (ii, s2) = ctx.read(&indices)?;
     let (o, s3) = ctx.write(&out)?;
     let (k, n, dim) = (kernels(), lit(w.sizes[0]), lit(w.sizes[1]));
     let call = ctx.kernel_result(quote!(#k::embedding(#wi, #n, #dim, #ii, #o)));
-    Ok(quote! { #s1 #s2 #s3 #call })
+    Ok(quote! { #set #s1 #s2 #s3 #call })
 }
 
 /// How a scatter combines its source with `self`.

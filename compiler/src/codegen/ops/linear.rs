@@ -241,8 +241,13 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         all.push(b);
     }
     float_same(&all)?;
-    if x.dynamic || out.dynamic || w.rank() != 2 || x.rank() == 0 {
-        return Err("linear needs a static input of rank >= 1 and a 2-d weight".into());
+    // The input's leading dims may vary up to their bound (a prompt's
+    // tokens); the output then follows them.
+    if x.dynamic != out.dynamic || w.dynamic || bias.as_ref().is_some_and(|b| b.dynamic) {
+        return Err("linear needs a static weight and bias, and an output as dynamic as its input".into());
+    }
+    if w.rank() != 2 || x.rank() == 0 {
+        return Err("linear needs an input of rank >= 1 and a 2-d weight".into());
     }
     let k = *x.sizes.last().unwrap_or(&0);
     if w.sizes[1] != k {
@@ -253,7 +258,31 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let mut want = x.sizes.clone();
     *want.last_mut().expect("rank >= 1") = n;
     require_sizes(&out, &want)?;
-    let (ml, kl, nl) = (lit(m), lit(k), lit(n));
+    let (kl, nl) = (lit(k), lit(n));
+    let (ml, set) = if x.dynamic {
+        let (xs, last) = (ctx.sizes(&x), lit(x.rank() - 1));
+        let ins = lit(ctx.instruction);
+        let set = ctx.set_sizes(
+            &out,
+            quote!(&{
+                let mut s = [0usize; #last + 1];
+                s.copy_from_slice(#xs);
+                if s[#last] != #kl {
+                    return Err(::ptec_runtime::Error::Kernel {
+                        instruction: #ins,
+                        error: ::ptec_runtime::kernels::KernelError::ShapeMismatch,
+                    });
+                }
+                s[#last] = #nl;
+                s
+            }),
+        );
+        let numel = ctx.numel(&x);
+        let k1 = lit(k.max(1));
+        (quote!((#numel / #k1)), set)
+    } else {
+        (lit(m), quote!())
+    };
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read_if_needed(&w, !packed_at_compile_time(ctx, w.value, true))?;
     let w_packed = ctx.folds.packed_for(w.value, true).is_some();
@@ -268,7 +297,7 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     };
     let (sc, s5) = scratch(ctx, &ml, &nl, &kl, (m, n, k), w_packed);
     Ok(quote! {
-        #s1 #s2 #s3 #s4 #s5
+        #set #s1 #s2 #s3 #s4 #s5
         ::ptec_runtime::kernels::linear::linear(#xi, #wi, #packed, #bexpr, #ml, #kl, #nl, #relu, #o, #sc);
     })
 }
