@@ -382,7 +382,7 @@ pub fn convolution<T: Float>(
         match path(&g) {
             Path::Depthwise => {
                 #[cfg(target_arch = "x86_64")]
-                if crate::linear::has_avx2_fma() {
+                if crate::cpu::has_avx2_fma() {
                     // SAFETY: AVX2 and FMA were detected on this CPU.
                     unsafe { depthwise_f32_avx2(&g, x, w, b, o) };
                     return Ok(());

@@ -12,8 +12,9 @@
 //! Geometry is checked once, by [`Window2d::new`] and the [`Conv2dNhwc`]
 //! constructors, which the compiler calls at compile time; the kernels
 //! trust a checked geometry and index within the lengths it implies.
+use crate::gemm::packing::{stamp, stamped};
 use crate::gemm::Epilogue;
-use crate::packed::{ensure_packed, gemm_packed, is_packed, pack, pack_with, packed_len, stamp, stamped};
+use crate::gemm::{ensure_packed, gemm_packed, is_packed, pack, pack_with, packed_len};
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 extern crate std;
@@ -280,7 +281,7 @@ impl Conv2dNhwc {
             .max(1)
     }
 
-    /// Length, in `f32`, of the packed filter (see [`crate::packed`]) that
+    /// Length, in `f32`, of the packed filter (see [`crate::gemm::pack`]) that
     /// [`conv2d_nhwc`] can keep between calls of an ungrouped convolution.
     pub fn packed_filter_len(&self) -> usize {
         packed_len(self.depth(), self.out_c)
@@ -565,7 +566,7 @@ pub fn depthwise_conv2d_nhwc(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if c == o && crate::linear::has_avx2_fma() && dw_avx2::fits(win) {
+    if c == o && crate::cpu::has_avx2_fma() && dw_avx2::fits(win) {
         // SAFETY: AVX2 and FMA were detected on this CPU; the slices above
         // have the lengths the geometry implies.
         unsafe { dw_avx2::depthwise_avx2(&d, out) };
@@ -875,7 +876,7 @@ fn depthwise_portable(d: &Depthwise<'_>, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: core::ops::Range<usize>) {
-    use crate::packed::{lanes, load16, store16};
+    use crate::x86::{lanes, load16, store16};
     use core::arch::x86_64::*;
     let (win, c, x, w, bias) = (d.win, d.c, d.x, d.w, d.bias);
     let (min, max) = (d.min, d.max);
@@ -1162,7 +1163,7 @@ unsafe fn dw_pixels_avx512<const PX: usize>(r: &DwRow<'_>, ow: usize) {
                 (true, true, 1) => dw_block_avx512::<PX, true, 1>(r, ow, c0, 0xffff),
                 (true, true, 2) => dw_block_avx512::<PX, true, 2>(r, ow, c0, 0xffff),
                 (true, _, _) => dw_block_avx512::<PX, true, 0>(r, ow, c0, 0xffff),
-                (false, _, _) => dw_block_avx512::<PX, false, 0>(r, ow, c0, crate::packed::lanes(left)),
+                (false, _, _) => dw_block_avx512::<PX, false, 0>(r, ow, c0, crate::x86::lanes(left)),
             }
         }
     }
@@ -1585,7 +1586,7 @@ mod tests {
                 depthwise_portable(&d, &mut out);
                 close(&out, &want);
                 #[cfg(target_arch = "x86_64")]
-                if g.in_c == g.out_c && crate::linear::has_avx2_fma() && dw_avx2::fits(&g.window) {
+                if g.in_c == g.out_c && crate::cpu::has_avx2_fma() && dw_avx2::fits(&g.window) {
                     let mut out = vec![f32::NAN; want.len()];
                     // SAFETY: AVX2 and FMA are present; the lengths fit the geometry.
                     unsafe { dw_avx2::depthwise_avx2(&d, &mut out) };

@@ -14,8 +14,8 @@ use super::conv::usize_list;
 use super::*;
 use crate::channels_last::folded;
 use ptec_runtime::kernels::gemm::gemm_scratch_len;
+use ptec_runtime::kernels::gemm::packed_len;
 use ptec_runtime::kernels::nhwc::{BatchNormFold, Conv2dNhwc, FoldedConv, Window2d};
-use ptec_runtime::kernels::packed::packed_len;
 
 pub const OPS: &[(&str, Emitter)] = &[
     ("ptec_xnn::fully_connected.out", fully_connected),

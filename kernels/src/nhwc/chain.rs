@@ -16,8 +16,8 @@
 //! Expansion rows a band shares with the next (the taps' overlap) move to
 //! the front of the buffer instead of being recomputed.
 use super::{depthwise_conv2d_nhwc, Conv2dNhwc, FoldedConv};
+use crate::gemm::gemm_packed;
 use crate::gemm::Epilogue;
-use crate::packed::gemm_packed;
 use core::ops::Range;
 
 /// About how many bytes of intermediate result a band keeps (the

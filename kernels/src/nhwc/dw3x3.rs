@@ -18,7 +18,7 @@
 //! are copied per output (4.0 → 4.9 µs on 7 rows of 112 × 96), so those
 //! layers read the input directly (see `depthwise_avx512`).
 use super::{Depthwise, Window2d};
-use crate::packed::{lanes, load16, store16};
+use crate::x86::{lanes, load16, store16};
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 
