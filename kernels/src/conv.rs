@@ -16,54 +16,8 @@
 //! [`Float::Acc`].
 
 use crate::linear::{as_f32, as_f32_mut, gemm, gemm_bias, gemm_scratch_len, Bias};
-use crate::num::{AccFloat, Float};
-use crate::{KernelError, KernelResult, MAX_RANK};
-
-/// A tensor shape of rank at most [`MAX_RANK`], as returned by the
-/// `*_output_sizes` helpers of the heavy kernels. Dereferences to `[usize]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sizes {
-    rank: usize,
-    dims: [usize; MAX_RANK],
-}
-
-impl Sizes {
-    /// The shape `dims`, or `None` if its rank exceeds [`MAX_RANK`].
-    pub fn new(dims: &[usize]) -> Option<Self> {
-        if dims.len() > MAX_RANK {
-            return None;
-        }
-        let mut s = Sizes {
-            rank: dims.len(),
-            dims: [0; MAX_RANK],
-        };
-        s.dims[..dims.len()].copy_from_slice(dims);
-        Some(s)
-    }
-    /// The dimensions.
-    pub fn as_slice(&self) -> &[usize] {
-        &self.dims[..self.rank]
-    }
-    /// Number of dimensions.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-    /// Number of elements.
-    pub fn numel(&self) -> usize {
-        self.as_slice().iter().product()
-    }
-    /// Sets dimension `i` (which must be below the rank).
-    pub(crate) fn set(&mut self, i: usize, v: usize) {
-        self.dims[..self.rank][i] = v;
-    }
-}
-
-impl core::ops::Deref for Sizes {
-    type Target = [usize];
-    fn deref(&self) -> &[usize] {
-        self.as_slice()
-    }
-}
+use crate::num::{AccFloat, Float, Sizes};
+use crate::{KernelError, KernelResult};
 
 /// The resolved geometry of one convolution (2-d; 1-d has `ih = kh = oh = 1`).
 #[derive(Clone, Copy, Debug)]

@@ -9,8 +9,7 @@
 //! [`crate::gemm::gemm_packed`] for a weight packed ahead of time; other
 //! float types use a simple loop that accumulates in [`Float::Acc`].
 
-use crate::conv::Sizes;
-use crate::num::{AccFloat, Element, Float};
+use crate::num::{AccFloat, Element, Float, Sizes};
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 

@@ -8,8 +8,7 @@
 //! (`f32` for `f32` and the half types, `f64` for `f64`). Tensors are
 //! contiguous; optional affine parameters are `None` when absent.
 
-use crate::conv::Sizes;
-use crate::num::{AccFloat, Element, Float};
+use crate::num::{AccFloat, Element, Float, Sizes};
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 

@@ -6,8 +6,7 @@
 //! `kernel_size`, `stride`, `padding` and `dilation` hold one value (for
 //! both dims) or two (`[h, w]`); an empty `stride` means `kernel_size`.
 
-use crate::conv::Sizes;
-use crate::num::{AccFloat, Element, Float};
+use crate::num::{AccFloat, Element, Float, Sizes};
 use crate::{KernelError, KernelResult};
 
 /// Window parameters of one spatial dimension.
