@@ -162,8 +162,8 @@ fn sweep_depth(kc: usize, prefetch: &[f32], mut step: impl FnMut(usize)) {
 /// MobileNetV2's projections), `MR` rows: columns 0..16 as
 /// [`tile_avx512`] does them; columns 16.. of rows `2p` and `2p + 1` share
 /// one vector (lanes 0..8 and 8..16) against the strip's lanes 16..32,
-/// which hold those columns twice ([`repeat_tail`]). Twelve vectors of
-/// products instead of sixteen, none of them wasted.
+/// which hold those columns twice (`repeat_tail` in `packing`).
+/// Twelve vectors of products instead of sixteen, none of them wasted.
 ///
 /// # Safety
 /// As for [`tile_avx512`], with `17 <= at.nr <= 24` and `MR <= 8`.

@@ -21,7 +21,7 @@
 //! Both run the same blocked product: `KC` rows of `B` by `NC` columns at
 //! a time, around register-blocked micro-kernels. The files split it by
 //! concern, so that another instruction set's micro-kernel (aarch64 NEON)
-//! is a file beside the others and an arm in [`dispatch`]:
+//! is a file beside the others and an arm in `dispatch`:
 //!
 //! - this one: the entry points, the blocking of [`sgemm`], how threads
 //!   share a product, and which micro-kernel runs;
@@ -32,7 +32,7 @@
 //!   `Tile` trait every micro-kernel implements);
 //! - `scalar`, `avx2`, `avx512`: the micro-kernels, portable 4×32, AVX2 +
 //!   FMA 6×16 and AVX-512 8×32, chosen at run time with the `std` feature,
-//!   else from the compile-time target features ([`crate::cpu`]).
+//!   else from the compile-time target features (`crate::cpu`).
 use crate::cpu::Isa;
 
 #[cfg(target_arch = "x86_64")]
@@ -281,7 +281,7 @@ fn run(p: &Gemm<'_>, e: &Epilogue<'_>, c: &mut [f32], scratch: &mut [f32]) {
     blocked(p, c, scratch, e);
 }
 
-/// [`direct`], compiled for AVX2 + FMA where `isa` has them.
+/// [`scalar::direct`], compiled for AVX2 + FMA where `isa` has them.
 #[inline(always)]
 fn direct_on(isa: Isa, p: &Gemm<'_>, c: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
