@@ -203,7 +203,7 @@ unsafe fn conv_rows<const PX: usize>(
             } else {
                 // The windows of pixels `ow .. ow + count`, one after
                 // another (the last repeated past `count`, as above).
-                super::im2col(g, x, r * win.out_w + ow, count, 0, c, &mut gathered[..count * depth]);
+                super::im2col::im2col(g, x, r * win.out_w + ow, count, 0, c, &mut gathered[..count * depth]);
                 let base: [usize; PX] = core::array::from_fn(|p| p.min(count - 1) * depth);
                 // SAFETY: each pixel reads the `depth` floats of its own
                 // window, within the `count · depth` gathered.
