@@ -798,23 +798,10 @@ fn transposed_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, 
 mod tests {
     extern crate std;
     use super::*;
+    use crate::testing::Lcg;
     use crate::{bf16, f16};
     use std::vec;
     use std::vec::Vec;
-
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
 
     /// Parameters of one test case, always in 2-d form (1-d: h = 1).
     #[derive(Clone, Copy, Debug)]
