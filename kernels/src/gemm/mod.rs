@@ -16,7 +16,8 @@
 //!   writes `C` rows with any stride: a 1×1 convolution multiplies the
 //!   NHWC pixels in place and a grouped one writes its group's columns of
 //!   the output directly; 7-row tiles cover the 49 pixels of a 7×7 image
-//!   exactly. On MobileNet's convolutions this runs about twice as fast.
+//!   exactly. (On MobileNet's convolutions this ran about twice as fast
+//!   as an engine that packed `A` too.)
 //!
 //! Both run the same blocked product: `KC` rows of `B` by `NC` columns at
 //! a time, around register-blocked micro-kernels. The files split it by
@@ -57,36 +58,6 @@ const NC: usize = 512;
 
 /// Rows of `A` copied per block when it is stored transposed.
 const MC: usize = 192;
-
-/// Whether a product is small (or thin) enough that packing does not pay.
-#[inline(always)]
-fn use_direct(m: usize, n: usize, k: usize) -> bool {
-    k == 0 || m < 4 || n < 4 || m.saturating_mul(n).saturating_mul(k) <= 4096
-}
-
-/// Scratch length, in `f32` elements, that [`sgemm`] needs for an
-/// `m × k` by `k × n` product. It is at most `KC · (NC + MC)` (≈ 0.18 M
-/// floats) however large the product, and 0 for small products. A shorter
-/// scratch is not an error: the product then runs unpacked (correct,
-/// slower).
-pub fn gemm_scratch_len(m: usize, n: usize, k: usize) -> usize {
-    if m == 0 || n == 0 || use_direct(m, n, k) {
-        return 0;
-    }
-    let kc = k.min(KC);
-    kc * (n.min(NC).next_multiple_of(NR) + m.min(MC))
-}
-
-/// The micro-kernel [`sgemm`] uses on this CPU, for reports.
-pub fn sgemm_kernel_name() -> &'static str {
-    match Isa::detect() {
-        Isa::Portable => "portable 4x32",
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => "avx2+fma 6x32",
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => "avx512 8x32",
-    }
-}
 
 /// What happens to each result as it is stored: `bias[j]` is added to
 /// column `j`, then the residual's element at the same place, then the
@@ -146,6 +117,40 @@ impl<'a> Epilogue<'a> {
                 }
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Products of run-time operands: sgemm
+// ---------------------------------------------------------------------------
+
+/// Whether a product is small (or thin) enough that packing does not pay.
+#[inline(always)]
+fn use_direct(m: usize, n: usize, k: usize) -> bool {
+    k == 0 || m < 4 || n < 4 || m.saturating_mul(n).saturating_mul(k) <= 4096
+}
+
+/// Scratch length, in `f32` elements, that [`sgemm`] needs for an
+/// `m × k` by `k × n` product. It is at most `KC · (NC + MC)` (≈ 0.18 M
+/// floats) however large the product, and 0 for small products. A shorter
+/// scratch is not an error: the product then runs unpacked (correct,
+/// slower).
+pub fn gemm_scratch_len(m: usize, n: usize, k: usize) -> usize {
+    if m == 0 || n == 0 || use_direct(m, n, k) {
+        return 0;
+    }
+    let kc = k.min(KC);
+    kc * (n.min(NC).next_multiple_of(NR) + m.min(MC))
+}
+
+/// The micro-kernel [`sgemm`] uses on this CPU, for reports.
+pub fn sgemm_kernel_name() -> &'static str {
+    match Isa::detect() {
+        Isa::Portable => "portable 4x32",
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => "avx2+fma 6x32",
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => "avx512 8x32",
     }
 }
 
@@ -344,6 +349,10 @@ fn blocked(p: &Gemm<'_>, c: &mut [f32], scratch: &mut [f32], e: &Epilogue<'_>) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Products by a packed B, and how threads and micro-kernels share them
+// ---------------------------------------------------------------------------
 
 /// `C = clamp(A · B + bias + residual)` for `A` `m × k` (row `i` at
 /// `a[i·lda..]`), `B` packed by [`pack`] (`k × n`), and `C` `m × n` (row `i`
