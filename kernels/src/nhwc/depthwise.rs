@@ -132,7 +132,8 @@ fn depthwise_portable(d: &Depthwise<'_>, out: &mut [f32]) {
 /// window, `fma(x, w, acc)` is `x · w + acc`. Neighbouring windows share
 /// columns (two at stride 1, one at stride 2): each is loaded once and
 /// kept in a register for the pixels that read it, so that only three are
-/// live at a time.
+/// live at a time. Here, in their parent, because the AVX-512 and AVX2
+/// kernels below all use it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn three_taps<V: Copy, const PX: usize, const SW: usize>(

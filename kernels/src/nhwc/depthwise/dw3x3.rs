@@ -16,7 +16,7 @@
 //! At stride 2 across, the copy costs more than it saves: output rows
 //! share one input row in three, not two, and twice as many input pixels
 //! are copied per output (4.0 → 4.9 µs on 7 rows of 112 × 96), so those
-//! layers read the input directly (see `depthwise_avx512`).
+//! layers read the input directly (see [`super::dw_avx512`]).
 use super::Depthwise;
 use crate::nhwc::Window2d;
 use crate::x86::{lanes, load16, store16};
