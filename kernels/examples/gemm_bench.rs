@@ -13,9 +13,8 @@
 //! and 380–490 ns in others, when every line one thread writes and another
 //! reads costs several times more (see docs/benchmarking.md, "The host's
 //! phases").
-use ptec_kernels::gemm::{gemm_scratch_len, sgemm, sgemm_kernel_name, Epilogue};
+use ptec_kernels::gemm::{gemm_packed, gemm_scratch_len, pack, packed_len, sgemm, sgemm_kernel_name, Epilogue};
 use ptec_kernels::nhwc::{conv2d_nhwc, depthwise_conv2d_nhwc, Conv2dNhwc};
-use ptec_kernels::packed;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -246,10 +245,10 @@ fn main() {
         });
         // The same product with B packed ahead of time (a constant weight),
         // on the engine that multiplies packed weights.
-        let mut pk = vec![0.0f32; packed::packed_len(k, n)];
-        packed::pack(&b, k, n, b_trans, &mut pk);
+        let mut pk = vec![0.0f32; packed_len(k, n)];
+        pack(&b, k, n, b_trans, &mut pk);
         let re = gflops(flops, budget, || {
-            packed::gemm_packed(m, n, k, &a, k, &pk, &Epilogue::NONE, &mut c, n);
+            gemm_packed(m, n, k, &a, k, &pk, &Epilogue::NONE, &mut c, n);
             black_box(&mut c);
         });
         let layout = if b_trans { "T" } else { "N" };
@@ -286,11 +285,11 @@ fn main() {
         let a: Vec<f32> = (0..m * k).map(|_| rand()).collect();
         let b: Vec<f32> = (0..k * n).map(|_| rand()).collect();
         let mut c = vec![0.0f32; m * n];
-        let mut packed = vec![0.0f32; packed::packed_len(k, n)];
-        packed::pack(&b, k, n, true, &mut packed);
+        let mut packed = vec![0.0f32; packed_len(k, n)];
+        pack(&b, k, n, true, &mut packed);
         let flops = 2.0 * (m * n * k) as f64;
         let mut product = || {
-            packed::gemm_packed(m, n, k, &a, k, &packed, &Epilogue::NONE, &mut c, n);
+            gemm_packed(m, n, k, &a, k, &packed, &Epilogue::NONE, &mut c, n);
             black_box(&mut c);
         };
         let warm = gflops(flops, budget, &mut product);

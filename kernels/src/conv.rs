@@ -16,54 +16,8 @@
 //! [`Float::Acc`].
 
 use crate::linear::{as_f32, as_f32_mut, gemm, gemm_bias, gemm_scratch_len, Bias};
-use crate::num::{AccFloat, Float};
-use crate::{KernelError, KernelResult, MAX_RANK};
-
-/// A tensor shape of rank at most [`MAX_RANK`], as returned by the
-/// `*_output_sizes` helpers of the heavy kernels. Dereferences to `[usize]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sizes {
-    rank: usize,
-    dims: [usize; MAX_RANK],
-}
-
-impl Sizes {
-    /// The shape `dims`, or `None` if its rank exceeds [`MAX_RANK`].
-    pub fn new(dims: &[usize]) -> Option<Self> {
-        if dims.len() > MAX_RANK {
-            return None;
-        }
-        let mut s = Sizes {
-            rank: dims.len(),
-            dims: [0; MAX_RANK],
-        };
-        s.dims[..dims.len()].copy_from_slice(dims);
-        Some(s)
-    }
-    /// The dimensions.
-    pub fn as_slice(&self) -> &[usize] {
-        &self.dims[..self.rank]
-    }
-    /// Number of dimensions.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-    /// Number of elements.
-    pub fn numel(&self) -> usize {
-        self.as_slice().iter().product()
-    }
-    /// Sets dimension `i` (which must be below the rank).
-    pub(crate) fn set(&mut self, i: usize, v: usize) {
-        self.dims[..self.rank][i] = v;
-    }
-}
-
-impl core::ops::Deref for Sizes {
-    type Target = [usize];
-    fn deref(&self) -> &[usize] {
-        self.as_slice()
-    }
-}
+use crate::num::{AccFloat, Float, Sizes};
+use crate::{KernelError, KernelResult};
 
 /// The resolved geometry of one convolution (2-d; 1-d has `ih = kh = oh = 1`).
 #[derive(Clone, Copy, Debug)]
@@ -382,7 +336,7 @@ pub fn convolution<T: Float>(
         match path(&g) {
             Path::Depthwise => {
                 #[cfg(target_arch = "x86_64")]
-                if crate::linear::has_avx2_fma() {
+                if crate::cpu::has_avx2_fma() {
                     // SAFETY: AVX2 and FMA were detected on this CPU.
                     unsafe { depthwise_f32_avx2(&g, x, w, b, o) };
                     return Ok(());
@@ -844,23 +798,10 @@ fn transposed_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, 
 mod tests {
     extern crate std;
     use super::*;
+    use crate::testing::Lcg;
     use crate::{bf16, f16};
     use std::vec;
     use std::vec::Vec;
-
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
 
     /// Parameters of one test case, always in 2-d form (1-d: h = 1).
     #[derive(Clone, Copy, Debug)]

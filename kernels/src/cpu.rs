@@ -40,6 +40,14 @@ impl Isa {
     }
 }
 
+/// Whether the AVX2 + FMA code paths may run on this CPU (every x86 set
+/// above [`Isa::Portable`] implies both).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn has_avx2_fma() -> bool {
+    Isa::detect() != Isa::Portable
+}
+
 /// Work to be compiled once per instruction set: `run` must be
 /// `#[inline(always)]`, so that each wrapper below gets its own copy of it,
 /// which the compiler vectorizes for that set. (A closure would not do: the

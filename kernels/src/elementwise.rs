@@ -457,13 +457,9 @@ mod tests {
     use super::*;
     use crate::num::{contiguous_strides, numel};
     use crate::scalar;
+    use crate::testing::rng;
     use std::vec;
     use std::vec::Vec;
-
-    fn rng(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        *seed >> 33
-    }
 
     /// Naive reference: decompose every output index and recompute offsets.
     fn naive_zip(

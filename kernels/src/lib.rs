@@ -66,7 +66,6 @@ pub mod linear;
 pub mod nhwc;
 pub mod norm;
 pub mod num;
-pub mod packed;
 pub mod parallel;
 pub mod pool;
 pub mod quant;
@@ -77,3 +76,5 @@ pub mod softmax;
 #[cfg(test)]
 mod testing;
 pub mod upsample;
+#[cfg(target_arch = "x86_64")]
+mod x86;

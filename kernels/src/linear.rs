@@ -5,17 +5,14 @@
 //! All matrices are contiguous and row-major; an [`Operand`] may be the
 //! row-major storage of its transpose (a `Linear` weight read in place).
 //! `f32` runs on the engine in [`crate::gemm`] (cache-blocked, AVX-512 /
-//! AVX2 micro-kernels, bias and ReLU fused into the stores), or, for a
-//! weight packed ahead of time, on [`crate::packed`]'s; other float types
-//! use a simple loop that accumulates in [`Float::Acc`].
+//! AVX2 micro-kernels, bias and ReLU fused into the stores), by
+//! [`crate::gemm::gemm_packed`] for a weight packed ahead of time; other
+//! float types use a simple loop that accumulates in [`Float::Acc`].
 
-use crate::conv::Sizes;
-use crate::num::{AccFloat, Element, Float};
+use crate::num::{AccFloat, Element, Float, Sizes};
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) use crate::gemm::has_avx2_fma;
 pub use crate::gemm::{gemm_scratch_len, sgemm, sgemm_fused, sgemm_kernel_name, Epilogue};
 
 /// Reinterprets a slice of `T` as `f32` when `T` is `f32`.
@@ -217,7 +214,7 @@ pub fn mm_output_sizes(a_sizes: &[usize], b_sizes: &[usize]) -> Option<[usize; 2
 
 /// A matrix operand of a product: stored row-major, or (`trans`) as the
 /// row-major storage of its transpose; for a constant `f32` right operand,
-/// optionally also packed ahead of time by [`crate::packed::pack`]
+/// optionally also packed ahead of time by [`crate::gemm::pack`]
 /// (`packed`, empty when not; a packing of another shape is ignored).
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a, T> {
@@ -259,8 +256,8 @@ fn product<T: Float>(
     }
     if let (Some(a32), Some(b32), Some(c32)) = (as_f32(a.data), as_f32(b.data), as_f32_mut(c)) {
         let e = Epilogue::new(col_bias.and_then(as_f32), relu);
-        if !a.trans && alpha == 1.0 && beta == 0.0 && crate::packed::is_packed(b.packed, k, n) {
-            crate::packed::gemm_packed(m, n, k, a32, k, b.packed, &e, c32, n);
+        if !a.trans && alpha == 1.0 && beta == 0.0 && crate::gemm::is_packed(b.packed, k, n) {
+            crate::gemm::gemm_packed(m, n, k, a32, k, b.packed, &e, c32, n);
             return;
         }
         sgemm_fused(
@@ -456,7 +453,7 @@ pub fn linear_output_sizes(x_sizes: &[usize], w_sizes: &[usize], bias_len: Optio
 /// `out[m×n] = input[m×k] · weight[n×k]ᵀ + bias[n]`, then `relu` when it is
 /// fused in, where `m` is the product of `input`'s leading dimensions and
 /// `weight` is row-major `n × k` (a PyTorch `Linear` weight; `packed`: its
-/// copy packed by [`crate::packed::pack`], or empty). `scratch`:
+/// copy packed by [`crate::gemm::pack`], or empty). `scratch`:
 /// [`gemm_scratch_len`]`(m, n, k)` floats (used for `f32` only).
 #[allow(clippy::too_many_arguments)]
 pub fn linear<T: Float>(
@@ -507,18 +504,18 @@ pub fn fully_connected(
     };
     let b_trans = !weight_transposed;
     match packed {
-        Some(p) => crate::packed::gemm_packed(m, n, k, x, k, p, &e, out, n),
+        Some(p) => crate::gemm::gemm_packed(m, n, k, x, k, p, &e, out, n),
         None => sgemm_fused(m, n, k, 1.0, x, false, weight, b_trans, 0.0, &e, out, scratch),
     }
 }
 
 /// Packs the weight of a [`fully_connected`] (`k` inputs, `n` outputs,
 /// laid out as `weight_transposed` says) into `packed`
-/// ([`crate::packed::packed_len`]`(k, n)` floats, serving this weight
+/// ([`crate::gemm::packed_len`]`(k, n)` floats, serving this weight
 /// alone). Does nothing when `packed` already holds it, so it can run before
 /// every call; ptec runs it at compile time when the weights are embedded.
 pub fn pack_fully_connected(weight: &[f32], k: usize, n: usize, weight_transposed: bool, packed: &mut [f32]) {
-    crate::packed::ensure_packed(weight, k, n, !weight_transposed, packed);
+    crate::gemm::ensure_packed(weight, k, n, !weight_transposed, packed);
 }
 
 /// XNNPACK's batch matrix multiply: for every index of the output's batch
@@ -813,11 +810,11 @@ mod tests {
                 *v = (*v + bias[i % n] as f64).max(0.0);
             }
             let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-            let mut packed = vec![0.0f32; crate::packed::packed_len(k, n)];
-            crate::packed::pack(&w, k, n, true, &mut packed);
+            let mut packed = vec![0.0f32; crate::gemm::packed_len(k, n)];
+            crate::gemm::pack(&w, k, n, true, &mut packed);
             // A packing of another shape (n × k) must be ignored, not read.
-            let mut other = vec![0.0f32; crate::packed::packed_len(n, k)];
-            crate::packed::pack(&w, n, k, false, &mut other);
+            let mut other = vec![0.0f32; crate::gemm::packed_len(n, k)];
+            crate::gemm::pack(&w, n, k, false, &mut other);
             // The last: the packing alone, as ptec passes a weight it packed
             // at compile time to a plain product, which needs no scratch.
             let cases: [(&[f32], &[f32]); 4] = [(&w, &packed), (&w, &other), (&w, &[]), (&[], &packed)];
@@ -865,7 +862,7 @@ mod tests {
                     *v = (*v + bias[i % n] as f64).clamp(-0.5, 0.75);
                 }
                 let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
-                let mut kept = vec![0.0f32; crate::packed::packed_len(k, n)];
+                let mut kept = vec![0.0f32; crate::gemm::packed_len(k, n)];
                 let mut run = |packed: Option<&[f32]>| {
                     let mut out = vec![f32::NAN; m * n];
                     let b = Some(&bias[..]);

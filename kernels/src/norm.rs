@@ -8,8 +8,7 @@
 //! (`f32` for `f32` and the half types, `f64` for `f64`). Tensors are
 //! contiguous; optional affine parameters are `None` when absent.
 
-use crate::conv::Sizes;
-use crate::num::{AccFloat, Element, Float};
+use crate::num::{AccFloat, Element, Float, Sizes};
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 
@@ -437,23 +436,10 @@ pub fn native_group_norm<T: Float>(
 mod tests {
     extern crate std;
     use super::*;
+    use crate::testing::Lcg;
     use crate::{bf16, f16};
     use std::vec;
     use std::vec::Vec;
-
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
 
     fn conv<T: Float>(v: &[f32]) -> Vec<T> {
         v.iter().map(|&x| T::from_f64(x as f64)).collect()

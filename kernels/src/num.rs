@@ -1,5 +1,5 @@
-//! Element traits shared by all kernel families.
-use crate::{bf16, f16};
+//! Element traits and shape helpers shared by all kernel families.
+use crate::{bf16, f16, MAX_RANK};
 
 /// Any tensor element type.
 pub trait Element: Copy + Default + PartialEq + PartialOrd + Send + Sync + 'static {
@@ -123,4 +123,50 @@ pub fn contiguous_strides(sizes: &[usize], out: &mut [usize]) {
 #[inline]
 pub fn numel(sizes: &[usize]) -> usize {
     sizes.iter().product()
+}
+
+/// A tensor shape of rank at most [`MAX_RANK`], as returned by the
+/// `*_output_sizes` helpers of the heavy kernels. Dereferences to `[usize]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    rank: usize,
+    dims: [usize; MAX_RANK],
+}
+
+impl Sizes {
+    /// The shape `dims`, or `None` if its rank exceeds [`MAX_RANK`].
+    pub fn new(dims: &[usize]) -> Option<Self> {
+        if dims.len() > MAX_RANK {
+            return None;
+        }
+        let mut s = Sizes {
+            rank: dims.len(),
+            dims: [0; MAX_RANK],
+        };
+        s.dims[..dims.len()].copy_from_slice(dims);
+        Some(s)
+    }
+    /// The dimensions.
+    pub fn as_slice(&self) -> &[usize] {
+        &self.dims[..self.rank]
+    }
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.as_slice().iter().product()
+    }
+    /// Sets dimension `i` (which must be below the rank).
+    pub(crate) fn set(&mut self, i: usize, v: usize) {
+        self.dims[..self.rank][i] = v;
+    }
+}
+
+impl core::ops::Deref for Sizes {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        self.as_slice()
+    }
 }

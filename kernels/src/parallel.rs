@@ -734,8 +734,8 @@ mod tests {
     /// and on two.
     #[test]
     fn split_kernels_match_one_thread() {
+        use crate::gemm::{gemm_packed, pack, packed_len};
         use crate::nhwc::{depthwise_conv2d_nhwc, Conv2dNhwc};
-        use crate::packed::{gemm_packed, pack, packed_len};
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         let rng = |seed: u64, n: usize| crate::testing::Lcg(seed).vec(n);
         let run_both = |f: &dyn Fn() -> Vec<f32>| {

@@ -6,8 +6,7 @@
 //! `kernel_size`, `stride`, `padding` and `dilation` hold one value (for
 //! both dims) or two (`[h, w]`); an empty `stride` means `kernel_size`.
 
-use crate::conv::Sizes;
-use crate::num::{AccFloat, Element, Float};
+use crate::num::{AccFloat, Element, Float, Sizes};
 use crate::{KernelError, KernelResult};
 
 /// Window parameters of one spatial dimension.
@@ -417,23 +416,10 @@ pub fn adaptive_avg_pool2d<T: Float>(
 mod tests {
     extern crate std;
     use super::*;
+    use crate::testing::Lcg;
     use crate::{bf16, f16};
     use std::vec;
     use std::vec::Vec;
-
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next()).collect()
-        }
-    }
 
     #[test]
     fn output_len_formula() {

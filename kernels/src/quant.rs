@@ -183,7 +183,7 @@ mod tests {
         let mut s = 1u64;
         let xs: Vec<f32> = (0..5000)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                crate::testing::lcg_step(&mut s);
                 ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 40.0
             })
             .collect();

@@ -561,13 +561,9 @@ mod tests {
     extern crate std;
     use super::*;
     use crate::num::numel;
+    use crate::testing::rng;
     use std::vec;
     use std::vec::Vec;
-
-    fn rng(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        *seed >> 33
-    }
 
     /// Naive reference: for every input index, find its output index by
     /// dropping the reduced coordinates, and collect the values per output

@@ -1230,7 +1230,7 @@ mod tests {
         // a == floor_div(a, b) * b + remainder(a, b), remainder sign == b sign
         let mut s = 12345u64;
         for _ in 0..10000 {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            crate::testing::lcg_step(&mut s);
             let a = (s >> 33) as i32 % 1000 - 500;
             let b = (s >> 13) as i32 % 41 - 20;
             if b == 0 {

@@ -870,6 +870,7 @@ pub fn pixel_unshuffle<T: Copy>(src: &[T], sizes: &[usize], r: usize, dst: &mut 
 mod tests {
     extern crate std;
     use super::*;
+    use crate::testing::rng;
     use std::vec;
     use std::vec::Vec;
 
@@ -916,11 +917,6 @@ mod tests {
             slice_scatter(&mut d, &[2, 3], 0, None, None, 0, &[]),
             Err(KernelError::ShapeMismatch)
         );
-    }
-
-    fn rng(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        *seed >> 33
     }
 
     #[test]

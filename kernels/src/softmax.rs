@@ -320,22 +320,14 @@ pub fn log_softmax<T: Float, U: Float<Acc = T::Acc>>(
 mod tests {
     extern crate std;
     use super::*;
+    use crate::testing::Lcg;
     use crate::{bf16, f16};
     use std::vec;
     use std::vec::Vec;
 
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.next() * 8.0).collect()
-        }
+    /// `n` logits in `[-8, 8)`.
+    fn logits(rng: &mut Lcg, n: usize) -> Vec<f32> {
+        rng.vec(n).iter().map(|v| v * 8.0).collect()
     }
 
     #[test]
@@ -414,7 +406,7 @@ mod tests {
             (vec![1, 9, 1], 1),
         ] {
             let n: usize = sizes.iter().product();
-            let x: Vec<T> = rng.vec(n).iter().map(|&v| T::from_f64(v as f64)).collect();
+            let x: Vec<T> = logits(&mut rng, n).iter().map(|&v| T::from_f64(v as f64)).collect();
             let xr: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
             for log in [false, true] {
                 let want = reference(&xr, &sizes, dim, log);
@@ -459,7 +451,7 @@ mod tests {
     fn vectorized_rows_match_the_generic_path() {
         let mut rng = Lcg(9);
         for len in [1, 7, 16, 33, 128] {
-            let x = rng.vec(3 * len);
+            let x = logits(&mut rng, 3 * len);
             let mut fast = vec![0.0f32; x.len()];
             softmax(&x, &[3, len], 1, &mut fast).unwrap();
             for (xr, fr) in x.chunks(len).zip(fast.chunks(len)) {

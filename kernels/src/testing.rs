@@ -7,16 +7,27 @@ pub(crate) struct Lcg(pub u64);
 
 impl Lcg {
     pub(crate) fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        ((lcg_step(&mut self.0) >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 
     pub(crate) fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.next()).collect()
     }
+}
+
+/// Advances the generator's `state` one step and returns the new state,
+/// whose high bits are the random ones. [`Lcg`] and [`rng`] draw from it;
+/// tests that map the bits their own way call it directly.
+pub(crate) fn lcg_step(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *state
+}
+
+/// The next 31 random bits of `seed`, for tests that draw integers.
+pub(crate) fn rng(seed: &mut u64) -> u64 {
+    lcg_step(seed) >> 33
 }
 
 /// Asserts an `f32` product matches its `f64` reference, within a

@@ -348,7 +348,7 @@ mod tests {
             let planes = 3;
             let xs: Vec<T> = (0..planes * h * w)
                 .map(|_| {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    crate::testing::lcg_step(&mut seed);
                     T::from_f64(((seed >> 40) as f64 / (1u64 << 24) as f64) * 4.0 - 2.0)
                 })
                 .collect();

@@ -56,7 +56,7 @@ pub use value::{bytes_of, cast_slice, from_bytes, Pod, TensorRef, Value};
 
 /// Version of the interface between generated code and this crate. Generated
 /// code checks it at compile time through [`check_abi`].
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Fails the build when generated code and this runtime are out of step.
 pub const fn check_abi(generated_for: u32) {

@@ -109,21 +109,21 @@ mod channels_last {
 /// either (the pool's workers are started by `set_threads`, before).
 #[test]
 fn inference_on_two_threads_does_not_allocate() {
-    use ptec_runtime::kernels::{gemm::Epilogue, packed};
+    use ptec_runtime::kernels::gemm::{self, Epilogue};
     ptec_runtime::set_threads(2);
     let mut m = channels_last::Program::boxed();
     let x = Box::new([[[[0.5f32; 32]; 32]; 3]; 2]);
     let (k, n, rows) = (64, 96, 4096);
     let a = vec![0.25f32; rows * k];
-    let mut b = vec![0.0f32; packed::packed_len(k, n)];
-    packed::pack(&vec![0.5f32; k * n], k, n, false, &mut b);
+    let mut b = vec![0.0f32; gemm::packed_len(k, n)];
+    gemm::pack(&vec![0.5f32; k * n], k, n, false, &mut b);
     let mut c = vec![0.0f32; rows * n];
     m.forward(&x).unwrap();
     let count = allocations_during(|| {
         for _ in 0..5 {
             m.forward(&x).unwrap();
             // Large enough to be split between the threads.
-            packed::gemm_packed(rows, n, k, &a, k, &b, &Epilogue::NONE, &mut c, n);
+            gemm::gemm_packed(rows, n, k, &a, k, &b, &Epilogue::NONE, &mut c, n);
         }
     });
     ptec_runtime::set_threads(1);

@@ -179,7 +179,7 @@ impl Folds {
             if !worth_packing(rows, n, k) || f.packed_for(value, trans).is_some() {
                 continue;
             }
-            let len = ptec_runtime::kernels::packed::packed_len(k, n);
+            let len = ptec_runtime::kernels::gemm::packed_len(k, n);
             f.packed.push(PackedWeight {
                 value,
                 trans,
@@ -236,7 +236,7 @@ impl Folds {
             let mut packed = vec![0.0f32; w.len];
             if prepared.computes() {
                 let b = prepared.read_f32(source, offset, w.k * w.n)?;
-                ptec_runtime::kernels::packed::pack(&b, w.k, w.n, w.trans, &mut packed);
+                ptec_runtime::kernels::gemm::pack(&b, w.k, w.n, w.trans, &mut packed);
             }
             w.prepared = Some(prepared.push(&packed));
         }
@@ -355,7 +355,7 @@ mod tests {
         let p2 = f.packed_for(w2, true).unwrap();
         // w1 is [32, 16] (Linear 16 → 32), w2 is [10, 32].
         assert_eq!((p1.k, p1.n, p2.k, p2.n), (16, 32, 32, 10));
-        assert_eq!(p1.len, ptec_runtime::kernels::packed::packed_len(16, 32));
+        assert_eq!(p1.len, ptec_runtime::kernels::gemm::packed_len(16, 32));
         assert_eq!(p1.offset, 0);
         assert!(p2.offset >= p1.len && p2.offset.is_multiple_of(16));
         assert_eq!(f.packed_len, p2.offset + p2.len.div_ceil(16) * 16);
@@ -386,13 +386,13 @@ mod tests {
                 .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
                 .collect();
             let mut want = vec![0.0f32; p.len];
-            ptec_runtime::kernels::packed::pack(&weight, cols, rows, true, &mut want);
+            ptec_runtime::kernels::gemm::pack(&weight, cols, rows, true, &mut want);
             let got: Vec<f32> = data[at..at + p.len * 4]
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
                 .collect();
             assert_eq!(got, want, "value {w}");
-            assert!(ptec_runtime::kernels::packed::is_packed(&got, cols, rows));
+            assert!(ptec_runtime::kernels::gemm::is_packed(&got, cols, rows));
         }
     }
 

@@ -237,7 +237,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             // in its file); if it did, the product would use `b` unpacked.
             packing.push(quote! {
                 if let Ok(b) = ::ptec_runtime::mem::constant::<f32>(&#data, #off, #elements) {
-                    ::ptec_runtime::kernels::packed::pack(b, #k, #n, #trans, &mut self.packed.0[#at..#end]);
+                    ::ptec_runtime::kernels::gemm::pack(b, #k, #n, #trans, &mut self.packed.0[#at..#end]);
                 }
             });
         }

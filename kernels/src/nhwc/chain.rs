@@ -15,9 +15,11 @@
 //! L2, and the projection multiplies the band while it is still there.
 //! Expansion rows a band shares with the next (the taps' overlap) move to
 //! the front of the buffer instead of being recomputed.
-use super::{depthwise_conv2d_nhwc, Conv2dNhwc, FoldedConv};
+use super::depthwise::depthwise_conv2d_nhwc;
+use super::fold::FoldedConv;
+use super::{direct, im2col, Conv2dNhwc, Window2d};
+use crate::gemm::gemm_packed;
 use crate::gemm::Epilogue;
-use crate::packed::gemm_packed;
 use core::ops::Range;
 
 /// About how many bytes of intermediate result a band keeps (the
@@ -88,9 +90,9 @@ impl Buffers {
 
 /// Whether `conv` may open a chain as its expansion: pointwise, or a
 /// regular convolution of a window the direct kernel takes (at most
-/// [`super::direct::MAX_DEPTH`] floats deep).
+/// [`direct::MAX_DEPTH`] floats deep).
 fn expands(conv: &Conv2dNhwc) -> bool {
-    conv.is_pointwise() || (conv.groups == 1 && !conv.is_depthwise() && conv.depth() <= super::direct::MAX_DEPTH)
+    conv.is_pointwise() || (conv.groups == 1 && !conv.is_depthwise() && conv.depth() <= direct::MAX_DEPTH)
 }
 
 /// Whether `next` reads exactly what `conv` writes.
@@ -264,12 +266,12 @@ impl Stage<'_> {
     fn regular_rows(&self, one: &Conv2dNhwc, x: &[f32], rows: Range<usize>, out: &mut [f32], gather: &mut [f32]) {
         let e = self.epilogue(0);
         #[cfg(target_arch = "x86_64")]
-        if super::direct::fits(one) {
+        if direct::fits(one) {
             let avx512 = crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
-            return super::direct::conv_band(avx512, one, x, self.filter, &e, rows, out);
+            return direct::conv_band(avx512, one, x, self.filter, &e, rows, out);
         }
         let pixels = rows.start * one.window.out_w..rows.end * one.window.out_w;
-        super::gathered(one, x, 0, self.filter, &e, pixels, out, gather);
+        im2col::gathered(one, x, 0, self.filter, &e, pixels, out, gather);
     }
 
     /// `out = this stage (a pointwise convolution) of `pixels` pixels of
@@ -372,7 +374,7 @@ impl Chain<'_> {
 }
 
 /// Input rows one output row's window spans.
-fn rows_spanned(win: &super::Window2d) -> usize {
+fn rows_spanned(win: &Window2d) -> usize {
     win.dilation_h * (win.kernel_h - 1) + 1
 }
 
@@ -385,7 +387,7 @@ fn pad_after(out: usize, stride: usize, kernel: usize, dilation: usize, input: u
 }
 
 /// The bottom padding of a window.
-fn pad_bottom(win: &super::Window2d) -> usize {
+fn pad_bottom(win: &Window2d) -> usize {
     pad_after(
         win.out_h,
         win.stride_h,
@@ -397,7 +399,7 @@ fn pad_bottom(win: &super::Window2d) -> usize {
 }
 
 /// The right padding of a window.
-fn pad_right(win: &super::Window2d) -> usize {
+fn pad_right(win: &Window2d) -> usize {
     pad_after(
         win.out_w,
         win.stride_w,
@@ -411,8 +413,8 @@ fn pad_right(win: &super::Window2d) -> usize {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::super::{conv2d_folded, BatchNormFold};
     use super::*;
+    use crate::nhwc::{conv2d_folded, BatchNormFold};
     use std::vec;
     use std::vec::Vec;
 

@@ -36,7 +36,7 @@ pub(crate) fn fits(g: &Conv2dNhwc) -> bool {
 }
 
 /// `out = clamp(conv(x, filter) + bias)` for a convolution [`fits`]
-/// accepted; `filter` is packed by [`crate::packed`] (depth × O, depth in
+/// accepted; `filter` is packed by [`crate::gemm::pack`] (depth × O, depth in
 /// the window's `kH, kW, C` order), `out` holds all output pixels. Output
 /// rows are split across threads.
 #[cfg(target_arch = "x86_64")]
@@ -94,7 +94,7 @@ pub(crate) fn conv_band(
         x.len()
     );
     assert!(
-        crate::packed::is_packed(filter, depth, o),
+        crate::gemm::is_packed(filter, depth, o),
         "filter is not a {depth}×{o} packing"
     );
     assert!(e.bias.is_none_or(|b| b.len() >= o), "bias shorter than {o}");
@@ -113,7 +113,7 @@ pub(crate) fn conv_band(
     // implies; `band` holds the rows.
     unsafe {
         let f = Filter {
-            strips: crate::packed::strips(filter),
+            strips: crate::gemm::packing::strips(filter),
             o,
             e,
         };
@@ -203,7 +203,7 @@ unsafe fn conv_rows<const PX: usize>(
             } else {
                 // The windows of pixels `ow .. ow + count`, one after
                 // another (the last repeated past `count`, as above).
-                super::im2col(g, x, r * win.out_w + ow, count, 0, c, &mut gathered[..count * depth]);
+                super::im2col::im2col(g, x, r * win.out_w + ow, count, 0, c, &mut gathered[..count * depth]);
                 let base: [usize; PX] = core::array::from_fn(|p| p.min(count - 1) * depth);
                 // SAFETY: each pixel reads the `depth` floats of its own
                 // window, within the `count · depth` gathered.
@@ -231,7 +231,7 @@ fn tile_start<const PX: usize>(
     out: &[f32],
 ) -> ([*const f32; PX], bool) {
     assert!((1..=PX).contains(&count) && out.len() >= count * o);
-    assert!(strips.len() >= offset.len() * o.div_ceil(crate::packed::NR) * crate::packed::NR);
+    assert!(strips.len() >= offset.len() * o.div_ceil(crate::gemm::NR) * crate::gemm::NR);
     let clamps = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
     (core::array::from_fn(|p| xp.wrapping_add(base[p])), clamps)
 }
@@ -254,7 +254,8 @@ unsafe fn tile_avx512(
     count: usize,
     out: &mut [f32],
 ) {
-    use crate::packed::{lanes, load16, store16, NR};
+    use crate::gemm::NR;
+    use crate::x86::{lanes, load16, store16};
     use core::arch::x86_64::*;
     let (xs, clamps) = tile_start(xp, base, offset, f, count, out);
     let Filter { strips, o, e } = *f;
@@ -321,7 +322,7 @@ unsafe fn tile_avx2(
     count: usize,
     out: &mut [f32],
 ) {
-    use crate::packed::NR;
+    use crate::gemm::NR;
     use core::arch::x86_64::*;
     let (xs, clamps) = tile_start(xp, base, offset, f, count, out);
     let Filter { strips, o, e } = *f;

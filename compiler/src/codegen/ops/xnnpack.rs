@@ -17,8 +17,8 @@ use crate::names::{
     GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
 };
 use ptec_runtime::kernels::gemm::gemm_scratch_len;
+use ptec_runtime::kernels::gemm::packed_len;
 use ptec_runtime::kernels::nhwc::{BatchNormFold, Conv2dNhwc, FoldedConv, Window2d};
-use ptec_runtime::kernels::packed::packed_len;
 
 pub const OPS: &[(&str, Emitter)] = &[
     (fully_connected::NAME, fully_connected),

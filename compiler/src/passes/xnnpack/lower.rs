@@ -30,8 +30,8 @@ use crate::names::{
 };
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
 use crate::plan::AddedBuffer;
+use ptec_runtime::kernels::gemm::packed_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
-use ptec_runtime::kernels::packed::packed_len;
 
 /// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
 /// kernel calls. `file` is the file the program was read from (its blobs

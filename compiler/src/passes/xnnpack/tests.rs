@@ -301,7 +301,7 @@ fn a_constant_weight_is_kept_packed_in_a_buffer_of_its_own() {
     assert_eq!(m.values[args[2]], Value::Null);
     let packed = m.values[args[6]].as_tensor().unwrap();
     assert_eq!(packed.placement, Placement::Planned { buffer: 2, offset: 0 });
-    let len = ptec_runtime::kernels::packed::packed_len(4, 3);
+    let len = ptec_runtime::kernels::gemm::packed_len(4, 3);
     assert_eq!(packed.sizes, [len]);
     assert_eq!(m.buffer_sizes[2], (len as u64 * 4).div_ceil(64) * 64);
 }

@@ -16,9 +16,10 @@
 //! At stride 2 across, the copy costs more than it saves: output rows
 //! share one input row in three, not two, and twice as many input pixels
 //! are copied per output (4.0 → 4.9 µs on 7 rows of 112 × 96), so those
-//! layers read the input directly (see `depthwise_avx512`).
-use super::{Depthwise, Window2d};
-use crate::packed::{lanes, load16, store16};
+//! layers read the input directly (see [`super::dw_avx512`]).
+use super::Depthwise;
+use crate::nhwc::Window2d;
+use crate::x86::{lanes, load16, store16};
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 

@@ -32,7 +32,8 @@
 //! [`ROWS_PER_THREAD`] or there are fewer blocks than threads, else the
 //! channel blocks: each output is computed the same way whatever the
 //! thread count.
-use super::{three_taps, Depthwise, Window2d};
+use super::{three_taps, Depthwise};
+use crate::nhwc::Window2d;
 use core::arch::x86_64::*;
 use core::mem::MaybeUninit;
 use core::ops::Range;

@@ -1,0 +1,236 @@
+//! Regular (possibly grouped) convolutions over NHWC images. A 1×1
+//! convolution is one matrix product over the pixels (NHWC is already its
+//! row-major `[pixels, C]` operand); a shallow window (an image network's
+//! first layer) is multiplied straight from the image ([`super::direct`]);
+//! any other through tiles of gathered windows ([`super::im2col`]). The
+//! filter is packed for [`crate::gemm`], at each call or once, kept
+//! between calls ([`Conv2dNhwc::pack_filter`]).
+use super::{clamp, direct, im2col, Conv2dNhwc};
+use crate::gemm::{ensure_packed, gemm_packed, is_packed, pack, packed_len, Epilogue};
+
+impl Conv2dNhwc {
+    /// Length, in `f32`, of the packed filter (see [`crate::gemm::pack`]) that
+    /// [`conv2d_nhwc`] can keep between calls of an ungrouped convolution.
+    pub fn packed_filter_len(&self) -> usize {
+        packed_len(self.depth(), self.out_c)
+    }
+
+    /// Scratch, in `f32` elements, that [`conv2d_nhwc`] needs; `kept_filter`:
+    /// whether a kept packed filter is passed (grouped convolutions pack
+    /// each group's filter into scratch regardless).
+    pub fn scratch_len(&self, kept_filter: bool) -> usize {
+        let og = self.out_c / self.groups;
+        let pack = if kept_filter && self.groups == 1 {
+            0
+        } else {
+            packed_len(self.depth(), og)
+        };
+        self.gather_len() + pack
+    }
+
+    /// Packs the filter `w` (`[O, kH, kW, C]`) of this ungrouped
+    /// convolution into `packed` ([`Self::packed_filter_len`] floats, serving
+    /// this filter alone) for [`conv2d_nhwc`]. Does nothing when `packed`
+    /// already holds it, so it can run before every call; ptec runs it at
+    /// compile time when the weights are embedded.
+    pub fn pack_filter(&self, w: &[f32], packed: &mut [f32]) {
+        assert_eq!(self.groups, 1, "a packed filter needs an ungrouped convolution");
+        ensure_packed(w, self.depth(), self.out_c, true, packed);
+    }
+}
+
+/// Regular convolution (see [`Conv2dNhwc::regular`]): `out[N, OH, OW, O] =
+/// clamp(conv(x, w) + bias)`. `packed`, when given for an ungrouped
+/// convolution, is `w` packed by [`Conv2dNhwc::pack_filter`], and all the
+/// call reads of the filter (`w` may be empty); otherwise each call packs
+/// `w` into `scratch`: [`Conv2dNhwc::scratch_len`] floats.
+///
+/// A 1×1 convolution is one matrix product over the pixels (NHWC is
+/// already its row-major `[pixels, C]` operand); any other gathers tiles of
+/// output pixels' windows (im2col, in the filter's `kH, kW, C` order) and
+/// multiplies each by the filter, group by group, writing each group's
+/// columns of the output in place.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_nhwc(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    packed: Option<&[f32]>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (groups, og, depth) = (g.groups, g.out_c / g.groups, g.depth());
+    let (cols, spare) = scratch.split_at_mut(g.gather_len());
+    for gi in 0..groups {
+        // A packed filter is all the call reads (`w` may then be empty).
+        let filter: &[f32] = match packed {
+            Some(p) if groups == 1 => {
+                assert!(
+                    is_packed(p, depth, og),
+                    "the filter was not packed for this convolution"
+                );
+                p
+            }
+            _ => {
+                pack(&w[gi * og * depth..][..og * depth], depth, og, true, spare);
+                spare
+            }
+        };
+        let e = Epilogue {
+            bias: bias.map(|b| &b[gi * og..][..og]),
+            residual: None,
+            min,
+            max,
+        };
+        conv_group(g, x, gi, filter, &e, out, cols);
+    }
+}
+
+/// Group `gi` of a regular convolution, its filter packed: one matrix
+/// product over the pixels for a 1×1 convolution, else products over
+/// gathered tiles of windows (`cols`: [`Conv2dNhwc::gather_len`] floats).
+pub(super) fn conv_group(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    gi: usize,
+    filter: &[f32],
+    e: &Epilogue<'_>,
+    out: &mut [f32],
+    cols: &mut [f32],
+) {
+    let pixels = g.window.out_pixels();
+    let o = g.out_c;
+    let out = &mut out[..pixels * o];
+    if g.is_pointwise() {
+        gemm_packed(pixels, o, g.in_c, x, g.in_c, filter, e, out, o);
+        return;
+    }
+    if direct::fits(g) {
+        match e.residual {
+            None => direct::conv(g, x, filter, e, out),
+            Some(r) => {
+                // The direct kernel (an image network's first layer) adds
+                // no residual: the sum and the clamp take a second pass.
+                direct::conv(g, x, filter, &Epilogue::new(e.bias, false), out);
+                add_residual(out, r, e.min, e.max);
+            }
+        }
+        return;
+    }
+    im2col::gathered(g, x, gi, filter, e, 0..pixels, out, cols);
+}
+
+/// `out = clamp(out + residual)`, element by element.
+pub(super) fn add_residual(out: &mut [f32], residual: &[f32], min: f32, max: f32) {
+    let residual = &residual[..out.len()];
+    for (o, &r) in out.iter_mut().zip(residual) {
+        *o += r;
+    }
+    clamp(out, min, max);
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::nhwc::tests::{close, reference, rng, Dims4, Pair};
+    use std::vec;
+
+    #[test]
+    fn regular_convolutions_match_the_reference() {
+        // (input, filter, stride, padding, dilation, groups)
+        let cases: &[(Dims4, Dims4, Pair, Dims4, Pair, usize)] = &[
+            ([1, 9, 9, 3], [8, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
+            ([2, 5, 6, 16], [24, 1, 1, 16], [1, 1], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 7, 7, 8], [6, 3, 2, 4], [1, 2], [0, 1, 2, 1], [2, 1], 2),
+            ([1, 4, 4, 5], [7, 1, 1, 5], [2, 2], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 30, 30, 4], [9, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+            // Shallow windows, multiplied from the image where they lie
+            // inside it: a 7×7 stem over two images with a partial second
+            // strip of 32 channels, dilation with uneven padding, windows
+            // never wholly inside, and a window too deep for that path.
+            ([2, 23, 21, 3], [40, 7, 7, 3], [2, 2], [3, 3, 3, 3], [1, 1], 1),
+            ([1, 11, 10, 2], [5, 3, 3, 2], [1, 2], [2, 0, 1, 2], [2, 2], 1),
+            ([1, 3, 3, 3], [33, 3, 3, 3], [1, 1], [2, 2, 2, 2], [1, 1], 1),
+            ([1, 6, 6, 20], [16, 3, 3, 20], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+            // MobileNet's 3×3 stride-2 stem: one border pixel per row
+            // (gathered), the rest multiplied in place, 8 then fewer.
+            ([1, 20, 36, 3], [32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
+        ];
+        for (i, &(input, filter, stride, padding, dilation, groups)) in cases.iter().enumerate() {
+            let g = Conv2dNhwc::regular(&input, &filter, stride, padding, dilation, groups).unwrap();
+            let x = rng(i as u64, input.iter().product());
+            let w = rng(100 + i as u64, filter.iter().product());
+            let b = rng(200 + i as u64, filter[0]);
+            for (bias, min, max) in [(None, f32::NEG_INFINITY, f32::INFINITY), (Some(&b[..]), 0.0, 0.5)] {
+                let want = reference(&g, &x, &w, false, bias, min, max);
+                // Filter packed into scratch, and kept packed between calls.
+                let mut out = vec![f32::NAN; want.len()];
+                let mut scratch = vec![0.0f32; g.scratch_len(false)];
+                conv2d_nhwc(&g, &x, &w, bias, min, max, None, &mut out, &mut scratch);
+                close(&out, &want);
+                let mut kept = vec![0.0f32; g.packed_filter_len()];
+                let mut scratch = vec![0.0f32; g.scratch_len(true)];
+                for _ in 0..2 {
+                    let mut out = vec![f32::NAN; want.len()];
+                    // Grouped convolutions pack each group as they go.
+                    let packed = (groups == 1).then(|| {
+                        g.pack_filter(&w, &mut kept);
+                        &kept[..]
+                    });
+                    conv2d_nhwc(&g, &x, &w, bias, min, max, packed, &mut out, &mut scratch);
+                    close(&out, &want);
+                }
+                // The packing alone, as when ptec made it at compile time.
+                if groups == 1 {
+                    let mut out = vec![f32::NAN; want.len()];
+                    conv2d_nhwc(&g, &x, &[], bias, min, max, Some(&kept), &mut out, &mut scratch);
+                    close(&out, &want);
+                }
+                // A band of rows across the images, on this thread (as a
+                // chain computes its stem): gathered, as CPUs without AVX2
+                // do, and directly.
+                if groups == 1 && !g.is_pointwise() {
+                    let e = Epilogue {
+                        bias,
+                        residual: None,
+                        min,
+                        max,
+                    };
+                    let row_len = g.window.out_w * g.out_c;
+                    let rows = 1..g.window.batch * g.window.out_h - 1;
+                    let want = &want[rows.start * row_len..rows.end * row_len];
+                    let mut cols = vec![f32::NAN; g.gather_len()];
+                    let mut band = vec![f32::NAN; want.len()];
+                    let pixels = rows.start * g.window.out_w..rows.end * g.window.out_w;
+                    im2col::gathered(&g, &x, 0, &kept, &e, pixels, &mut band, &mut cols);
+                    close(&band, want);
+                    #[cfg(target_arch = "x86_64")]
+                    if direct::fits(&g) {
+                        let mut band = vec![f32::NAN; want.len()];
+                        let avx512 = crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
+                        direct::conv_band(avx512, &g, &x, &kept, &e, rows, &mut band);
+                        close(&band, want);
+                    }
+                }
+                // The AVX2 tile of the direct path, on a CPU that would
+                // take the AVX-512 one too.
+                #[cfg(target_arch = "x86_64")]
+                if direct::fits(&g) {
+                    let mut out = vec![f32::NAN; want.len()];
+                    let e = Epilogue {
+                        bias,
+                        residual: None,
+                        min,
+                        max,
+                    };
+                    direct::conv_on(false, &g, &x, &kept, &e, &mut out);
+                    close(&out, &want);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Depthwise convolutions over NHWC images: the entry point, the portable
+//! kernel (any multiplier), and the choice among the kernels of a
+//! multiplier of 1 in the files below, one per instruction set: `dw3x3`
+//! (AVX-512, undilated 3×3 windows of stride 1 across), `dw_avx512`
+//! (AVX-512, any other window) and `dw_avx2` (AVX2 + FMA, windows whose
+//! rows fit its ring).
+use super::{clamp, for_each_output, for_each_tap, Conv2dNhwc, Window2d};
+
+#[cfg(target_arch = "x86_64")]
+mod dw3x3;
+#[cfg(target_arch = "x86_64")]
+mod dw_avx2;
+#[cfg(target_arch = "x86_64")]
+mod dw_avx512;
+
+/// Depthwise convolution (see [`Conv2dNhwc::depthwise`]): `out[N, OH, OW,
+/// C · multiplier] = clamp(conv(x, w) + bias)`.
+///
+/// With a multiplier of 1 (the usual case) each output pixel accumulates
+/// its taps in registers, a block of channels at a time: vectors run
+/// across channels, which NHWC keeps contiguous.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise_conv2d_nhwc(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    out: &mut [f32],
+) {
+    let win = &g.window;
+    let (c, o) = (g.in_c, g.out_c);
+    let x = &x[..win.batch * win.in_h * win.in_w * c];
+    let w = &w[..win.kernel_h * win.kernel_w * o];
+    let out = &mut out[..win.out_pixels() * o];
+    if let Some(b) = bias {
+        assert!(b.len() >= o, "bias of {} for {o} channels", b.len());
+    }
+    let d = Depthwise {
+        win,
+        c,
+        o,
+        x,
+        w,
+        bias,
+        min,
+        max,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if c == o && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
+        if dw3x3::fits(win) {
+            // SAFETY: AVX-512F was detected on this CPU; the slices above
+            // have the lengths the geometry implies.
+            unsafe { dw3x3::depthwise3x3_avx512(&d, out) };
+            return;
+        }
+        // With threads, each takes a band of output rows.
+        let worth_splitting = out.len() * win.kernel_h * win.kernel_w >= 1 << 17;
+        let (rows, row_len) = (win.batch * win.out_h, win.out_w * o);
+        crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|rows, band| {
+            // SAFETY: AVX-512F was detected on this CPU; the slices above
+            // have the lengths the geometry implies, and `band` holds the
+            // output rows `rows`.
+            unsafe { dw_avx512::depthwise_avx512(&d, band, rows) };
+        });
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if c == o && crate::cpu::has_avx2_fma() && dw_avx2::fits(win) {
+        // SAFETY: AVX2 and FMA were detected on this CPU; the slices above
+        // have the lengths the geometry implies.
+        unsafe { dw_avx2::depthwise_avx2(&d, out) };
+        return;
+    }
+    depthwise_portable(&d, out);
+}
+
+/// The inputs of a depthwise convolution, checked against its geometry by
+/// [`depthwise_conv2d_nhwc`]: `x` holds `N·H·W·C` floats, `w` `kH·kW·O`,
+/// `bias` (if any) `O`, for `C` input and `O` output channels.
+struct Depthwise<'a> {
+    win: &'a Window2d,
+    c: usize,
+    o: usize,
+    x: &'a [f32],
+    w: &'a [f32],
+    bias: Option<&'a [f32]>,
+    min: f32,
+    max: f32,
+}
+
+/// Sets `o` to the bias, or zero.
+#[inline(always)]
+fn init_bias(o: &mut [f32], bias: Option<&[f32]>) {
+    match bias {
+        Some(b) => o.copy_from_slice(&b[..o.len()]),
+        None => o.fill(0.0),
+    }
+}
+
+/// Depthwise, portable, any multiplier: each pixel's channels accumulate
+/// in the output row (which stays in L1), tap by tap; output channel `oc`
+/// reads input channel `oc / multiplier`.
+fn depthwise_portable(d: &Depthwise<'_>, out: &mut [f32]) {
+    let (win, c, o, x, w, bias) = (d.win, d.c, d.o, d.x, d.w, d.bias);
+    let (min, max) = (d.min, d.max);
+    let image = win.in_h * win.in_w;
+    let mult = o / c;
+    for_each_output(win, out, o, |n, oh, ow, dst| {
+        init_bias(dst, bias);
+        for_each_tap(win, oh, ow, |pix, tap| {
+            let xs = &x[(n * image + pix) * c..][..c];
+            let ws = &w[tap * o..][..o];
+            if mult == 1 {
+                for ((acc, &xv), &wv) in dst.iter_mut().zip(xs).zip(ws) {
+                    *acc += xv * wv;
+                }
+            } else {
+                for (oc, (acc, &wv)) in dst.iter_mut().zip(ws).enumerate() {
+                    *acc += xs[oc / mult] * wv;
+                }
+            }
+        });
+        clamp(dst, min, max);
+    });
+}
+
+/// Adds one undilated 3-wide kernel row (weights `w`) to the accumulators
+/// of `PX` pixels `SW` input columns apart, vectors of any width;
+/// `column(j)` loads input column `j` counted from the first pixel's
+/// window, `fma(x, w, acc)` is `x · w + acc`. Neighbouring windows share
+/// columns (two at stride 1, one at stride 2): each is loaded once and
+/// kept in a register for the pixels that read it, so that only three are
+/// live at a time. Here, in their parent, because the AVX-512 and AVX2
+/// kernels below all use it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn three_taps<V: Copy, const PX: usize, const SW: usize>(
+    acc: &mut [V; PX],
+    w: &[V; 3],
+    column: impl Fn(usize) -> V,
+    fma: impl Fn(V, V, V) -> V,
+) {
+    let (mut left, mut mid) = (column(0), column(1));
+    for (p, a) in acc.iter_mut().enumerate() {
+        let right = column(p * SW + 2);
+        *a = fma(left, w[0], *a);
+        *a = fma(mid, w[1], *a);
+        *a = fma(right, w[2], *a);
+        if SW == 1 {
+            (left, mid) = (mid, right);
+        } else if p + 1 < PX {
+            (left, mid) = (right, column(p * SW + 3));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::nhwc::tests::{close, reference, rng, Dims4, Pair};
+    use std::vec;
+
+    #[test]
+    fn depthwise_convolutions_match_the_reference() {
+        let cases: &[(Dims4, Dims4, Pair, Dims4, Pair)] = &[
+            ([1, 8, 8, 48], [1, 3, 3, 48], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([2, 9, 7, 13], [1, 3, 3, 13], [2, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 6, 6, 3], [1, 3, 3, 6], [1, 1], [0, 0, 0, 0], [1, 1]),
+            ([1, 12, 12, 8], [1, 9, 9, 8], [1, 1], [4, 4, 4, 4], [1, 1]),
+            ([1, 10, 10, 16], [1, 3, 3, 16], [1, 1], [2, 2, 2, 2], [2, 2]),
+            // Long rows: runs of 8 interior pixels, strided too.
+            ([1, 5, 21, 40], [1, 3, 3, 40], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([2, 7, 37, 19], [1, 3, 3, 19], [2, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 6, 30, 70], [1, 5, 5, 70], [1, 1], [0, 2, 0, 2], [1, 1]),
+            // Many whole channel blocks: at stride 1 through the ring (see
+            // `dw3x3`), at stride 2 swept block by block along the row, 8,
+            // 4 and 1 pixels at a time.
+            ([1, 5, 23, 128], [1, 3, 3, 128], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([2, 7, 30, 144], [1, 3, 3, 144], [2, 2], [0, 1, 1, 0], [1, 1]),
+            // Stride 1 across, through the ring of copied rows: rows in
+            // three segments and two images; a block of one output row at
+            // a time, stride 2 down, a partial channel block; padding of
+            // two and none.
+            ([2, 6, 300, 40], [1, 3, 3, 40], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 7, 150, 200], [1, 3, 3, 200], [2, 1], [2, 0, 1, 1], [1, 1]),
+            ([1, 4, 9, 17], [1, 3, 3, 17], [1, 1], [0, 2, 2, 2], [1, 1]),
+            ([1, 7, 7, 960], [1, 3, 3, 960], [1, 1], [1, 1, 1, 1], [1, 1]),
+            // The AVX2 ring (`dw_avx2`): stride 2, the top and bottom rows
+            // in three segments of 15; dilation with strides apart and
+            // padding of three; partial blocks of one and of five vectors,
+            // one short; three images; bands of two and three rows
+            // (padding above, none below, as `chain` cuts them); a 7×7
+            // window of stride 2; a window of 70 taps, too many for the
+            // ring (the portable path).
+            ([1, 5, 90, 64], [1, 3, 3, 64], [2, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 13, 40, 24], [1, 3, 3, 24], [1, 2], [2, 3, 2, 3], [2, 3]),
+            ([3, 5, 9, 36], [1, 3, 3, 36], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 6, 11, 5], [1, 3, 3, 5], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 2, 15, 32], [1, 3, 3, 32], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 3, 20, 48], [1, 3, 3, 48], [1, 1], [2, 1, 0, 1], [1, 1]),
+            ([1, 20, 19, 16], [1, 7, 7, 16], [2, 2], [3, 3, 3, 3], [1, 1]),
+            ([1, 3, 80, 8], [1, 1, 70, 8], [1, 1], [0, 0, 0, 0], [1, 1]),
+            // Windows so wide that a segment of 4 outputs fills a ring
+            // row, and one column wider (the portable path).
+            ([1, 2, 200, 8], [1, 1, 2, 8], [1, 1], [0, 0, 0, 0], [1, 124]),
+            ([1, 2, 200, 8], [1, 1, 2, 8], [1, 1], [0, 0, 0, 0], [1, 125]),
+            // Stride 2 across, read from the image where the windows lie
+            // inside it: a partial vector up to the image's last float,
+            // and rows with padding on either side.
+            ([1, 9, 41, 13], [1, 3, 3, 13], [2, 2], [0, 0, 0, 0], [1, 1]),
+            ([2, 8, 45, 40], [1, 3, 3, 40], [2, 2], [1, 1, 1, 1], [1, 1]),
+        ];
+        for (i, &(input, filter, stride, padding, dilation)) in cases.iter().enumerate() {
+            let g = Conv2dNhwc::depthwise(&input, &filter, stride, padding, dilation).unwrap();
+            let x = rng(i as u64, input.iter().product());
+            let w = rng(100 + i as u64, filter.iter().product());
+            let b = rng(200 + i as u64, filter[3]);
+            for (bias, min, max) in [(None, f32::NEG_INFINITY, f32::INFINITY), (Some(&b[..]), -0.2, 6.0)] {
+                let want = reference(&g, &x, &w, true, bias, min, max);
+                let mut out = vec![f32::NAN; want.len()];
+                depthwise_conv2d_nhwc(&g, &x, &w, bias, min, max, &mut out);
+                close(&out, &want);
+                let mut out = vec![f32::NAN; want.len()];
+                let d = Depthwise {
+                    win: &g.window,
+                    c: g.in_c,
+                    o: g.out_c,
+                    x: &x,
+                    w: &w,
+                    bias,
+                    min,
+                    max,
+                };
+                depthwise_portable(&d, &mut out);
+                close(&out, &want);
+                #[cfg(target_arch = "x86_64")]
+                if g.in_c == g.out_c && crate::cpu::has_avx2_fma() && dw_avx2::fits(&g.window) {
+                    let mut out = vec![f32::NAN; want.len()];
+                    // SAFETY: AVX2 and FMA are present; the lengths fit the geometry.
+                    unsafe { dw_avx2::depthwise_avx2(&d, &mut out) };
+                    close(&out, &want);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Convolutions whose filter is a constant, prepared once
+//! ([`FoldedConv::prepare`]): rearranged from PyTorch's or XNNPACK's
+//! layout into the one the NHWC kernels read, with an inference batch norm
+//! folded in (each output channel's filter scaled, its bias shifted), and
+//! kept from call to call; ptec prepares it at compile time when the
+//! weights are embedded. Regular convolutions then run as [`super::conv`]
+//! runs them, depthwise ones as [`super::depthwise`] does.
+use super::conv::{add_residual, conv_group};
+use super::depthwise::depthwise_conv2d_nhwc;
+use super::Conv2dNhwc;
+use crate::gemm::packing::{stamp, stamped};
+use crate::gemm::{pack_with, Epilogue};
+
+/// An inference-mode batch norm after a convolution, folded into it:
+/// output channel `o` becomes `(y − mean[o]) / sqrt(var[o] + eps) ·
+/// weight[o] + bias[o]`, which scales the channel's filter and shifts its
+/// bias.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchNormFold<'a> {
+    pub weight: Option<&'a [f32]>,
+    pub bias: Option<&'a [f32]>,
+    pub mean: &'a [f32],
+    pub var: &'a [f32],
+    pub eps: f64,
+}
+
+impl BatchNormFold<'_> {
+    /// `(scale, shift)` of output channel `o`, computed as PyTorch's
+    /// inference batch norm computes them.
+    fn channel(&self, o: usize) -> (f64, f64) {
+        let rstd = 1.0 / crate::scalar::sqrt(self.var[o] as f64 + self.eps);
+        let scale = self.weight.map_or(1.0, |w| w[o] as f64) * rstd;
+        (
+            scale,
+            self.bias.map_or(0.0, |b| b[o] as f64) - self.mean[o] as f64 * scale,
+        )
+    }
+}
+
+/// First words of a prepared [`conv2d_folded`] filter ("PKF1").
+const FOLDED_MAGIC: u32 = 0x3146_4b50;
+/// Floats before the folded bias.
+const FOLDED_HEADER: usize = 16;
+
+impl Conv2dNhwc {
+    /// Floats that [`conv2d_folded`] keeps from call to call: a header,
+    /// the folded bias, then the filter (packed for a regular convolution,
+    /// `[kH, kW, O]` for a depthwise one).
+    pub fn folded_len(&self) -> usize {
+        let filter = if self.is_depthwise() {
+            self.window.kernel_h * self.window.kernel_w * self.out_c
+        } else {
+            self.packed_filter_len()
+        };
+        FOLDED_HEADER + self.out_c.div_ceil(16) * 16 + filter
+    }
+
+    /// The header of a prepared filter for this geometry.
+    fn folded_header(&self) -> [u32; 4] {
+        [FOLDED_MAGIC, self.out_c as u32, self.depth() as u32, self.groups as u32]
+    }
+}
+
+/// How the filter of a [`FoldedConv`] is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterLayout {
+    /// PyTorch's: `[O, C / groups, kH, kW]`.
+    Torch,
+    /// XNNPACK's: `[O, kH, kW, C]` ungrouped, `[1, kH, kW, O]` depthwise.
+    Xnnpack,
+}
+
+/// A convolution of NHWC images whose filter is a constant in PyTorch's
+/// or XNNPACK's layout, with an optional batch norm folded in and an
+/// optional residual (`[N, OH, OW, O]`, as the output) added: `out[N, OH,
+/// OW, O] = clamp(bn(conv(x, w) + bias) + residual)`. Ungrouped and
+/// depthwise convolutions only (see [`Conv2dNhwc::regular`] and
+/// [`Conv2dNhwc::depthwise`] for the geometry).
+#[derive(Clone, Copy, Debug)]
+pub struct FoldedConv<'a> {
+    pub geometry: Conv2dNhwc,
+    pub layout: FilterLayout,
+    /// The filter, bias and batch norm are read only by [`Self::prepare`]:
+    /// a convolution whose filter was prepared elsewhere (by ptec, at
+    /// compile time) may leave them empty.
+    pub w: &'a [f32],
+    pub bias: Option<&'a [f32]>,
+    pub bn: Option<BatchNormFold<'a>>,
+    pub residual: Option<&'a [f32]>,
+    pub min: f32,
+    pub max: f32,
+}
+
+impl FoldedConv<'_> {
+    /// Prepares this convolution's filter in `kept` ([`Conv2dNhwc::folded_len`]
+    /// floats, serving this convolution alone): rearranged into the layout
+    /// the NHWC kernels read, scaled by the batch norm, with the bias
+    /// shifted by it. Does nothing when `kept` already holds it, so it can
+    /// run before every call; ptec runs it at compile time when the weights
+    /// are embedded, and the program then holds the result as a constant.
+    pub fn prepare(&self, kept: &mut [f32]) {
+        let g = &self.geometry;
+        assert!(
+            g.groups == 1 || g.is_depthwise(),
+            "{} groups of {} channels",
+            g.groups,
+            g.in_c
+        );
+        let (head, rest) = kept[..g.folded_len()].split_at_mut(FOLDED_HEADER);
+        let header = g.folded_header();
+        if !stamped(head, &header) {
+            let (folded_bias, filter) = rest.split_at_mut(g.out_c.div_ceil(16) * 16);
+            fold_filter(self, &mut folded_bias[..g.out_c], filter);
+            stamp(head, &header);
+        }
+    }
+
+    /// The folded bias and the filter that [`Self::prepare`] wrote in
+    /// `prepared`.
+    pub(super) fn prepared<'k>(&self, prepared: &'k [f32]) -> (&'k [f32], &'k [f32]) {
+        let g = &self.geometry;
+        let (head, rest) = prepared[..g.folded_len()].split_at(FOLDED_HEADER);
+        assert!(
+            stamped(head, &g.folded_header()),
+            "the filter was not prepared for this convolution"
+        );
+        let (folded_bias, filter) = rest.split_at(g.out_c.div_ceil(16) * 16);
+        (&folded_bias[..g.out_c], filter)
+    }
+}
+
+/// Runs a [`FoldedConv`] of `x` into `out`, its filter and bias taken from
+/// `prepared` (what [`FoldedConv::prepare`] wrote). `scratch`:
+/// [`Conv2dNhwc::scratch_len`]`(true)` floats.
+pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &mut [f32], scratch: &mut [f32]) {
+    let g = &conv.geometry;
+    let out = &mut out[..g.window.out_pixels() * g.out_c];
+    if let Some(r) = conv.residual {
+        assert!(r.len() >= out.len(), "residual of {} floats for {}", r.len(), out.len());
+    }
+    let (min, max) = (conv.min, conv.max);
+    let (folded_bias, filter) = conv.prepared(prepared);
+    if g.is_depthwise() {
+        match conv.residual {
+            None => depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), min, max, out),
+            Some(r) => {
+                // The depthwise kernels add no residual: the sum and the
+                // clamp take a second pass.
+                let (lo, hi) = (f32::NEG_INFINITY, f32::INFINITY);
+                depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), lo, hi, out);
+                add_residual(out, r, min, max);
+            }
+        }
+    } else {
+        let e = Epilogue {
+            bias: Some(folded_bias),
+            residual: conv.residual,
+            min,
+            max,
+        };
+        conv_group(g, x, 0, filter, &e, out, &mut scratch[..g.gather_len()]);
+    }
+}
+
+/// Writes the filter and bias of [`conv2d_folded`]: the convolution's
+/// filter rearranged for the NHWC kernels, each output channel scaled by
+/// the batch norm, and the bias shifted by it.
+fn fold_filter(conv: &FoldedConv<'_>, folded_bias: &mut [f32], filter: &mut [f32]) {
+    let g = &conv.geometry;
+    let (bias, bn) = (conv.bias, conv.bn.as_ref());
+    let o = g.out_c;
+    let (kh, kw) = (g.window.kernel_h, g.window.kernel_w);
+    let taps = kh * kw;
+    let cg = g.in_c / g.groups;
+    let w = &conv.w[..o * cg * taps];
+    let channel = |oc: usize| bn.map_or((1.0, 0.0), |bn| bn.channel(oc));
+    // The scales, held where the bias goes until the filter is written.
+    for (oc, s) in folded_bias.iter_mut().enumerate() {
+        *s = channel(oc).0 as f32;
+    }
+    let scale = &*folded_bias;
+    let torch = conv.layout == FilterLayout::Torch;
+    if g.is_depthwise() {
+        // Tap t of channel oc, wanted at [t · O + oc]: at w[oc · taps + t]
+        // in PyTorch's layout, already there in XNNPACK's.
+        for (oc, &s) in scale.iter().enumerate() {
+            for t in 0..taps {
+                let at = if torch { oc * taps + t } else { t * o + oc };
+                filter[t * o + oc] = w[at] * s;
+            }
+        }
+    } else {
+        // Depth index q = (ki · kW + kj) · C + c of the NHWC windows, the
+        // order of XNNPACK's `[O, kH, kW, C]`.
+        pack_with(g.depth(), o, filter, |q, oc| {
+            let at = if torch {
+                let (tap, c) = (q / cg, q % cg);
+                (oc * cg + c) * taps + tap
+            } else {
+                oc * g.depth() + q
+            };
+            w[at] * scale[oc]
+        });
+    }
+    for (oc, b) in folded_bias.iter_mut().enumerate() {
+        let (scale, shift) = channel(oc);
+        *b = (bias.map_or(0.0, |b| b[oc] as f64) * scale + shift) as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::nhwc::tests::{rng, Dims4, Pair};
+    use std::vec;
+    use std::vec::Vec;
+
+    /// NCHW ↔ NHWC of an `[n, a, b, c]` array: element `(i, j, k, l)` to
+    /// `(i, k, l, j)`.
+    fn to_last(x: &[f32], [n, a, b, c]: Dims4) -> Vec<f32> {
+        let mut out = vec![0.0; x.len()];
+        for i in 0..n {
+            for j in 0..a {
+                for k in 0..b * c {
+                    out[(i * b * c + k) * a + j] = x[(i * a + j) * b * c + k];
+                }
+            }
+        }
+        out
+    }
+
+    /// `conv2d_folded` against aten's NCHW convolution then batch norm
+    /// (then a residual added), ungrouped (multiplied from the image, 1×1,
+    /// gathered) and depthwise, with and without bias, batch norm and
+    /// residual; the second call reuses what the first kept.
+    #[test]
+    fn folded_convolutions_match_convolution_then_batch_norm() {
+        use crate::conv::{conv_scratch_len, convolution};
+        use crate::norm::batch_norm_no_training;
+        // (NCHW input, OIHW weight, stride, padding (h, w), groups)
+        let cases: &[(Dims4, Dims4, Pair, Pair, usize)] = &[
+            ([1, 3, 9, 11], [8, 3, 3, 3], [2, 2], [1, 1], 1),
+            ([2, 16, 5, 5], [40, 16, 1, 1], [1, 1], [0, 0], 1),
+            ([1, 24, 7, 6], [24, 1, 3, 3], [1, 1], [1, 1], 24),
+            ([1, 32, 8, 8], [32, 1, 3, 3], [2, 2], [1, 1], 32),
+            ([1, 4, 6, 6], [8, 1, 3, 3], [1, 1], [0, 1], 4),
+            ([1, 24, 6, 7], [16, 24, 3, 3], [1, 1], [1, 1], 1),
+        ];
+        for (ci, &(xs, ws, stride, [ph, pw], groups)) in cases.iter().enumerate() {
+            let combinations = [
+                (true, true, false),
+                (false, true, false),
+                (true, false, false),
+                (true, true, true),
+            ];
+            for (with_bias, with_bn, with_residual) in combinations {
+                let o = ws[0];
+                let x = rng(ci as u64, xs.iter().product());
+                let w = rng(10 + ci as u64, ws.iter().product());
+                let bias = with_bias.then(|| rng(20, o));
+                let (bw, bb, mean) = (rng(21, o), rng(22, o), rng(23, o));
+                let var: Vec<f32> = rng(24, o).iter().map(|v| v.abs() + 0.1).collect();
+                let eps = 1e-5;
+                // aten: convolution, then batch norm, NCHW.
+                let out_sizes = crate::conv::conv_output_sizes(
+                    &xs,
+                    &ws,
+                    bias.as_ref().map(Vec::len),
+                    &stride,
+                    &[ph, pw],
+                    &[1, 1],
+                    false,
+                    &[0, 0],
+                    groups,
+                )
+                .unwrap();
+                let mut scratch =
+                    vec![0.0; conv_scratch_len(&xs, &ws, &stride, &[ph, pw], &[1, 1], false, &[0, 0], groups)];
+                let mut y = vec![0.0f32; out_sizes.iter().product()];
+                convolution(
+                    &x,
+                    &xs,
+                    &w,
+                    &ws,
+                    bias.as_deref(),
+                    &stride,
+                    &[ph, pw],
+                    &[1, 1],
+                    false,
+                    &[0, 0],
+                    groups,
+                    &mut y,
+                    &mut scratch,
+                )
+                .unwrap();
+                let want = if with_bn {
+                    let mut z = vec![0.0f32; y.len()];
+                    batch_norm_no_training(&y, &out_sizes, Some(&bw), Some(&bb), &mean, &var, eps, &mut z).unwrap();
+                    z
+                } else {
+                    y
+                };
+                let mut want = to_last(&want, out_sizes.as_slice().try_into().unwrap());
+                let residual = with_residual.then(|| rng(25, want.len()));
+                if let Some(r) = &residual {
+                    for (w, r) in want.iter_mut().zip(r) {
+                        *w += r;
+                    }
+                }
+                // NHWC, folded.
+                let nhwc = [xs[0], xs[2], xs[3], xs[1]];
+                let pad = [ph, pw, ph, pw];
+                let g = if groups == 1 {
+                    Conv2dNhwc::regular(&nhwc, &[o, ws[2], ws[3], ws[1]], stride, pad, [1, 1], 1)
+                } else {
+                    Conv2dNhwc::depthwise(&nhwc, &[1, ws[2], ws[3], o], stride, pad, [1, 1])
+                }
+                .unwrap();
+                let bn = BatchNormFold {
+                    weight: Some(&bw),
+                    bias: Some(&bb),
+                    mean: &mean,
+                    var: &var,
+                    eps,
+                };
+                let xl = to_last(&x, xs);
+                // The weight in XNNPACK's layout: `[O, kH, kW, C]`, or
+                // `[1, kH, kW, O]` depthwise.
+                let [_, cg, kh, kw] = ws;
+                let (mut wx, wx_sizes) = (
+                    vec![0.0f32; w.len()],
+                    if groups == 1 { [o, kh, kw, cg] } else { [1, kh, kw, o] },
+                );
+                for (at, &v) in w.iter().enumerate() {
+                    let (oc, c, t) = (at / (cg * kh * kw), at / (kh * kw) % cg, at % (kh * kw));
+                    wx[if groups == 1 {
+                        (oc * kh * kw + t) * cg + c
+                    } else {
+                        t * o + oc
+                    }] = v;
+                }
+                for (layout, w, w_sizes) in [(FilterLayout::Torch, &w, ws), (FilterLayout::Xnnpack, &wx, wx_sizes)] {
+                    assert_eq!(
+                        Conv2dNhwc::folded(layout, &nhwc, &w_sizes, stride, pad, [1, 1], groups),
+                        Some(g)
+                    );
+                    let mut kept = vec![0.0f32; g.folded_len()];
+                    let mut scratch = vec![0.0f32; g.scratch_len(true)];
+                    let conv = FoldedConv {
+                        geometry: g,
+                        layout,
+                        w,
+                        bias: bias.as_deref(),
+                        bn: with_bn.then_some(bn),
+                        residual: residual.as_deref(),
+                        min: -1.5,
+                        max: 2.0,
+                    };
+                    // The third call runs as ptec's code does when it
+                    // prepared the filter at compile time: without the
+                    // filter, bias and batch norm it was made from.
+                    let prepared_elsewhere = FoldedConv {
+                        w: &[],
+                        bias: None,
+                        bn: None,
+                        ..conv
+                    };
+                    for call in 0..3 {
+                        let mut got = vec![f32::NAN; want.len()];
+                        let conv = if call < 2 {
+                            conv.prepare(&mut kept);
+                            &conv
+                        } else {
+                            &prepared_elsewhere
+                        };
+                        conv2d_folded(conv, &xl, &kept, &mut got, &mut scratch);
+                        for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                            let b = b.clamp(-1.5, 2.0);
+                            assert!(
+                                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                                "case {ci} {layout:?} ({with_bias}, {with_bn}, {with_residual}) call {call} [{k}]: {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

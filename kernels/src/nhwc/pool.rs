@@ -1,0 +1,115 @@
+//! Pooling over NHWC images: max and average pooling over windows, and
+//! global average pooling, each output clamped as it is written.
+use super::{clamp, for_each_output, for_each_tap, Window2d};
+
+/// Max pooling: each output channel is the largest input in its window
+/// (padding never wins; a NaN does, as in PyTorch), then clamped. `x` is
+/// `[N, H, W, C]`, `out` `[N, OH, OW, C]`.
+pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
+    let image = win.in_h * win.in_w;
+    let x = &x[..win.batch * image * c];
+    for_each_output(win, out, c, |n, oh, ow, o| {
+        o.fill(f32::NEG_INFINITY);
+        for_each_tap(win, oh, ow, |pix, _| {
+            for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
+                if v > *acc || v.is_nan() {
+                    *acc = v;
+                }
+            }
+        });
+        clamp(o, min, max);
+    });
+}
+
+/// Average pooling: each output channel is the mean of the inputs of its
+/// window that lie inside the image (padding is not counted, as in
+/// XNNPACK), then clamped.
+pub fn avg_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
+    let image = win.in_h * win.in_w;
+    let x = &x[..win.batch * image * c];
+    for_each_output(win, out, c, |n, oh, ow, o| {
+        o.fill(0.0);
+        let mut count = 0usize;
+        for_each_tap(win, oh, ow, |pix, _| {
+            count += 1;
+            for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
+                *acc += v;
+            }
+        });
+        let scale = if count == 0 { 0.0 } else { 1.0 / count as f32 };
+        for v in o.iter_mut() {
+            *v *= scale;
+        }
+        clamp(o, min, max);
+    });
+}
+
+/// Global average pooling: `out[n, c]` (any output shape with `N · C`
+/// elements) is the mean over the `pixels` pixels of image `n`, clamped.
+/// With threads, one image splits in bands of 16 channels: the product
+/// before it (a few pixels by many channels) split in strips of 16
+/// columns, so each thread mostly sums what it wrote.
+pub fn global_avg_pool_nhwc(batch: usize, pixels: usize, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
+    let x = &x[..batch * pixels * c];
+    if batch == 1 {
+        let split_up = crate::parallel::local_bands_for(x.len());
+        return crate::parallel::for_each_band(&mut out[..c], c, 1, 16, split_up, &|channels, o| {
+            average_pixels(x, pixels, c, channels, min, max, o);
+        });
+    }
+    for (n, o) in out[..batch * c].chunks_exact_mut(c.max(1)).enumerate().take(batch) {
+        average_pixels(&x[n * pixels * c..], pixels, c, 0..c, min, max, o);
+    }
+}
+
+/// The means of channels `channels` over the `pixels` pixels (of `c`
+/// channels) of one image `x`, clamped, into `o`.
+fn average_pixels(
+    x: &[f32],
+    pixels: usize,
+    c: usize,
+    channels: core::ops::Range<usize>,
+    min: f32,
+    max: f32,
+    o: &mut [f32],
+) {
+    let o = &mut o[..channels.len()];
+    o.fill(0.0);
+    for px in x[..pixels * c].chunks_exact(c.max(1)) {
+        for (acc, &v) in o.iter_mut().zip(&px[channels.clone()]) {
+            *acc += v;
+        }
+    }
+    let scale = if pixels == 0 { 0.0 } else { 1.0 / pixels as f32 };
+    for v in o.iter_mut() {
+        *v *= scale;
+    }
+    clamp(o, min, max);
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    #[test]
+    fn pooling_by_hand() {
+        // One 3×3 image, 1 channel: 1..9; 2×2 windows, stride 1, padding 1
+        // on the bottom/right only.
+        let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+        let win = Window2d::new(1, 3, 3, [2, 2], [1, 1], [0, 1, 1, 0], [1, 1]).unwrap();
+        assert_eq!((win.out_h, win.out_w), (3, 3));
+        let mut out = vec![0.0; 9];
+        max_pool2d_nhwc(&win, 1, &x, f32::NEG_INFINITY, f32::INFINITY, &mut out);
+        assert_eq!(out, [5.0, 6.0, 6.0, 8.0, 9.0, 9.0, 8.0, 9.0, 9.0]);
+        avg_pool2d_nhwc(&win, 1, &x, f32::NEG_INFINITY, 7.0, &mut out);
+        // Bottom-right windows average only their in-image pixels.
+        assert_eq!(out, [3.0, 4.0, 4.5, 6.0, 7.0, 7.0, 7.0, 7.0, 9.0f32.min(7.0)]);
+        let mut g = [0.0f32; 2];
+        // Two channels over 3 pixels.
+        global_avg_pool_nhwc(1, 3, 2, &[1.0, 10.0, 2.0, 20.0, 3.0, 30.0], 0.0, 15.0, &mut g);
+        assert_eq!(g, [2.0, 15.0]);
+    }
+}
