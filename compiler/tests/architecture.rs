@@ -31,15 +31,52 @@ fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
     out
 }
 
-/// The production code of a file: comments dropped, and everything from
-/// the first `#[cfg(test)]` module on (test modules come last).
+/// The production code of a file: comments dropped, and every test module
+/// (`#[cfg(test)]` or `#[cfg(all(test, …))]` before `mod name {`) cut out up
+/// to its closing brace.
 fn production(text: &str) -> String {
-    let end = text.find("#[cfg(test)]\nmod ").unwrap_or(text.len());
-    text[..end]
+    let code: String = text
         .lines()
         .map(|l| l.find("//").map_or(l, |i| &l[..i]))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    let mut out = String::new();
+    let mut rest = code.as_str();
+    while let Some(at) = ["#[cfg(test)]", "#[cfg(all(test"]
+        .iter()
+        .filter_map(|m| rest.find(m))
+        .min()
+    {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        let is_module = after
+            .find(']')
+            .map(|e| after[e + 1..].trim_start())
+            .is_some_and(|t| t.starts_with("mod ") || t.starts_with("pub(crate) mod "));
+        let Some(open) = after.find('{').filter(|_| is_module) else {
+            out.push_str(&after[..1]);
+            rest = &after[1..];
+            continue;
+        };
+        let mut depth = 0;
+        let mut end = after.len();
+        for (i, c) in after[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The paths a `crate::`/`super::`/`self::` reference at `rest` spells out,
