@@ -60,6 +60,8 @@ pub(super) struct Out {
     pub(super) res_len: usize,
 }
 
+// The accessors here are `#[inline]`: the micro-kernels, in other files
+// (other codegen units), call them per tile.
 impl Out {
     pub(super) fn new(c: &mut [f32], ldc: usize, residual: Option<&[f32]>) -> Self {
         Out {
@@ -72,6 +74,7 @@ impl Out {
     }
 
     /// The view from row `i`, column `j`.
+    #[inline]
     pub(super) fn at(self, i: usize, j: usize) -> Self {
         let offset = i * self.ldc + j;
         assert!(offset <= self.len, "C offset {offset} of {}", self.len);
@@ -97,6 +100,7 @@ impl Out {
     }
 
     /// The first `cols` floats of the residual's row `i`, if there is one.
+    #[inline]
     pub(super) fn residual_row(&self, i: usize, cols: usize) -> Option<&[f32]> {
         if self.res.is_null() {
             return None;
@@ -115,6 +119,7 @@ impl Out {
     /// The first `cols` floats of row `i`. The caller's product must be
     /// the only writer of those columns (true of every product
     /// [`super::gemm_packed`] runs), and hold no other slice of them.
+    #[inline]
     pub(super) fn row(&mut self, i: usize, cols: usize) -> &mut [f32] {
         let offset = i * self.ldc;
         assert!(offset + cols <= self.len, "C row {i} ({cols} floats) of {}", self.len);
@@ -183,11 +188,13 @@ pub(super) struct At<'a> {
 }
 
 impl<'a> Job<'a> {
+    #[inline]
     pub(super) fn strips(&self) -> usize {
         self.nr.div_ceil(NR)
     }
 
     /// Strip `s` of the block of `B`.
+    #[inline]
     pub(super) fn strip(&self, s: usize) -> &'a [f32] {
         &self.b[s * self.b_stride..][..self.kc * NR]
     }
@@ -195,6 +202,7 @@ impl<'a> Job<'a> {
     /// The `MR` rows of `A` that tile `at` multiplies; rows past its `mr`
     /// repeat its first (their results are not stored).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[inline]
     pub(super) fn rows<const MR: usize>(&self, at: At<'_>) -> [*const f32; MR] {
         let a = self.a[at.ir * self.lda..].as_ptr();
         core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * self.lda) } else { a })
@@ -202,6 +210,7 @@ impl<'a> Job<'a> {
 
     /// The clamp's bounds (infinite when there is none).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[inline]
     pub(super) fn bounds(&self) -> (f32, f32) {
         self.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY))
     }
@@ -272,6 +281,7 @@ impl<'a> Job<'a> {
     }
 
     /// The bias of tile `at`'s columns, on the last depth block.
+    #[inline]
     pub(super) fn bias_of(&self, at: At<'_>) -> Option<&'a [f32]> {
         self.bias.map(|b| &b[at.s * NR..][..at.nr])
     }
