@@ -51,6 +51,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
     ("llama_kv", "fixtures/llama_kv.bpte", None, 1e-4, 1e-4),
     ("xnnpack_llama_kv", "fixtures/xnnpack_llama_kv.bpte", None, 1e-4, 1e-4),
+    ("llama_dynamic", "fixtures/llama_dynamic.bpte", None, 1e-4, 1e-4),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at
