@@ -52,6 +52,13 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("llama_kv", "fixtures/llama_kv.bpte", None, 1e-4, 1e-4),
     ("xnnpack_llama_kv", "fixtures/xnnpack_llama_kv.bpte", None, 1e-4, 1e-4),
     ("llama_dynamic", "fixtures/llama_dynamic.bpte", None, 1e-4, 1e-4),
+    (
+        "xnnpack_llama_dynamic",
+        "fixtures/xnnpack_llama_dynamic.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at

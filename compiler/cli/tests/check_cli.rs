@@ -98,6 +98,7 @@ fn threads_run_every_case_on_each_count() {
         "llama_kv",
         "xnnpack_llama_kv",
         "llama_dynamic",
+        "xnnpack_llama_dynamic",
     ];
     let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
         .args(["check", "--threads", "2"])

@@ -259,30 +259,7 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     *want.last_mut().expect("rank >= 1") = n;
     require_sizes(&out, &want)?;
     let (kl, nl) = (lit(k), lit(n));
-    let (ml, set) = if x.dynamic {
-        let (xs, last) = (ctx.sizes(&x), lit(x.rank() - 1));
-        let ins = lit(ctx.instruction);
-        let set = ctx.set_sizes(
-            &out,
-            quote!(&{
-                let mut s = [0usize; #last + 1];
-                s.copy_from_slice(#xs);
-                if s[#last] != #kl {
-                    return Err(::ptec_runtime::Error::Kernel {
-                        instruction: #ins,
-                        error: ::ptec_runtime::kernels::KernelError::ShapeMismatch,
-                    });
-                }
-                s[#last] = #nl;
-                s
-            }),
-        );
-        let numel = ctx.numel(&x);
-        let k1 = lit(k.max(1));
-        (quote!((#numel / #k1)), set)
-    } else {
-        (lit(m), quote!())
-    };
+    let (ml, set) = product_rows(ctx, &x, &out, k, n)?;
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read_if_needed(&w, !packed_at_compile_time(ctx, w.value, true))?;
     let w_packed = ctx.folds.packed_for(w.value, true).is_some();

@@ -722,6 +722,55 @@ impl<'a> OpCtx<'a> {
     }
 }
 
+/// The rows of a product over the last dim (`k`) of `x`, as an expression,
+/// and the statements that give `out` its live sizes: `x`'s leading dims
+/// then `n` (or, for a 2-d `out`, the rows then `n`). With a dynamic `x`
+/// the rows are counted at run time, where a last dim other than `k` is an
+/// error.
+pub fn product_rows(
+    ctx: &OpCtx<'_>,
+    x: &TArg,
+    out: &TArg,
+    k: usize,
+    n: usize,
+) -> Result<(TokenStream, TokenStream), String> {
+    if !x.dynamic {
+        return Ok((lit(x.numel() / k.max(1)), quote!()));
+    }
+    if !out.dynamic || (out.rank() != x.rank() && out.rank() != 2) {
+        return Err(format!(
+            "the output (value {}) must vary with the input (value {}), with its rank or 2",
+            out.value, x.value
+        ));
+    }
+    let (xs, numel, rank) = (ctx.sizes(x), ctx.numel(x), x.rank());
+    let (kl, k1, nl, last, ins) = (lit(k), lit(k.max(1)), lit(n), lit(rank - 1), lit(ctx.instruction));
+    let rows = quote!((#numel / #k1));
+    let sizes = if out.rank() == rank {
+        quote!(&{
+            let mut s = [0usize; #last + 1];
+            s.copy_from_slice(#xs);
+            s[#last] = #nl;
+            s
+        })
+    } else {
+        quote!(&[#rows, #nl])
+    };
+    let set = ctx.set_sizes(out, sizes);
+    let check = quote! {
+        {
+            let live: &[usize] = #xs;
+            if live[#last] != #kl {
+                return Err(::ptec_runtime::Error::Kernel {
+                    instruction: #ins,
+                    error: ::ptec_runtime::kernels::KernelError::ShapeMismatch,
+                });
+            }
+        }
+    };
+    Ok((rows, quote!(#check #set)))
+}
+
 /// Requires all tensors to have the default (contiguous) dim order.
 pub fn require_contiguous(ts: &[&TArg]) -> Result<(), String> {
     for t in ts {

@@ -141,7 +141,22 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     );
     let transposed = ctx.bool(TRANSPOSED)?;
     let (min, max) = bounds(ctx, MIN)?;
-    let mut all = vec![&x, &w, &out];
+    // The input's rows may vary (XNNPACK reshapes at run time); the output
+    // follows them.
+    if x.dynamic != out.dynamic {
+        return Err(format!("value {} and value {} differ in dynamism", x.value, out.value));
+    }
+    let (xd, od) = (
+        TArg {
+            dynamic: false,
+            ..x.clone()
+        },
+        TArg {
+            dynamic: false,
+            ..out.clone()
+        },
+    );
+    let mut all = vec![&xd, &w, &od];
     all.extend(bias.as_ref());
     all.extend(packed.as_ref());
     f32_static(&all)?;
@@ -177,11 +192,12 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
             quote!(::ptec_runtime::kernels::linear::pack_fully_connected(#wi, #kl, #nl, #transposed, #kept);)
         },
     )?;
+    let (ml, set) = product_rows(ctx, &x, &out, k, n)?;
     let (o, s5) = ctx.write(&out)?;
     let (sc, s6) = scratch(ctx, if packed.is_some() { 0 } else { gemm_scratch_len(m, n, k) });
-    let (ml, kl, nl) = (lit(m), lit(k), lit(n));
+    let (kl, nl) = (lit(k), lit(n));
     Ok(quote! {
-        #s1 #s2 #s3 #s4 #s5 #s6
+        #set #s1 #s2 #s3 #s4 #s5 #s6
         ::ptec_runtime::kernels::linear::fully_connected(#xi, #wi, #bi, #ml, #kl, #nl, #transposed, #min, #max, #pi, #o, #sc);
     })
 }

@@ -167,6 +167,10 @@ struct CallLowering<'a> {
     slots: Vec<Option<usize>>,
     out: Vec<Instruction>,
     buffers: &'a mut Buffers,
+    /// An argument's shape varies (up to the bound its dims give): the
+    /// call's intermediates vary too, and every kernel sets their live
+    /// sizes from its inputs', as XNNPACK reshapes the subgraph.
+    dynamic: bool,
 }
 
 type Step = Result<()>;
@@ -181,6 +185,7 @@ impl<'a> CallLowering<'a> {
             at,
             out: Vec::new(),
             buffers,
+            dynamic: false,
         }
     }
 
@@ -278,14 +283,22 @@ impl<'a> CallLowering<'a> {
                 ),
             ));
         }
-        if t.dynamism != Dynamism::Static {
+        if t.dynamism == Dynamism::DynamicUnbound || (t.dynamism != Dynamism::Static && !t.is_contiguous()) {
             return Err(Errors::one(
                 ErrorKind::Unsupported {
-                    detail: format!("XNNPACK delegate argument {arg} (value {vi}) with a dynamic shape"),
+                    detail: format!(
+                        "XNNPACK delegate argument {arg} (value {vi}) with a dynamic shape {}",
+                        if t.is_contiguous() {
+                            "and no bound"
+                        } else {
+                            "in a dim order other than the default"
+                        }
+                    ),
                 },
                 self.at.clone().value(vi),
             ));
         }
+        self.dynamic |= t.dynamism != Dynamism::Static;
         let memory_order: Vec<usize> = t
             .dim_order
             .iter()
@@ -339,7 +352,13 @@ impl<'a> CallLowering<'a> {
     /// A new intermediate tensor of this call (unplanned, see
     /// [`Buffers`]).
     fn temp(&mut self, sizes: Vec<usize>) -> usize {
-        self.push_tensor(sizes, Placement::Unplanned)
+        let v = self.push_tensor(sizes, Placement::Unplanned);
+        if self.dynamic {
+            if let Some(Value::Tensor(t)) = self.m.values.get_mut(v) {
+                t.dynamism = Dynamism::DynamicBound;
+            }
+        }
+        v
     }
 
     /// The method value of subgraph value `x`, created on first use.
@@ -461,6 +480,20 @@ impl<'a> CallLowering<'a> {
     }
 
     fn node(&mut self, i: usize, node: &XNode) -> Step {
+        // With a varying input, only nodes whose kernels follow the live
+        // shape are lowered; shapes checked against the bound above
+        // would not hold for the others.
+        if self.dynamic && !matches!(node.op, Op::FullyConnected { .. }) {
+            return Err(Errors::one(
+                ErrorKind::Unsupported {
+                    detail: format!("XNNPACK node {i} ({}) in a subgraph with a dynamic input", node.kind),
+                },
+                self.at
+                    .clone()
+                    .within(format!("XNNPACK node {i} ({})", node.kind))
+                    .offset(node.offset),
+            ));
+        }
         match &node.op {
             Op::Binary { op, a, b, out } => {
                 let want = broadcast(self.dims(*a), self.dims(*b)).ok_or_else(|| {
