@@ -5,7 +5,12 @@ use ptec::ir::{Instruction, Placement, Value};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)).unwrap()
+    std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
 }
 
 /// The planned byte ranges (buffer 1, from 0) of the caches the method's
@@ -43,7 +48,13 @@ fn init_zeroes_exactly_the_kv_caches() {
         // Two layers, a key and a value cache each.
         assert_eq!(caches.len(), 4, "{name}: {caches:?}");
         let code = ptec::compile_to_string(&bytes, &[], &ptec::Options::new(name)).unwrap();
-        let init = code.split("fn init(").nth(1).unwrap().split("fn execute(").next().unwrap();
+        let init = code
+            .split("fn init(")
+            .nth(1)
+            .unwrap()
+            .split("fn execute(")
+            .next()
+            .unwrap();
         let mut zeroed: Vec<(u64, u64)> = init
             .lines()
             .filter_map(|l| {

@@ -219,7 +219,8 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     // What a call writes in place without an initial state (a KV cache)
     // starts empty again on reset.
     for v in crate::analysis::lives::held(m) {
-        let placed = matches!(m.values.get(v), Some(Value::Tensor(t)) if matches!(t.placement, Placement::Planned { .. }));
+        let placed =
+            matches!(m.values.get(v), Some(Value::Tensor(t)) if matches!(t.placement, Placement::Planned { .. }));
         if let (true, Some((Home::Arena { offset }, n))) = (placed, layout.range(m, v)) {
             let (d, de) = (lit(offset), lit(offset + n));
             init.push(quote!(self.arena.0[#d..#de].fill(0);));
