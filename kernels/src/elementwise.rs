@@ -13,7 +13,7 @@
 //!
 //! The `try_*` variants take closures returning `Option<O>` (integer
 //! division and remainder) and return
-//! [`KernelError::DivisionByZero`](crate::KernelError::DivisionByZero) on
+//! [`KernelError::DivisionByZero`] on
 //! the first `None`; the output is then partially written.
 use crate::{KernelError, KernelResult, MAX_RANK};
 
@@ -185,7 +185,7 @@ pub fn try_map<A: Copy, O>(x: &[A], out: &mut [O], mut f: impl FnMut(A) -> Optio
 /// Unary operator on a strided/broadcast input (`expand` fused with an
 /// op, a unary op on a permuted view): `out` is contiguous with shape
 /// `out_sizes`, element `idx` reads `x[sum(idx[d] * x_strides[d])]`.
-/// Large outputs are computed in bands across threads ([`in_bands`]).
+/// Large outputs are computed in bands across threads (`in_bands`).
 #[inline(always)]
 pub fn map_strided<A: Copy + Sync, O: Send>(
     out: &mut [O],
@@ -219,7 +219,7 @@ pub fn map_strided<A: Copy + Sync, O: Send>(
     in_bands(out, out_sizes, &band);
 }
 
-/// An input of a band of a map ([`in_bands`]): what it reads from the
+/// An input of a band of a map (`in_bands`): what it reads from the
 /// band's `first` index along `dim` on, and its strides from `dim` on.
 #[inline(always)]
 fn from_band<'a, T>(x: &'a [T], strides: &'a [usize], dim: usize, first: usize) -> (&'a [T], &'a [usize]) {
@@ -292,7 +292,7 @@ pub fn try_map_strided<A: Copy, O>(
 /// `atan2`, ...): `out` is contiguous with shape `out_sizes`; `a` and `b`
 /// are read with `a_strides`/`b_strides` (elements, one per output dim, 0
 /// where broadcast). `out[idx] = f(a[idx·a_strides], b[idx·b_strides])`.
-/// Large outputs are computed in bands across threads ([`in_bands`]).
+/// Large outputs are computed in bands across threads (`in_bands`).
 #[inline(always)]
 pub fn zip<A: Copy + Sync, B: Copy + Sync, O: Send>(
     out: &mut [O],
@@ -372,7 +372,7 @@ pub fn try_zip<A: Copy, B: Copy, O>(
 
 /// Ternary operators with broadcasting (`where.self`, `clamp.Tensor`,
 /// `addcmul`, `addcdiv`, `lerp`): like [`zip`] with three inputs.
-/// Large outputs are computed in bands across threads ([`in_bands`]).
+/// Large outputs are computed in bands across threads (`in_bands`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn zip3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Send>(

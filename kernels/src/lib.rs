@@ -9,7 +9,7 @@
 //!   exactly `numel` elements; shapes are `&[usize]`. Where a kernel takes
 //!   strides they are in elements. Inputs and outputs never overlap: the
 //!   compiler proves that, or copies an overlapping input aside first.
-//! - Element types: `f32`, `f64`, [`f16`], [`bf16`], `i8`, `u8`, `i16`,
+//! - Element types: `f32`, `f64`, [`f16`](struct@f16), [`bf16`](struct@bf16), `i8`, `u8`, `i16`,
 //!   `i32`, `i64`, `bool`. Half types compute in `f32`, as PyTorch does on
 //!   CPU.
 //! - No allocation: a kernel that needs scratch space takes it as an

@@ -59,7 +59,7 @@ pub fn local_bands() -> bool {
 const LOCAL_BAND_ELEMENTS: usize = 1 << 14;
 
 /// Whether a memory-bound kernel of `elements` output elements splits in
-/// bands: [`local_bands`] and at least [`LOCAL_BAND_ELEMENTS`].
+/// bands: [`local_bands`] and at least `LOCAL_BAND_ELEMENTS`.
 pub fn local_bands_for(elements: usize) -> bool {
     elements >= LOCAL_BAND_ELEMENTS && local_bands()
 }
@@ -149,7 +149,7 @@ impl Split {
 const BAND_BYTES: usize = 4096;
 
 /// How many rows of `row_len` elements of `elem_bytes` bytes make one
-/// grain of a band: at least one row and about [`BAND_BYTES`].
+/// grain of a band: at least one row and about `BAND_BYTES`.
 pub fn band_grain(row_len: usize, elem_bytes: usize) -> usize {
     (BAND_BYTES / elem_bytes.max(1) / row_len.max(1)).max(1)
 }
