@@ -1,6 +1,6 @@
 //! `ptec inspect`: what a file holds, for a person or as stable JSON.
 //!
-//! The JSON document is described in the README ("`ptec inspect --json`");
+//! The JSON document is described in `docs/inspect-json.md`;
 //! its keys only ever gain siblings, never change meaning.
 use ptec::ir::*;
 use ptec::Loaded;
