@@ -132,12 +132,112 @@ pub fn dequantize_per_channel<Q: Element, S: Element, Z: Element, O: Float>(
     }
 }
 
+/// The weight of a quantized embedding table, `[rows, dim]`: one byte per
+/// element (`embedding_byte`, `i8` or `u8`), or `nbit` of 2 or 4 packed
+/// into bytes and stored offset by `2^(nbit - 1)` (`embedding_2bit`,
+/// `embedding_4bit`): with 4 bits the even element is the high half, with
+/// 2 bits element `k` of a byte is its bits `2k` and `2k + 1`.
+#[derive(Clone, Copy, Debug)]
+pub enum QuantizedTable<'a, W> {
+    Bytes(&'a [W]),
+    Packed { bytes: &'a [u8], nbit: u32 },
+}
+
+/// `quantized_decomposed::embedding_{byte,2bit,4bit}`: for each index, the
+/// table's row dequantized, `(w - zero_point) * scale` in `f32` with the
+/// scale (and zero point) of the element's group (`groups` per row, each
+/// `dim / groups` wide; 1 for per-row). The zero points are optional, as
+/// the op allows. An index outside the table is an error.
+#[allow(clippy::too_many_arguments)]
+pub fn embedding_quantized<W: Element, P: Element, O: Float>(
+    table: QuantizedTable<'_, W>,
+    rows: usize,
+    dim: usize,
+    scales: &[P],
+    zero_points: Option<&[P]>,
+    groups: usize,
+    indices: &[i64],
+    out: &mut [O],
+) -> crate::KernelResult {
+    let group = dim / groups.max(1);
+    for (k, &index) in indices.iter().enumerate() {
+        let row = usize::try_from(index)
+            .ok()
+            .filter(|&r| r < rows)
+            .ok_or(crate::KernelError::IndexOutOfRange { index, size: rows })?;
+        let params = row * groups;
+        for (j, o) in out[k * dim..(k + 1) * dim].iter_mut().enumerate() {
+            let g = params + j / group.max(1);
+            let w = match table {
+                QuantizedTable::Bytes(w) => w[row * dim + j].to_f64() as f32,
+                QuantizedTable::Packed { bytes, nbit } => {
+                    let per_byte = (8 / nbit) as usize;
+                    let byte = bytes[row * (dim / per_byte) + j / per_byte];
+                    let value = if nbit == 4 {
+                        if j % 2 == 1 {
+                            byte & 0x0f
+                        } else {
+                            byte >> 4
+                        }
+                    } else {
+                        (byte >> (2 * (j % 4))) & 3
+                    };
+                    value as f32 - (1u32 << (nbit - 1)) as f32
+                }
+            };
+            let zp = zero_points.map_or(0.0, |z| z[g].to_f64() as f32);
+            *o = O::from_f64(((w - zp) * scales[g].to_f64() as f32) as f64);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
     use super::*;
     use crate::f16;
     use std::vec;
+
+    #[test]
+    fn quantized_embeddings_follow_executorch() {
+        // Two rows of 4, two groups per row, zero points given.
+        let w: [i8; 8] = [1, -2, 3, 4, 5, 6, -7, 8];
+        let scales = [0.5f32, 2.0, 1.0, 0.25];
+        let zps = [1.0f32, 0.0, -1.0, 2.0];
+        let mut out = [0.0f32; 8];
+        embedding_quantized(
+            QuantizedTable::Bytes(&w),
+            2,
+            4,
+            &scales,
+            Some(&zps),
+            2,
+            &[1, 0],
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, [6.0, 7.0, -2.25, 1.5, 0.0, -1.5, 6.0, 8.0]);
+        // 4 bits: bytes 0x1f, 0x80 hold 1, 15, 8, 0, offset by 8; one
+        // group, no zero points, into f16.
+        let mut half = [f16::ZERO; 4];
+        let packed: QuantizedTable<'_, u8> = QuantizedTable::Packed {
+            bytes: &[0x1f, 0x80],
+            nbit: 4,
+        };
+        embedding_quantized(packed, 1, 4, &[f16::from_f32(2.0)], None, 1, &[0], &mut half).unwrap();
+        assert_eq!(half.map(f16::to_f32), [-14.0, 14.0, 0.0, -16.0]);
+        // 2 bits: 0b11_10_01_00 holds 0, 1, 2, 3 from the low bits, offset by 2.
+        let packed: QuantizedTable<'_, u8> = QuantizedTable::Packed {
+            bytes: &[0b1110_0100],
+            nbit: 2,
+        };
+        let mut out = [0.0f32; 4];
+        embedding_quantized(packed, 1, 4, &[1.0f32], None, 1, &[0], &mut out).unwrap();
+        assert_eq!(out, [-2.0, -1.0, 0.0, 1.0]);
+        let e = embedding_quantized(packed, 1, 4, &[1.0f32], None, 1, &[1], &mut out);
+        assert_eq!(e, Err(crate::KernelError::IndexOutOfRange { index: 1, size: 1 }));
+    }
     use std::vec::Vec;
 
     #[test]

@@ -54,19 +54,18 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
         upsample::OPS,
         quant::OPS,
         prim::OPS,
+        llama::OPS,
     ]
     .into_iter()
     .flatten()
     .copied()
 }
 
-/// The emitter of an operator: one of the [`registry`], one of ptec's own
-/// operators that lowered XNNPACK subgraphs call (`ptec_xnn::*`), or one
-/// of the LLM export's `llama::` operators.
+/// The emitter of an operator: one of the [`registry`], or one of ptec's
+/// own operators that lowered XNNPACK subgraphs call (`ptec_xnn::*`).
 pub fn lookup(full_name: &str) -> Option<Emitter> {
     registry()
         .chain(xnnpack::OPS.iter().copied())
-        .chain(llama::OPS.iter().copied())
         .find(|(n, _)| *n == full_name)
         .map(|(_, e)| e)
 }

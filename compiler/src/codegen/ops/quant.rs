@@ -19,6 +19,24 @@ pub const OPS: &[(&str, Emitter)] = &[
         "quantized_decomposed::dequantize_per_channel.out",
         dequantize_per_channel,
     ),
+    ("quantized_decomposed::embedding_byte.out", |c| {
+        embedding_quantized(c, 8, false)
+    }),
+    ("quantized_decomposed::embedding_byte.dtype_out", |c| {
+        embedding_quantized(c, 8, true)
+    }),
+    ("quantized_decomposed::embedding_4bit.out", |c| {
+        embedding_quantized(c, 4, false)
+    }),
+    ("quantized_decomposed::embedding_4bit.dtype_out", |c| {
+        embedding_quantized(c, 4, true)
+    }),
+    ("quantized_decomposed::embedding_2bit.out", |c| {
+        embedding_quantized(c, 2, false)
+    }),
+    ("quantized_decomposed::embedding_2bit.dtype_out", |c| {
+        embedding_quantized(c, 2, true)
+    }),
 ];
 
 /// The integer dtypes quantized values are stored in.
@@ -238,6 +256,113 @@ fn dequantize_per_channel(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         #set #s1 #s2 #s3 #s4
         ::ptec_runtime::kernels::quant::dequantize_per_channel(#qi, #sizes, #si, #zp, #axis, #o);
     })
+}
+
+/// `embedding_{byte,4bit,2bit}(weight, scales, zero_points?, quant_min,
+/// quant_max, indices, [dtype?,] out)`: rows of a table quantized per row
+/// or per group of a row, dequantized (see the kernel). As in ExecuTorch,
+/// `quant_min`/`quant_max` are metadata only.
+fn embedding_quantized(ctx: &mut OpCtx<'_>, nbit: u32, with_dtype: bool) -> Result<TokenStream, String> {
+    ctx.arity(if with_dtype { 9 } else { 8 })?;
+    let out_at = if with_dtype { 7 } else { 6 };
+    let (w, scales, zero_points, indices, out) = (
+        ctx.tensor(0)?,
+        ctx.tensor(1)?,
+        ctx.opt_tensor(2)?,
+        ctx.tensor(5)?,
+        ctx.tensor(out_at)?,
+    );
+    let (lo, hi) = (ctx.int(3)?, ctx.int(4)?);
+    if lo > hi {
+        return Err(format!("quant_min {lo} is greater than quant_max {hi}"));
+    }
+    if with_dtype {
+        if let Some(code) = ctx.opt_int(6)? {
+            if ScalarType::from_code(code as i8) != Some(out.dtype) {
+                return Err(format!(
+                    "dtype argument {code} does not name the output's dtype {}",
+                    out.dtype
+                ));
+            }
+        }
+    }
+    require_dtype(&w, if nbit == 8 { &[Byte, Char] } else { &[Byte] })?;
+    require_dtype(&scales, &[Float, Half])?;
+    require_dtype(&out, &[Float, Half])?;
+    require_dtype(&indices, &[Long])?;
+    let mut all = vec![&w, &scales, &indices, &out];
+    all.extend(zero_points.as_ref());
+    require_contiguous(&all)?;
+    if w.dynamic || scales.dynamic || zero_points.as_ref().is_some_and(|z| z.dynamic) {
+        return Err("the table and its scales must have static shapes".into());
+    }
+    if w.rank() != 2 {
+        return Err(format!("the weight must be 2-d, has sizes {:?}", w.sizes));
+    }
+    let (rows, dim) = (w.sizes[0], w.sizes[1] * (8 / nbit as usize));
+    let groups = match scales.sizes[..] {
+        [r] if r == rows => 1,
+        [r, g] if r == rows && g > 0 && dim % g == 0 => g,
+        _ => {
+            return Err(format!(
+                "scales {:?} do not fit a table of {rows} rows of {dim}",
+                scales.sizes
+            ))
+        }
+    };
+    if let Some(z) = &zero_points {
+        if z.sizes != scales.sizes || z.dtype != out.dtype {
+            return Err(format!(
+                "zero points {:?} ({}) must have the scales' sizes {:?} and the output's dtype {}",
+                z.sizes, z.dtype, scales.sizes, out.dtype
+            ));
+        }
+    }
+    if indices.dynamic != out.dynamic {
+        return Err("the output must vary with the indices".into());
+    }
+    let mut want = indices.sizes.clone();
+    want.push(dim);
+    require_sizes(&out, &want)?;
+    let set = if indices.dynamic {
+        let (r, r1, d) = (lit(indices.rank()), lit(indices.rank() + 1), lit(dim));
+        let is = ctx.sizes(&indices);
+        ctx.set_sizes(
+            &out,
+            quote!(&{
+                let mut s = [0usize; #r1];
+                s[..#r].copy_from_slice(#is);
+                s[#r] = #d;
+                s
+            }),
+        )
+    } else {
+        quote!()
+    };
+    let (wi, s1) = ctx.read(&w)?;
+    let (si, s2) = ctx.read(&scales)?;
+    let (zp, s3) = match &zero_points {
+        Some(z) => {
+            let (zi, s) = ctx.read(z)?;
+            (quote!(Some(#zi)), s)
+        }
+        None => (quote!(None), quote!()),
+    };
+    let (ii, s4) = ctx.read(&indices)?;
+    let (o, s5) = ctx.write(&out)?;
+    let k = quote!(::ptec_runtime::kernels::quant);
+    let table = if nbit == 8 {
+        quote!(#k::QuantizedTable::Bytes(#wi))
+    } else {
+        let n = proc_macro2::Literal::u32_suffixed(nbit);
+        quote!({
+            let table: #k::QuantizedTable<'_, u8> = #k::QuantizedTable::Packed { bytes: #wi, nbit: #n };
+            table
+        })
+    };
+    let (rl, dl, gl) = (lit(rows), lit(dim), lit(groups));
+    let call = ctx.kernel_result(quote!(#k::embedding_quantized(#table, #rl, #dl, #si, #zp, #gl, #ii, #o)));
+    Ok(quote! { #set #s1 #s2 #s3 #s4 #s5 #call })
 }
 
 #[cfg(test)]
