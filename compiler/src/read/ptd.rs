@@ -33,11 +33,13 @@ pub fn read_ptd(bytes: &[u8], index: usize) -> Result<ExternalFile> {
             })),
             _ => {
                 errors.push(crate::error::Diagnostic::new(
+                    // Offset and limit both count from the segment data's
+                    // start (the location).
                     ErrorKind::OutsideData {
                         what: "tensor data segment",
                         offset: s.offset(),
                         len: s.size_(),
-                        limit,
+                        limit: layout.segment_data_size as u64,
                     },
                     Location::at_offset(layout.segment_base),
                 ));
