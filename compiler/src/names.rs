@@ -176,8 +176,16 @@ pub(crate) mod llama {
     /// is_causal, scale?, out)`: attention of `q` (`[B, S, H, D]`) over the
     /// caches' first `start_pos + S` positions.
     pub(crate) const CUSTOM_SDPA: &str = "llama::custom_sdpa.out";
+    /// `sdpa_with_kv_cache(q, k, v, key_cache, value_cache, start_pos,
+    /// seq_len, attn_mask?, dropout_p, is_causal, scale?, out)`: writes
+    /// `k` and `v` into the caches in place, as `update_cache` does, then
+    /// is `custom_sdpa` over them.
+    pub(crate) const SDPA_WITH_KV_CACHE: &str = "llama::sdpa_with_kv_cache.out";
     /// The cache argument of both `update_cache` operators.
     pub(crate) const CACHE: usize = 1;
+    /// The caches `sdpa_with_kv_cache` writes.
+    pub(crate) const KEY_CACHE: usize = 3;
+    pub(crate) const VALUE_CACHE: usize = 4;
 }
 
 /// The arguments other than the last (the out tensor) that operator `name`
@@ -187,6 +195,7 @@ pub(crate) mod llama {
 pub(crate) fn written_in_place(name: &str) -> &'static [usize] {
     match name {
         llama::UPDATE_CACHE | llama::UPDATE_CACHE_WITH_INDICES => &[llama::CACHE],
+        llama::SDPA_WITH_KV_CACHE => &[llama::KEY_CACHE, llama::VALUE_CACHE],
         _ => &[],
     }
 }

@@ -188,6 +188,31 @@ pub fn custom_sdpa(
     Ok(())
 }
 
+/// `llama::sdpa_with_kv_cache`: `k` and `v` (`[batch, seq, kv_heads,
+/// head_dim]`) written into their caches at `start_pos`, as
+/// [`update_cache`] does, then [`custom_sdpa`] over the caches. `seq_len`
+/// is the op's own argument, which ExecuTorch checks the window with.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_with_kv_cache(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    kv_sizes: &[usize],
+    k_cache: &mut [f32],
+    v_cache: &mut [f32],
+    seq_len: i64,
+    args: &Sdpa<'_>,
+    out: &mut [f32],
+    scores: &mut [f32],
+) -> KernelResult {
+    let [_, len, _, _] = dims4(args.cache_sizes)?;
+    let seq = usize::try_from(seq_len).map_err(|_| KernelError::ShapeMismatch)?;
+    window(args.start_pos, seq, len)?;
+    update_cache(k, kv_sizes, k_cache, args.cache_sizes, args.start_pos)?;
+    update_cache(v, kv_sizes, v_cache, args.cache_sizes, args.start_pos)?;
+    custom_sdpa(q, k_cache, v_cache, args, out, scores)
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -282,6 +307,48 @@ mod tests {
             scale: 1.0,
         };
         assert!(custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).is_err());
+    }
+
+    /// The fused op is the two updates, then the attention; its own
+    /// `seq_len` is checked against the cache.
+    #[test]
+    fn sdpa_with_kv_cache_updates_then_attends() {
+        let mut rng = Lcg(11);
+        let (s, h, kvh, d, len) = (2, 4, 2, 3, 6);
+        let (q, k, v) = (rng.vec(s * h * d), rng.vec(s * kvh * d), rng.vec(s * kvh * d));
+        let (mut kc, mut vc) = (rng.vec(len * kvh * d), rng.vec(len * kvh * d));
+        let (mut kc2, mut vc2) = (kc.clone(), vc.clone());
+        let args = Sdpa {
+            q_sizes: &[1, s, h, d],
+            cache_sizes: &[1, len, kvh, d],
+            start_pos: 3,
+            mask: None,
+            mask_sizes: &[],
+            is_causal: true,
+            scale: 0.7,
+        };
+        let (mut out, mut want) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+        let mut scores = vec![0.0; len];
+        let kv = [1, s, kvh, d];
+        sdpa_with_kv_cache(
+            &q,
+            &k,
+            &v,
+            &kv,
+            &mut kc,
+            &mut vc,
+            s as i64,
+            &args,
+            &mut out,
+            &mut scores,
+        )
+        .unwrap();
+        update_cache(&k, &kv, &mut kc2, args.cache_sizes, 3).unwrap();
+        update_cache(&v, &kv, &mut vc2, args.cache_sizes, 3).unwrap();
+        custom_sdpa(&q, &kc2, &vc2, &args, &mut want, &mut scores).unwrap();
+        assert_eq!((&kc, &vc, &out), (&kc2, &vc2, &want));
+        let e = sdpa_with_kv_cache(&q, &k, &v, &kv, &mut kc, &mut vc, 4, &args, &mut out, &mut scores);
+        assert!(e.is_err());
     }
 
     /// An additive mask of zeros and -inf is a causal mask.

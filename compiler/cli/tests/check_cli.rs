@@ -101,6 +101,7 @@ fn threads_run_every_case_on_each_count() {
         "xnnpack_llama_dynamic",
         "llama_embedding_8bit",
         "llama_embedding_4bit",
+        "sdpa_with_kv_cache",
     ];
     let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
         .args(["check", "--threads", "2"])

@@ -3,12 +3,13 @@
 //! attention over the cache. Semantics follow `extension/llm/custom_ops`
 //! (`op_update_cache.cpp`, `op_sdpa.cpp`).
 use super::*;
-use crate::names::llama::{CUSTOM_SDPA, UPDATE_CACHE, UPDATE_CACHE_WITH_INDICES};
+use crate::names::llama::{CUSTOM_SDPA, SDPA_WITH_KV_CACHE, UPDATE_CACHE, UPDATE_CACHE_WITH_INDICES};
 
 pub const OPS: &[(&str, Emitter)] = &[
     (UPDATE_CACHE, update_cache),
     (UPDATE_CACHE_WITH_INDICES, update_cache_with_indices),
     (CUSTOM_SDPA, custom_sdpa),
+    (SDPA_WITH_KV_CACHE, sdpa_with_kv_cache),
 ];
 
 /// The run-time (or constant) integer argument `i`, as an `i64` expression.
@@ -82,11 +83,37 @@ fn update_cache_with_indices(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String>
 /// refuses a mask together with `is_causal`.
 fn custom_sdpa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(10)?;
-    let (q, k, v, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(8)?);
-    let mask = ctx.opt_tensor(4)?;
-    let start = int_expr(ctx, 3)?;
-    let is_causal = ctx.bool(6)?;
-    let scale = ctx.opt_double(7)?;
+    attention(ctx, [0, 1, 2, 3, 4, 6, 7, 8], None)
+}
+
+/// `sdpa_with_kv_cache(q, k, v, key_cache, value_cache, start_pos, seq_len,
+/// attn_mask?, dropout_p, is_causal, scale?, out)`: the caches are written
+/// with `k` and `v` (as `update_cache`), then attended over (as
+/// `custom_sdpa`), in one kernel call that holds them mutably.
+fn sdpa_with_kv_cache(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(13)?;
+    attention(ctx, [0, 3, 4, 5, 7, 9, 10, 11], Some((1, 2, 6)))
+}
+
+/// The attention of `custom_sdpa` from the argument positions `at` (query,
+/// key cache, value cache, start_pos, mask, is_causal, scale, out), and
+/// with `update` (k, v, seq_len) the cache writes of `sdpa_with_kv_cache`.
+fn attention(
+    ctx: &mut OpCtx<'_>,
+    at: [usize; 8],
+    update: Option<(usize, usize, usize)>,
+) -> Result<TokenStream, String> {
+    let [q_at, k_at, v_at, start_at, mask_at, causal_at, scale_at, out_at] = at;
+    let (q, k, v, out) = (
+        ctx.tensor(q_at)?,
+        ctx.tensor(k_at)?,
+        ctx.tensor(v_at)?,
+        ctx.tensor(out_at)?,
+    );
+    let mask = ctx.opt_tensor(mask_at)?;
+    let start = int_expr(ctx, start_at)?;
+    let is_causal = ctx.bool(causal_at)?;
+    let scale = ctx.opt_double(scale_at)?;
     for (t, what) in [(&q, "query"), (&k, "key cache"), (&v, "value cache"), (&out, "output")] {
         rank4(t, what)?;
         require_dtype(t, &[ScalarType::Float])?;
@@ -121,9 +148,7 @@ fn custom_sdpa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let set = ctx.set_sizes(&out, q_sizes.clone());
     let cache_sizes = usize_slice(cs);
     let (qi, s1) = ctx.read(&q)?;
-    let (ki, s2) = ctx.read(&k)?;
-    let (vi, s3) = ctx.read(&v)?;
-    let (mask_expr, mask_sizes, s4) = match &mask {
+    let (mask_expr, mask_sizes, s2) = match &mask {
         Some(m) => {
             let sizes = ctx.sizes(m);
             let (mi, s) = ctx.read(m)?;
@@ -131,11 +156,8 @@ fn custom_sdpa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         }
         None => (quote!(None), quote!(&[]), quote!()),
     };
-    let (o, s5) = ctx.write(&out)?;
-    let len = ::ptec_runtime::kernels::attention::sdpa_scratch_len(cs[1]);
-    let (scores, s6) = ctx.scratch_f32(lit(len), len);
-    let call = ctx.kernel_result(quote! {
-        ::ptec_runtime::kernels::attention::custom_sdpa(#qi, #ki, #vi, &::ptec_runtime::kernels::attention::Sdpa {
+    let args = quote! {
+        &::ptec_runtime::kernels::attention::Sdpa {
             q_sizes: #q_sizes,
             cache_sizes: #cache_sizes,
             start_pos: #start,
@@ -143,7 +165,37 @@ fn custom_sdpa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
             mask_sizes: #mask_sizes,
             is_causal: #is_causal,
             scale: #scale,
-        }, #o, #scores)
-    });
-    Ok(quote! { #set #s1 #s2 #s3 #s4 #s5 #s6 #call })
+        }
+    };
+    let len = ::ptec_runtime::kernels::attention::sdpa_scratch_len(cs[1]);
+    let Some((k_at, v_at, seq_at)) = update else {
+        let (ki, s3) = ctx.read(&k)?;
+        let (vi, s4) = ctx.read(&v)?;
+        let (o, s5) = ctx.write(&out)?;
+        let (scores, s6) = ctx.scratch_f32(lit(len), len);
+        let call = ctx
+            .kernel_result(quote!(::ptec_runtime::kernels::attention::custom_sdpa(#qi, #ki, #vi, #args, #o, #scores)));
+        return Ok(quote! { #set #s1 #s2 #s3 #s4 #s5 #s6 #call });
+    };
+    let (kp, vp) = (ctx.tensor(k_at)?, ctx.tensor(v_at)?);
+    for (t, what) in [(&kp, "key"), (&vp, "value")] {
+        rank4(t, what)?;
+        require_dtype(t, &[ScalarType::Float])?;
+    }
+    let (ks, vs) = (&kp.sizes, &vp.sizes);
+    if ks != vs || kp.dynamic != vp.dynamic || (ks[0], ks[2], ks[3]) != (cs[0], cs[2], cs[3]) || ks[1] > cs[1] {
+        return Err(format!("key {ks:?} and value {vs:?} do not fit the caches {cs:?}"));
+    }
+    let seq = int_expr(ctx, seq_at)?;
+    let kv_sizes = ctx.sizes(&kp);
+    let (ki, s3) = ctx.read(&kp)?;
+    let (vi, s4) = ctx.read(&vp)?;
+    let (kc, s5) = ctx.write(&k)?;
+    let (vc, s6) = ctx.write(&v)?;
+    let (o, s7) = ctx.write(&out)?;
+    let (scores, s8) = ctx.scratch_f32(lit(len), len);
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::attention::sdpa_with_kv_cache(
+        #qi, #ki, #vi, #kv_sizes, #kc, #vc, #seq, #args, #o, #scores
+    )));
+    Ok(quote! { #set #s1 #s2 #s3 #s4 #s5 #s6 #s7 #s8 #call })
 }
