@@ -282,25 +282,7 @@ fn embedding(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     if w.rank() != 2 {
         return Err(format!("embedding weight must be 2-d, has sizes {:?}", w.sizes));
     }
-    let mut want = indices.sizes.clone();
-    want.push(w.sizes[1]);
-    require_sizes(&out, &want)?;
-    let set = if dynamic {
-        let (rank, dim) = (indices.rank(), lit(w.sizes[1]));
-        let (r, r1) = (lit(rank), lit(rank + 1));
-        let is = ctx.sizes(&indices);
-        ctx.set_sizes(
-            &out,
-            quote!(&{
-                let mut s = [0usize; #r1];
-                s[..#r].copy_from_slice(#is);
-                s[#r] = #dim;
-                s
-            }),
-        )
-    } else {
-        quote!()
-    };
+    let set = gathered_sizes(ctx, &indices, &out, w.sizes[1])?;
     let (wi, s1) = ctx.read(&w)?;
     let (ii, s2) = ctx.read(&indices)?;
     let (o, s3) = ctx.write(&out)?;

@@ -721,6 +721,30 @@ impl<'a> OpCtx<'a> {
     }
 }
 
+/// Checks a gather's output (`indices`' sizes, then `dim`: an embedding)
+/// and returns the statements that give it its live sizes when the indices
+/// vary (nothing when static). The caller has checked `out` varies with
+/// `indices`.
+pub fn gathered_sizes(ctx: &OpCtx<'_>, indices: &TArg, out: &TArg, dim: usize) -> Result<TokenStream, String> {
+    let mut want = indices.sizes.clone();
+    want.push(dim);
+    require_sizes(out, &want)?;
+    if !indices.dynamic {
+        return Ok(quote!());
+    }
+    let (r, r1, d) = (lit(indices.rank()), lit(indices.rank() + 1), lit(dim));
+    let is = ctx.sizes(indices);
+    Ok(ctx.set_sizes(
+        out,
+        quote!(&{
+            let mut s = [0usize; #r1];
+            s[..#r].copy_from_slice(#is);
+            s[#r] = #d;
+            s
+        }),
+    ))
+}
+
 /// The rows of a product over the last dim (`k`) of `x`, as an expression,
 /// and the statements that give `out` its live sizes: `x`'s leading dims
 /// then `n` (or, for a 2-d `out`, the rows then `n`). With a dynamic `x`

@@ -321,24 +321,7 @@ fn embedding_quantized(ctx: &mut OpCtx<'_>, nbit: u32, with_dtype: bool) -> Resu
     if indices.dynamic != out.dynamic {
         return Err("the output must vary with the indices".into());
     }
-    let mut want = indices.sizes.clone();
-    want.push(dim);
-    require_sizes(&out, &want)?;
-    let set = if indices.dynamic {
-        let (r, r1, d) = (lit(indices.rank()), lit(indices.rank() + 1), lit(dim));
-        let is = ctx.sizes(&indices);
-        ctx.set_sizes(
-            &out,
-            quote!(&{
-                let mut s = [0usize; #r1];
-                s[..#r].copy_from_slice(#is);
-                s[#r] = #d;
-                s
-            }),
-        )
-    } else {
-        quote!()
-    };
+    let set = gathered_sizes(ctx, &indices, &out, dim)?;
     let (wi, s1) = ctx.read(&w)?;
     let (si, s2) = ctx.read(&scales)?;
     let (zp, s3) = match &zero_points {
