@@ -149,6 +149,8 @@ def save_failure(out, name, original, flavour, status, shrunk, files, detail):
         + fuzzgen.describe(shrunk)
         + "\n\nptec check:\n"
         + detail
+        + "\n\n"
+        + exporting.executorch_verdict(shrunk, pte)
         + "\n\nreproduce:\n"
         f"  target/release/ptec check --rtol {rtol} --atol {atol} {d / (name + '.bpte')}\n"
         f"  /opt/ptec-venv/bin/python fuzz/models/campaign.py --replay {d / 'desc.json'} --flavour {flavour} --bundle OUT.bpte\n"

@@ -94,6 +94,33 @@ def export(desc, flavour):
     return bundle, et.buffer, rtol, atol
 
 
+def executorch_verdict(desc, pte):
+    """How ExecuTorch's own runtime (from the wheel) does on the program, on
+    the description's inputs: a line saying whether it agrees with eager
+    PyTorch. A mismatch ExecuTorch shares is the exporter's bug, not ptec's
+    (ptec should then refuse the program, not copy the wrong numbers)."""
+    try:
+        from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
+        from executorch.kernels import quantized  # noqa: F401
+        from executorch.runtime import Runtime
+
+        model, inputs = fuzzgen.build(desc, cases=desc.get("cases", 1))
+        method = Runtime.get().load_program(pte).load_method("forward")
+        worst = 0.0
+        for xs in inputs:
+            with torch.no_grad():
+                want = [o.detach() for o in model(*xs)]
+            got = method.execute(list(xs))
+            for g, w in zip(got, want):
+                if g.dtype.is_floating_point:
+                    worst = max(worst, float((g.double() - w.double()).abs().nan_to_num(float("inf")).max()))
+                elif not torch.equal(g, w):
+                    worst = float("inf")
+        return f"ExecuTorch's runtime vs eager PyTorch: largest difference {worst:.3g}"
+    except Exception as e:  # a verdict, not a failure of the campaign
+        return f"ExecuTorch's runtime did not run it: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
 # --------------------------------------------------------------------------
 # ptec check
 # --------------------------------------------------------------------------

@@ -196,6 +196,7 @@ impl<'a> CallLowering<'a> {
             }
         }
         self.outputs_apart()?;
+        self.softmax_layouts()?;
         for (i, node) in self.g.nodes.iter().enumerate() {
             self.node(i, node)?;
         }
@@ -228,6 +229,32 @@ impl<'a> CallLowering<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Refuses a softmax over a tensor ExecuTorch's partitioner laid out
+    /// channels-last. The partitioner keeps the images that convolutions,
+    /// pooling, resizing and PReLU produce in NHWC through the layout-blind
+    /// nodes after them, but serializes softmax (which it only accepts
+    /// over the model's last dim, the width) unchanged, so XNNPACK
+    /// normalizes the channels instead: ExecuTorch 1.5.1's own runtime
+    /// returns those wrong numbers. A refusal beats a faithful copy of them.
+    fn softmax_layouts(&self) -> Step {
+        let Some(i) = channels_last_softmax(self.g) else {
+            return Ok(());
+        };
+        let node = &self.g.nodes[i];
+        Err(Errors::one(
+            ErrorKind::Unsupported {
+                detail: "softmax over the channels of an image that ExecuTorch's XNNPACK partitioner laid out \
+                     channels-last, where the model takes it over the width: ExecuTorch's runtime computes \
+                     those wrong numbers too; export with the softmax outside the XNNPACK partition"
+                    .into(),
+            },
+            self.at
+                .clone()
+                .within(format!("XNNPACK node {i} ({})", node.kind))
+                .offset(node.offset),
+        ))
     }
 
     // -----------------------------------------------------------------
@@ -967,6 +994,49 @@ impl<'a> CallLowering<'a> {
         }
         Ok(())
     }
+}
+
+/// The first softmax node whose input is surely a channels-last image (a
+/// 4-d tensor the partitioner stores NHWC: the output of a node that works
+/// on NHWC images, or of a layout-blind node over one), unless its width
+/// and channels are both 1, when both orders give ones. The partitioner
+/// keeps a user's permute of such an image channels-last too (its `perm`
+/// rewritten), but its own conversion back to NCHW is a transpose by
+/// `[0, 3, 1, 2]`, as is a user's `permute(0, 3, 1, 2)`: that one ends the
+/// trail, as do reshapes, which the partitioner only feeds NCHW.
+fn channels_last_softmax(g: &Graph) -> Option<usize> {
+    let mut nhwc = vec![false; g.values.len()];
+    for (i, node) in g.nodes.iter().enumerate() {
+        let four_d = |x: usize| g.values.get(x).is_some_and(|v| v.dims.len() == 4);
+        let from_input = |input: usize| nhwc.get(input).copied().unwrap_or(false);
+        let out_nhwc = match &node.op {
+            Op::Conv2d { .. } | Op::Pool2d { .. } | Op::GlobalAvgPool { .. } | Op::ResizeBilinear { .. } => true,
+            Op::Binary {
+                op: BinaryOp::PReLU, ..
+            } => true,
+            Op::Unary {
+                op: UnaryOp::Softmax,
+                input,
+                ..
+            } => {
+                let d = g.values.get(*input).map(|v| v.dims.as_slice()).unwrap_or(&[]);
+                if from_input(*input) && d.len() == 4 && (d[2] != 1 || d[3] != 1) {
+                    return Some(i);
+                }
+                from_input(*input)
+            }
+            Op::Unary { input, .. } | Op::Slice { input, .. } | Op::Pad { input, .. } => from_input(*input),
+            Op::Binary { a, b, .. } => from_input(*a) || from_input(*b),
+            Op::Concat { inputs, .. } => inputs.iter().any(|&x| from_input(x)),
+            Op::Transpose { perm, input, .. } => from_input(*input) && perm.as_slice() != [0, 3, 1, 2],
+            Op::FullyConnected { .. } | Op::Reshape { .. } | Op::BatchMatMul { .. } => false,
+        };
+        let out = node.op.output();
+        if out_nhwc && four_d(out) {
+            nhwc[out] = true;
+        }
+    }
+    None
 }
 
 fn has_clamp(node: &XNode) -> bool {
