@@ -5,3 +5,7 @@ pub mod bench;
 pub mod check;
 pub mod inspect;
 mod runner;
+
+/// Where `check` and `bench` build and cache their runner crates, for
+/// this process (the command line's `--target-dir`).
+pub use runner::set_target_dir;

@@ -90,6 +90,11 @@ enum Command {
         /// Show cargo's output while building.
         #[arg(short, long)]
         verbose: bool,
+        /// Where to build and cache the runner (default:
+        /// $PTEC_CHECK_TARGET_DIR, else ptec-check under $CARGO_TARGET_DIR,
+        /// the source tree's target, or the user's cache directory).
+        #[arg(long, value_name = "DIR")]
+        target_dir: Option<PathBuf>,
     },
     /// Print the operator coverage table (Markdown).
     Coverage,
@@ -146,6 +151,11 @@ struct BenchArgs {
     /// Show cargo's output while building.
     #[arg(short, long)]
     verbose: bool,
+    /// Where to build and cache the runner (default:
+    /// $PTEC_BENCH_TARGET_DIR, else ptec-bench under $CARGO_TARGET_DIR, the
+    /// source tree's target, or the user's cache directory).
+    #[arg(long, value_name = "DIR")]
+    target_dir: Option<PathBuf>,
 }
 
 fn parse_input(s: &str) -> Result<(usize, PathBuf), String> {
@@ -155,6 +165,10 @@ fn parse_input(s: &str) -> Result<(usize, PathBuf), String> {
 }
 
 fn run_bench(a: &BenchArgs) -> Result<(), String> {
+    if let Some(d) = &a.target_dir {
+        // bench builds its native and portable runtimes apart.
+        ptec_cli::set_target_dir(d.clone());
+    }
     let mut req = ptec_cli::bench::BenchRequest::new(&a.file);
     req.data = a.data.clone();
     req.run.method = a.method.clone();
@@ -322,7 +336,13 @@ fn main() -> ExitCode {
             cases,
             threads,
             verbose,
-        }) => run_check(files, data, (*rtol, *atol), cases.as_ref(), threads, *verbose),
+            target_dir,
+        }) => {
+            if let Some(d) = target_dir {
+                ptec_cli::set_target_dir(d.clone());
+            }
+            run_check(files, data, (*rtol, *atol), cases.as_ref(), threads, *verbose)
+        }
         Some(Command::Bench(args)) => run_bench(args).map(|_| true),
         Some(Command::Coverage) => {
             print!("{}", ptec::coverage::coverage_markdown());

@@ -8,21 +8,110 @@ use ptec::{ErrorKind, Errors, Location, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// Where the runtime crate is: next to this compiler in the repository.
-fn runtime_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../runtime-min")
+/// The ptec source tree this binary was built from (present for a build
+/// in the repository, `cargo install --path` and `--git`; absent for an
+/// install from crates.io).
+fn source_tree() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A persistent target directory: `$env_var` if set, else `name` under
-/// `CARGO_TARGET_DIR` (or the repository's `target`).
+/// The `ptec-runtime` the runner crate builds against: the
+/// `PTEC_RUNTIME_SOURCE` directory, or the registry's release of this
+/// version when that is `registry`; else the runtime in the source tree,
+/// or the registry's when there is none.
+enum RuntimeSource {
+    Path(PathBuf),
+    Registry,
+}
+
+fn runtime_source() -> RuntimeSource {
+    match std::env::var_os("PTEC_RUNTIME_SOURCE") {
+        Some(v) if v == "registry" => RuntimeSource::Registry,
+        Some(dir) => RuntimeSource::Path(absolute(Path::new(&dir))),
+        None => {
+            let dir = source_tree().join("runtime-min");
+            if dir.join("Cargo.toml").is_file() {
+                RuntimeSource::Path(absolute(&dir))
+            } else {
+                RuntimeSource::Registry
+            }
+        }
+    }
+}
+
+/// Cargo's home (`$CARGO_HOME`, else `~/.cargo`): the sources of crates
+/// cargo installed live under it.
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home().map(|h| h.join(".cargo")))
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .or_else(|| std::env::var_os("USERPROFILE"))
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The user's cache directory for ptec (`$XDG_CACHE_HOME/ptec`, or
+/// `~/.cache/ptec`; `~/Library/Caches/ptec` on macOS,
+/// `%LOCALAPPDATA%\ptec` on Windows).
+fn user_cache_dir() -> Option<PathBuf> {
+    if cfg!(windows) {
+        return std::env::var_os("LOCALAPPDATA").map(|d| PathBuf::from(d).join("ptec"));
+    }
+    if cfg!(target_os = "macos") {
+        return home().map(|h| h.join("Library/Caches/ptec"));
+    }
+    match std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        Some(d) => Some(PathBuf::from(d).join("ptec")),
+        None => home().map(|h| h.join(".cache/ptec")),
+    }
+}
+
+static TARGET_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Makes [`target_dir`] return `dir` (the command line's `--target-dir`).
+pub fn set_target_dir(dir: PathBuf) {
+    let _ = TARGET_DIR.set(dir);
+}
+
+/// The persistent target directory the runner crates build in:
+/// `--target-dir` ([`set_target_dir`]), else `$env_var`, else `name` under
+/// `CARGO_TARGET_DIR`; else under the source tree's `target` when this
+/// binary was built from a checkout of the user's own, and under the
+/// user's cache directory when cargo installed it (its sources are
+/// cargo's, maybe read-only).
 pub fn target_dir(env_var: &str, name: &str) -> PathBuf {
+    if let Some(d) = TARGET_DIR.get() {
+        return d.clone();
+    }
     if let Some(d) = std::env::var_os(env_var) {
         return PathBuf::from(d);
     }
-    let base = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    base.join(name)
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(d).join(name);
+    }
+    default_target_dir(
+        name,
+        &absolute(&source_tree()),
+        cargo_home().as_deref(),
+        user_cache_dir(),
+    )
+}
+
+/// `name` under `tree`'s `target` when `tree` is a source tree outside
+/// `cargo_home`, else under `cache` (or the temporary directory).
+fn default_target_dir(name: &str, tree: &Path, cargo_home: Option<&Path>, cache: Option<PathBuf>) -> PathBuf {
+    let installed = cargo_home.is_none_or(|h| tree.starts_with(absolute(h)));
+    if tree.join("Cargo.toml").is_file() && !installed {
+        return tree.join("target").join(name);
+    }
+    match cache {
+        Some(d) => d.join(name),
+        None => std::env::temp_dir().join("ptec").join(name),
+    }
 }
 
 /// `p` made absolute when it exists (generated `include_bytes!` paths must
@@ -56,6 +145,8 @@ pub fn refuse_user_backends(bytes: &[u8], data: &[&[u8]], tool: &str, instead: &
 pub struct RunnerCrate {
     dir: tempfile::TempDir,
     name: &'static str,
+    /// Build without the network: the runtime is a path dependency.
+    offline: bool,
 }
 
 impl RunnerCrate {
@@ -67,19 +158,23 @@ impl RunnerCrate {
             .tempdir()
             .map_err(|e| format!("temporary crate: {e}"))?;
         std::fs::create_dir_all(dir.path().join("src")).map_err(|e| e.to_string())?;
-        let runtime = absolute(&runtime_dir());
+        let (dependency, offline) = match runtime_source() {
+            RuntimeSource::Path(dir) => (format!("{{ path = {:?} }}", dir.display().to_string()), true),
+            RuntimeSource::Registry => (format!("\"={}\"", env!("CARGO_PKG_VERSION")), false),
+        };
         let manifest = format!(
-            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {{ path = {:?} }}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n",
-            runtime.display().to_string()
+            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {dependency}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n"
         );
         std::fs::write(dir.path().join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
-        // The repository's lock file pins the runtime's dependencies, so an
+        // The source tree's lock file pins the runtime's dependencies, so an
         // offline build finds them.
-        let lock = runtime.join("../Cargo.lock");
-        if lock.exists() {
-            let _ = std::fs::copy(&lock, dir.path().join("Cargo.lock"));
+        if let RuntimeSource::Path(runtime) = runtime_source() {
+            let lock = runtime.join("../Cargo.lock");
+            if lock.exists() {
+                let _ = std::fs::copy(&lock, dir.path().join("Cargo.lock"));
+            }
         }
-        Ok(RunnerCrate { dir, name })
+        Ok(RunnerCrate { dir, name, offline })
     }
 
     /// Writes `src/<file>`.
@@ -141,8 +236,11 @@ impl RunnerCrate {
     ) -> std::result::Result<PathBuf, String> {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(&cargo);
-        cmd.args(["build", "--release", "--offline", "--quiet"])
-            .arg("--manifest-path")
+        cmd.args(["build", "--release", "--quiet"]);
+        if self.offline {
+            cmd.arg("--offline");
+        }
+        cmd.arg("--manifest-path")
             .arg(self.dir.path().join("Cargo.toml"))
             .env("CARGO_TARGET_DIR", target)
             .stdout(Stdio::null())
@@ -155,6 +253,14 @@ impl RunnerCrate {
         let out = cmd.output().map_err(|e| format!("running cargo: {e}"))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
+            if !self.offline && err.contains("ptec-runtime") {
+                return Err(format!(
+                    "building the runner needs the crate ptec-runtime {v} from crates.io, and cargo could not \
+                     get it (with the network once, it stays cached; or set PTEC_RUNTIME_SOURCE to a source \
+                     directory of ptec-runtime {v}); cargo said:\n{err}",
+                    v = env!("CARGO_PKG_VERSION")
+                ));
+            }
             return Err(format!("building the generated code failed:\n{err}"));
         }
         Ok(target.join("release").join(self.name))
@@ -163,6 +269,35 @@ impl RunnerCrate {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn installed_copies_cache_their_runners_in_the_users_cache() {
+        use super::default_target_dir;
+        let work = tempfile::tempdir().unwrap();
+        let (home, tree) = (work.path().join("home"), work.path().join("src/ptec"));
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::write(tree.join("Cargo.toml"), "[workspace]\n").unwrap();
+        let cache = Some(home.join(".cache/ptec"));
+        let tree = super::absolute(&tree);
+        // A checkout of the user's own: its target directory.
+        let cargo_home = home.join(".cargo");
+        assert_eq!(
+            default_target_dir("x", &tree, Some(&cargo_home), cache.clone()),
+            tree.join("target/x")
+        );
+        // `cargo install --git`: the sources are cargo's.
+        assert_eq!(
+            default_target_dir("x", &tree, Some(work.path()), cache.clone()),
+            home.join(".cache/ptec/x")
+        );
+        // From crates.io: no source tree.
+        let gone = work.path().join("registry/ptec-cli-0.1.0/../..");
+        assert_eq!(
+            default_target_dir("x", &gone, Some(&cargo_home), cache),
+            home.join(".cache/ptec/x")
+        );
+        assert!(default_target_dir("x", &gone, None, None).ends_with("ptec/x"));
+    }
+
     use super::*;
 
     #[test]

@@ -221,3 +221,29 @@ fn malformed_bundle_gets_a_located_error() {
     );
     assert!(report.lines().any(|l| l == "0 passed, 1 failed"), "{report}");
 }
+
+/// Without its source tree (installed from crates.io), `ptec check`
+/// builds its runner against the registry's ptec-runtime of its own
+/// version; offline, with nothing cached, the error says what is missing.
+#[test]
+fn without_a_runtime_at_hand_the_error_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .current_dir(tmp.path())
+        .env("PTEC_RUNTIME_SOURCE", "registry")
+        .env("CARGO_HOME", tmp.path().join("cargo-home"))
+        .env("CARGO_NET_OFFLINE", "true")
+        .arg("check")
+        .arg("--target-dir")
+        .arg(tmp.path().join("target"))
+        .arg(fixture("mlp.bpte"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let want = format!(
+        "needs the crate ptec-runtime {} from crates.io",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(err.contains(&want) && err.contains("PTEC_RUNTIME_SOURCE"), "{err}");
+}
