@@ -503,6 +503,7 @@ mod tests {
     /// Through `gemm_packed` on one thread and on two (bands of rows, and a
     /// large weight split by strips down to a single row, 9 = 8 + 1): the
     /// same bits.
+    #[cfg(feature = "std")]
     #[test]
     fn threads_give_the_same_bits() {
         let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
