@@ -1,6 +1,7 @@
 //! GEMM micro-benchmark: GFLOP/s of `sgemm` on square and model-shaped
 //! products, against the single-core fp32 peak measured in the same run
-//! with an FMA-throughput loop (AVX2 and, where the CPU has it, AVX-512).
+//! with an FMA-throughput loop (AVX2 and, where the CPU has it, AVX-512;
+//! NEON on aarch64).
 //!
 //!   cargo run --release -p ptec-kernels --example gemm_bench [-- --quick]
 //!   cargo run --release -p ptec-kernels --example gemm_bench -- --cores N
@@ -79,6 +80,32 @@ mod peak {
     }
 }
 
+/// Peak NEON FMA throughput: 16 independent accumulators, enough to cover
+/// the FMA latency on cores with four FMA pipes (Apple's) as well as two.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod peak_neon {
+    use std::arch::aarch64::*;
+
+    /// Accumulators the loop keeps.
+    pub const ACCUMULATORS: usize = 16;
+
+    #[target_feature(enable = "neon")]
+    pub fn neon(iters: usize, x: f32, y: f32) -> f32 {
+        let (x, y) = (vdupq_n_f32(x), vdupq_n_f32(y));
+        let mut acc = [y; ACCUMULATORS];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = vfmaq_f32(y, x, *a);
+            }
+        }
+        let mut s = vdupq_n_f32(0.0);
+        for a in acc {
+            s = vaddq_f32(s, a);
+        }
+        vaddvq_f32(s)
+    }
+}
+
 /// Measured peaks: `(name, GFLOP/s)` for each vector ISA the CPU has.
 fn peaks() -> Vec<(&'static str, f64)> {
     let mut out = Vec::new();
@@ -99,6 +126,15 @@ fn peaks() -> Vec<(&'static str, f64)> {
             });
             out.push(("avx512f", r));
         }
+    }
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    {
+        const ITERS: usize = 20_000_000;
+        let r = gflops((ITERS * peak_neon::ACCUMULATORS * 4 * 2) as f64, 0.5, || {
+            // SAFETY: NEON is on for the whole build.
+            black_box(unsafe { peak_neon::neon(black_box(ITERS), black_box(0.5), black_box(0.25)) });
+        });
+        out.push(("neon", r));
     }
     out
 }

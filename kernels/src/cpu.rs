@@ -1,16 +1,24 @@
-//! The vector instruction sets kernels choose between at run time.
+//! The vector instruction sets kernels choose between at run time, and
+//! the optional aarch64 extensions later kernels may ([`aarch64_features`]).
 
-#[cfg(all(feature = "std", target_arch = "x86_64"))]
+#[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
 extern crate std;
 
 /// What the CPU offers the kernels, best first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Isa {
+    // Never the answer on aarch64 with NEON.
+    #[cfg_attr(all(target_arch = "aarch64", target_feature = "neon"), allow(dead_code))]
     Portable,
     #[cfg(target_arch = "x86_64")]
     Avx2Fma,
     #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// aarch64's Advanced SIMD, part of the base instruction set (on by
+    /// default for every aarch64 target with an FPU): known at compile
+    /// time, never detected.
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    Neon,
 }
 
 impl Isa {
@@ -36,7 +44,13 @@ impl Isa {
                 return Isa::Avx2Fma;
             }
         }
-        Isa::Portable
+        // Nothing to detect on aarch64: NEON is there or not for the
+        // whole build.
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        let best = Isa::Neon;
+        #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+        let best = Isa::Portable;
+        best
     }
 }
 
@@ -67,6 +81,9 @@ pub(crate) fn with_best_isa<W: Vectorized>(work: W) -> W::Output {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: detect() found AVX2 and FMA.
         Isa::Avx2Fma => unsafe { on_avx2(work) },
+        // The whole crate is compiled with NEON already.
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::Neon => work.run(),
         Isa::Portable => work.run(),
     }
 }
@@ -85,4 +102,81 @@ unsafe fn on_avx512<W: Vectorized>(work: W) -> W::Output {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn on_avx2<W: Vectorized>(work: W) -> W::Output {
     work.run()
+}
+
+/// The optional aarch64 extensions that later kernels (int8 and `f16`
+/// products) may use, as [`aarch64_features`] finds them. Every field is
+/// false on other architectures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Aarch64Features {
+    /// `SDOT`/`UDOT` (FEAT_DotProd): four 8-bit products summed into each
+    /// 32-bit lane.
+    pub dotprod: bool,
+    /// Half-precision arithmetic in the vector registers (FEAT_FP16).
+    pub fp16: bool,
+    /// `SMMLA`/`UMMLA` (FEAT_I8MM): 8-bit matrix multiply-accumulate.
+    pub i8mm: bool,
+}
+
+/// The optional aarch64 extensions of this CPU: detected at run time with
+/// the `std` feature (the operating system's report), else those the
+/// target enables at compile time (`-C target-feature`, `-C target-cpu`).
+/// All false on other architectures. No kernel uses them yet.
+pub fn aarch64_features() -> Aarch64Features {
+    #[cfg(all(feature = "std", target_arch = "aarch64"))]
+    {
+        Aarch64Features {
+            dotprod: std::arch::is_aarch64_feature_detected!("dotprod"),
+            fp16: std::arch::is_aarch64_feature_detected!("fp16"),
+            i8mm: std::arch::is_aarch64_feature_detected!("i8mm"),
+        }
+    }
+    #[cfg(not(all(feature = "std", target_arch = "aarch64")))]
+    {
+        compiled_aarch64_features()
+    }
+}
+
+/// The optional aarch64 extensions the target enables at compile time
+/// (none off aarch64): what a CPU that runs this build must have.
+#[cfg(any(test, not(all(feature = "std", target_arch = "aarch64"))))]
+fn compiled_aarch64_features() -> Aarch64Features {
+    let on = cfg!(target_arch = "aarch64");
+    Aarch64Features {
+        dotprod: on && cfg!(target_feature = "dotprod"),
+        fp16: on && cfg!(target_feature = "fp16"),
+        i8mm: on && cfg!(target_feature = "i8mm"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Detection runs (on a CPU, or under an emulator, whatever it
+    /// reports), finds at least what the build requires, and without
+    /// `std` is exactly what the build requires.
+    #[test]
+    fn aarch64_features_include_the_compiled_ones() {
+        let found = aarch64_features();
+        let compiled = compiled_aarch64_features();
+        assert!(!compiled.dotprod || found.dotprod);
+        assert!(!compiled.fp16 || found.fp16);
+        assert!(!compiled.i8mm || found.i8mm);
+        if cfg!(not(all(feature = "std", target_arch = "aarch64"))) {
+            assert_eq!(found, compiled);
+        }
+        if cfg!(not(target_arch = "aarch64")) {
+            assert_eq!(found, Aarch64Features::default());
+        }
+    }
+
+    /// aarch64 builds with NEON run it; other non-x86 builds are portable.
+    #[test]
+    fn neon_on_aarch64() {
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        assert_eq!(Isa::detect(), Isa::Neon);
+        #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
+        assert_eq!(Isa::detect(), Isa::Portable);
+    }
 }

@@ -24,6 +24,7 @@
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub use cpu::{aarch64_features, Aarch64Features};
 pub use half::{bf16, f16};
 
 /// A data-dependent failure inside a kernel.

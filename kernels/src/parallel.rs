@@ -658,7 +658,7 @@ mod pool {
 }
 
 #[cfg(all(test, feature = "std"))]
-mod tests {
+pub(crate) mod tests {
     extern crate std;
     use super::*;
     use core::sync::atomic::{AtomicUsize, Ordering};
@@ -666,7 +666,8 @@ mod tests {
     use std::vec::Vec;
 
     /// The thread count is global: these tests take turns setting it.
-    static TURN: Mutex<()> = Mutex::new(());
+    /// (Other modules' tests that set it take this turn too.)
+    pub(crate) static TURN: Mutex<()> = Mutex::new(());
 
     #[test]
     fn every_part_runs_once_on_any_number_of_threads() {

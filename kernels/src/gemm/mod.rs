@@ -31,9 +31,11 @@
 //! - `blocks`: how a product is cut into depth and column blocks and the
 //!   tiles a micro-kernel sweeps (`Product`, `Job`, `At`, `Out`, and the
 //!   `Tile` trait every micro-kernel implements);
-//! - `scalar`, `avx2`, `avx512`: the micro-kernels, portable 4×32, AVX2 +
-//!   FMA 6×16 and AVX-512 8×32, chosen at run time with the `std` feature,
-//!   else from the compile-time target features (`crate::cpu`).
+//! - `scalar`, `avx2`, `avx512`, `neon`: the micro-kernels, portable 4×32,
+//!   AVX2 + FMA 6×16, AVX-512 8×32 and aarch64 NEON 8×8 (up to 1×32 for
+//!   fewer rows), chosen at run time with the `std` feature, else from the
+//!   compile-time target features (`crate::cpu`; NEON always at compile
+//!   time).
 use crate::cpu::Isa;
 
 #[cfg(target_arch = "x86_64")]
@@ -41,6 +43,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod blocks;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon;
 pub(crate) mod packing;
 mod scalar;
 
@@ -151,6 +155,8 @@ pub fn sgemm_kernel_name() -> &'static str {
         Isa::Avx2Fma => "avx2+fma 6x32",
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => "avx512 8x32",
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::Neon => "neon 8x8",
     }
 }
 
@@ -520,7 +526,7 @@ fn splits_by_strips(m: usize, n: usize, k: usize) -> bool {
 /// Rows per tile of the tile kernel this CPU runs, for `m` rows: bands of
 /// rows split across threads are whole tiles.
 fn tile_rows(m: usize) -> usize {
-    // Only the x86-64 tiles depend on it.
+    // Only the AVX-512 tile depends on it.
     let _ = m;
     match Isa::detect() {
         #[cfg(target_arch = "x86_64")]
@@ -529,14 +535,20 @@ fn tile_rows(m: usize) -> usize {
         Isa::Avx512 => 8,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2Fma => 6,
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::Neon => 8,
         Isa::Portable => 4,
     }
 }
 
 /// Runs a product with the best micro-kernel this CPU has: one row alone
 /// strip by strip on AVX2 ([`avx2::Avx2::one_row`]), else the tile of the
-/// best instruction set.
+/// best instruction set (NEON's takes one row itself, 32 columns wide).
 fn dispatch(p: &Product<'_>, c: Out) {
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    if let Some(t) = neon::Neon::detect() {
+        return p.run(t, c);
+    }
     #[cfg(target_arch = "x86_64")]
     {
         let avx2 = avx2::Avx2::detect();
@@ -973,6 +985,12 @@ mod tests {
                         check(&c);
                     }
                     assert!(t.for_rows(49).seven && !t.for_rows(64).seven && !t.for_rows(12544).seven);
+                }
+                #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+                if let Some(t) = neon::Neon::detect() {
+                    let mut c = vec![f32::NAN; m * ldc];
+                    p.run(t, Out::new(&mut c, ldc, e.residual));
+                    check(&c);
                 }
             }
         }

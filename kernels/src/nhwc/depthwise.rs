@@ -2,8 +2,8 @@
 //! kernel (any multiplier), and the choice among the kernels of a
 //! multiplier of 1 in the files below, one per instruction set: `dw3x3`
 //! (AVX-512, undilated 3×3 windows of stride 1 across), `dw_avx512`
-//! (AVX-512, any other window) and `dw_avx2` (AVX2 + FMA, windows whose
-//! rows fit its ring).
+//! (AVX-512, any other window), `dw_avx2` (AVX2 + FMA, windows whose
+//! rows fit its ring) and `dw_neon` (aarch64 NEON, any window).
 use super::{clamp, for_each_output, for_each_tap, Conv2dNhwc, Window2d};
 
 #[cfg(target_arch = "x86_64")]
@@ -12,6 +12,8 @@ mod dw3x3;
 mod dw_avx2;
 #[cfg(target_arch = "x86_64")]
 mod dw_avx512;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod dw_neon;
 
 /// Depthwise convolution (see [`Conv2dNhwc::depthwise`]): `out[N, OH, OW,
 /// C · multiplier] = clamp(conv(x, w) + bias)`.
@@ -71,6 +73,19 @@ pub fn depthwise_conv2d_nhwc(
         // SAFETY: AVX2 and FMA were detected on this CPU; the slices above
         // have the lengths the geometry implies.
         unsafe { dw_avx2::depthwise_avx2(&d, out) };
+        return;
+    }
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    if c == o {
+        // With threads, each takes a band of output rows (as on AVX-512).
+        let worth_splitting = out.len() * win.kernel_h * win.kernel_w >= 1 << 17;
+        let (rows, row_len) = (win.batch * win.out_h, win.out_w * o);
+        crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|rows, band| {
+            // SAFETY: NEON is on for the whole build; the slices above
+            // have the lengths the geometry implies, and `band` holds the
+            // output rows `rows`.
+            unsafe { dw_neon::depthwise_neon(&d, band, rows) };
+        });
         return;
     }
     depthwise_portable(&d, out);
@@ -243,6 +258,62 @@ mod tests {
                     unsafe { dw_avx2::depthwise_avx2(&d, &mut out) };
                     close(&out, &want);
                 }
+                #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+                if g.in_c == g.out_c {
+                    // All the rows at once, and in bands of two (as
+                    // threads take them): the same bits.
+                    let mut all = vec![f32::NAN; want.len()];
+                    let rows = g.window.batch * g.window.out_h;
+                    // SAFETY: NEON is on; the lengths fit the geometry.
+                    unsafe { dw_neon::depthwise_neon(&d, &mut all, 0..rows) };
+                    close(&all, &want);
+                    let row_len = g.window.out_w * g.out_c;
+                    let mut bands = vec![f32::NAN; want.len()];
+                    for (b, band) in bands.chunks_mut(2 * row_len).enumerate() {
+                        let first = 2 * b;
+                        // SAFETY: as above; `band` holds the rows.
+                        unsafe { dw_neon::depthwise_neon(&d, band, first..(first + 2).min(rows)) };
+                    }
+                    assert!(all.iter().zip(&bands).all(|(x, y)| x.to_bits() == y.to_bits()));
+                }
+            }
+        }
+    }
+
+    /// A NaN input on NEON: NaN where no clamp is asked for (as the
+    /// portable kernel keeps it), the lower bound where one is, in the
+    /// vector channels and the ones past them alike.
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    #[test]
+    fn neon_nan_as_the_portable_kernel() {
+        let g = Conv2dNhwc::depthwise(&[1, 5, 6, 11], &[1, 3, 3, 11], [1, 1], [1, 1, 1, 1], [1, 1]).unwrap();
+        let mut x = rng(1, 5 * 6 * 11);
+        for ch in [0, 5, 9, 10] {
+            x[(2 * 6 + 3) * 11 + ch] = f32::NAN;
+        }
+        let w = rng(2, 9 * 11);
+        for (min, max) in [(f32::NEG_INFINITY, f32::INFINITY), (-0.5, 0.5)] {
+            let d = Depthwise {
+                win: &g.window,
+                c: 11,
+                o: 11,
+                x: &x,
+                w: &w,
+                bias: None,
+                min,
+                max,
+            };
+            let mut portable = vec![0.0; 5 * 6 * 11];
+            depthwise_portable(&d, &mut portable);
+            let mut neon = vec![0.0; 5 * 6 * 11];
+            depthwise_conv2d_nhwc(&g, &x, &w, None, min, max, &mut neon);
+            let nans = portable.iter().filter(|v| v.is_nan()).count();
+            assert_eq!(nans, if min.is_finite() { 0 } else { 4 * 9 });
+            for (i, (&p, &n)) in portable.iter().zip(&neon).enumerate() {
+                assert!(
+                    p.is_nan() == n.is_nan() && (p.is_nan() || (p - n).abs() <= 1e-5),
+                    "at {i}: {p} vs {n}"
+                );
             }
         }
     }
