@@ -49,6 +49,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ),
     ("breadth", "fixtures/breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_deconv", "fixtures/xnnpack_deconv.bpte", None, 1e-4, 1e-4),
     ("llama_kv", "fixtures/llama_kv.bpte", None, 1e-4, 1e-4),
     ("xnnpack_llama_kv", "fixtures/xnnpack_llama_kv.bpte", None, 1e-4, 1e-4),
     ("llama_dynamic", "fixtures/llama_dynamic.bpte", None, 1e-4, 1e-4),

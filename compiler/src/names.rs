@@ -50,6 +50,10 @@ pub(crate) mod conv2d_nhwc {
 /// `depthwise_conv2d_nhwc(x, weight, bias?, padding, stride, dilation, min,
 /// max, out)`.
 pub(crate) const DEPTHWISE_CONV2D_NHWC: &str = "ptec_xnn::depthwise_conv2d_nhwc.out";
+/// `deconv2d_nhwc.out(input, filter, bias?, padding[4], stride[2],
+/// dilation[2], adjustment[2], groups, output_min, output_max, out)`:
+/// XNNPACK's transposed convolution.
+pub(crate) const DECONV2D_NHWC: &str = "ptec_xnn::deconv2d_nhwc.out";
 /// `max_pool2d_nhwc(x, kernel, stride, padding, dilation, min, max, out)`.
 pub(crate) const MAX_POOL2D_NHWC: &str = "ptec_xnn::max_pool2d_nhwc.out";
 /// `avg_pool2d_nhwc(x, kernel, stride, padding, min, max, out)`.

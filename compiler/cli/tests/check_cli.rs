@@ -95,6 +95,7 @@ fn threads_run_every_case_on_each_count() {
         "xnnpack_view_aliases",
         "breadth",
         "xnnpack_breadth",
+        "xnnpack_deconv",
         "llama_kv",
         "xnnpack_llama_kv",
         "llama_dynamic",

@@ -24,6 +24,7 @@
 
 mod chain;
 mod conv;
+mod deconv;
 mod depthwise;
 mod direct;
 mod fold;
@@ -32,6 +33,7 @@ mod pool;
 
 pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MAX_CHAIN_PARTS};
 pub use conv::conv2d_nhwc;
+pub use deconv::{deconv2d_nhwc, Deconv2dNhwc};
 pub use depthwise::depthwise_conv2d_nhwc;
 pub use fold::{conv2d_folded, BatchNormFold, FilterLayout, FoldedConv};
 pub use pool::{avg_pool2d_nhwc, global_avg_pool_nhwc, max_pool2d_nhwc};

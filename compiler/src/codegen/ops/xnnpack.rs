@@ -13,12 +13,12 @@
 use super::conv::usize_list;
 use super::*;
 use crate::names::{
-    conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, CONV2D_FOLDED_CHAIN, DEPTHWISE_CONV2D_NHWC,
-    GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
+    conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, CONV2D_FOLDED_CHAIN, DECONV2D_NHWC,
+    DEPTHWISE_CONV2D_NHWC, GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
 };
 use ptec_runtime::kernels::gemm::gemm_scratch_len;
 use ptec_runtime::kernels::gemm::packed_len;
-use ptec_runtime::kernels::nhwc::{BatchNormFold, Conv2dNhwc, FoldedConv, Window2d};
+use ptec_runtime::kernels::nhwc::{BatchNormFold, Conv2dNhwc, Deconv2dNhwc, FoldedConv, Window2d};
 
 pub const OPS: &[(&str, Emitter)] = &[
     (fully_connected::NAME, fully_connected),
@@ -26,6 +26,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     (folded::NAME, conv2d_folded),
     (CONV2D_FOLDED_CHAIN, conv2d_folded_chain),
     (DEPTHWISE_CONV2D_NHWC, depthwise_conv2d_nhwc),
+    (DECONV2D_NHWC, deconv2d_nhwc),
     (MAX_POOL2D_NHWC, max_pool2d_nhwc),
     (AVG_POOL2D_NHWC, avg_pool2d_nhwc),
     (GLOBAL_AVG_POOL2D_NHWC, global_avg_pool2d_nhwc),
@@ -599,6 +600,66 @@ fn depthwise_conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         )
     })?;
     emit_conv(ctx, g, operands, b, None)
+}
+
+/// `deconv2d_nhwc.out(input, filter, bias?, padding, stride, dilation,
+/// adjustment, groups, output_min, output_max, out)`.
+fn deconv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(11)?;
+    let (x, w, bias, out) = conv_operands(ctx, 10)?;
+    let (padding, stride) = (array::<4>(ctx, 3)?, array::<2>(ctx, 4)?);
+    let (dilation, adjustment) = (array::<2>(ctx, 5)?, array::<2>(ctx, 6)?);
+    let groups = ctx.int(7)?;
+    let (min, max) = bounds(ctx, 8)?;
+    let invalid = || {
+        format!(
+            "transposed convolution of {:?} with filter {:?} (groups {groups}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, adjustment {adjustment:?}) is invalid",
+            x.sizes, w.sizes
+        )
+    };
+    let groups = usize::try_from(groups).map_err(|_| invalid())?;
+    let [o, kh, kw, gi] = w.sizes[..] else {
+        return Err(invalid());
+    };
+    if groups == 0 || o % groups != 0 {
+        return Err(invalid());
+    }
+    let g = Deconv2dNhwc::new(
+        &x.sizes,
+        [kh, kw],
+        stride,
+        dilation,
+        padding,
+        adjustment,
+        groups,
+        gi,
+        o / groups,
+    )
+    .ok_or_else(invalid)?;
+    if bias.as_ref().is_some_and(|b| b.numel() != o) {
+        return Err(format!("the bias does not have {o} elements"));
+    }
+    require_sizes(&out, &g.output_sizes())?;
+    let geometry = {
+        let [n, ih, iw, oh, ow] = [g.batch, g.in_h, g.in_w, g.out_h, g.out_w].map(lit);
+        let [kh, kw, sh, sw, dh, dw] = [kh, kw, stride[0], stride[1], dilation[0], dilation[1]].map(lit);
+        let [pt, pl, gr, gin, gout] = [g.pad_top, g.pad_left, groups, gi, o / groups].map(lit);
+        quote! {
+            ::ptec_runtime::kernels::nhwc::Deconv2dNhwc {
+                batch: #n, in_h: #ih, in_w: #iw, out_h: #oh, out_w: #ow,
+                kernel: [#kh, #kw], stride: [#sh, #sw], dilation: [#dh, #dw],
+                pad_top: #pt, pad_left: #pl, groups: #gr, group_in: #gin, group_out: #gout,
+            }
+        }
+    };
+    let (xi, s1) = ctx.read(&x)?;
+    let (wi, s2) = ctx.read(&w)?;
+    let (bi, s3) = read_opt(ctx, &bias)?;
+    let (oi, s4) = ctx.write(&out)?;
+    Ok(quote! {
+        #s1 #s2 #s3 #s4
+        ::ptec_runtime::kernels::nhwc::deconv2d_nhwc(&#geometry, #xi, #wi, #bi, #min, #max, #oi);
+    })
 }
 
 /// Emits a pooling kernel call (`max_pool2d_nhwc` or `avg_pool2d_nhwc`).

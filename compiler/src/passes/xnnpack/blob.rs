@@ -169,6 +169,25 @@ pub enum Op {
         group_input_channels: usize,
         group_output_channels: usize,
     },
+    /// Transposed 2-d convolution over NHWC images; the filter is
+    /// `[groups · group_output_channels, kH, kW, group_input_channels]`.
+    Deconv2d {
+        input: usize,
+        filter: usize,
+        bias: Option<usize>,
+        out: usize,
+        /// `[top, right, bottom, left]`: output cropped at each side.
+        padding: [usize; 4],
+        kernel: [usize; 2],
+        /// The upsampling of the input.
+        stride: [usize; 2],
+        dilation: [usize; 2],
+        /// `[height, width]` added at the bottom and right.
+        adjustment: [usize; 2],
+        groups: usize,
+        group_input_channels: usize,
+        group_output_channels: usize,
+    },
     /// Max or average pooling over NHWC images.
     Pool2d {
         max: bool,
@@ -255,6 +274,9 @@ impl Op {
             }
             | Op::Conv2d {
                 input, filter, bias, ..
+            }
+            | Op::Deconv2d {
+                input, filter, bias, ..
             } => [Some(*input), Some(*filter), *bias].into_iter().flatten().collect(),
             Op::Concat { inputs, .. } => inputs.clone(),
         }
@@ -267,6 +289,7 @@ impl Op {
             | Op::Unary { out, .. }
             | Op::FullyConnected { out, .. }
             | Op::Conv2d { out, .. }
+            | Op::Deconv2d { out, .. }
             | Op::Pool2d { out, .. }
             | Op::GlobalAvgPool { out, .. }
             | Op::Transpose { out, .. }
@@ -765,6 +788,25 @@ impl GraphReader<'_> {
                 group_output_channels: u(c.group_output_channels()),
             })
         };
+        let deconv = |node: Option<fb::Conv<'_>>| -> Result<Op> {
+            let c = node.ok_or_else(missing)?;
+            flags_ok(c.flags(), 0)?;
+            let u = |x: u32| x as usize;
+            Ok(Op::Deconv2d {
+                input: id(c.input1_id())?,
+                filter: id(c.filter_id())?,
+                bias: opt(c.bias_id())?,
+                out: id(c.output_id())?,
+                padding: [c.padding_top(), c.padding_right(), c.padding_bottom(), c.padding_left()].map(u),
+                kernel: [c.kernel_height(), c.kernel_width()].map(u),
+                stride: [c.subsampling_height(), c.subsampling_width()].map(u),
+                dilation: [c.dilation_height(), c.dilation_width()].map(u),
+                adjustment: [c.adjustment_height(), c.adjustment_width()].map(u),
+                groups: u(c.groups()),
+                group_input_channels: u(c.group_input_channels()),
+                group_output_channels: u(c.group_output_channels()),
+            })
+        };
         let pool = |node: Option<fb::Pooling2d<'_>>, max: bool| -> Result<Op> {
             let p = node.ok_or_else(missing)?;
             flags_ok(p.flags(), FLAG_KEEP_DIMS)?;
@@ -864,6 +906,7 @@ impl GraphReader<'_> {
             }
             N::XNNConv2d => conv(n.node_as_xnnconv_2d(), false)?,
             N::XNNDepthwiseConv2d => conv(n.node_as_xnndepthwise_conv_2d(), true)?,
+            N::XNNConvTranspose2d => deconv(n.node_as_xnnconv_transpose_2d())?,
             N::XNNMaxPooling2d => pool(n.node_as_xnnmax_pooling_2d(), true)?,
             N::XNNAvgPooling2d => pool(n.node_as_xnnavg_pooling_2d(), false)?,
             N::XNNGlobalAvgPooling2d => {
@@ -952,6 +995,7 @@ impl GraphReader<'_> {
                 | N::XNNFullyConnected
                 | N::XNNConv2d
                 | N::XNNDepthwiseConv2d
+                | N::XNNConvTranspose2d
                 | N::XNNMaxPooling2d
                 | N::XNNAvgPooling2d
                 | N::XNNGlobalAvgPooling2d

@@ -25,13 +25,13 @@ use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use crate::names::aten::{ADD, CLAMP, PERMUTE_COPY};
 use crate::names::{
-    conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, DEPTHWISE_CONV2D_NHWC, GLOBAL_AVG_POOL2D_NHWC,
-    MAX_POOL2D_NHWC, PRELU,
+    conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, DECONV2D_NHWC, DEPTHWISE_CONV2D_NHWC,
+    GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
 };
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
 use crate::plan::AddedBuffer;
 use ptec_runtime::kernels::gemm::packed_len;
-use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window2d};
 
 /// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
 /// kernel calls. `file` is the file the program was read from (its blobs
@@ -699,6 +699,76 @@ impl<'a> CallLowering<'a> {
                 self.kernel(name, args);
                 Ok(())
             }
+            Op::Deconv2d {
+                input,
+                filter,
+                bias,
+                out,
+                padding,
+                kernel,
+                stride,
+                dilation,
+                adjustment,
+                groups,
+                group_input_channels,
+                group_output_channels,
+            } => {
+                let (gi, go) = (*group_input_channels, *group_output_channels);
+                let geometry = Deconv2dNhwc::new(
+                    self.dims(*input),
+                    *kernel,
+                    *stride,
+                    *dilation,
+                    *padding,
+                    *adjustment,
+                    *groups,
+                    gi,
+                    go,
+                );
+                let g = geometry.ok_or_else(|| {
+                    self.node_error(
+                        i,
+                        node,
+                        format!(
+                            "input dims {:?}, kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, adjustment {adjustment:?}, {groups} groups of {gi} -> {go} channels do not fit",
+                            self.dims(*input)
+                        ),
+                    )
+                })?;
+                let want = [groups * go, kernel[0], kernel[1], gi];
+                if self.dims(*filter) != want {
+                    return Err(self.node_error(
+                        i,
+                        node,
+                        format!("filter dims {:?}, expected {want:?}", self.dims(*filter)),
+                    ));
+                }
+                if let Some(b) = bias {
+                    if self.g.values[*b].numel() != groups * go {
+                        return Err(self.node_error(
+                            i,
+                            node,
+                            format!("the bias does not have {} elements", groups * go),
+                        ));
+                    }
+                }
+                self.expect_dims(i, node, *out, &g.output_sizes())?;
+                let args = vec![
+                    self.slot(*input),
+                    self.slot(*filter),
+                    self.opt_slot(*bias),
+                    self.int_list(padding),
+                    self.int_list(stride),
+                    self.int_list(dilation),
+                    self.int_list(adjustment),
+                    self.int(*groups),
+                    self.double(node.min),
+                    self.double(node.max),
+                    self.slot(*out),
+                ];
+                self.kernel(DECONV2D_NHWC, args);
+                Ok(())
+            }
             Op::Pool2d {
                 max,
                 input,
@@ -1010,7 +1080,11 @@ fn channels_last_softmax(g: &Graph) -> Option<usize> {
         let four_d = |x: usize| g.values.get(x).is_some_and(|v| v.dims.len() == 4);
         let from_input = |input: usize| nhwc.get(input).copied().unwrap_or(false);
         let out_nhwc = match &node.op {
-            Op::Conv2d { .. } | Op::Pool2d { .. } | Op::GlobalAvgPool { .. } | Op::ResizeBilinear { .. } => true,
+            Op::Conv2d { .. }
+            | Op::Deconv2d { .. }
+            | Op::Pool2d { .. }
+            | Op::GlobalAvgPool { .. }
+            | Op::ResizeBilinear { .. } => true,
             Op::Binary {
                 op: BinaryOp::PReLU, ..
             } => true,
