@@ -81,17 +81,24 @@ def export(desc, flavour):
         outs = [tuple(o.detach().contiguous().clone() for o in model(*xs)) for xs in inputs]
     rtol, atol = tolerance(model, inputs, outs)
     try:
-        ep = torch.export.export(model, inputs[0])
-        if flavour == "xnnpack":
-            edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
-        else:
-            edge = to_edge(ep)
-        et = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass()))
-        cases = [MethodTestCase(inputs=list(xs), expected_outputs=list(o)) for xs, o in zip(inputs, outs)]
-        bundle = serialize_from_bundled_program_to_flatbuffer(BundledProgram(et, [MethodTestSuite("forward", cases)]))
+        bundle, pte = lower_and_bundle(model, inputs, outs, flavour)
     except Exception as e:  # the exporter's failure, not ptec's
         raise ExportFailed(f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
-    return bundle, et.buffer, rtol, atol
+    return bundle, pte, rtol, atol
+
+
+def lower_and_bundle(model, inputs, outs, flavour):
+    """-> (BP08 bundle, program): `model` exported on `inputs[0]`, portably
+    or through the XNNPACK partitioner, with one case per input tuple."""
+    ep = torch.export.export(model, inputs[0])
+    if flavour == "xnnpack":
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    else:
+        edge = to_edge(ep)
+    et = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass()))
+    cases = [MethodTestCase(inputs=list(xs), expected_outputs=list(o)) for xs, o in zip(inputs, outs)]
+    bundle = serialize_from_bundled_program_to_flatbuffer(BundledProgram(et, [MethodTestSuite("forward", cases)]))
+    return bundle, et.buffer
 
 
 def executorch_verdict(desc, pte):

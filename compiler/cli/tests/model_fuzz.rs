@@ -5,7 +5,10 @@
 //! tolerance, except those `expected_refusals.json` lists, which must be
 //! refused with the message listed (`unsupported operator `...``, or
 //! `unsupported: XNNPACK node kind ...`).
-use ptec_cli::check::{check, CheckInput, CheckStatus};
+#[path = "common/listed.rs"]
+mod listed;
+
+use listed::{check_listed, Listed};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -26,61 +29,24 @@ fn model_fuzz_seed_set_reproduces_pytorch() {
         let n = programs.iter().filter(|p| p["flavour"] == flavour).count();
         assert!(n >= 40, "only {n} {flavour} seed programs");
     }
-    let mut inputs = Vec::new();
-    let mut expected_cases = Vec::new();
-    for p in programs {
-        let file = p["file"].as_str().unwrap();
-        inputs.push(CheckInput {
-            path: dir.join(file),
-            data: vec![],
-            rtol: p["rtol"].as_f64().unwrap(),
-            atol: p["atol"].as_f64().unwrap(),
-            cases: None,
-        });
-        expected_cases.push((file.to_string(), p["cases"].as_u64().unwrap() as usize));
-    }
     for file in refusals.keys() {
         assert!(
-            expected_cases.iter().any(|(f, _)| f == file),
+            programs.iter().any(|p| p["file"] == file.as_str()),
             "expected_refusals.json names {file}, which is not in the seed set"
         );
     }
-    let results = check(&inputs, &[1], false, |m| eprintln!("model_fuzz: {m}")).unwrap();
-    assert_eq!(results.len(), inputs.len());
-    let mut problems = Vec::new();
-    let (mut passed, mut refused) = (0, 0);
-    for ((file, cases), r) in expected_cases.iter().zip(&results) {
-        match (&r.status, refusals.get(file)) {
-            (
-                CheckStatus::Ran {
-                    lines,
-                    passed: p,
-                    failed: f,
-                },
-                None,
-            ) => {
-                if *f != 0 || *p != *cases || lines.len() != *cases || !lines.iter().all(|l| l.ends_with(": ok")) {
-                    problems.push(format!("{file}: {p} passed, {f} failed of {cases}: {lines:#?}"));
-                } else {
-                    passed += 1;
-                }
+    let listed: Vec<Listed> = programs
+        .iter()
+        .map(|p| {
+            let file = p["file"].as_str().unwrap();
+            Listed {
+                path: dir.join(file),
+                rtol: p["rtol"].as_f64().unwrap(),
+                atol: p["atol"].as_f64().unwrap(),
+                cases: Some(p["cases"].as_u64().unwrap() as usize),
+                refusal: refusals.get(file).cloned(),
             }
-            (CheckStatus::Ran { .. }, Some(op)) => {
-                problems.push(format!(
-                    "{file}: compiled, but expected_refusals.json says ptec refuses it ({op}): remove it from the list"
-                ));
-            }
-            (CheckStatus::NotCompiled(e), Some(op)) => {
-                if e.contains(op.as_str()) {
-                    refused += 1;
-                } else {
-                    problems.push(format!("{file}: refused, but not with `{op}`: {e}"));
-                }
-            }
-            (CheckStatus::NotCompiled(e), None) => problems.push(format!("{file}: not compiled: {e}")),
-        }
-    }
-    println!("model fuzz seed set: {passed} passed, {refused} refused as expected");
-    assert!(problems.is_empty(), "{problems:#?}");
-    assert_eq!(passed + refused, programs.len());
+        })
+        .collect();
+    check_listed("model fuzz seed set", &listed);
 }
