@@ -202,36 +202,38 @@ DEFAULT = {
     "hf_wav2vec2": (hf("wav2vec2"), audio(1, 400)),
 }
 
-FULL = dict(DEFAULT)
-FULL.update(
+# Beyond the default list, smallest first, then the default list: a run
+# cut short has done the most of what the default list does not show.
+FULL = dict(
     {
-        "tv_resnet50": (tv("resnet50"), image(64, 64)),
-        "tv_mobilenet_v3_large": (tv("mobilenet_v3_large"), image(64, 64)),
-        "tv_regnet_y_400mf": (tv("regnet_y_400mf"), image(64, 64)),
-        "tv_convnext_tiny": (tv("convnext_tiny"), image(64, 64)),
-        "tv_densenet121": (tv("densenet121"), image(64, 64)),
-        "tv_googlenet": (tv("googlenet", aux_logits=False, init_weights=True), image(64, 64)),
-        "tv_mnasnet0_5": (tv("mnasnet0_5"), image(64, 64)),
         "tv_mnasnet_tiny": (tv_tiny("mnasnet"), image()),
         # 2.6 MB each way at its smallest (a 1280-wide head): not in the default list.
         "timm_mobilenetv4_035": (timm_model("mobilenetv4_conv_small_035", num_classes=10), image()),
         "tv_squeezenet1_1": (tv("squeezenet1_1"), image(64, 64)),
-        "tv_efficientnet_b0": (tv("efficientnet_b0"), image(64, 64)),
-        "tv_swin_t": (tv("swin_t"), image(64, 64)),
-        "tv_vit_b_16": (tv("vit_b_16", image_size=64), image(64, 64)),
-        "tv_lraspp": (tv("lraspp_mobilenet_v3_large", weights_backbone=None, num_classes=3), image(64, 64)),
-        "tv_deeplabv3_mobilenet": (tv("deeplabv3_mobilenet_v3_large", weights_backbone=None, num_classes=3), image(64, 64)),
-        "timm_resnet10t": (timm_model("resnet10t"), image(64, 64)),
-        "timm_cspresnet50": (timm_model("cspresnet50"), image(64, 64)),
-        "timm_regnety_002": (timm_model("regnety_002"), image(64, 64)),
-        "timm_efficientnetv2": (timm_model("efficientnetv2_rw_t"), image(64, 64)),
         "timm_mobilevit_xxs": (timm_model("mobilevit_xxs"), image(64, 64)),
+        "tv_mnasnet0_5": (tv("mnasnet0_5"), image(64, 64)),
+        "timm_regnety_002": (timm_model("regnety_002"), image(64, 64)),
+        "tv_lraspp": (tv("lraspp_mobilenet_v3_large", weights_backbone=None, num_classes=3), image(64, 64)),
+        "tv_regnet_y_400mf": (tv("regnet_y_400mf"), image(64, 64)),
+        "tv_efficientnet_b0": (tv("efficientnet_b0"), image(64, 64)),
+        "tv_mobilenet_v3_large": (tv("mobilenet_v3_large"), image(64, 64)),
+        "timm_resnet10t": (timm_model("resnet10t"), image(64, 64)),
         "timm_deit_tiny": (timm_model("deit_tiny_patch16_224", img_size=64), image(64, 64)),
+        "tv_googlenet": (tv("googlenet", aux_logits=False, init_weights=True), image(64, 64)),
+        "tv_densenet121": (tv("densenet121"), image(64, 64)),
+        "tv_deeplabv3_mobilenet": (tv("deeplabv3_mobilenet_v3_large", weights_backbone=None, num_classes=3), image(64, 64)),
         # Its attention's position biases are sized for 7 x 7 tokens: 224 x 224 images.
         "timm_efficientformer_l1": (timm_model("efficientformer_l1"), image(224, 224)),
+        "timm_efficientnetv2": (timm_model("efficientnetv2_rw_t"), image(64, 64)),
+        "timm_cspresnet50": (timm_model("cspresnet50"), image(64, 64)),
+        "tv_resnet50": (tv("resnet50"), image(64, 64)),
+        "tv_swin_t": (tv("swin_t"), image(64, 64)),
+        "tv_convnext_tiny": (tv("convnext_tiny"), image(64, 64)),
         "timm_swin_tiny": (timm_model("swin_tiny_patch4_window7_224", img_size=64, window_size=4), image(64, 64)),
+        "tv_vit_b_16": (tv("vit_b_16", image_size=64), image(64, 64)),
     }
 )
+FULL.update(DEFAULT)
 
 
 # --------------------------------------------------------------------------
@@ -283,12 +285,15 @@ def generation_ms(path):
     return round((time.time() - t) * 1000) if r.returncode == 0 else None
 
 
-def run(models, out_dir, log):
-    """Exports every model both ways into out_dir, checks the bundles;
-    returns one row per (model, lowering)."""
+def run(models, out_dir, log, per_model=False, progress=None):
+    """Exports every model both ways into out_dir and checks the bundles:
+    all at once, or (`per_model`) each model's as it is exported, its
+    bundles deleted after (large models), with `progress(rows)` called
+    after each. Returns one row per (model, lowering)."""
     rows, items = [], []
     for name, (make, inputs_of) in models.items():
         t = time.time()
+        mine = []
         try:
             model, inputs, outs, rtol, atol = build(make, inputs_of)
         except Exception as e:  # the zoo's or PyTorch's failure, not ptec's
@@ -298,25 +303,40 @@ def run(models, out_dir, log):
             continue
         for lowering in ("portable", "xnnpack"):
             row = {"model": name, "lowering": lowering, "rtol": rtol, "atol": atol}
+            rows.append(row)
             try:
                 bundle, _ = exporting.lower_and_bundle(model, inputs, outs, lowering)
             except Exception as e:
                 row.update(result="not exported", reason=first_line(e))
-                rows.append(row)
                 log(f"{name} {lowering}: ExecuTorch did not export it: {row['reason']}")
                 continue
             path = out_dir / f"{name}_{lowering}.bpte"
             path.write_bytes(bundle)
             row.update(file=path.name, bytes=len(bundle), instructions=instructions(path), gen_ms=generation_ms(path))
-            rows.append(row)
-            items.append((path, rtol, atol))
+            mine.append((row, (path, rtol, atol)))
         log(f"{name}: exported in {time.time() - t:.0f} s")
+        if per_model:
+            t = time.time()
+            check(mine, out_dir, log)
+            for row, _ in mine:
+                row["check_s"] = round(time.time() - t)
+                (out_dir / row["file"]).unlink(missing_ok=True)
+            if progress:
+                progress(rows)
+        else:
+            items += mine
+    if not per_model:
+        check(items, out_dir, log)
+    return rows
+
+
+def check(items, out_dir, log):
+    """Runs `ptec check` over the (row, item) pairs and records each
+    result in its row."""
     t = time.time()
-    results = exporting.ptec_check(items, log)
+    results = exporting.ptec_check([item for _, item in items], log)
     log(f"checked {len(items)} bundles in {time.time() - t:.0f} s")
-    for row in rows:
-        if "file" not in row:
-            continue
+    for row, _ in items:
         status, detail = results[str(out_dir / row["file"])]
         row["result"] = {"pass": "pass", "refused": "refused", "mismatch": "mismatch"}.get(status, "crash")
         if status == "refused":
@@ -324,7 +344,6 @@ def run(models, out_dir, log):
             row["reason"] = exporting.refused_operator(detail) or first_line(detail.split(": ", 2)[-1])
         elif status != "pass":
             row["reason"] = first_line(detail)
-    return rows
 
 
 def first_line(e):
@@ -335,14 +354,15 @@ def first_line(e):
 
 def table(rows):
     lines = [
-        "| model | lowering | instructions | result | generation |",
-        "|---|---|---:|---|---:|",
+        "| model | lowering | instructions | result | generation | build and check |",
+        "|---|---|---:|---|---:|---:|",
     ]
     for r in rows:
         result = r["result"] + (f": {r['reason']}" if r.get("reason") else "")
         result = result.replace("|", "\\|")
         gen = f"{r['gen_ms']} ms" if r.get("gen_ms") is not None else ""
-        lines.append(f"| {r['model']} | {r['lowering']} | {r.get('instructions') or ''} | {result} | {gen} |")
+        chk = f"{r['check_s']} s" if r.get("check_s") is not None else ""
+        lines.append(f"| {r['model']} | {r['lowering']} | {r.get('instructions') or ''} | {result} | {gen} | {chk} |")
     return "\n".join(lines)
 
 
@@ -373,6 +393,27 @@ def main():
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     t0 = time.time()
+    total = len(models)
+
+    def write_coverage(rows):
+        """docs/model-coverage.md from the rows so far (rewritten after each
+        model, so that a run cut short leaves what it did)."""
+        done = len({r["model"] for r in rows})
+        cpu = cpu_name()
+        doc = (
+            "# Model coverage\n\n"
+            f"Generated by `tests/zoo/zoo.py --full` on {datetime.date.today().isoformat()} "
+            f"({', '.join(f'{k} {v}' for k, v in PINNED.items())}; {cpu}, {os_cpus()} CPUs), "
+            f"{done} of {total} models, in {(time.time() - t0) / 60:.0f} min. "
+            "Each model is built with seeded random weights, exported portably and through the XNNPACK "
+            "partitioner, bundled with eager PyTorch's outputs on two inputs and checked with `ptec check` "
+            "on one and two threads (the last column: building the generated code and running the cases). "
+            "`not built`: the model's constructor or PyTorch failed; `not exported`: ExecuTorch's exporter "
+            "failed (neither counted against ptec).\n\n"
+            f"{summary(rows)}\n\n{table(rows)}\n"
+        )
+        (REPO / "docs" / "model-coverage.md").write_text(doc)
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.commit and DEFAULT_DIR or args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
@@ -384,7 +425,10 @@ def main():
             for f in out.glob("*.bpte"):
                 if f.name not in {p["file"] for p in before}:
                     f.unlink()
-        rows = run(models, out, log)
+        if args.full:
+            rows = run(models, out, log, per_model=True, progress=write_coverage)
+        else:
+            rows = run(models, out, log)
         if args.commit:
             for r in rows:
                 if r["result"] not in ("pass", "refused") and r.get("file"):
@@ -396,22 +440,26 @@ def main():
             ]
             doc = {"generator": "tests/zoo/zoo.py --commit", "versions": PINNED, "programs": kept}
             (out / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
-    elapsed = time.time() - t0
-    text = table(rows)
-    print(text)
+    print(table(rows))
     print(summary(rows))
     if args.full:
-        cpu = platform.processor() or platform.machine()
-        doc = (
-            "# Model coverage\n\n"
-            f"Generated by `tests/zoo/zoo.py --full` on {datetime.date.today().isoformat()} "
-            f"({', '.join(f'{k} {v}' for k, v in PINNED.items())}; {cpu}), in {elapsed / 60:.0f} min. "
-            "Each model is built with seeded random weights, exported portably and through the XNNPACK "
-            "partitioner, bundled with eager PyTorch's outputs on two inputs and checked with `ptec check`. "
-            "`not exported`: ExecuTorch's exporter failed (not counted against ptec).\n\n"
-            f"{summary(rows)}\n\n{text}\n"
-        )
-        (REPO / "docs" / "model-coverage.md").write_text(doc)
+        write_coverage(rows)
+
+
+def cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def os_cpus():
+    import os
+
+    return os.cpu_count()
 
 
 if __name__ == "__main__":
