@@ -72,7 +72,7 @@ fn user_cache_dir() -> Option<PathBuf> {
 
 static TARGET_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// Makes [`target_dir`] return `dir` (the command line's `--target-dir`).
+/// Makes the runners build in `dir` (the command line's `--target-dir`).
 pub fn set_target_dir(dir: PathBuf) {
     let _ = TARGET_DIR.set(dir);
 }
