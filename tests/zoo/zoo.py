@@ -88,8 +88,12 @@ class Outputs(torch.nn.Module):
 
 def tv(name, **kw):
     def make():
-        import torchvision
+        import torchvision.models
+        import torchvision.models.segmentation
 
+        if hasattr(torchvision.models.segmentation, name):
+            # Segmentation models return {"out": ...}.
+            return Outputs(getattr(torchvision.models.segmentation, name)(weights=None, **kw), ["out"])
         return getattr(torchvision.models, name)(weights=None, **kw)
 
     return make
