@@ -235,29 +235,37 @@ impl RunnerCrate {
         verbose: bool,
     ) -> std::result::Result<PathBuf, String> {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(&cargo);
-        cmd.args(["build", "--release", "--quiet"]);
-        if self.offline {
-            cmd.arg("--offline");
+        let run = |offline: bool| -> std::result::Result<std::process::Output, String> {
+            let mut cmd = Command::new(&cargo);
+            cmd.args(["build", "--release", "--quiet"]);
+            if offline {
+                cmd.arg("--offline");
+            }
+            cmd.arg("--manifest-path")
+                .arg(self.dir.path().join("Cargo.toml"))
+                .env("CARGO_TARGET_DIR", target)
+                .stdout(Stdio::null())
+                .stderr(if verbose { Stdio::inherit() } else { Stdio::piped() });
+            if let Some(flags) = rustflags {
+                // The encoded form takes precedence over RUSTFLAGS.
+                let encoded: Vec<&str> = flags.split_whitespace().collect();
+                cmd.env("CARGO_ENCODED_RUSTFLAGS", encoded.join("\x1f"));
+            }
+            cmd.output().map_err(|e| format!("running cargo: {e}"))
+        };
+        let mut out = run(self.offline)?;
+        // The source tree's lock file may pin versions this cargo home has
+        // not downloaded (`cargo install` resolves afresh): then online.
+        if self.offline && !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--offline") {
+            out = run(false)?;
         }
-        cmd.arg("--manifest-path")
-            .arg(self.dir.path().join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target)
-            .stdout(Stdio::null())
-            .stderr(if verbose { Stdio::inherit() } else { Stdio::piped() });
-        if let Some(flags) = rustflags {
-            // The encoded form takes precedence over RUSTFLAGS.
-            let encoded: Vec<&str> = flags.split_whitespace().collect();
-            cmd.env("CARGO_ENCODED_RUSTFLAGS", encoded.join("\x1f"));
-        }
-        let out = cmd.output().map_err(|e| format!("running cargo: {e}"))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            if !self.offline && err.contains("ptec-runtime") {
+            if err.contains("ptec-runtime") || err.contains("failed to download") || err.contains("--offline") {
                 return Err(format!(
-                    "building the runner needs the crate ptec-runtime {v} from crates.io, and cargo could not \
-                     get it (with the network once, it stays cached; or set PTEC_RUNTIME_SOURCE to a source \
-                     directory of ptec-runtime {v}); cargo said:\n{err}",
+                    "building the runner needs ptec-runtime {v} and its dependencies (from ptec's source tree \
+                     or crates.io), and cargo could not get them (with the network once, they stay cached; or \
+                     set PTEC_RUNTIME_SOURCE to a source directory of ptec-runtime {v}); cargo said:\n{err}",
                     v = env!("CARGO_PKG_VERSION")
                 ));
             }

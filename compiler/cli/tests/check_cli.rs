@@ -242,9 +242,6 @@ fn without_a_runtime_at_hand_the_error_names_it() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    let want = format!(
-        "needs the crate ptec-runtime {} from crates.io",
-        env!("CARGO_PKG_VERSION")
-    );
+    let want = format!("needs ptec-runtime {} and its dependencies", env!("CARGO_PKG_VERSION"));
     assert!(err.contains(&want) && err.contains("PTEC_RUNTIME_SOURCE"), "{err}");
 }
