@@ -158,7 +158,8 @@ impl RunnerCrate {
             .tempdir()
             .map_err(|e| format!("temporary crate: {e}"))?;
         std::fs::create_dir_all(dir.path().join("src")).map_err(|e| e.to_string())?;
-        let (dependency, offline) = match runtime_source() {
+        let source = runtime_source();
+        let (dependency, offline) = match &source {
             RuntimeSource::Path(dir) => (format!("{{ path = {:?} }}", dir.display().to_string()), true),
             RuntimeSource::Registry => (format!("\"={}\"", env!("CARGO_PKG_VERSION")), false),
         };
@@ -168,7 +169,7 @@ impl RunnerCrate {
         std::fs::write(dir.path().join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
         // The source tree's lock file pins the runtime's dependencies, so an
         // offline build finds them.
-        if let RuntimeSource::Path(runtime) = runtime_source() {
+        if let RuntimeSource::Path(runtime) = source {
             let lock = runtime.join("../Cargo.lock");
             if lock.exists() {
                 let _ = std::fs::copy(&lock, dir.path().join("Cargo.lock"));

@@ -156,37 +156,16 @@ pub enum Op {
     /// Regular (or `depthwise`) 2-d convolution over NHWC images.
     Conv2d {
         depthwise: bool,
-        input: usize,
-        filter: usize,
-        bias: Option<usize>,
-        out: usize,
-        /// `[top, right, bottom, left]`.
-        padding: [usize; 4],
-        kernel: [usize; 2],
-        stride: [usize; 2],
-        dilation: [usize; 2],
-        groups: usize,
-        group_input_channels: usize,
-        group_output_channels: usize,
+        conv: ConvParams,
     },
     /// Transposed 2-d convolution over NHWC images; the filter is
     /// `[groups · group_output_channels, kH, kW, group_input_channels]`.
+    /// `conv.padding` is the output cropped at each side, `conv.stride`
+    /// the upsampling of the input.
     Deconv2d {
-        input: usize,
-        filter: usize,
-        bias: Option<usize>,
-        out: usize,
-        /// `[top, right, bottom, left]`: output cropped at each side.
-        padding: [usize; 4],
-        kernel: [usize; 2],
-        /// The upsampling of the input.
-        stride: [usize; 2],
-        dilation: [usize; 2],
+        conv: ConvParams,
         /// `[height, width]` added at the bottom and right.
         adjustment: [usize; 2],
-        groups: usize,
-        group_input_channels: usize,
-        group_output_channels: usize,
     },
     /// Max or average pooling over NHWC images.
     Pool2d {
@@ -256,6 +235,23 @@ pub enum Op {
     },
 }
 
+/// The values and geometry of a (transposed) convolution node.
+#[derive(Clone, Debug)]
+pub struct ConvParams {
+    pub input: usize,
+    pub filter: usize,
+    pub bias: Option<usize>,
+    pub out: usize,
+    /// `[top, right, bottom, left]`.
+    pub padding: [usize; 4],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    pub group_input_channels: usize,
+    pub group_output_channels: usize,
+}
+
 impl Op {
     /// Values the operation reads.
     pub fn inputs(&self) -> Vec<usize> {
@@ -273,10 +269,16 @@ impl Op {
                 input, filter, bias, ..
             }
             | Op::Conv2d {
-                input, filter, bias, ..
+                conv: ConvParams {
+                    input, filter, bias, ..
+                },
+                ..
             }
             | Op::Deconv2d {
-                input, filter, bias, ..
+                conv: ConvParams {
+                    input, filter, bias, ..
+                },
+                ..
             } => [Some(*input), Some(*filter), *bias].into_iter().flatten().collect(),
             Op::Concat { inputs, .. } => inputs.clone(),
         }
@@ -288,8 +290,14 @@ impl Op {
             Op::Binary { out, .. }
             | Op::Unary { out, .. }
             | Op::FullyConnected { out, .. }
-            | Op::Conv2d { out, .. }
-            | Op::Deconv2d { out, .. }
+            | Op::Conv2d {
+                conv: ConvParams { out, .. },
+                ..
+            }
+            | Op::Deconv2d {
+                conv: ConvParams { out, .. },
+                ..
+            }
             | Op::Pool2d { out, .. }
             | Op::GlobalAvgPool { out, .. }
             | Op::Transpose { out, .. }
@@ -769,12 +777,11 @@ impl GraphReader<'_> {
                 out: id(node.output_id())?,
             })
         };
-        let conv = |node: Option<fb::Conv<'_>>, depthwise: bool| -> Result<Op> {
-            let c = node.ok_or_else(missing)?;
+        // Convolutions and transposed ones share their table.
+        let conv_params = |c: fb::Conv<'_>| -> Result<ConvParams> {
             flags_ok(c.flags(), 0)?;
             let u = |x: u32| x as usize;
-            Ok(Op::Conv2d {
-                depthwise,
+            let params = ConvParams {
                 input: id(c.input1_id())?,
                 filter: id(c.filter_id())?,
                 bias: opt(c.bias_id())?,
@@ -786,26 +793,18 @@ impl GraphReader<'_> {
                 groups: u(c.groups()),
                 group_input_channels: u(c.group_input_channels()),
                 group_output_channels: u(c.group_output_channels()),
-            })
+            };
+            Ok(params)
+        };
+        let conv = |node: Option<fb::Conv<'_>>, depthwise: bool| -> Result<Op> {
+            let conv = conv_params(node.ok_or_else(missing)?)?;
+            Ok(Op::Conv2d { depthwise, conv })
         };
         let deconv = |node: Option<fb::Conv<'_>>| -> Result<Op> {
             let c = node.ok_or_else(missing)?;
-            flags_ok(c.flags(), 0)?;
-            let u = |x: u32| x as usize;
-            Ok(Op::Deconv2d {
-                input: id(c.input1_id())?,
-                filter: id(c.filter_id())?,
-                bias: opt(c.bias_id())?,
-                out: id(c.output_id())?,
-                padding: [c.padding_top(), c.padding_right(), c.padding_bottom(), c.padding_left()].map(u),
-                kernel: [c.kernel_height(), c.kernel_width()].map(u),
-                stride: [c.subsampling_height(), c.subsampling_width()].map(u),
-                dilation: [c.dilation_height(), c.dilation_width()].map(u),
-                adjustment: [c.adjustment_height(), c.adjustment_width()].map(u),
-                groups: u(c.groups()),
-                group_input_channels: u(c.group_input_channels()),
-                group_output_channels: u(c.group_output_channels()),
-            })
+            let adjustment = [c.adjustment_height(), c.adjustment_width()].map(|x| x as usize);
+            let conv = conv_params(c)?;
+            Ok(Op::Deconv2d { conv, adjustment })
         };
         let pool = |node: Option<fb::Pooling2d<'_>>, max: bool| -> Result<Op> {
             let p = node.ok_or_else(missing)?;

@@ -19,7 +19,7 @@
 //! Shapes are checked here, against the node's parameters, so that a
 //! malformed subgraph is reported at its node; the emitters check their
 //! arguments again when the code is generated.
-use super::blob::{read_graph, BinaryOp, Graph, NamedSources, Op, UnaryOp, ValueKind, XNode};
+use super::blob::{read_graph, BinaryOp, ConvParams, Graph, NamedSources, Op, UnaryOp, ValueKind, XNode};
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
@@ -599,20 +599,20 @@ impl<'a> CallLowering<'a> {
                 self.kernel(fully_connected::NAME, args);
                 Ok(())
             }
-            Op::Conv2d {
-                depthwise,
-                input,
-                filter,
-                bias,
-                out,
-                padding,
-                kernel,
-                stride,
-                dilation,
-                groups,
-                group_input_channels,
-                group_output_channels,
-            } => {
+            Op::Conv2d { depthwise, conv } => {
+                let ConvParams {
+                    input,
+                    filter,
+                    bias,
+                    out,
+                    padding,
+                    kernel,
+                    stride,
+                    dilation,
+                    groups,
+                    group_input_channels,
+                    group_output_channels,
+                } = conv;
                 let (x, w) = (self.dims(*input), self.dims(*filter));
                 let geometry = if *depthwise {
                     Conv2dNhwc::depthwise(x, w, *stride, *padding, *dilation).filter(|g| {
@@ -699,20 +699,20 @@ impl<'a> CallLowering<'a> {
                 self.kernel(name, args);
                 Ok(())
             }
-            Op::Deconv2d {
-                input,
-                filter,
-                bias,
-                out,
-                padding,
-                kernel,
-                stride,
-                dilation,
-                adjustment,
-                groups,
-                group_input_channels,
-                group_output_channels,
-            } => {
+            Op::Deconv2d { conv, adjustment } => {
+                let ConvParams {
+                    input,
+                    filter,
+                    bias,
+                    out,
+                    padding,
+                    kernel,
+                    stride,
+                    dilation,
+                    groups,
+                    group_input_channels,
+                    group_output_channels,
+                } = conv;
                 let (gi, go) = (*group_input_channels, *group_output_channels);
                 let geometry = Deconv2dNhwc::new(
                     self.dims(*input),
