@@ -50,6 +50,16 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("breadth", "fixtures/breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_deconv", "fixtures/xnnpack_deconv.bpte", None, 1e-4, 1e-4),
+    // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).
+    ("xnnpack_qs8_cnn", "fixtures/xnnpack_qs8_cnn.bpte", None, 0.0, 0.026),
+    // ExecuTorch's runtime with XNNPACK, to the bit.
+    (
+        "xnnpack_qs8_cnn_runtime",
+        "fixtures/xnnpack_qs8_cnn_runtime.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
     ("llama_kv", "fixtures/llama_kv.bpte", None, 1e-4, 1e-4),
     ("xnnpack_llama_kv", "fixtures/xnnpack_llama_kv.bpte", None, 1e-4, 1e-4),
     ("llama_dynamic", "fixtures/llama_dynamic.bpte", None, 1e-4, 1e-4),

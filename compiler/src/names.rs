@@ -47,6 +47,37 @@ pub(crate) mod conv2d_nhwc {
     pub(crate) const COUNT: usize = OUT + 1;
 }
 
+/// XNNPACK's statically quantized (QS8) operators on `i8` tensors. All but
+/// the converts end with the same [`TAIL`](qs8::TAIL): `x_scale,
+/// x_zero_point, out_scale, out_zero_point, qmin, qmax, out` (the first
+/// input's and the output's quantization, and the fused clamp in quanta).
+pub(crate) mod qs8 {
+    /// Arguments of the tail.
+    pub(crate) const TAIL: usize = 7;
+    /// `quantize(x, scale, zero_point, out)`: `f32` to `i8`.
+    pub(crate) const QUANTIZE: &str = "ptec_xnn::qs8_quantize.out";
+    /// `dequantize(q, scale, zero_point, out)`: `i8` to `f32`.
+    pub(crate) const DEQUANTIZE: &str = "ptec_xnn::qs8_dequantize.out";
+    /// `conv2d_nhwc(x, weight, bias?, weight_scales?, weight_scale, padding,
+    /// stride, dilation, groups, depthwise, <tail>)`: weights `[O, kH, kW,
+    /// C / groups]` (`[1, kH, kW, O]` depthwise) with one scale per output
+    /// channel (`weight_scales`) or one for all (`weight_scale`).
+    pub(crate) const CONV2D_NHWC: &str = "ptec_xnn::qs8_conv2d_nhwc.out";
+    /// `fully_connected(x, weight, bias?, weight_scales?, weight_scale,
+    /// weight_transposed, <tail>)`.
+    pub(crate) const FULLY_CONNECTED: &str = "ptec_xnn::qs8_fully_connected.out";
+    /// `max_pool2d_nhwc(x, kernel, stride, padding, dilation, <tail>)`.
+    pub(crate) const MAX_POOL2D_NHWC: &str = "ptec_xnn::qs8_max_pool2d_nhwc.out";
+    /// `global_avg_pool2d_nhwc(x, <tail>)`.
+    pub(crate) const GLOBAL_AVG_POOL2D_NHWC: &str = "ptec_xnn::qs8_global_avg_pool2d_nhwc.out";
+    /// `add(a, b, b_scale, b_zero_point, <tail>)`, broadcast.
+    pub(crate) const ADD: &str = "ptec_xnn::qs8_add.out";
+    /// `sub(a, b, b_scale, b_zero_point, <tail>)`, broadcast.
+    pub(crate) const SUB: &str = "ptec_xnn::qs8_sub.out";
+    /// `mul(a, b, b_scale, b_zero_point, <tail>)`, broadcast.
+    pub(crate) const MUL: &str = "ptec_xnn::qs8_mul.out";
+}
+
 /// `depthwise_conv2d_nhwc(x, weight, bias?, padding, stride, dilation, min,
 /// max, out)`.
 pub(crate) const DEPTHWISE_CONV2D_NHWC: &str = "ptec_xnn::depthwise_conv2d_nhwc.out";

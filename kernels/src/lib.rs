@@ -69,6 +69,7 @@ pub mod norm;
 pub mod num;
 pub mod parallel;
 pub mod pool;
+pub mod qs8;
 pub mod quant;
 pub mod reduce;
 pub mod scalar;

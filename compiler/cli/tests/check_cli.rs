@@ -96,6 +96,8 @@ fn threads_run_every_case_on_each_count() {
         "breadth",
         "xnnpack_breadth",
         "xnnpack_deconv",
+        "xnnpack_qs8_cnn",
+        "xnnpack_qs8_cnn_runtime",
         "llama_kv",
         "xnnpack_llama_kv",
         "llama_dynamic",

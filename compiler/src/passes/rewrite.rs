@@ -9,11 +9,16 @@ pub(crate) fn push_value(m: &mut Method, v: Value) -> usize {
 
 /// A new static, contiguous `f32` tensor.
 pub(crate) fn push_f32_tensor(m: &mut Method, sizes: Vec<usize>, placement: Placement) -> usize {
+    push_tensor(m, ScalarType::Float, sizes, placement)
+}
+
+/// A new static, contiguous tensor of `dtype`.
+pub(crate) fn push_tensor(m: &mut Method, dtype: ScalarType, sizes: Vec<usize>, placement: Placement) -> usize {
     let rank = sizes.len();
     push_value(
         m,
         Value::Tensor(Tensor {
-            dtype: ScalarType::Float,
+            dtype,
             sizes,
             dim_order: (0..rank as u8).collect(),
             dynamism: Dynamism::Static,

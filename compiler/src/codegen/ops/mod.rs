@@ -25,6 +25,7 @@ mod llama;
 mod norm;
 mod pool;
 mod prim;
+mod qs8;
 mod quant;
 mod reduce;
 mod shape;
@@ -66,6 +67,7 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
 pub fn lookup(full_name: &str) -> Option<Emitter> {
     registry()
         .chain(xnnpack::OPS.iter().copied())
+        .chain(qs8::OPS.iter().copied())
         .find(|(n, _)| *n == full_name)
         .map(|(_, e)| e)
 }

@@ -89,7 +89,7 @@ fn scratch(ctx: &mut OpCtx<'_>, len: usize) -> (TokenStream, TokenStream) {
     (quote!(#name), stmt)
 }
 
-fn window_tokens(w: &Window2d) -> TokenStream {
+pub(super) fn window_tokens(w: &Window2d) -> TokenStream {
     let fields = [
         w.batch,
         w.in_h,
@@ -117,7 +117,7 @@ fn window_tokens(w: &Window2d) -> TokenStream {
     }
 }
 
-fn conv_tokens(g: &Conv2dNhwc) -> TokenStream {
+pub(super) fn conv_tokens(g: &Conv2dNhwc) -> TokenStream {
     let window = window_tokens(&g.window);
     let (in_c, out_c, groups) = (lit(g.in_c), lit(g.out_c), lit(g.groups));
     quote! {

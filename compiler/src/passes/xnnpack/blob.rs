@@ -39,8 +39,8 @@ pub struct Graph {
     pub nodes: Vec<XNode>,
 }
 
-/// One tensor of the subgraph (always `fp32`: other datatypes are
-/// rejected when read).
+/// One tensor of the subgraph: `fp32`, or statically quantized (other
+/// datatypes are rejected when read).
 #[derive(Clone, Debug)]
 pub struct XValue {
     /// The id nodes refer to it by.
@@ -48,6 +48,8 @@ pub struct XValue {
     /// Sizes in XNNPACK's order (NHWC for images).
     pub dims: Vec<usize>,
     pub kind: ValueKind,
+    /// `None` for `fp32`.
+    pub quant: Option<Quantized>,
     /// Absolute byte offset of its table in the file, for error locations.
     pub offset: usize,
 }
@@ -56,6 +58,49 @@ impl XValue {
     pub fn numel(&self) -> usize {
         self.dims.iter().product()
     }
+}
+
+/// The elements of a statically quantized value: `real = scale · (q -
+/// zero_point)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Quantized {
+    pub elem: QElem,
+    pub params: QParams,
+}
+
+/// The integer type of a quantized value's elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QElem {
+    /// `qint8` and `qcint8`.
+    I8,
+    /// `quint8`.
+    U8,
+    /// `qint32` and `qcint32` (biases).
+    I32,
+}
+
+impl QElem {
+    pub fn bytes(self) -> usize {
+        match self {
+            QElem::I8 | QElem::U8 => 1,
+            QElem::I32 => 4,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum QParams {
+    PerTensor {
+        scale: f32,
+        zero_point: i32,
+    },
+    /// One scale (`count` `f32`s at `scales`) per index of dim
+    /// `channel_dim`; zero points are 0.
+    PerChannel {
+        scales: DataRef,
+        count: usize,
+        channel_dim: usize,
+    },
 }
 
 /// Where a value's data comes from.
@@ -121,6 +166,9 @@ pub enum UnaryOp {
     Cos,
     Gelu,
     Copy,
+    /// Between `fp32` and a quantized datatype (or between two
+    /// quantizations).
+    Convert,
     LeakyRelu {
         negative_slope: f32,
     },
@@ -565,20 +613,21 @@ impl GraphReader<'_> {
         let place = Some(format!("XNNPACK value id {id}"));
         let err = |kind| bad(self.at, place.clone(), offset, kind);
         let dtype = tv.datatype();
-        if quantized || dtype != fb::Datatype::fp32 {
-            let name = dtype.variant_name().unwrap_or("unknown");
-            return Err(err(ErrorKind::Unsupported {
-                detail: format!(
-                    "XNNPACK {}value of datatype {name}; ptec compiles fp32 subgraphs only",
-                    if quantized { "quantized " } else { "" }
-                ),
-            }));
-        }
-        if tv.dq_datatype() != fb::Datatype::invalid {
-            return Err(err(ErrorKind::Unsupported {
-                detail: "an XNNPACK input quantized at run time (dq_datatype)".into(),
-            }));
-        }
+        let elem = match (quantized, dtype) {
+            (false, fb::Datatype::fp32) => None,
+            (true, fb::Datatype::qint8 | fb::Datatype::qcint8) => Some(QElem::I8),
+            (true, fb::Datatype::quint8) => Some(QElem::U8),
+            (true, fb::Datatype::qint32 | fb::Datatype::qcint32) => Some(QElem::I32),
+            _ => {
+                let name = dtype.variant_name().unwrap_or("unknown");
+                return Err(err(ErrorKind::Unsupported {
+                    detail: format!(
+                        "XNNPACK {}value of datatype {name}; ptec compiles fp32 and statically quantized (qint8, quint8, qcint8, qint32, qcint32) subgraphs",
+                        if quantized { "quantized " } else { "" }
+                    ),
+                }));
+            }
+        };
         let dims: Vec<usize> = tv
             .dims()
             .map(|d| d.iter().map(|x| x as usize).collect())
@@ -590,7 +639,7 @@ impl GraphReader<'_> {
         }
         let nbytes = dims
             .iter()
-            .try_fold(4usize, |acc, &d| acc.checked_mul(d))
+            .try_fold(elem.map_or(4, QElem::bytes), |acc, &d| acc.checked_mul(d))
             .filter(|&n| n <= isize::MAX as usize / 2);
         let Some(nbytes) = nbytes else {
             return Err(err(ErrorKind::BadSizes {
@@ -629,7 +678,99 @@ impl GraphReader<'_> {
                 }))
             }
         };
-        Ok(XValue { id, dims, kind, offset })
+        let quant = match elem {
+            None => None,
+            Some(elem) => {
+                let q = v.value_as_quantized_tensor_value().expect("read above");
+                let params = self.quant_params(g, q, &dims).map_err(err)?;
+                Some(Quantized { elem, params })
+            }
+        };
+        Ok(XValue {
+            id,
+            dims,
+            kind,
+            quant,
+            offset,
+        })
+    }
+
+    /// The scales and zero point of a quantized value of `dims`.
+    fn quant_params(
+        &self,
+        g: &fb::XNNGraph<'_>,
+        q: fb::QuantizedTensorValue<'_>,
+        dims: &[usize],
+    ) -> Result<QParams, ErrorKind> {
+        use fb::QuantParams as P;
+        match q.quant_params_type() {
+            P::PerTensorQuant => {
+                let p = q.quant_params_as_per_tensor_quant().ok_or(ErrorKind::Missing {
+                    what: "XNNPACK PerTensorQuant",
+                })?;
+                let (scale, zero_point) = (p.scale(), p.zero_point());
+                if !(scale.is_finite() && scale > 0.0) {
+                    return Err(invalid(format!("quantization scale {scale} is not positive")));
+                }
+                Ok(QParams::PerTensor { scale, zero_point })
+            }
+            P::PerChannelQuant => {
+                let p = q.quant_params_as_per_channel_quant().ok_or(ErrorKind::Missing {
+                    what: "XNNPACK PerChannelQuant",
+                })?;
+                let channel_dim = usize::try_from(p.channel_dim())
+                    .ok()
+                    .filter(|&d| d < dims.len())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "channel_dim {} of a value of {} dims",
+                            p.channel_dim(),
+                            dims.len()
+                        ))
+                    })?;
+                let count = dims[channel_dim];
+                let scales = match p.scale().filter(|s| !s.is_empty()) {
+                    Some(inline) => {
+                        if inline.len() != count {
+                            return Err(invalid(format!(
+                                "{} scales for the {count} channels of dim {channel_dim}",
+                                inline.len()
+                            )));
+                        }
+                        let bytes = inline.bytes();
+                        DataRef {
+                            source: DataSource::Program,
+                            offset: (bytes.as_ptr() as usize).wrapping_sub(self.file.as_ptr() as usize),
+                            len: bytes.len(),
+                        }
+                    }
+                    None => {
+                        if p.num_scales() as usize != count {
+                            return Err(invalid(format!(
+                                "num_scales {} for the {count} channels of dim {channel_dim}",
+                                p.num_scales()
+                            )));
+                        }
+                        let idx = p.scale_buffer_idx() as usize;
+                        if idx == 0 {
+                            return Err(invalid("per-channel scales with neither a list nor a buffer"));
+                        }
+                        self.constant(g, idx, count * 4)?
+                    }
+                };
+                Ok(QParams::PerChannel {
+                    scales,
+                    count,
+                    channel_dim,
+                })
+            }
+            other => Err(ErrorKind::Unsupported {
+                detail: format!(
+                    "XNNPACK quantization {}; ptec compiles per-tensor and per-channel static quantization",
+                    other.variant_name().unwrap_or("unknown")
+                ),
+            }),
+        }
     }
 
     /// The data of constant `idx`, of which the value needs `need` bytes.
@@ -872,6 +1013,7 @@ impl GraphReader<'_> {
             N::XNNCos => unary(n.node_as_xnncos(), UnaryOp::Cos)?,
             N::XNNGelu => unary(n.node_as_xnngelu(), UnaryOp::Gelu)?,
             N::XNNCopy => unary(n.node_as_xnncopy(), UnaryOp::Copy)?,
+            N::XNNConvert => unary(n.node_as_xnnconvert(), UnaryOp::Convert)?,
             N::XNNLeakyReLU => {
                 let l = n.node_as_xnnleaky_re_lu().ok_or_else(missing)?;
                 flags_ok(l.flags(), 0)?;

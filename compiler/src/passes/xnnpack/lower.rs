@@ -19,7 +19,9 @@
 //! Shapes are checked here, against the node's parameters, so that a
 //! malformed subgraph is reported at its node; the emitters check their
 //! arguments again when the code is generated.
-use super::blob::{read_graph, BinaryOp, ConvParams, Graph, NamedSources, Op, UnaryOp, ValueKind, XNode};
+use super::blob::{
+    read_graph, BinaryOp, ConvParams, Graph, NamedSources, Op, QElem, QParams, Quantized, UnaryOp, ValueKind, XNode,
+};
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
@@ -28,10 +30,12 @@ use crate::names::{
     conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, DECONV2D_NHWC, DEPTHWISE_CONV2D_NHWC,
     GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
 };
-use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
+use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_tensor, push_value};
 use crate::plan::AddedBuffer;
 use ptec_runtime::kernels::gemm::packed_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window2d};
+
+mod quantized;
 
 /// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
 /// kernel calls. `file` is the file the program was read from (its blobs
@@ -243,17 +247,13 @@ impl<'a> CallLowering<'a> {
             return Ok(());
         };
         let node = &self.g.nodes[i];
-        Err(Errors::one(
-            ErrorKind::Unsupported {
-                detail: "softmax over the channels of an image that ExecuTorch's XNNPACK partitioner laid out \
-                     channels-last, where the model takes it over the width: ExecuTorch's runtime computes \
-                     those wrong numbers too; export with the softmax outside the XNNPACK partition"
-                    .into(),
-            },
-            self.at
-                .clone()
-                .within(format!("XNNPACK node {i} ({})", node.kind))
-                .offset(node.offset),
+        Err(self.node_unsupported(
+            i,
+            node,
+            "softmax over the channels of an image that ExecuTorch's XNNPACK partitioner laid out \
+             channels-last, where the model takes it over the width: ExecuTorch's runtime computes \
+             those wrong numbers too; export with the softmax outside the XNNPACK partition"
+                .into(),
         ))
     }
 
@@ -301,12 +301,13 @@ impl<'a> CallLowering<'a> {
             }
             None => return Err(self.value_error(x, format!("delegate argument {arg} names value {vi}, out of range"))),
         };
-        if t.dtype != ScalarType::Float {
+        if t.dtype != self.dtype_of(x) {
             return Err(self.value_error(
                 x,
                 format!(
-                    "delegate argument {arg} (value {vi}) has dtype {}, the subgraph fp32",
-                    t.dtype
+                    "delegate argument {arg} (value {vi}) has dtype {}, the subgraph's value {}",
+                    t.dtype,
+                    self.dtype_of(x)
                 ),
             ));
         }
@@ -366,7 +367,7 @@ impl<'a> CallLowering<'a> {
                 }
                 p => p.clone(),
             };
-            self.push_tensor(v.dims.clone(), placement)
+            push_tensor(self.m, t.dtype, v.dims.clone(), placement)
         };
         self.slots[x] = Some(slot);
         Ok(())
@@ -376,10 +377,25 @@ impl<'a> CallLowering<'a> {
         push_f32_tensor(self.m, sizes, placement)
     }
 
+    /// The dtype of subgraph value `x`'s method value.
+    fn dtype_of(&self, x: usize) -> ScalarType {
+        match self.g.values[x].quant.as_ref().map(|q| q.elem) {
+            None => ScalarType::Float,
+            Some(QElem::I8) => ScalarType::Char,
+            Some(QElem::U8) => ScalarType::Byte,
+            Some(QElem::I32) => ScalarType::Int,
+        }
+    }
+
+    /// A new `f32` intermediate tensor of this call.
+    fn temp(&mut self, sizes: Vec<usize>) -> usize {
+        self.temp_of(ScalarType::Float, sizes)
+    }
+
     /// A new intermediate tensor of this call (unplanned, see
     /// [`Buffers`]).
-    fn temp(&mut self, sizes: Vec<usize>) -> usize {
-        let v = self.push_tensor(sizes, Placement::Unplanned);
+    fn temp_of(&mut self, dtype: ScalarType, sizes: Vec<usize>) -> usize {
+        let v = push_tensor(self.m, dtype, sizes, Placement::Unplanned);
         if self.dynamic {
             if let Some(Value::Tensor(t)) = self.m.values.get_mut(v) {
                 t.dynamism = Dynamism::DynamicBound;
@@ -394,10 +410,13 @@ impl<'a> CallLowering<'a> {
             return s;
         }
         let v = &self.g.values[x];
+        let dtype = self.dtype_of(x);
         let s = match &v.kind {
-            ValueKind::Constant(data) => self.push_tensor(v.dims.clone(), Placement::Constant { data: *data }),
+            ValueKind::Constant(data) => {
+                push_tensor(self.m, dtype, v.dims.clone(), Placement::Constant { data: *data })
+            }
             // Arguments are bound before any node is lowered.
-            _ => self.temp(v.dims.clone()),
+            _ => self.temp_of(dtype, v.dims.clone()),
         };
         self.slots[x] = Some(s);
         s
@@ -452,6 +471,17 @@ impl<'a> CallLowering<'a> {
 
     // -----------------------------------------------------------------
     // Nodes
+
+    /// An unsupported-construct error at node `i`.
+    fn node_unsupported(&self, i: usize, node: &XNode, detail: String) -> Errors {
+        Errors::one(
+            ErrorKind::Unsupported { detail },
+            self.at
+                .clone()
+                .within(format!("XNNPACK node {i} ({})", node.kind))
+                .offset(node.offset),
+        )
+    }
 
     fn node_error(&self, i: usize, node: &XNode, detail: String) -> Errors {
         self.error(format!("XNNPACK node {i} ({})", node.kind), node.offset, detail)
@@ -511,15 +541,14 @@ impl<'a> CallLowering<'a> {
         // shape are lowered; shapes checked against the bound above
         // would not hold for the others.
         if self.dynamic && !matches!(node.op, Op::FullyConnected { .. }) {
-            return Err(Errors::one(
-                ErrorKind::Unsupported {
-                    detail: format!("XNNPACK node {i} ({}) in a subgraph with a dynamic input", node.kind),
-                },
-                self.at
-                    .clone()
-                    .within(format!("XNNPACK node {i} ({})", node.kind))
-                    .offset(node.offset),
+            return Err(self.node_unsupported(
+                i,
+                node,
+                format!("XNNPACK node {i} ({}) in a subgraph with a dynamic input", node.kind),
             ));
+        }
+        if self.is_quantized(node) && self.quantized_node(i, node)? {
+            return Ok(());
         }
         match &node.op {
             Op::Binary { op, a, b, out } => {
@@ -560,32 +589,7 @@ impl<'a> CallLowering<'a> {
                 out,
                 weight_transposed,
             } => {
-                let (x, w) = (self.dims(*input), self.dims(*filter));
-                let k = x.last().copied().unwrap_or(0);
-                let n = match (w, weight_transposed) {
-                    (&[n, wk], false) | (&[wk, n], true) if wk == k => n,
-                    _ => {
-                        return Err(self.node_error(
-                            i,
-                            node,
-                            format!("input dims {x:?} and filter dims {w:?} do not fit"),
-                        ))
-                    }
-                };
-                if x.is_empty() || bias.is_some_and(|b| self.g.values[b].numel() != n) {
-                    return Err(self.node_error(
-                        i,
-                        node,
-                        format!("input dims {x:?} or the bias do not fit {n} outputs"),
-                    ));
-                }
-                let mut want = x.to_vec();
-                *want.last_mut().expect("rank >= 1") = n;
-                // XNNPACK keeps the leading dims; only their product matters.
-                let (o, got) = (self.dims(*out), want.iter().product::<usize>());
-                if o.last() != Some(&n) || o.iter().product::<usize>() != got {
-                    self.expect_dims(i, node, *out, &want)?;
-                }
+                let (k, n) = self.fc_sizes(i, node)?;
                 let args = vec![
                     self.slot(*input),
                     self.slot(*filter),
@@ -606,40 +610,13 @@ impl<'a> CallLowering<'a> {
                     bias,
                     out,
                     padding,
-                    kernel,
                     stride,
                     dilation,
                     groups,
-                    group_input_channels,
-                    group_output_channels,
+                    ..
                 } = conv;
+                let g = self.conv_geometry(i, node, *depthwise, conv)?;
                 let (x, w) = (self.dims(*input), self.dims(*filter));
-                let geometry = if *depthwise {
-                    Conv2dNhwc::depthwise(x, w, *stride, *padding, *dilation).filter(|g| {
-                        g.groups == *groups
-                            && *group_input_channels > 0
-                            && g.out_c == groups * (group_output_channels / group_input_channels)
-                    })
-                } else {
-                    Conv2dNhwc::regular(x, w, *stride, *padding, *dilation, *groups).filter(|g| {
-                        g.out_c == groups * group_output_channels && g.in_c == groups * group_input_channels
-                    })
-                };
-                let g = geometry
-                    .filter(|g| [g.window.kernel_h, g.window.kernel_w] == *kernel)
-                    .ok_or_else(|| {
-                        self.node_error(
-                            i,
-                            node,
-                            format!(
-                                "input dims {x:?}, filter dims {w:?}, kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups of {group_input_channels} → {group_output_channels} channels do not fit"
-                            ),
-                        )
-                    })?;
-                if bias.is_some_and(|b| self.g.values[b].numel() != g.out_c) {
-                    return Err(self.node_error(i, node, format!("the bias does not have {} elements", g.out_c)));
-                }
-                self.expect_dims(i, node, *out, &g.output_sizes())?;
                 // The geometry the call's emitter will find for the
                 // filter in XNNPACK's layout (ungrouped, or depthwise with
                 // more than one channel).
@@ -778,21 +755,7 @@ impl<'a> CallLowering<'a> {
                 stride,
                 dilation,
             } => {
-                let x = self.dims(*input);
-                let window = match *x {
-                    [n, h, w, _] => Window2d::new(n, h, w, *kernel, *stride, *padding, *dilation),
-                    _ => None,
-                };
-                let win = window.ok_or_else(|| {
-                    self.node_error(
-                        i,
-                        node,
-                        format!(
-                            "input dims {x:?}, window {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} do not fit"
-                        ),
-                    )
-                })?;
-                self.expect_dims(i, node, *out, &[win.batch, win.out_h, win.out_w, x[3]])?;
+                self.pool_window(i, node)?;
                 let mut args = vec![
                     self.slot(*input),
                     self.int_list(kernel),
@@ -943,7 +906,7 @@ impl<'a> CallLowering<'a> {
                 self.expect_dims(i, node, *out, &want)?;
                 // aten's pad list runs from the last dim to the first.
                 let pads: Vec<usize> = (0..x.len()).rev().flat_map(|d| [pre[d], post[d]]).collect();
-                let args = vec![self.slot(*input), self.int_list(&pads), self.double(*value)];
+                let args = vec![self.slot(*input), self.int_list(&pads), self.pad_value(*input, *value)];
                 let so = self.slot(*out);
                 self.aten("aten::constant_pad_nd.out", args, so);
                 Ok(())
@@ -1000,6 +963,114 @@ impl<'a> CallLowering<'a> {
         }
     }
 
+    /// The inner and output sizes `(k, n)` of a fully connected node,
+    /// checked against its values.
+    fn fc_sizes(&self, i: usize, node: &XNode) -> Result<(usize, usize)> {
+        let Op::FullyConnected {
+            input,
+            filter,
+            bias,
+            out,
+            weight_transposed,
+        } = &node.op
+        else {
+            unreachable!("called on fully connected nodes")
+        };
+        let (x, w) = (self.dims(*input), self.dims(*filter));
+        let k = x.last().copied().unwrap_or(0);
+        let n = match (w, weight_transposed) {
+            (&[n, wk], false) | (&[wk, n], true) if wk == k => n,
+            _ => return Err(self.node_error(i, node, format!("input dims {x:?} and filter dims {w:?} do not fit"))),
+        };
+        if x.is_empty() || bias.is_some_and(|b| self.g.values[b].numel() != n) {
+            return Err(self.node_error(i, node, format!("input dims {x:?} or the bias do not fit {n} outputs")));
+        }
+        let mut want = x.to_vec();
+        *want.last_mut().expect("rank >= 1") = n;
+        // XNNPACK keeps the leading dims; only their product matters.
+        let (o, got) = (self.dims(*out), want.iter().product::<usize>());
+        if o.last() != Some(&n) || o.iter().product::<usize>() != got {
+            self.expect_dims(i, node, *out, &want)?;
+        }
+        Ok((k, n))
+    }
+
+    /// The window of a pooling node, checked against its values.
+    fn pool_window(&self, i: usize, node: &XNode) -> Result<Window2d> {
+        let Op::Pool2d {
+            input,
+            out,
+            padding,
+            kernel,
+            stride,
+            dilation,
+            ..
+        } = &node.op
+        else {
+            unreachable!("called on pooling nodes")
+        };
+        let x = self.dims(*input);
+        let window = match *x {
+            [n, h, w, _] => Window2d::new(n, h, w, *kernel, *stride, *padding, *dilation),
+            _ => None,
+        };
+        let win = window.ok_or_else(|| {
+            self.node_error(
+                i,
+                node,
+                format!(
+                    "input dims {x:?}, window {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} do not fit"
+                ),
+            )
+        })?;
+        self.expect_dims(i, node, *out, &[win.batch, win.out_h, win.out_w, x[3]])?;
+        Ok(win)
+    }
+
+    /// The geometry of a convolution node, checked against its values.
+    fn conv_geometry(&self, i: usize, node: &XNode, depthwise: bool, conv: &ConvParams) -> Result<Conv2dNhwc> {
+        let ConvParams {
+            input,
+            filter,
+            bias,
+            out,
+            padding,
+            kernel,
+            stride,
+            dilation,
+            groups,
+            group_input_channels,
+            group_output_channels,
+        } = conv;
+        let (x, w) = (self.dims(*input), self.dims(*filter));
+        let geometry = if depthwise {
+            Conv2dNhwc::depthwise(x, w, *stride, *padding, *dilation).filter(|g| {
+                g.groups == *groups
+                    && *group_input_channels > 0
+                    && g.out_c == groups * (group_output_channels / group_input_channels)
+            })
+        } else {
+            Conv2dNhwc::regular(x, w, *stride, *padding, *dilation, *groups)
+                .filter(|g| g.out_c == groups * group_output_channels && g.in_c == groups * group_input_channels)
+        };
+        let g = geometry
+            .filter(|g| [g.window.kernel_h, g.window.kernel_w] == *kernel)
+            .ok_or_else(|| {
+                self.node_error(
+                    i,
+                    node,
+                    format!(
+                        "input dims {x:?}, filter dims {w:?}, kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups of {group_input_channels} → {group_output_channels} channels do not fit"
+                    ),
+                )
+            })?;
+        if bias.is_some_and(|b| self.g.values[b].numel() != g.out_c) {
+            return Err(self.node_error(i, node, format!("the bias does not have {} elements", g.out_c)));
+        }
+        self.expect_dims(i, node, *out, &g.output_sizes())?;
+        Ok(g)
+    }
+
     fn opt_slot(&mut self, x: Option<usize>) -> usize {
         match x {
             Some(x) => self.slot(x),
@@ -1034,6 +1105,13 @@ impl<'a> CallLowering<'a> {
             UnaryOp::Clamp if has_clamp(node) => {
                 let (lo, hi) = (self.bound(node.min), self.bound(node.max));
                 self.aten(CLAMP, vec![si, lo, hi], so);
+            }
+            UnaryOp::Convert => {
+                return Err(self.node_unsupported(
+                    i,
+                    node,
+                    format!("XNNPACK node kind {} between two fp32 values", node.kind),
+                ))
             }
             UnaryOp::Clamp | UnaryOp::Copy => {
                 let fmt = self.null();

@@ -1,0 +1,363 @@
+//! ptec's statically quantized operators (`ptec_xnn::qs8_*`), which the
+//! XNNPACK lowering calls for int8 subgraphs (see [`crate::names::qs8`]
+//! for their arguments). Activations are static, contiguous `i8` tensors
+//! quantized per tensor, weights `i8` with `f32` scales, biases `i32`.
+use super::*;
+use crate::names::qs8;
+use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+
+pub const OPS: &[(&str, Emitter)] = &[
+    (qs8::QUANTIZE, quantize),
+    (qs8::DEQUANTIZE, dequantize),
+    (qs8::CONV2D_NHWC, conv2d_nhwc),
+    (qs8::FULLY_CONNECTED, fully_connected),
+    (qs8::MAX_POOL2D_NHWC, max_pool2d_nhwc),
+    (qs8::GLOBAL_AVG_POOL2D_NHWC, global_avg_pool2d_nhwc),
+    (qs8::ADD, add),
+    (qs8::SUB, sub),
+    (qs8::MUL, mul),
+];
+
+/// Requires static, contiguous tensors of `dtype`.
+fn static_of(ts: &[&TArg], dtype: ScalarType) -> Result<(), String> {
+    require_contiguous(ts)?;
+    for t in ts {
+        require_dtype(t, &[dtype])?;
+        if t.dynamic {
+            return Err(format!("value {} has a dynamic shape", t.value));
+        }
+    }
+    Ok(())
+}
+
+/// A positive, finite scale argument.
+fn scale(ctx: &OpCtx<'_>, i: usize) -> Result<f32, String> {
+    let s = ctx.double(i)? as f32;
+    if s.is_finite() && s > 0.0 {
+        Ok(s)
+    } else {
+        Err(format!("argument {i}: scale {s} is not positive"))
+    }
+}
+
+/// An `i8` zero point (or clamp bound) argument.
+fn quantum(ctx: &OpCtx<'_>, i: usize) -> Result<i32, String> {
+    let q = ctx.int(i)?;
+    i8::try_from(q)
+        .map(i32::from)
+        .map_err(|_| format!("argument {i}: {q} is not an int8 quantum"))
+}
+
+fn quant_tokens(scale: f32, zero_point: i32) -> TokenStream {
+    let s = f32_lit(scale);
+    quote!(::ptec_runtime::kernels::qs8::Quant { scale: #s, zero_point: #zero_point })
+}
+
+/// The tail of a call (see [`qs8::TAIL`]): the first input's
+/// quantization, the output's with its clamp, and the output tensor.
+struct Tail {
+    x: (f32, i32),
+    y: TokenStream,
+    out: TArg,
+}
+
+fn tail(ctx: &OpCtx<'_>) -> Result<Tail, String> {
+    let at = ctx.args.len().checked_sub(qs8::TAIL).ok_or("too few arguments")?;
+    let x = (scale(ctx, at)?, quantum(ctx, at + 1)?);
+    let (s, zp) = (scale(ctx, at + 2)?, quantum(ctx, at + 3)?);
+    let (qmin, qmax) = (quantum(ctx, at + 4)?, quantum(ctx, at + 5)?);
+    if qmin > qmax {
+        return Err(format!("output range [{qmin}, {qmax}] is empty"));
+    }
+    let sl = f32_lit(s);
+    let y = quote! {
+        ::ptec_runtime::kernels::qs8::Output { scale: #sl, zero_point: #zp, qmin: #qmin, qmax: #qmax }
+    };
+    Ok(Tail {
+        x,
+        y,
+        out: ctx.tensor(at + 6)?,
+    })
+}
+
+/// `quantize(x, scale, zero_point, out)`.
+fn quantize(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(3)?);
+    static_of(&[&x], ScalarType::Float)?;
+    static_of(&[&out], ScalarType::Char)?;
+    require_sizes(&out, &x.sizes)?;
+    let q = quant_tokens(scale(ctx, 1)?, quantum(ctx, 2)?);
+    let (xi, s1) = ctx.read(&x)?;
+    let (oi, s2) = ctx.write(&out)?;
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::qs8::quantize(#xi, &#q, #oi); })
+}
+
+/// `dequantize(q, scale, zero_point, out)`.
+fn dequantize(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(3)?);
+    static_of(&[&x], ScalarType::Char)?;
+    static_of(&[&out], ScalarType::Float)?;
+    require_sizes(&out, &x.sizes)?;
+    let q = quant_tokens(scale(ctx, 1)?, quantum(ctx, 2)?);
+    let (xi, s1) = ctx.read(&x)?;
+    let (oi, s2) = ctx.write(&out)?;
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::qs8::dequantize(#xi, &#q, #oi); })
+}
+
+/// A weight's scales: the `f32` tensor at argument `i` (one per output
+/// channel), or the one scale at `i + 1`. Returns a slice expression and
+/// its statement.
+fn weight_scales(ctx: &mut OpCtx<'_>, i: usize, channels: usize) -> Result<(TokenStream, TokenStream), String> {
+    match ctx.opt_tensor(i)? {
+        Some(t) => {
+            static_of(&[&t], ScalarType::Float)?;
+            require_sizes(&t, &[channels])?;
+            let (name, stmt) = ctx.read(&t)?;
+            Ok((quote!(#name), stmt))
+        }
+        None => {
+            let s = f32_lit(scale(ctx, i + 1)?);
+            Ok((quote!(&[#s]), quote!()))
+        }
+    }
+}
+
+/// The optional `i32` bias at argument `i`, of `n` elements.
+fn bias(ctx: &mut OpCtx<'_>, i: usize, n: usize) -> Result<(TokenStream, TokenStream), String> {
+    let b = ctx.opt_tensor(i)?;
+    if let Some(b) = &b {
+        static_of(&[b], ScalarType::Int)?;
+        if b.numel() != n {
+            return Err(format!("the bias does not have {n} elements"));
+        }
+    }
+    super::conv::read_opt(ctx, &b)
+}
+
+/// `conv2d_nhwc(x, weight, bias?, weight_scales?, weight_scale, padding,
+/// stride, dilation, groups, depthwise, <tail>)`.
+fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(10 + qs8::TAIL)?;
+    let (x, w) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    let t = tail(ctx)?;
+    static_of(&[&x, &w, &t.out], ScalarType::Char)?;
+    let padding: [usize; 4] = fixed(ctx, 5)?;
+    let (stride, dilation): ([usize; 2], [usize; 2]) = (fixed(ctx, 6)?, fixed(ctx, 7)?);
+    let groups = usize::try_from(ctx.int(8)?).map_err(|_| "negative groups")?;
+    let depthwise = ctx.bool(9)?;
+    let g = if depthwise {
+        Conv2dNhwc::depthwise(&x.sizes, &w.sizes, stride, padding, dilation).filter(|g| g.groups == groups)
+    } else {
+        Conv2dNhwc::regular(&x.sizes, &w.sizes, stride, padding, dilation, groups)
+    }
+    .ok_or_else(|| {
+        format!(
+            "convolution of {:?} with filter {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid",
+            x.sizes, w.sizes
+        )
+    })?;
+    require_sizes(&t.out, &g.output_sizes())?;
+    let (ws, s0) = weight_scales(ctx, 3, g.out_c)?;
+    let (bi, s1) = bias(ctx, 2, g.out_c)?;
+    let geometry = super::xnnpack::conv_tokens(&g);
+    let xq = quant_tokens(t.x.0, t.x.1);
+    let y = t.y;
+    let (xi, s2) = ctx.read(&x)?;
+    let (wi, s3) = ctx.read(&w)?;
+    let (oi, s4) = ctx.write(&t.out)?;
+    Ok(quote! {
+        #s0 #s1 #s2 #s3 #s4
+        ::ptec_runtime::kernels::qs8::conv2d_nhwc(&#geometry, #depthwise, #xi, &#xq, #wi, #ws, #bi, &#y, #oi);
+    })
+}
+
+/// `N` non-negative integers at argument `i`.
+fn fixed<const N: usize>(ctx: &OpCtx<'_>, i: usize) -> Result<[usize; N], String> {
+    let v = super::conv::usize_list(ctx, i)?;
+    v.as_slice()
+        .try_into()
+        .map_err(|_| format!("argument {i} has {} items, expected {N}", v.len()))
+}
+
+/// `fully_connected(x, weight, bias?, weight_scales?, weight_scale,
+/// weight_transposed, <tail>)`.
+fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(6 + qs8::TAIL)?;
+    let (x, w) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    let t = tail(ctx)?;
+    static_of(&[&x, &w, &t.out], ScalarType::Char)?;
+    let transposed = ctx.bool(5)?;
+    let k = *x.sizes.last().ok_or("a 0-d input")?;
+    let n = match (&w.sizes[..], transposed) {
+        (&[n, wk], false) | (&[wk, n], true) if wk == k => n,
+        _ => return Err(format!("input {:?} and weight {:?} do not fit", x.sizes, w.sizes)),
+    };
+    if t.out.sizes.last() != Some(&n) || t.out.numel() != x.numel() / k.max(1) * n {
+        return Err(format!(
+            "output {:?} does not hold {} rows of {n}",
+            t.out.sizes,
+            x.numel() / k.max(1)
+        ));
+    }
+    let (ws, s0) = weight_scales(ctx, 3, n)?;
+    let (bi, s1) = bias(ctx, 2, n)?;
+    let xq = quant_tokens(t.x.0, t.x.1);
+    let y = t.y;
+    let (xi, s2) = ctx.read(&x)?;
+    let (wi, s3) = ctx.read(&w)?;
+    let (oi, s4) = ctx.write(&t.out)?;
+    let (kl, nl) = (lit(k), lit(n));
+    Ok(quote! {
+        #s0 #s1 #s2 #s3 #s4
+        ::ptec_runtime::kernels::qs8::fully_connected(#xi, &#xq, #wi, #ws, #transposed, #bi, #kl, #nl, &#y, #oi);
+    })
+}
+
+/// The window of a pooling call over `x`.
+fn window(
+    x: &TArg,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 4],
+    dilation: [usize; 2],
+) -> Result<Window2d, String> {
+    let [n, h, w, _] = x.sizes[..] else {
+        return Err(format!("input {:?} is not [N, H, W, C]", x.sizes));
+    };
+    Window2d::new(n, h, w, kernel, stride, padding, dilation).ok_or_else(|| {
+        format!(
+            "pooling of {:?} with window {kernel:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}) is invalid",
+            x.sizes
+        )
+    })
+}
+
+/// `max_pool2d_nhwc(x, kernel, stride, padding, dilation, <tail>)`.
+fn max_pool2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(5 + qs8::TAIL)?;
+    let x = ctx.tensor(0)?;
+    let t = tail(ctx)?;
+    static_of(&[&x, &t.out], ScalarType::Char)?;
+    let win = window(&x, fixed(ctx, 1)?, fixed(ctx, 2)?, fixed(ctx, 3)?, fixed(ctx, 4)?)?;
+    let c = x.sizes[3];
+    require_sizes(&t.out, &[win.batch, win.out_h, win.out_w, c])?;
+    let wt = super::xnnpack::window_tokens(&win);
+    let (y, cl) = (t.y, lit(c));
+    let (xi, s1) = ctx.read(&x)?;
+    let (oi, s2) = ctx.write(&t.out)?;
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::qs8::max_pool2d_nhwc(&#wt, #cl, #xi, &#y, #oi); })
+}
+
+/// `global_avg_pool2d_nhwc(x, <tail>)`.
+fn global_avg_pool2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(1 + qs8::TAIL)?;
+    let x = ctx.tensor(0)?;
+    let t = tail(ctx)?;
+    static_of(&[&x, &t.out], ScalarType::Char)?;
+    let [n, h, w, c] = x.sizes[..] else {
+        return Err(format!("input {:?} is not [N, H, W, C]", x.sizes));
+    };
+    if t.out.numel() != n * c || t.out.sizes.last() != Some(&c) {
+        return Err(format!("output {:?} does not hold {n} × {c} means", t.out.sizes));
+    }
+    let (xq, y) = (quant_tokens(t.x.0, t.x.1), t.y);
+    let (nl, pl, cl) = (lit(n), lit(h * w), lit(c));
+    let (xi, s1) = ctx.read(&x)?;
+    let (oi, s2) = ctx.write(&t.out)?;
+    Ok(quote! {
+        #s1 #s2
+        ::ptec_runtime::kernels::qs8::global_avg_pool_nhwc(#nl, #pl, #cl, #xi, &#xq, &#y, #oi);
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Binary {
+    Add,
+    Sub,
+    Mul,
+}
+
+/// `add`, `sub` or `mul(a, b, b_scale, b_zero_point, <tail>)`, broadcast:
+/// each element pair goes through the operation's parameters, computed
+/// here.
+fn binary(ctx: &mut OpCtx<'_>, op: Binary) -> Result<TokenStream, String> {
+    ctx.arity(4 + qs8::TAIL)?;
+    let (a, b) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    let t = tail(ctx)?;
+    static_of(&[&a, &b, &t.out], ScalarType::Char)?;
+    let (bs, bz) = (scale(ctx, 2)?, quantum(ctx, 3)?);
+    let at = ctx.args.len() - qs8::TAIL;
+    let (ys, yz, qmin, qmax) = (
+        scale(ctx, at + 2)?,
+        quantum(ctx, at + 3)?,
+        quantum(ctx, at + 4)?,
+        quantum(ctx, at + 5)?,
+    );
+    let q = |s: f32, z: i32| ptec_runtime::kernels::qs8::Quant {
+        scale: s,
+        zero_point: z,
+    };
+    let y = ptec_runtime::kernels::qs8::Output {
+        scale: ys,
+        zero_point: yz,
+        qmin,
+        qmax,
+    };
+    let body = if op == Binary::Mul {
+        let p = ptec_runtime::kernels::qs8::MulParams::new(&q(t.x.0, t.x.1), &q(bs, bz), &y);
+        let (az, bz, scale, yz, lo, hi) = (
+            p.a_zero_point,
+            p.b_zero_point,
+            f32_lit(p.scale),
+            p.y.zero_point,
+            p.y.qmin,
+            p.y.qmax,
+        );
+        let ysl = f32_lit(p.y.scale);
+        quote! {
+            ::ptec_runtime::kernels::qs8::MulParams {
+                a_zero_point: #az, b_zero_point: #bz, scale: #scale,
+                y: ::ptec_runtime::kernels::qs8::Output { scale: #ysl, zero_point: #yz, qmin: #lo, qmax: #hi },
+            }.apply(a, b)
+        }
+    } else {
+        let p = ptec_runtime::kernels::qs8::AddParams::new(&q(t.x.0, t.x.1), &q(bs, bz), &y, op == Binary::Sub)
+            .ok_or_else(|| {
+                format!(
+                    "input scales {} and {bs} against output scale {ys} are out of XNNPACK's range",
+                    t.x.0
+                )
+            })?;
+        let (bias, am, bm, shift, yz, lo, hi) = (
+            p.bias,
+            p.a_multiplier,
+            p.b_multiplier,
+            p.shift,
+            p.zero_point,
+            p.qmin,
+            p.qmax,
+        );
+        quote! {
+            ::ptec_runtime::kernels::qs8::AddParams {
+                bias: #bias, a_multiplier: #am, b_multiplier: #bm, shift: #shift,
+                zero_point: #yz, qmin: #lo, qmax: #hi,
+            }.apply(a, b)
+        }
+    };
+    let c = ScalarType::Char;
+    super::elementwise::emit_map(ctx, &[&a, &b], &t.out, &[c, c], c, body, false)
+}
+
+fn add(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    binary(ctx, Binary::Add)
+}
+
+fn sub(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    binary(ctx, Binary::Sub)
+}
+
+fn mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    binary(ctx, Binary::Mul)
+}

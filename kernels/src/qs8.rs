@@ -1,0 +1,487 @@
+//! XNNPACK's statically quantized (QS8) arithmetic, for the int8 subgraphs
+//! of ExecuTorch's XNNPACK delegate.
+//!
+//! A quantized tensor holds `q` with `real = scale · (q - zero_point)`.
+//! Weights are symmetric (zero point 0), per tensor or per output channel;
+//! biases are `i32` in units of `input_scale · weight_scale`. The results
+//! must be XNNPACK's to the quantum, so each operator follows XNNPACK's own
+//! formula (see `docs/xnnpack.md#quantized-subgraphs`): products accumulate
+//! exactly in `i32` and are requantized in `f32`, rounding half to even.
+use crate::nhwc::{Conv2dNhwc, Window2d};
+
+/// A per-tensor quantization: `real = scale · (q - zero_point)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Quant {
+    pub scale: f32,
+    pub zero_point: i32,
+}
+
+/// An output's quantization and its fused clamp, in quanta (`qmin ≤
+/// qmax`, both within `i8`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Output {
+    pub scale: f32,
+    pub zero_point: i32,
+    pub qmin: i32,
+    pub qmax: i32,
+}
+
+impl Output {
+    /// `acc · scale`, clamped to the output range less the zero point,
+    /// rounded half to even, plus the zero point (XNNPACK's `fp32`
+    /// requantization).
+    #[inline(always)]
+    pub fn requantize(&self, acc: i32, scale: f32) -> i8 {
+        let lo = (self.qmin - self.zero_point) as f32;
+        let hi = (self.qmax - self.zero_point) as f32;
+        let v = (acc as f32 * scale).max(lo).min(hi);
+        (round_even(v) as i32 + self.zero_point) as i8
+    }
+}
+
+/// Round half to even of a value of magnitude below 2^22 (`lrintf` in the
+/// default rounding mode, by XNNPACK's magic-number addition).
+#[inline(always)]
+pub fn round_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
+/// A node's float clamp bound in quanta of its output (`xnn_qs8_quantize`:
+/// `lrintf(clamp(v / scale + zero_point, -128, 127))`; infinities saturate).
+pub fn quantize_bound(v: f32, scale: f32, zero_point: i32) -> i32 {
+    let q = (v / scale + zero_point as f32).clamp(-128.0, 127.0);
+    libm::rintf(q) as i32
+}
+
+/// `input_scale · weight_scale / output_scale`, rounded to `f32` after
+/// the product and after the quotient, as XNNPACK computes a channel's
+/// requantization scale.
+#[inline(always)]
+pub fn requant_scale(input_scale: f32, weight_scale: f32, output_scale: f32) -> f32 {
+    input_scale * weight_scale / output_scale
+}
+
+/// `out[i] = clamp(round_even(x[i] · (1 / scale)) + zero_point)` to `i8`
+/// (XNNPACK's `f32 → qs8` convert multiplies by the reciprocal; NaN
+/// becomes 127, as on x86).
+pub fn quantize(x: &[f32], q: &Quant, out: &mut [i8]) {
+    let inv = 1.0 / q.scale;
+    let (lo, hi) = ((-128 - q.zero_point) as f32, (127 - q.zero_point) as f32);
+    for (o, &v) in out.iter_mut().zip(x) {
+        let f = (v * inv).min(hi).max(lo);
+        *o = (round_even(f) as i32 + q.zero_point) as i8;
+    }
+}
+
+/// `out[i] = (q[i] - zero_point) · scale` (XNNPACK's `qs8 → f32` convert).
+pub fn dequantize(x: &[i8], q: &Quant, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v as i32 - q.zero_point) as f32 * q.scale;
+    }
+}
+
+/// The scale of weight channel `c` (one scale for all, or one each).
+#[inline(always)]
+fn weight_scale(scales: &[f32], c: usize) -> f32 {
+    if scales.len() == 1 {
+        scales[0]
+    } else {
+        scales[c]
+    }
+}
+
+/// A regular (grouped) convolution of an NHWC image `x` with a filter `w`
+/// of `[O, kH, kW, C / groups]` (`[1, kH, kW, O]` when `depthwise`) and an
+/// optional bias; `w_scales` holds one scale, or one per output channel.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_nhwc(
+    g: &Conv2dNhwc,
+    depthwise: bool,
+    x: &[i8],
+    xq: &Quant,
+    w: &[i8],
+    w_scales: &[f32],
+    bias: Option<&[i32]>,
+    y: &Output,
+    out: &mut [i8],
+) {
+    let x_zero_point = xq.zero_point;
+    let win = &g.window;
+    let (cin, cout) = (g.in_c, g.out_c);
+    let (gin, gout) = (cin / g.groups, cout / g.groups);
+    let mut pixel = 0;
+    for n in 0..win.batch {
+        for oy in 0..win.out_h {
+            for ox in 0..win.out_w {
+                let o = &mut out[pixel * cout..][..cout];
+                pixel += 1;
+                for (oc, o) in o.iter_mut().enumerate() {
+                    let mut acc = bias.map_or(0, |b| b[oc]);
+                    let scale = requant_scale(xq.scale, weight_scale(w_scales, oc), y.scale);
+                    let group = oc / gout;
+                    for_each_tap(win, n, oy, ox, |tap, pixel| {
+                        let xs = &x[pixel * cin..][..cin];
+                        if depthwise {
+                            let xv = xs[oc / gout] as i32 - x_zero_point;
+                            acc = acc.wrapping_add(xv * w[tap * cout + oc] as i32);
+                        } else {
+                            let xs = &xs[group * gin..][..gin];
+                            let ws = &w[(oc * win.kernel_h * win.kernel_w + tap) * gin..][..gin];
+                            acc = acc.wrapping_add(dot(xs, ws, x_zero_point));
+                        }
+                    });
+                    *o = y.requantize(acc, scale);
+                }
+            }
+        }
+    }
+}
+
+/// Calls `f(tap, pixel)` for each tap of output pixel `(oy, ox)` of image
+/// `n` that falls inside the input: its index in the window (row-major)
+/// and the input pixel's index.
+#[inline(always)]
+fn for_each_tap(win: &Window2d, n: usize, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
+    let inside = |o: usize, k: usize, stride: usize, dilation: usize, pad: usize, len: usize| {
+        (o * stride + k * dilation).checked_sub(pad).filter(|&i| i < len)
+    };
+    for ky in 0..win.kernel_h {
+        let Some(iy) = inside(oy, ky, win.stride_h, win.dilation_h, win.pad_top, win.in_h) else {
+            continue;
+        };
+        for kx in 0..win.kernel_w {
+            if let Some(ix) = inside(ox, kx, win.stride_w, win.dilation_w, win.pad_left, win.in_w) {
+                f(ky * win.kernel_w + kx, (n * win.in_h + iy) * win.in_w + ix);
+            }
+        }
+    }
+}
+
+/// `Σ (x[i] - x_zero_point) · w[i]`, wrapping as XNNPACK's `i32` does.
+#[inline(always)]
+fn dot(x: &[i8], w: &[i8], x_zero_point: i32) -> i32 {
+    let mut acc = 0i32;
+    let mut wsum = 0i32;
+    for (&a, &b) in x.iter().zip(w) {
+        acc = acc.wrapping_add(a as i32 * b as i32);
+        wsum = wsum.wrapping_add(b as i32);
+    }
+    acc.wrapping_sub(x_zero_point.wrapping_mul(wsum))
+}
+
+/// `out[m, n] = requant(bias[n] + Σ_k (x[m, k] - x_zero_point) · w[n, k])`
+/// over `m` rows of `k` inputs; `w` is `[n, k]`, or `[k, n]` when
+/// `transposed`.
+#[allow(clippy::too_many_arguments)]
+pub fn fully_connected(
+    x: &[i8],
+    xq: &Quant,
+    w: &[i8],
+    w_scales: &[f32],
+    transposed: bool,
+    bias: Option<&[i32]>,
+    k: usize,
+    n: usize,
+    y: &Output,
+    out: &mut [i8],
+) {
+    if k == 0 {
+        for or in out.chunks_exact_mut(n) {
+            for (j, o) in or.iter_mut().enumerate() {
+                *o = y.requantize(
+                    bias.map_or(0, |b| b[j]),
+                    requant_scale(xq.scale, weight_scale(w_scales, j), y.scale),
+                );
+            }
+        }
+        return;
+    }
+    for (xr, or) in x.chunks_exact(k).zip(out.chunks_exact_mut(n)) {
+        for (j, o) in or.iter_mut().enumerate() {
+            let mut acc = bias.map_or(0, |b| b[j]);
+            if transposed {
+                for (kk, &a) in xr.iter().enumerate() {
+                    acc = acc.wrapping_add((a as i32 - xq.zero_point) * w[kk * n + j] as i32);
+                }
+            } else {
+                acc = acc.wrapping_add(dot(xr, &w[j * k..][..k], xq.zero_point));
+            }
+            *o = y.requantize(acc, requant_scale(xq.scale, weight_scale(w_scales, j), y.scale));
+        }
+    }
+}
+
+/// Max pooling of an NHWC image with `c` channels, clamped to
+/// `[y.qmin, y.qmax]` (input and output share their quantization).
+pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[i8], y: &Output, out: &mut [i8]) {
+    let mut pixel = 0;
+    for n in 0..win.batch {
+        for oy in 0..win.out_h {
+            for ox in 0..win.out_w {
+                let o = &mut out[pixel * c..][..c];
+                pixel += 1;
+                o.fill(i8::MIN);
+                for_each_tap(win, n, oy, ox, |_, pixel| {
+                    for (o, &v) in o.iter_mut().zip(&x[pixel * c..][..c]) {
+                        *o = (*o).max(v);
+                    }
+                });
+                for o in o.iter_mut() {
+                    *o = (*o as i32).clamp(y.qmin, y.qmax) as i8;
+                }
+            }
+        }
+    }
+}
+
+/// The mean over `pixels` pixels of each of `n` NHWC images' `c` channels,
+/// as XNNPACK's quantized mean computes it: the exact sum `S`, then
+/// `round_even(S · m + b)` with `m = (in_scale / out_scale) · (1 / N)` and
+/// `b = out_zero_point - N · in_zero_point · m`, each step in `f32`;
+/// clamped to `[y.qmin, y.qmax]`.
+pub fn global_avg_pool_nhwc(n: usize, pixels: usize, c: usize, x: &[i8], xq: &Quant, y: &Output, out: &mut [i8]) {
+    let count = pixels as f32;
+    let m = (xq.scale / y.scale) * (1.0 / count);
+    let b = y.zero_point as f32 - (count * xq.zero_point as f32) * m;
+    for img in 0..n {
+        let o = &mut out[img * c..][..c];
+        for (ch, o) in o.iter_mut().enumerate() {
+            let mut sum = 0i32;
+            for p in 0..pixels {
+                sum = sum.wrapping_add(x[(img * pixels + p) * c + ch] as i32);
+            }
+            // Two roundings: XNNPACK's x86 build does not fuse them.
+            let v = libm::rintf(sum as f32 * m + b);
+            *o = (v.clamp(-128.0, 127.0) as i32).clamp(y.qmin, y.qmax) as i8;
+        }
+    }
+}
+
+/// XNNPACK's quantized addition (`qs8` `vadd`): both operands scaled to
+/// the output by integer multipliers of 20 significant bits, summed with
+/// a bias that holds the zero points and the rounding, shifted
+/// arithmetically (rounding half up), plus the output zero point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddParams {
+    pub bias: i32,
+    pub a_multiplier: i32,
+    pub b_multiplier: i32,
+    pub shift: u32,
+    pub zero_point: i32,
+    pub qmin: i32,
+    pub qmax: i32,
+}
+
+impl AddParams {
+    /// The parameters of `a + b` (`a - b` with `subtract`) into `y`, or
+    /// `None` where XNNPACK's scale ratios are out of its range (the
+    /// larger of `a.scale / y.scale` and `b.scale / y.scale` must lie in
+    /// `[2^-10, 2^8)`).
+    pub fn new(a: &Quant, b: &Quant, y: &Output, subtract: bool) -> Option<Self> {
+        let a_os = a.scale / y.scale;
+        let b_os = if subtract { -b.scale } else { b.scale } / y.scale;
+        let max = a_os.abs().max(b_os.abs());
+        let exponent = ((max.to_bits() >> 23) & 0xff) as i32 - 127;
+        let shift = 20 - exponent;
+        if !(12..=30).contains(&shift) {
+            return None;
+        }
+        // |ratio| · 2^shift by adding to the exponent, then rounded.
+        let multiplier = |r: f32| -> i32 {
+            let scaled = f32::from_bits((r.abs().to_bits() as i32 + (shift << 23)) as u32);
+            let m = libm::rintf(scaled) as i32;
+            if r < 0.0 {
+                -m
+            } else {
+                m
+            }
+        };
+        let (am, bm) = (multiplier(a_os), multiplier(b_os));
+        let rounding = 1i32 << (shift - 1);
+        let bias = rounding
+            .wrapping_sub(am.wrapping_mul(a.zero_point))
+            .wrapping_sub(bm.wrapping_mul(b.zero_point));
+        Some(AddParams {
+            bias,
+            a_multiplier: am,
+            b_multiplier: bm,
+            shift: shift as u32,
+            zero_point: y.zero_point,
+            qmin: y.qmin,
+            qmax: y.qmax,
+        })
+    }
+
+    #[inline(always)]
+    pub fn apply(&self, a: i8, b: i8) -> i8 {
+        let acc = self
+            .bias
+            .wrapping_add((a as i32).wrapping_mul(self.a_multiplier))
+            .wrapping_add((b as i32).wrapping_mul(self.b_multiplier));
+        let v = (acc >> self.shift) + self.zero_point;
+        v.clamp(-128, 127).clamp(self.qmin, self.qmax) as i8
+    }
+}
+
+/// XNNPACK's quantized multiplication (`qs8` `vmul`): the exact product of
+/// the centred operands, requantized with `(a.scale · b.scale) /
+/// y.scale`, in `f32` as its x86 kernels do (its ARM kernels use a
+/// fixed-point multiplier, which can differ by one quantum).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MulParams {
+    pub a_zero_point: i32,
+    pub b_zero_point: i32,
+    pub scale: f32,
+    pub y: Output,
+}
+
+impl MulParams {
+    pub fn new(a: &Quant, b: &Quant, y: &Output) -> Self {
+        MulParams {
+            a_zero_point: a.zero_point,
+            b_zero_point: b.zero_point,
+            scale: a.scale * b.scale / y.scale,
+            y: *y,
+        }
+    }
+
+    #[inline(always)]
+    pub fn apply(&self, a: i8, b: i8) -> i8 {
+        let p = (a as i32 - self.a_zero_point) * (b as i32 - self.b_zero_point);
+        self.y.requantize(p, self.scale)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const Y: Output = Output {
+        scale: 0.5,
+        zero_point: -3,
+        qmin: -128,
+        qmax: 127,
+    };
+
+    #[test]
+    fn requantization_rounds_half_to_even_then_clamps() {
+        // acc · 0.5: 2.5 → 2, 3.5 → 4, -2.5 → -2 (then + zp -3).
+        assert_eq!(Y.requantize(5, 0.5), -1);
+        assert_eq!(Y.requantize(7, 0.5), 1);
+        assert_eq!(Y.requantize(-5, 0.5), -5);
+        assert_eq!(Y.requantize(i32::MAX, 1.0), 127);
+        assert_eq!(Y.requantize(i32::MIN, 1.0), -128);
+        let relu = Output { qmin: -3, ..Y };
+        assert_eq!(relu.requantize(-40, 1.0), -3);
+    }
+
+    #[test]
+    fn bounds_and_converts_saturate() {
+        assert_eq!(quantize_bound(f32::NEG_INFINITY, 0.1, 5), -128);
+        assert_eq!(quantize_bound(f32::INFINITY, 0.1, 5), 127);
+        assert_eq!(quantize_bound(0.0, 0.1, 5), 5);
+        // 6 / 0.25 + 0.5 = 24.5 → 24 (half to even).
+        assert_eq!(quantize_bound(6.0, 0.25, 0) + quantize_bound(0.125, 0.25, 0), 24);
+        let q = Quant {
+            scale: 0.25,
+            zero_point: 10,
+        };
+        let mut out = [0i8; 6];
+        quantize(&[0.375, 0.625, 1e9, -1e9, f32::NAN, -0.125], &q, &mut out);
+        // 1.5 → 2, 2.5 → 2, saturated, NaN → 127 as on x86, -0.5 → -0.
+        assert_eq!(out, [12, 12, 127, -128, 127, 10]);
+        let mut back = [0f32; 2];
+        dequantize(&[12, -128], &q, &mut back);
+        assert_eq!(back, [0.5, -34.5]);
+    }
+
+    #[test]
+    fn add_matches_xnnpacks_integer_formula() {
+        let (a, b) = (
+            Quant {
+                scale: 0.02,
+                zero_point: 3,
+            },
+            Quant {
+                scale: 0.05,
+                zero_point: -7,
+            },
+        );
+        let y = Output {
+            scale: 0.04,
+            zero_point: 1,
+            qmin: -128,
+            qmax: 127,
+        };
+        let p = AddParams::new(&a, &b, &y, false).unwrap();
+        // The largest ratio, 1.25, has exponent 0: a shift of 20.
+        assert_eq!(p.shift, 20);
+        assert_eq!(p.b_multiplier, 1_310_720);
+        for (qa, qb) in [(0i8, 0i8), (100, -100), (-128, 127), (127, 127), (-128, -128), (17, -7)] {
+            let real = 0.02 * (qa as f64 - 3.0) + 0.05 * (qb as f64 + 7.0);
+            let want = (real / 0.04 + 1.0).clamp(-128.0, 127.0);
+            let got = p.apply(qa, qb) as f64;
+            assert!((got - want).abs() <= 0.5 + 1e-6, "{qa} + {qb}: {got} vs {want}");
+        }
+        let s = AddParams::new(&a, &b, &y, true).unwrap();
+        assert_eq!(s.b_multiplier, -p.b_multiplier);
+        // Ratios out of XNNPACK's range are refused.
+        let tiny = Output { scale: 1e6, ..y };
+        assert!(AddParams::new(&a, &b, &tiny, false).is_none());
+    }
+
+    #[test]
+    fn convolution_is_the_exact_integer_sum() {
+        // 1 image 3×3, 2 channels; 2×2 filter, 1 output channel, padding 1.
+        let g = Conv2dNhwc::regular(&[1, 3, 3, 2], &[1, 2, 2, 2], [1, 1], [1, 1, 1, 1], [1, 1], 1).unwrap();
+        let x: [i8; 18] = core::array::from_fn(|i| (i as i32 * 7 % 23 - 11) as i8);
+        let w: [i8; 8] = [3, -1, 2, 5, -4, 1, 0, 2];
+        let xq = Quant {
+            scale: 0.1,
+            zero_point: 2,
+        };
+        let y = Output {
+            scale: 0.7,
+            zero_point: 0,
+            qmin: -128,
+            qmax: 127,
+        };
+        let mut out = [0i8; 16];
+        conv2d_nhwc(&g, false, &x, &xq, &w, &[0.3], Some(&[5]), &y, &mut out);
+        let scale = 0.1f32 * 0.3 / 0.7;
+        for oy in 0..4 {
+            for ox in 0..4 {
+                let mut acc = 5i32;
+                for ky in 0..2 {
+                    for kx in 0..2 {
+                        let (iy, ix) = ((oy + ky) as isize - 1, (ox + kx) as isize - 1);
+                        if (0..3).contains(&iy) && (0..3).contains(&ix) {
+                            for c in 0..2 {
+                                let xv = x[((iy * 3 + ix) * 2) as usize + c] as i32 - 2;
+                                acc += xv * w[(ky * 2 + kx) * 2 + c] as i32;
+                            }
+                        }
+                    }
+                }
+                let want = ((acc as f32 * scale).round_ties_even() as i32).clamp(-128, 127) as i8;
+                assert_eq!(out[oy * 4 + ox], want, "pixel {oy},{ox}");
+            }
+        }
+    }
+
+    #[test]
+    fn global_mean_follows_xnnpacks_float_steps() {
+        let x: [i8; 8] = [10, -20, 30, 41, -128, 127, 5, 6];
+        let xq = Quant {
+            scale: 0.05,
+            zero_point: -4,
+        };
+        let mut out = [0i8; 2];
+        global_avg_pool_nhwc(1, 4, 2, &x, &xq, &Output { scale: 0.05, ..Y }, &mut out);
+        // Same scales: m = 1/4, b = -3 - (4 · -4) · m.
+        // sums 10 + 30 - 128 + 5 = -83 and -20 + 41 + 127 + 6 = 154.
+        let want = |s: f32| ((s * 0.25 + (-3.0 - (4.0 * -4.0) * 0.25)).round_ties_even()) as i8;
+        assert_eq!(out, [want(-83.0), want(154.0)]);
+    }
+}
