@@ -60,6 +60,17 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         0.0,
         0.0,
     ),
+    ("xnnpack_qd8_mlp", "fixtures/xnnpack_qd8_mlp.bpte", None, 0.0, 0.0),
+    ("xnnpack_qb4_linear", "fixtures/xnnpack_qb4_linear.bpte", None, 0.0, 0.0),
+    // Exact int8 layers between fp32 operators that are not (see the
+    // fixture's note).
+    (
+        "xnnpack_llama_8da4w",
+        "fixtures/xnnpack_llama_8da4w.bpte",
+        None,
+        0.0,
+        0.05,
+    ),
     ("llama_kv", "fixtures/llama_kv.bpte", None, 1e-4, 1e-4),
     ("xnnpack_llama_kv", "fixtures/xnnpack_llama_kv.bpte", None, 1e-4, 1e-4),
     ("llama_dynamic", "fixtures/llama_dynamic.bpte", None, 1e-4, 1e-4),

@@ -78,6 +78,14 @@ pub(crate) mod qs8 {
     pub(crate) const MUL: &str = "ptec_xnn::qs8_mul.out";
 }
 
+/// XNNPACK's dynamically quantized fully connected layer:
+/// `qd8_fully_connected(x, weight, scales, group, bias?, min, max, out)`.
+/// `x` is `f32`, its rows quantized when the layer runs; `weight` is `[n,
+/// k]` `i8` with `f32` `scales` per output channel, or 4-bit (`u8`, `[n,
+/// k / 2]`) with `f32` scales per output channel (`group` 0) or bf16
+/// scales per block of `group` inputs.
+pub(crate) const QD8_FULLY_CONNECTED: &str = "ptec_xnn::qd8_fully_connected.out";
+
 /// `depthwise_conv2d_nhwc(x, weight, bias?, padding, stride, dilation, min,
 /// max, out)`.
 pub(crate) const DEPTHWISE_CONV2D_NHWC: &str = "ptec_xnn::depthwise_conv2d_nhwc.out";

@@ -69,6 +69,7 @@ pub mod norm;
 pub mod num;
 pub mod parallel;
 pub mod pool;
+pub mod qd8;
 pub mod qs8;
 pub mod quant;
 pub mod reduce;

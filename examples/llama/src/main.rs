@@ -5,7 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<i64> = std::env::args().skip(1).map(|a| a.parse()).collect::<Result<_, _>>()?;
     let prompt = if args.is_empty() { vec![3, 14, 15, 9, 26] } else { args };
     let mut model = example_llama::Llama::boxed();
-    let tokens = example_llama::generate(&mut model, &prompt, 8)?;
+    let tokens = example_llama::generate(&mut *model, &prompt, 8)?;
     println!("prompt: {prompt:?}");
     println!("generated: {tokens:?}");
     Ok(())

@@ -25,12 +25,12 @@ mod llama;
 mod norm;
 mod pool;
 mod prim;
-mod qs8;
 mod quant;
 mod reduce;
 mod shape;
 mod softmax;
 mod upsample;
+mod xnn_quantized;
 mod xnnpack;
 
 /// Emits the body of one instruction.
@@ -67,7 +67,7 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
 pub fn lookup(full_name: &str) -> Option<Emitter> {
     registry()
         .chain(xnnpack::OPS.iter().copied())
-        .chain(qs8::OPS.iter().copied())
+        .chain(xnn_quantized::OPS.iter().copied())
         .find(|(n, _)| *n == full_name)
         .map(|(_, e)| e)
 }
@@ -624,8 +624,23 @@ impl<'a> OpCtx<'a> {
     /// tensor uses during this instruction: where the program's plan is
     /// free, else at the arena's end.
     pub fn scratch_f32(&mut self, len: TokenStream, max_len: usize) -> (Ident, TokenStream) {
+        self.scratch_of(quote!(f32), 4, len, max_len)
+    }
+
+    /// [`Self::scratch_f32`] of `i8`s.
+    pub fn scratch_i8(&mut self, len: TokenStream, max_len: usize) -> (Ident, TokenStream) {
+        self.scratch_of(quote!(i8), 1, len, max_len)
+    }
+
+    fn scratch_of(
+        &mut self,
+        ty: TokenStream,
+        elem_bytes: usize,
+        len: TokenStream,
+        max_len: usize,
+    ) -> (Ident, TokenStream) {
         let name = self.fresh("scratch");
-        let bytes = max_len * 4;
+        let bytes = max_len * elem_bytes;
         let offset = match self.occupancy.room(self.instruction, bytes, &self.scratch) {
             Some(o) => o,
             None => {
@@ -636,7 +651,7 @@ impl<'a> OpCtx<'a> {
         };
         self.scratch.push((offset, offset + bytes));
         let off = lit(offset);
-        let stmt = quote! { let #name: &mut [f32] = unsafe { ::ptec_runtime::mem::view_mut(base, #off, #len) }; };
+        let stmt = quote! { let #name: &mut [#ty] = unsafe { ::ptec_runtime::mem::view_mut(base, #off, #len) }; };
         (name, stmt)
     }
 

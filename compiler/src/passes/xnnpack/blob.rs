@@ -77,13 +77,18 @@ pub enum QElem {
     U8,
     /// `qint32` and `qcint32` (biases).
     I32,
+    /// `qcint4` and `qbint4`: `w + 8` two to a byte, even indices of the
+    /// last dim in the low nibble.
+    I4,
 }
 
 impl QElem {
-    pub fn bytes(self) -> usize {
+    /// Bytes of `numel` elements.
+    pub fn bytes_of(self, numel: usize) -> Option<usize> {
         match self {
-            QElem::I8 | QElem::U8 => 1,
-            QElem::I32 => 4,
+            QElem::I8 | QElem::U8 => Some(numel),
+            QElem::I32 => numel.checked_mul(4),
+            QElem::I4 => Some(numel.div_ceil(2)),
         }
     }
 }
@@ -95,11 +100,24 @@ pub enum QParams {
         zero_point: i32,
     },
     /// One scale (`count` `f32`s at `scales`) per index of dim
-    /// `channel_dim`; zero points are 0.
+    /// `channel_dim`; zero points are 0 (8 for 4-bit elements).
     PerChannel {
         scales: DataRef,
         count: usize,
         channel_dim: usize,
+    },
+    /// One bf16 scale (`count` of them at `scales`, `[n, k / group]`) per
+    /// block of `group` elements of the last dim of each index of dim 0;
+    /// zero points are 8.
+    Blockwise {
+        scales: DataRef,
+        count: usize,
+        group: usize,
+    },
+    /// `qdint8`: quantized when the subgraph runs, one scale and zero
+    /// point per row of the last `num_nonbatch_dims` dims.
+    Dynamic {
+        num_nonbatch_dims: usize,
     },
 }
 
@@ -618,11 +636,13 @@ impl GraphReader<'_> {
             (true, fb::Datatype::qint8 | fb::Datatype::qcint8) => Some(QElem::I8),
             (true, fb::Datatype::quint8) => Some(QElem::U8),
             (true, fb::Datatype::qint32 | fb::Datatype::qcint32) => Some(QElem::I32),
+            (true, fb::Datatype::qdint8) => Some(QElem::I8),
+            (true, fb::Datatype::qcint4 | fb::Datatype::qbint4) => Some(QElem::I4),
             _ => {
                 let name = dtype.variant_name().unwrap_or("unknown");
                 return Err(err(ErrorKind::Unsupported {
                     detail: format!(
-                        "XNNPACK {}value of datatype {name}; ptec compiles fp32 and statically quantized (qint8, quint8, qcint8, qint32, qcint32) subgraphs",
+                        "XNNPACK {}value of datatype {name}; ptec compiles fp32 subgraphs and quantized ones of qint8, quint8, qcint8, qint32, qcint32, qdint8, qcint4 and qbint4",
                         if quantized { "quantized " } else { "" }
                     ),
                 }));
@@ -639,7 +659,8 @@ impl GraphReader<'_> {
         }
         let nbytes = dims
             .iter()
-            .try_fold(elem.map_or(4, QElem::bytes), |acc, &d| acc.checked_mul(d))
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .and_then(|numel| elem.map_or(numel.checked_mul(4), |e| e.bytes_of(numel)))
             .filter(|&n| n <= isize::MAX as usize / 2);
         let Some(nbytes) = nbytes else {
             return Err(err(ErrorKind::BadSizes {
@@ -683,6 +704,23 @@ impl GraphReader<'_> {
             Some(elem) => {
                 let q = v.value_as_quantized_tensor_value().expect("read above");
                 let params = self.quant_params(g, q, &dims).map_err(err)?;
+                use fb::Datatype as D;
+                let fits = match (dtype, &params) {
+                    (D::qdint8, QParams::Dynamic { .. }) | (D::qbint4, QParams::Blockwise { .. }) => true,
+                    (D::qcint8 | D::qcint32, QParams::PerChannel { .. }) => true,
+                    (D::qcint4, QParams::PerChannel { channel_dim: 0, .. }) => {
+                        dims.len() == 2 && dims[1].is_multiple_of(2)
+                    }
+                    (D::qint8 | D::quint8 | D::qint32, QParams::PerTensor { .. }) => true,
+                    _ => false,
+                };
+                if !fits {
+                    let name = dtype.variant_name().unwrap_or("unknown");
+                    return Err(err(invalid(format!(
+                        "datatype {name} of dims {dims:?} with {} quantization",
+                        q.quant_params_type().variant_name().unwrap_or("unknown")
+                    ))));
+                }
                 Some(Quantized { elem, params })
             }
         };
@@ -763,6 +801,49 @@ impl GraphReader<'_> {
                     count,
                     channel_dim,
                 })
+            }
+            P::PerChannelGroupQuant => {
+                let p = q.quant_params_as_per_channel_group_quant().ok_or(ErrorKind::Missing {
+                    what: "XNNPACK PerChannelGroupQuant",
+                })?;
+                let (n, k) = match *dims {
+                    [n, k] => (n, k),
+                    _ => return Err(invalid(format!("blockwise scales of a value of {} dims", dims.len()))),
+                };
+                let group = usize::try_from(p.group_size()).unwrap_or(0);
+                if p.channel_dim() != 0 || group == 0 || k % group != 0 || group % 2 != 0 {
+                    return Err(invalid(format!(
+                        "blocks of {} along dim 1 of [{n}, {k}] (channel dim {})",
+                        p.group_size(),
+                        p.channel_dim()
+                    )));
+                }
+                let count = n * (k / group);
+                if p.num_scales() as usize != count || p.scale_buffer_idx() == 0 {
+                    return Err(invalid(format!(
+                        "{} blockwise scales (buffer {}) for {count} blocks",
+                        p.num_scales(),
+                        p.scale_buffer_idx()
+                    )));
+                }
+                let scales = self.constant(g, p.scale_buffer_idx() as usize, count * 2)?;
+                Ok(QParams::Blockwise { scales, count, group })
+            }
+            P::PerTokenDynamicQuant => {
+                let p = q.quant_params_as_per_token_dynamic_quant().ok_or(ErrorKind::Missing {
+                    what: "XNNPACK PerTokenDynamicQuant",
+                })?;
+                let nnb = usize::try_from(p.num_nonbatch_dims())
+                    .ok()
+                    .filter(|&d| d >= 1 && d <= dims.len())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "num_nonbatch_dims {} of a value of {} dims",
+                            p.num_nonbatch_dims(),
+                            dims.len()
+                        ))
+                    })?;
+                Ok(QParams::Dynamic { num_nonbatch_dims: nnb })
             }
             other => Err(ErrorKind::Unsupported {
                 detail: format!(

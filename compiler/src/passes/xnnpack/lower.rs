@@ -379,12 +379,30 @@ impl<'a> CallLowering<'a> {
 
     /// The dtype of subgraph value `x`'s method value.
     fn dtype_of(&self, x: usize) -> ScalarType {
-        match self.g.values[x].quant.as_ref().map(|q| q.elem) {
+        match &self.g.values[x].quant {
             None => ScalarType::Float,
-            Some(QElem::I8) => ScalarType::Char,
-            Some(QElem::U8) => ScalarType::Byte,
-            Some(QElem::I32) => ScalarType::Int,
+            // Quantized when read: the value is its `f32` source.
+            Some(Quantized {
+                params: QParams::Dynamic { .. },
+                ..
+            }) => ScalarType::Float,
+            Some(q) => match q.elem {
+                QElem::I8 => ScalarType::Char,
+                QElem::U8 | QElem::I4 => ScalarType::Byte,
+                QElem::I32 => ScalarType::Int,
+            },
         }
+    }
+
+    /// The sizes of subgraph value `x`'s method value: its dims, the last
+    /// halved for 4-bit elements (two to a byte).
+    fn sizes_of(&self, x: usize) -> Vec<usize> {
+        let v = &self.g.values[x];
+        let mut sizes = v.dims.clone();
+        if let (Some(Quantized { elem: QElem::I4, .. }), Some(last)) = (&v.quant, sizes.last_mut()) {
+            *last = last.div_ceil(2);
+        }
+        sizes
     }
 
     /// A new `f32` intermediate tensor of this call.
@@ -409,14 +427,11 @@ impl<'a> CallLowering<'a> {
         if let Some(s) = self.slots[x] {
             return s;
         }
-        let v = &self.g.values[x];
-        let dtype = self.dtype_of(x);
-        let s = match &v.kind {
-            ValueKind::Constant(data) => {
-                push_tensor(self.m, dtype, v.dims.clone(), Placement::Constant { data: *data })
-            }
+        let (dtype, sizes) = (self.dtype_of(x), self.sizes_of(x));
+        let s = match &self.g.values[x].kind {
+            ValueKind::Constant(data) => push_tensor(self.m, dtype, sizes, Placement::Constant { data: *data }),
             // Arguments are bound before any node is lowered.
-            _ => self.temp_of(dtype, v.dims.clone()),
+            _ => self.temp_of(dtype, sizes),
         };
         self.slots[x] = Some(s);
         s
@@ -540,7 +555,12 @@ impl<'a> CallLowering<'a> {
         // With a varying input, only nodes whose kernels follow the live
         // shape are lowered; shapes checked against the bound above
         // would not hold for the others.
-        if self.dynamic && !matches!(node.op, Op::FullyConnected { .. }) {
+        let dynamic_convert = matches!(
+            node.op,
+            Op::Unary { op: UnaryOp::Convert, out, .. }
+                if matches!(self.g.values[out].quant, Some(Quantized { params: QParams::Dynamic { .. }, .. }))
+        );
+        if self.dynamic && !matches!(node.op, Op::FullyConnected { .. }) && !dynamic_convert {
             return Err(self.node_unsupported(
                 i,
                 node,

@@ -7,7 +7,7 @@
 //! the `i8` tensors, when every value they touch shares one quantization,
 //! as XNNPACK requires.
 use super::*;
-use crate::names::qs8;
+use crate::names::{qs8, QD8_FULLY_CONNECTED};
 use ptec_runtime::kernels::qs8::quantize_bound;
 
 /// An activation's per-tensor quantization.
@@ -29,6 +29,21 @@ impl CallLowering<'_> {
     /// only moves bytes to the `f32` lowering, whose aten calls serve
     /// `i8` tensors alike.
     pub(super) fn quantized_node(&mut self, i: usize, node: &XNode) -> Result<bool> {
+        match &node.op {
+            Op::Unary {
+                op: UnaryOp::Convert,
+                input,
+                out,
+            } if self.is_dynamic_quant(*out) => {
+                self.dynamic_convert(i, node, *input, *out)?;
+                return Ok(true);
+            }
+            Op::FullyConnected { input, .. } if self.is_dynamic_quant(*input) => {
+                self.qd8_fully_connected(i, node)?;
+                return Ok(true);
+            }
+            _ => {}
+        }
         if self.dynamic {
             return Err(self.node_unsupported(
                 i,
@@ -169,6 +184,128 @@ impl CallLowering<'_> {
             }
         }
         Ok(true)
+    }
+
+    fn is_dynamic_quant(&self, x: usize) -> bool {
+        matches!(
+            self.g.values[x].quant,
+            Some(Quantized {
+                params: QParams::Dynamic { .. },
+                ..
+            })
+        )
+    }
+
+    /// A convert to `qdint8`: XNNPACK quantizes each row inside the fully
+    /// connected layers that read the result (the only readers ptec
+    /// accepts), so the value is its `f32` input.
+    fn dynamic_convert(&mut self, i: usize, node: &XNode, input: usize, out: usize) -> Step {
+        let want = self.dims(input).to_vec();
+        self.expect_dims(i, node, out, &want)?;
+        if self.g.values[input].quant.is_some() {
+            return Err(self.node_unsupported(i, node, "a convert to qdint8 from a quantized value".into()));
+        }
+        let fc_only = self.g.nodes.iter().all(|n| match &n.op {
+            Op::FullyConnected {
+                input, filter, bias, ..
+            } => *filter != out && *bias != Some(out) && (*input != out || self.fc_rows(out)),
+            other => !other.inputs().contains(&out),
+        });
+        if !fc_only {
+            return Err(self.node_unsupported(
+                i,
+                node,
+                "a qdint8 value read by another node than a fully connected layer over rows of its last dim".into(),
+            ));
+        }
+        let s = self.slot(input);
+        self.slots[out] = Some(s);
+        Ok(())
+    }
+
+    /// Whether dynamically quantized `x` has one quantization per row of
+    /// its last dim, as fully connected layers read it.
+    fn fc_rows(&self, x: usize) -> bool {
+        matches!(
+            self.g.values[x].quant,
+            Some(Quantized {
+                params: QParams::Dynamic { num_nonbatch_dims: 1 },
+                ..
+            })
+        )
+    }
+
+    /// A fully connected layer over a `qdint8` input and `qcint8`,
+    /// `qcint4` or `qbint4` weights, with an `f32` bias and output.
+    fn qd8_fully_connected(&mut self, i: usize, node: &XNode) -> Step {
+        let Op::FullyConnected {
+            input,
+            filter,
+            bias,
+            out,
+            weight_transposed,
+        } = &node.op
+        else {
+            unreachable!("called on fully connected nodes")
+        };
+        self.fc_sizes(i, node)?;
+        if *weight_transposed || !self.fc_rows(*input) {
+            return Err(self.node_unsupported(
+                i,
+                node,
+                "a dynamically quantized fully connected layer with transposed weights or rows other than the last dim"
+                    .into(),
+            ));
+        }
+        let plain = |x: Option<usize>| x.is_none_or(|x| self.g.values[x].quant.is_none());
+        if !plain(*bias) || !plain(Some(*out)) {
+            return Err(self.node_error(i, node, "the bias and output of a qdint8 layer must be fp32".into()));
+        }
+        let w = &self.g.values[*filter];
+        let (scales, group) = match &w.quant {
+            Some(Quantized {
+                elem: QElem::I8 | QElem::I4,
+                params:
+                    QParams::PerChannel {
+                        scales,
+                        count,
+                        channel_dim: 0,
+                    },
+            }) => (
+                push_f32_tensor(self.m, vec![*count], Placement::Constant { data: *scales }),
+                0,
+            ),
+            Some(Quantized {
+                elem: QElem::I4,
+                params: QParams::Blockwise { scales, count, group },
+            }) => {
+                let (data, count, group) = (*scales, *count, *group);
+                let t = push_tensor(self.m, ScalarType::BFloat16, vec![count], Placement::Constant { data });
+                (t, group)
+            }
+            _ => {
+                return Err(self.node_error(
+                    i,
+                    node,
+                    format!(
+                        "weight value id {} of a qdint8 layer is not qcint8, qcint4 or qbint4 by output channel",
+                        w.id
+                    ),
+                ))
+            }
+        };
+        let args = vec![
+            self.slot(*input),
+            self.slot(*filter),
+            scales,
+            self.int(group),
+            self.opt_slot(*bias),
+            self.double(node.min),
+            self.double(node.max),
+            self.slot(*out),
+        ];
+        self.kernel(QD8_FULLY_CONNECTED, args);
+        Ok(())
     }
 
     /// The per-tensor `i8` quantization of activation `x`.

@@ -1,9 +1,11 @@
-//! ptec's statically quantized operators (`ptec_xnn::qs8_*`), which the
-//! XNNPACK lowering calls for int8 subgraphs (see [`crate::names::qs8`]
-//! for their arguments). Activations are static, contiguous `i8` tensors
-//! quantized per tensor, weights `i8` with `f32` scales, biases `i32`.
+//! ptec's quantized operators for lowered XNNPACK subgraphs: the static
+//! int8 ones (`ptec_xnn::qs8_*`, see [`crate::names::qs8`] for their
+//! arguments), whose activations are static, contiguous `i8` tensors
+//! quantized per tensor, weights `i8` with `f32` scales and biases `i32`;
+//! and the dynamically quantized fully connected layer
+//! ([`QD8_FULLY_CONNECTED`]).
 use super::*;
-use crate::names::qs8;
+use crate::names::{qs8, QD8_FULLY_CONNECTED};
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
 
 pub const OPS: &[(&str, Emitter)] = &[
@@ -16,6 +18,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     (qs8::ADD, add),
     (qs8::SUB, sub),
     (qs8::MUL, mul),
+    (QD8_FULLY_CONNECTED, qd8_fully_connected),
 ];
 
 /// Requires static, contiguous tensors of `dtype`.
@@ -360,4 +363,80 @@ fn sub(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 
 fn mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     binary(ctx, Binary::Mul)
+}
+
+/// `qd8_fully_connected(x, weight, scales, group, bias?, min, max, out)`:
+/// the input's rows may vary at run time (the output follows them).
+fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(8)?;
+    let (x, w, scales, bias, out) = (
+        ctx.tensor(0)?,
+        ctx.tensor(1)?,
+        ctx.tensor(2)?,
+        ctx.opt_tensor(4)?,
+        ctx.tensor(7)?,
+    );
+    let group = usize::try_from(ctx.int(3)?).map_err(|_| "negative group")?;
+    let (min, max) = (ctx.double(5)? as f32, ctx.double(6)? as f32);
+    if min.partial_cmp(&max).is_none_or(|o| o.is_gt()) {
+        return Err(format!("output range [{min}, {max}] is empty"));
+    }
+    if x.dynamic != out.dynamic {
+        return Err(format!("value {} and value {} differ in dynamism", x.value, out.value));
+    }
+    require_contiguous(&[&x, &out])?;
+    require_dtype(&x, &[ScalarType::Float])?;
+    require_dtype(&out, &[ScalarType::Float])?;
+    let k = *x.sizes.last().ok_or("the input is 0-d")?;
+    let [n, wk] = w.sizes[..] else {
+        return Err(format!("weight {:?} is not a matrix", w.sizes));
+    };
+    let kind = match (w.dtype, scales.dtype) {
+        (ScalarType::Char, ScalarType::Float) if group == 0 && wk == k => quote!(Channelwise8),
+        (ScalarType::Byte, ScalarType::Float) if group == 0 && k % 2 == 0 && wk == k / 2 => quote!(Channelwise4),
+        (ScalarType::Byte, ScalarType::BFloat16) if group > 0 && k % group == 0 && group % 2 == 0 && wk == k / 2 => {
+            quote!(Blockwise4)
+        }
+        _ => {
+            return Err(format!(
+                "weight {:?} of {} with {} scales (group {group}) does not fit {k} inputs",
+                w.sizes, w.dtype, scales.dtype
+            ))
+        }
+    };
+    let want_scales = n * k.checked_div(group).unwrap_or(1);
+    for t in [&w, &scales] {
+        static_of(&[t], t.dtype)?;
+    }
+    if scales.numel() != want_scales {
+        return Err(format!("{} scales, {want_scales} expected", scales.numel()));
+    }
+    if let Some(b) = &bias {
+        static_of(&[b], ScalarType::Float)?;
+        if b.numel() != n {
+            return Err(format!("the bias does not have {n} elements"));
+        }
+    }
+    let m = x.numel() / k.max(1);
+    if out.sizes.last() != Some(&n) || out.numel() != m * n {
+        return Err(format!("output {:?} is not {m} rows of {n}", out.sizes));
+    }
+    let (xi, s1) = ctx.read(&x)?;
+    let (wi, s2) = ctx.read(&w)?;
+    let (si, s3) = ctx.read(&scales)?;
+    let (bi, s4) = super::conv::read_opt(ctx, &bias)?;
+    let (ml, set) = product_rows(ctx, &x, &out, k, n)?;
+    let (o, s5) = ctx.write(&out)?;
+    let (xq, s6) = ctx.scratch_i8(lit(k), k);
+    let weights = if group == 0 {
+        quote!(::ptec_runtime::kernels::qd8::Weights::#kind { w: #wi, scales: #si })
+    } else {
+        let gl = lit(group);
+        quote!(::ptec_runtime::kernels::qd8::Weights::#kind { w: #wi, scales: #si, group: #gl })
+    };
+    let (kl, nl, minl, maxl) = (lit(k), lit(n), f32_lit(min), f32_lit(max));
+    Ok(quote! {
+        #set #s1 #s2 #s3 #s4 #s5 #s6
+        ::ptec_runtime::kernels::qd8::fully_connected(#xi, #ml, #kl, #nl, &#weights, #bi, #minl, #maxl, #xq, #o);
+    })
 }
