@@ -106,34 +106,167 @@ pub fn conv2d_nhwc(
     y: &Output,
     out: &mut [i8],
 ) {
-    let x_zero_point = xq.zero_point;
+    let zp = xq.zero_point;
     let win = &g.window;
     let (cin, cout) = (g.in_c, g.out_c);
     let (gin, gout) = (cin / g.groups, cout / g.groups);
+    let taps = win.kernel_h * win.kernel_w;
+    if !depthwise && taps * gin <= PATCH {
+        return conv_by_patches(g, x, xq, w, w_scales, bias, y, out);
+    }
     let mut pixel = 0;
     for n in 0..win.batch {
         for oy in 0..win.out_h {
             for ox in 0..win.out_w {
                 let o = &mut out[pixel * cout..][..cout];
                 pixel += 1;
-                for (oc, o) in o.iter_mut().enumerate() {
-                    let mut acc = bias.map_or(0, |b| b[oc]);
-                    let scale = requant_scale(xq.scale, weight_scale(w_scales, oc), y.scale);
-                    let group = oc / gout;
-                    for_each_tap(win, n, oy, ox, |tap, pixel| {
-                        let xs = &x[pixel * cin..][..cin];
-                        if depthwise {
-                            let xv = xs[oc / gout] as i32 - x_zero_point;
-                            acc = acc.wrapping_add(xv * w[tap * cout + oc] as i32);
+                // Output channels a block at a time, their sums in a row.
+                for c0 in (0..cout).step_by(BLOCK) {
+                    let mut sums = [0i32; BLOCK];
+                    let acc = &mut sums[..BLOCK.min(cout - c0)];
+                    if let Some(b) = bias {
+                        acc.copy_from_slice(&b[c0..c0 + acc.len()]);
+                    }
+                    for_each_tap(win, n, oy, ox, |tap, p| {
+                        let xs = &x[p * cin..][..cin];
+                        let ws = &w[tap * cout + c0..];
+                        if depthwise && gout == 1 {
+                            for ((a, &xv), &wv) in acc.iter_mut().zip(&xs[c0..]).zip(ws) {
+                                *a = a.wrapping_add((xv as i32 - zp) * wv as i32);
+                            }
+                        } else if depthwise {
+                            for (j, (a, &wv)) in acc.iter_mut().zip(ws).enumerate() {
+                                let xv = xs[(c0 + j) / gout] as i32 - zp;
+                                *a = a.wrapping_add(xv * wv as i32);
+                            }
                         } else {
-                            let xs = &xs[group * gin..][..gin];
-                            let ws = &w[(oc * win.kernel_h * win.kernel_w + tap) * gin..][..gin];
-                            acc = acc.wrapping_add(dot(xs, ws, x_zero_point));
+                            // Within one group at a time.
+                            let mut j = 0;
+                            while j < acc.len() {
+                                let group = (c0 + j) / gout;
+                                let end = acc.len().min((group + 1) * gout - c0);
+                                let ws = &w[((c0 + j) * taps + tap) * gin..];
+                                accumulate(&mut acc[j..end], &xs[group * gin..][..gin], zp, ws, taps * gin);
+                                j = end;
+                            }
                         }
                     });
-                    *o = y.requantize(acc, scale);
+                    for (j, (o, &a)) in o[c0..].iter_mut().zip(acc.iter()).enumerate() {
+                        let scale = requant_scale(xq.scale, weight_scale(w_scales, c0 + j), y.scale);
+                        *o = y.requantize(a, scale);
+                    }
                 }
             }
+        }
+    }
+}
+
+/// The longest window (taps × input channels of a group) that a
+/// convolution gathers, centred, into one row per output pixel.
+const PATCH: usize = 2048;
+
+/// Output pixels whose windows are gathered together, to share each
+/// filter row's loads.
+const TILE: usize = 4;
+
+/// A regular convolution whose windows are short enough to gather: each
+/// output pixel's window (`[kH, kW, C / groups]`, centred, zero where it
+/// falls in the padding) in a row, then for each output channel one dot
+/// product of that row with the filter's (whose layout is the same) for
+/// up to [`TILE`] pixels at once.
+#[allow(clippy::too_many_arguments)]
+fn conv_by_patches(
+    g: &Conv2dNhwc,
+    x: &[i8],
+    xq: &Quant,
+    w: &[i8],
+    w_scales: &[f32],
+    bias: Option<&[i32]>,
+    y: &Output,
+    out: &mut [i8],
+) {
+    let win = &g.window;
+    let (cin, cout) = (g.in_c, g.out_c);
+    let (gin, gout) = (cin / g.groups, cout / g.groups);
+    let len = win.kernel_h * win.kernel_w * gin;
+    let mut patches = [0i16; TILE * PATCH];
+    for n in 0..win.batch {
+        for oy in 0..win.out_h {
+            for ox0 in (0..win.out_w).step_by(TILE) {
+                let tile = TILE.min(win.out_w - ox0);
+                for group in 0..g.groups {
+                    for t in 0..TILE {
+                        let row = &mut patches[t * PATCH..][..len];
+                        row.fill(0);
+                        if t >= tile {
+                            continue;
+                        }
+                        for_each_tap(win, n, oy, ox0 + t, |tap, p| {
+                            let xs = &x[p * cin + group * gin..][..gin];
+                            for (c, &v) in row[tap * gin..][..gin].iter_mut().zip(xs) {
+                                *c = (v as i32 - xq.zero_point) as i16;
+                            }
+                        });
+                    }
+                    for oc in group * gout..(group + 1) * gout {
+                        let sums = dot_tile(&patches, len, &w[oc * len..][..len]);
+                        let b = bias.map_or(0, |b| b[oc]);
+                        let scale = requant_scale(xq.scale, weight_scale(w_scales, oc), y.scale);
+                        let first = (n * win.out_h + oy) * win.out_w + ox0;
+                        for (t, &s) in sums[..tile].iter().enumerate() {
+                            out[(first + t) * cout + oc] = y.requantize(b.wrapping_add(s), scale);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The dot products of the first `len` of each of the [`TILE`] rows of
+/// `patches` with `w` (exact: `len · 255 · 128` fits in `i32`).
+#[inline]
+fn dot_tile(patches: &[i16; TILE * PATCH], len: usize, w: &[i8]) -> [i32; TILE] {
+    let (p0, rest) = patches.split_at(PATCH);
+    let (p1, rest) = rest.split_at(PATCH);
+    let (p2, p3) = rest.split_at(PATCH);
+    let (p0, p1, p2, p3, w) = (&p0[..len], &p1[..len], &p2[..len], &p3[..len], &w[..len]);
+    let mut s = [0i32; TILE];
+    for i in 0..len {
+        let wv = w[i] as i32;
+        s[0] += p0[i] as i32 * wv;
+        s[1] += p1[i] as i32 * wv;
+        s[2] += p2[i] as i32 * wv;
+        s[3] += p3[i] as i32 * wv;
+    }
+    s
+}
+
+/// Output channels whose sums a convolution keeps at once.
+const BLOCK: usize = 64;
+
+/// Inputs centred at once (as `i16`, on the stack).
+const CHUNK: usize = 256;
+
+/// `acc[j] += Σ_i (x[i] - zp) · w[j · stride + i]`, wrapping: the inputs
+/// centred a chunk at a time, then one dot product per output over it
+/// (which vectorizes as 16-bit multiply-adds).
+#[inline]
+fn accumulate(acc: &mut [i32], x: &[i8], zp: i32, w: &[i8], stride: usize) {
+    let mut centred = [0i16; CHUNK];
+    for k0 in (0..x.len()).step_by(CHUNK) {
+        let xs = &x[k0..x.len().min(k0 + CHUNK)];
+        let c = &mut centred[..xs.len()];
+        for (c, &v) in c.iter_mut().zip(xs) {
+            *c = (v as i32 - zp) as i16;
+        }
+        for (j, a) in acc.iter_mut().enumerate() {
+            let ws = &w[j * stride + k0..][..c.len()];
+            let mut s = 0i32;
+            for (&cv, &wv) in c.iter().zip(ws) {
+                s = s.wrapping_add(cv as i32 * wv as i32);
+            }
+            *a = a.wrapping_add(s);
         }
     }
 }
@@ -156,18 +289,6 @@ fn for_each_tap(win: &Window2d, n: usize, oy: usize, ox: usize, mut f: impl FnMu
             }
         }
     }
-}
-
-/// `Σ (x[i] - x_zero_point) · w[i]`, wrapping as XNNPACK's `i32` does.
-#[inline(always)]
-fn dot(x: &[i8], w: &[i8], x_zero_point: i32) -> i32 {
-    let mut acc = 0i32;
-    let mut wsum = 0i32;
-    for (&a, &b) in x.iter().zip(w) {
-        acc = acc.wrapping_add(a as i32 * b as i32);
-        wsum = wsum.wrapping_add(b as i32);
-    }
-    acc.wrapping_sub(x_zero_point.wrapping_mul(wsum))
 }
 
 /// `out[m, n] = requant(bias[n] + Σ_k (x[m, k] - x_zero_point) · w[n, k])`
@@ -198,16 +319,25 @@ pub fn fully_connected(
         return;
     }
     for (xr, or) in x.chunks_exact(k).zip(out.chunks_exact_mut(n)) {
-        for (j, o) in or.iter_mut().enumerate() {
-            let mut acc = bias.map_or(0, |b| b[j]);
+        for c0 in (0..n).step_by(BLOCK) {
+            let mut sums = [0i32; BLOCK];
+            let acc = &mut sums[..BLOCK.min(n - c0)];
+            if let Some(b) = bias {
+                acc.copy_from_slice(&b[c0..c0 + acc.len()]);
+            }
             if transposed {
                 for (kk, &a) in xr.iter().enumerate() {
-                    acc = acc.wrapping_add((a as i32 - xq.zero_point) * w[kk * n + j] as i32);
+                    let xv = a as i32 - xq.zero_point;
+                    for (s, &wv) in acc.iter_mut().zip(&w[kk * n + c0..]) {
+                        *s = s.wrapping_add(xv * wv as i32);
+                    }
                 }
             } else {
-                acc = acc.wrapping_add(dot(xr, &w[j * k..][..k], xq.zero_point));
+                accumulate(acc, xr, xq.zero_point, &w[c0 * k..], k);
             }
-            *o = y.requantize(acc, requant_scale(xq.scale, weight_scale(w_scales, j), y.scale));
+            for (j, (o, &a)) in or[c0..].iter_mut().zip(acc.iter()).enumerate() {
+                *o = y.requantize(a, requant_scale(xq.scale, weight_scale(w_scales, c0 + j), y.scale));
+            }
         }
     }
 }

@@ -318,6 +318,35 @@ pub struct ConvParams {
     pub group_output_channels: usize,
 }
 
+/// `body` with `out` bound to the output field of whichever operation
+/// `op` is.
+macro_rules! with_output {
+    ($op:expr, $out:ident => $body:expr) => {
+        match $op {
+            Op::Binary { out: $out, .. }
+            | Op::Unary { out: $out, .. }
+            | Op::FullyConnected { out: $out, .. }
+            | Op::Conv2d {
+                conv: ConvParams { out: $out, .. },
+                ..
+            }
+            | Op::Deconv2d {
+                conv: ConvParams { out: $out, .. },
+                ..
+            }
+            | Op::Pool2d { out: $out, .. }
+            | Op::GlobalAvgPool { out: $out, .. }
+            | Op::Transpose { out: $out, .. }
+            | Op::ResizeBilinear { out: $out, .. }
+            | Op::Reshape { out: $out, .. }
+            | Op::Slice { out: $out, .. }
+            | Op::Pad { out: $out, .. }
+            | Op::Concat { out: $out, .. }
+            | Op::BatchMatMul { out: $out, .. } => $body,
+        }
+    };
+}
+
 impl Op {
     /// Values the operation reads.
     pub fn inputs(&self) -> Vec<usize> {
@@ -350,30 +379,14 @@ impl Op {
         }
     }
 
+    /// Makes the operation write `x`.
+    pub fn set_output(&mut self, x: usize) {
+        with_output!(self, out => *out = x)
+    }
+
     /// The value the operation writes.
     pub fn output(&self) -> usize {
-        match self {
-            Op::Binary { out, .. }
-            | Op::Unary { out, .. }
-            | Op::FullyConnected { out, .. }
-            | Op::Conv2d {
-                conv: ConvParams { out, .. },
-                ..
-            }
-            | Op::Deconv2d {
-                conv: ConvParams { out, .. },
-                ..
-            }
-            | Op::Pool2d { out, .. }
-            | Op::GlobalAvgPool { out, .. }
-            | Op::Transpose { out, .. }
-            | Op::ResizeBilinear { out, .. }
-            | Op::Reshape { out, .. }
-            | Op::Slice { out, .. }
-            | Op::Pad { out, .. }
-            | Op::Concat { out, .. }
-            | Op::BatchMatMul { out, .. } => *out,
-        }
+        with_output!(self, out => *out)
     }
 }
 

@@ -87,9 +87,10 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
             Instruction::Delegate { delegate, args } if is_xnnpack_call(m, ins) => {
                 let at = Location::method(&m.name).instruction(n);
                 let blob = m.delegates[*delegate].processed;
-                match read_graph(file, blob, named, args.len(), &at)
-                    .and_then(|g| CallLowering::new(m, &g, args, at, &mut buffers).run())
-                {
+                match read_graph(file, blob, named, args.len(), &at).and_then(|mut g| {
+                    quantized::merge_clamps(&mut g);
+                    CallLowering::new(m, &g, args, at, &mut buffers).run()
+                }) {
                     Ok(list) => list,
                     Err(e) => {
                         errors.extend(e.0);

@@ -10,6 +10,57 @@ use super::*;
 use crate::names::{qs8, QD8_FULLY_CONNECTED};
 use ptec_runtime::kernels::qs8::quantize_bound;
 
+/// Folds each quantized clamp into the node that produces its input, as
+/// XNNPACK's subgraph optimization does (`merge_clamps`): when the clamp
+/// alone reads that value and a convolution, fully connected layer, max
+/// pooling or another clamp writes it, the producer takes the
+/// intersection of both ranges (in `f32`) and writes the clamp's output.
+pub(super) fn merge_clamps(g: &mut Graph) {
+    let mut readers = vec![0usize; g.values.len()];
+    for n in &g.nodes {
+        for x in n.op.inputs() {
+            readers[x] += 1;
+        }
+    }
+    let mut producer: Vec<Option<usize>> = vec![None; g.values.len()];
+    let mut dropped = vec![false; g.nodes.len()];
+    for i in 0..g.nodes.len() {
+        producer[g.nodes[i].op.output()] = Some(i);
+        let Op::Unary {
+            op: UnaryOp::Clamp,
+            input,
+            out,
+        } = g.nodes[i].op
+        else {
+            continue;
+        };
+        let Some(p) = producer[input] else { continue };
+        let v = &g.values[input];
+        let mergeable = matches!(
+            g.nodes[p].op,
+            Op::Conv2d { .. }
+                | Op::FullyConnected { .. }
+                | Op::Pool2d { max: true, .. }
+                | Op::Unary { op: UnaryOp::Clamp, .. }
+        );
+        if !mergeable || readers[input] != 1 || v.quant.is_none() || v.kind != ValueKind::Internal {
+            continue;
+        }
+        let (min, max) = (g.nodes[i].min, g.nodes[i].max);
+        let node = &mut g.nodes[p];
+        node.min = node.min.max(min);
+        node.max = node.max.min(max);
+        node.op.set_output(out);
+        producer[out] = Some(p);
+        dropped[i] = true;
+    }
+    let mut k = 0;
+    g.nodes.retain(|_| {
+        k += 1;
+        !dropped[k - 1]
+    });
+}
+
 /// An activation's per-tensor quantization.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Act {
