@@ -103,12 +103,26 @@ fn non_executorch_files_are_named() {
     assert!(e.contains("not an ExecuTorch"), "{e}");
 }
 
-/// The XNNPACK subgraph of `xnnpack_conv.pte`: every byte of its blob
-/// corrupted, and the blob cut at every length, either lowers and compiles
-/// or gives an error located at the delegate call — never a panic.
+/// The XNNPACK subgraph of `xnnpack_conv.pte`, and those of the static
+/// int8 and the 4-bit dynamically quantized fixtures: every byte of each
+/// blob corrupted, and the blob cut at every length, either lowers and
+/// compiles or gives an error located at the delegate call — never a
+/// panic.
 #[test]
 fn xnnpack_blob_corruptions_are_handled() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/xnnpack_conv.pte");
+    for name in [
+        "xnnpack_conv.pte",
+        "xnnpack_qs8_cnn_runtime.pte",
+        "xnnpack_qb4_linear.pte",
+    ] {
+        blob_corruptions_are_handled(name);
+    }
+}
+
+fn blob_corruptions_are_handled(name: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
     let bytes = std::fs::read(&path).unwrap();
     let loaded = ptec::load(&bytes, &[]).unwrap();
     let method = &loaded.program.as_ref().unwrap().methods[0];
@@ -119,7 +133,7 @@ fn xnnpack_blob_corruptions_are_handled() {
         for flip in [0xffu8, 0x01, 0x80] {
             let mut b = bytes.clone();
             b[pos] ^= flip;
-            exercise(&b, &format!("xnnpack_conv.pte with blob byte {pos} ^ {flip:#x}"));
+            exercise(&b, &format!("{name} with blob byte {pos} ^ {flip:#x}"));
             n += 1;
         }
     }
@@ -145,10 +159,10 @@ fn xnnpack_blob_corruptions_are_handled() {
                 refused += 1;
             }
         }));
-        assert!(r.is_ok(), "panicked on the blob cut to {cut} bytes");
+        assert!(r.is_ok(), "{name}: panicked on the blob cut to {cut} bytes");
         n += 1;
     }
     // A cut blob loses its constants' offsets or its flatbuffer's end.
-    assert!(refused > blob.len / 2, "{refused} of {} cuts refused", blob.len);
-    eprintln!("{n} blob corruptions handled ({lowered} cuts still lowered)");
+    assert!(refused > blob.len / 2, "{name}: {refused} of {} cuts refused", blob.len);
+    eprintln!("{name}: {n} blob corruptions handled ({lowered} cuts still lowered)");
 }
