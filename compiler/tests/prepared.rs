@@ -60,3 +60,23 @@ fn prepared_constants_leave_the_state_when_the_weights_are_embedded() {
         assert_eq!(saved, prepared.next_multiple_of(64), "{name}: arenas {a:?} and {b:?}");
     }
 }
+
+#[test]
+fn planned_bytes_that_only_folded_values_held_leave_the_arena() {
+    // ExecuTorch plans the MLP's transposed weights (2816 bytes in all);
+    // ptec transposes them at compile time, so the arena keeps only the
+    // activations: the [4, 16] input, the [4, 32] hidden layer and the
+    // [4, 10] logits and probabilities, 64-byte aligned.
+    let plan = 2816;
+    let activations = [4 * 16 * 4, 4 * 32 * 4, 4 * 10 * 4, 4 * 10 * 4].map(|b: usize| b.next_multiple_of(64));
+    let embedded = arenas(&compile("mlp.bpte", false).code);
+    assert_eq!(embedded.len(), 1);
+    assert!(embedded[0] < plan, "arena {embedded:?}");
+    assert!(
+        embedded[0] >= activations.iter().max().unwrap() * 2,
+        "arena {embedded:?}"
+    );
+    // With external weights the first run packs them into the state's own
+    // field, not the arena: the same arena.
+    assert_eq!(arenas(&compile("mlp.bpte", true).code), embedded);
+}

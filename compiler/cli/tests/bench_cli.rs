@@ -75,11 +75,16 @@ fn reports_et_runner_keys_and_the_planned_size() {
         .sum();
     assert!(plan > 0);
     assert_eq!(report["planned_bytes"].as_u64(), Some(plan));
-    // The program owns the plan and little more: its scratch and folded
-    // results fit in the plan's free bytes, and beyond the arena it holds
-    // only its counters and flags.
+    // The program owns at most the plan and little more: its scratch fits
+    // in the plan's free bytes, the bytes of the transposed weights the
+    // compiler folded are cut (the activations, 4x16, 4x32 and twice 4x10
+    // floats, stay), and beyond the arena it holds only its counters and
+    // flags.
     let state = report["state_bytes"].as_u64().unwrap();
-    assert!(state >= plan && state <= plan + 64, "state {state}, plan {plan}");
+    assert!(
+        state >= 4 * (64 + 128 + 2 * 40) && state <= plan + 64,
+        "state {state}, plan {plan}"
+    );
     if cfg!(target_os = "linux") {
         let rss = report["peak_rss_bytes"].as_u64().unwrap();
         assert!(rss > state, "peak resident memory {rss} below the program's {state}");

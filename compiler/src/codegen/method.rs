@@ -179,6 +179,12 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             )]
         })?;
     }
+    // What the folds left untouched takes no bytes.
+    let layout = {
+        let mut layout = layout;
+        layout.squeeze(m, |v| !folds.bypassed(v));
+        layout
+    };
     let occupancy = Occupancy::of(m, &layout, |n| folds.elided(n), |v| folds.bypassed(v));
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);

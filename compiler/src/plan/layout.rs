@@ -10,6 +10,7 @@ use crate::analysis::lives::{lives, Life};
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
 use crate::plan::lowest_fit;
+use crate::plan::squeeze::Squeeze;
 use std::collections::BTreeSet;
 
 /// Where a tensor value's bytes are.
@@ -34,6 +35,8 @@ pub struct MethodLayout {
     /// Kept tensors the compiler prepares (see `codegen::prepare`): they
     /// have no home; their call reads the prepared constant.
     pub prepared: BTreeSet<usize>,
+    /// What [`MethodLayout::squeeze`] cut (`buffer_base` is from before).
+    squeezed: Squeeze,
 }
 
 const ALIGN: usize = 64;
@@ -163,6 +166,7 @@ pub fn layout_prepared(m: &Method, prepared: BTreeSet<usize>) -> Result<MethodLa
             buffer_base,
             homes,
             prepared,
+            squeezed: Squeeze::default(),
         })
     } else {
         Err(errors)
@@ -170,6 +174,35 @@ pub fn layout_prepared(m: &Method, prepared: BTreeSet<usize>) -> Result<MethodLa
 }
 
 impl MethodLayout {
+    /// Cuts the arena bytes that no value `touched` covers (see
+    /// [`crate::plan::squeeze`]); called once, before anything else is
+    /// placed. A method with jumps keeps its layout: there the generated
+    /// code's accesses are not followed value by value.
+    pub fn squeeze(&mut self, m: &Method, touched: impl Fn(usize) -> bool) {
+        if m.has_jumps() {
+            return;
+        }
+        let ranges = (0..m.values.len())
+            .filter(|&v| touched(v))
+            .filter_map(|v| match self.range(m, v)? {
+                (Home::Arena { offset }, n) => Some((offset, offset + n)),
+                _ => None,
+            });
+        let squeeze = Squeeze::keeping(ranges, self.arena_size);
+        for home in &mut self.homes {
+            if let Home::Arena { offset } = home {
+                *offset = squeeze.map(*offset);
+            }
+        }
+        self.arena_size = squeeze.map(self.arena_size);
+        self.squeezed = squeeze;
+    }
+
+    /// Arena offset of byte `offset` of planned buffer `buffer`.
+    pub fn at(&self, buffer: usize, offset: usize) -> Option<usize> {
+        Some(self.squeezed.map(self.buffer_base.get(buffer)?.checked_add(offset)?))
+    }
+
     /// Byte range a tensor value occupies, at its upper-bound size.
     pub fn range(&self, m: &Method, value: usize) -> Option<(Home, usize)> {
         let t = m.values.get(value)?.as_tensor()?;
@@ -212,11 +245,11 @@ impl Occupancy {
             };
         }
         let regions = (1..m.program_buffers.min(m.buffer_sizes.len()))
-            .map(|b| {
-                (
-                    layout.buffer_base[b],
-                    layout.buffer_base[b] + m.buffer_sizes[b] as usize,
-                )
+            .filter_map(|b| {
+                Some((
+                    layout.at(b, 0)?,
+                    layout.at(b, usize::try_from(m.buffer_sizes[b]).ok()?)?,
+                ))
             })
             .collect();
         let aliases = Aliases::with_work_at(m, elided, bypassed);
@@ -225,9 +258,8 @@ impl Occupancy {
             .iter()
             .filter(|s| matches!(layout.homes.get(s.value), Some(Home::Arena { .. })))
             .filter_map(|s| {
-                let base = *layout.buffer_base.get(s.buffer)?;
                 let (lo, hi) = (usize::try_from(s.range.0).ok()?, usize::try_from(s.range.1).ok()?);
-                Some((s.life, (base + lo, base + hi)))
+                Some((s.life, (layout.at(s.buffer, lo)?, layout.at(s.buffer, hi)?)))
             })
             .collect();
         Occupancy { regions, held }

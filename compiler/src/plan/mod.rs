@@ -1,7 +1,8 @@
 //! Memory beyond ExecuTorch's plan: bytes for the temporaries the passes
-//! add ([`temporaries`]) and each value's home in the generated code's
-//! arena ([`layout`]).
+//! add ([`temporaries`]), the arena's untouched bytes cut out ([`squeeze`])
+//! and each value's home in the generated code's arena ([`layout`]).
 pub(crate) mod layout;
+pub(crate) mod squeeze;
 pub(crate) mod temporaries;
 
 use crate::ir::*;
