@@ -112,7 +112,16 @@ pub fn conv2d_nhwc(
     let (gin, gout) = (cin / g.groups, cout / g.groups);
     let taps = win.kernel_h * win.kernel_w;
     if !depthwise && taps * gin <= PATCH {
-        return conv_by_patches(g, x, xq, w, w_scales, bias, y, out);
+        let c = Conv {
+            g,
+            x,
+            xq,
+            w,
+            w_scales,
+            bias,
+            y,
+        };
+        return conv_by_patches(&c, out);
     }
     let mut pixel = 0;
     for n in 0..win.batch {
@@ -161,6 +170,18 @@ pub fn conv2d_nhwc(
     }
 }
 
+/// A regular convolution's operands, as [`conv2d_nhwc`] takes them.
+#[derive(Clone, Copy)]
+struct Conv<'a> {
+    g: &'a Conv2dNhwc,
+    x: &'a [i8],
+    xq: &'a Quant,
+    w: &'a [i8],
+    w_scales: &'a [f32],
+    bias: Option<&'a [i32]>,
+    y: &'a Output,
+}
+
 /// The longest window (taps × input channels of a group) that a
 /// convolution gathers, centred, into one row per output pixel.
 const PATCH: usize = 2048;
@@ -174,17 +195,16 @@ const TILE: usize = 4;
 /// falls in the padding) in a row, then for each output channel one dot
 /// product of that row with the filter's (whose layout is the same) for
 /// up to [`TILE`] pixels at once.
-#[allow(clippy::too_many_arguments)]
-fn conv_by_patches(
-    g: &Conv2dNhwc,
-    x: &[i8],
-    xq: &Quant,
-    w: &[i8],
-    w_scales: &[f32],
-    bias: Option<&[i32]>,
-    y: &Output,
-    out: &mut [i8],
-) {
+fn conv_by_patches(c: &Conv<'_>, out: &mut [i8]) {
+    let Conv {
+        g,
+        x,
+        xq,
+        w,
+        w_scales,
+        bias,
+        y,
+    } = *c;
     let win = &g.window;
     let (cin, cout) = (g.in_c, g.out_c);
     let (gin, gout) = (cin / g.groups, cout / g.groups);

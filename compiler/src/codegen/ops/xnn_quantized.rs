@@ -83,30 +83,28 @@ fn tail(ctx: &OpCtx<'_>) -> Result<Tail, String> {
     })
 }
 
-/// `quantize(x, scale, zero_point, out)`.
+/// `quantize(x, scale, zero_point, out)`: `f32` to `i8`.
 fn quantize(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(4)?;
-    let (x, out) = (ctx.tensor(0)?, ctx.tensor(3)?);
-    static_of(&[&x], ScalarType::Float)?;
-    static_of(&[&out], ScalarType::Char)?;
-    require_sizes(&out, &x.sizes)?;
-    let q = quant_tokens(scale(ctx, 1)?, quantum(ctx, 2)?);
-    let (xi, s1) = ctx.read(&x)?;
-    let (oi, s2) = ctx.write(&out)?;
-    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::qs8::quantize(#xi, &#q, #oi); })
+    convert(ctx, ScalarType::Float, ScalarType::Char, quote!(quantize))
 }
 
-/// `dequantize(q, scale, zero_point, out)`.
+/// `dequantize(q, scale, zero_point, out)`: `i8` to `f32`.
 fn dequantize(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    convert(ctx, ScalarType::Char, ScalarType::Float, quote!(dequantize))
+}
+
+/// A conversion `(x, scale, zero_point, out)` from `from` to `to` by the
+/// `qs8` kernel `kernel`.
+fn convert(ctx: &mut OpCtx<'_>, from: ScalarType, to: ScalarType, kernel: TokenStream) -> Result<TokenStream, String> {
     ctx.arity(4)?;
     let (x, out) = (ctx.tensor(0)?, ctx.tensor(3)?);
-    static_of(&[&x], ScalarType::Char)?;
-    static_of(&[&out], ScalarType::Float)?;
+    static_of(&[&x], from)?;
+    static_of(&[&out], to)?;
     require_sizes(&out, &x.sizes)?;
     let q = quant_tokens(scale(ctx, 1)?, quantum(ctx, 2)?);
     let (xi, s1) = ctx.read(&x)?;
     let (oi, s2) = ctx.write(&out)?;
-    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::qs8::dequantize(#xi, &#q, #oi); })
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::qs8::#kernel(#xi, &#q, #oi); })
 }
 
 /// A weight's scales: the `f32` tensor at argument `i` (one per output
