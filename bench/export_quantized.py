@@ -13,6 +13,9 @@ weights, prepare_pt2e, 8 calibration images, convert_pt2e), it writes
                                   PyTorch's outputs of the quantized model
     OUT_DIR/NAME_q8_xnnpack.pte   the same model through the XNNPACK
                                   partitioner (int8 XNNPACK subgraphs)
+    OUT_DIR/NAME_q8_xnnpack.bpte  that program with ExecuTorch's runtime's
+                                  outputs (which ptec gives to the bit;
+                                  examples/cortex-m measures it)
 
 which bench/run.sh OUT_DIR/*_q8.bpte then times side by side with
 ExecuTorch (portable, and with XNNPACK). Versions are pinned as in
@@ -46,6 +49,9 @@ def export(name: str, out: Path) -> None:
     calibration = [(torch.randn(1, 3, 224, 224),) for _ in range(8)]
     et, quantized = mf.quantized_xnnpack(model, inputs, calibration)
     (out / f"{name}_q8_xnnpack.pte").write_bytes(et.buffer)
+    suite = MethodTestSuite("forward", mf.runtime_cases(et, [inputs]))
+    bundle = serialize_from_bundled_program_to_flatbuffer(BundledProgram(et, [suite]))
+    (out / f"{name}_q8_xnnpack.bpte").write_bytes(bundle)
     portable = mf.lower(torch.export.export(quantized, inputs))
     suite = MethodTestSuite("forward", mf.eager_cases(quantized, [inputs]))
     bundle = serialize_from_bundled_program_to_flatbuffer(BundledProgram(portable, [suite]))
