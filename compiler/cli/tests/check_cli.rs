@@ -275,3 +275,63 @@ fn without_a_runtime_at_hand_the_error_names_it() {
     let want = format!("needs ptec-runtime {} and its dependencies", env!("CARGO_PKG_VERSION"));
     assert!(err.contains(&want) && err.contains("PTEC_RUNTIME_SOURCE"), "{err}");
 }
+
+/// A plan that fits a 64-bit address space but not a 32-bit one (3 GiB):
+/// its generated code checks on x86-64, and on wasm32 the build fails with
+/// one error naming the method, not with the overflows of its literals.
+#[test]
+fn a_plan_beyond_a_32_bit_address_space_is_a_located_error_there() {
+    let (dir, path) = with_plan_of(3 << 30);
+    let krate = dir.path().join("krate");
+    std::fs::create_dir_all(krate.join("src")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .arg(&path)
+        .arg("-o")
+        .arg(krate.join("src/model.rs"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runtime = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../runtime-min");
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"big-plan\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\nptec-runtime = {{ path = {:?}, default-features = false }}\n\n[workspace]\n",
+            runtime.display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        krate.join("src/lib.rs"),
+        "#![no_std]\nmod model {\n    include!(\"model.rs\");\n}\n",
+    )
+    .unwrap();
+    let lock = runtime.join("../Cargo.lock");
+    std::fs::copy(lock, krate.join("Cargo.lock")).unwrap();
+    let target_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/big-plan");
+    let check = |target: Option<&str>| {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.arg("check").arg("--offline").arg("--target-dir").arg(&target_dir);
+        cmd.current_dir(&krate);
+        if let Some(t) = target {
+            cmd.args(["--target", t]);
+        }
+        let out = cmd.output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, stderr) = check(None);
+    assert!(ok, "{stderr}");
+    // CI adds the target (`.ci/run`); elsewhere rustup may need to.
+    let _ = Command::new("rustup")
+        .args(["target", "add", "wasm32-unknown-unknown"])
+        .output();
+    let (ok, stderr) = check(Some("wasm32-unknown-unknown"));
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains(
+            "ptec: the memory of method `forward` takes 3221225472 bytes, more than this target's address space holds"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("literal out of range"), "{stderr}");
+}

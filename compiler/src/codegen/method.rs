@@ -476,7 +476,10 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     let n_in = lit(m.inputs.len());
     let n_out = lit(m.outputs.len());
     let allow = super::allow_lints();
+    let fits = super::fits_target(&format!("the memory of method `{}`", m.name), arena_total);
     let items = quote! {
+        #fits
+
         #allow
         struct #state_ident {
             #(#fields,)*

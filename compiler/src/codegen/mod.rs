@@ -640,10 +640,27 @@ fn prepared_static(ctx: &Ctx<'_>, options: &Options, bytes: &[u8]) -> TokenStrea
         }
     };
     let allow = allow_lints();
+    let fits = fits_target("the embedded data", bytes.len());
     quote! {
+        #fits
         #allow
         static #ident: ::ptec_runtime::mem::Aligned<[u8; #n]> = ::ptec_runtime::mem::Aligned(#data);
     }
+}
+
+/// A compile-time assertion that `bytes` of `what` fit the target's address
+/// space: on a target where they do not (a 32-bit one), the build fails with
+/// this message, naming what, rather than with the overflows of the
+/// generated literals.
+pub(crate) fn fits_target(what: &str, bytes: usize) -> TokenStream {
+    if bytes == 0 {
+        return quote!();
+    }
+    let message = format!("ptec: {what} takes {bytes} bytes, more than this target's address space holds");
+    let n = proc_macro2::Literal::u64_suffixed(bytes as u64);
+    quote!(
+        const _: () = ::core::assert!(#n <= isize::MAX as u64, #message);
+    )
 }
 
 /// `static` items embedding the given source files, 64-byte aligned.
@@ -679,7 +696,9 @@ fn data_statics(
         };
         let n = crate::codegen::ops::lit(len);
         let allow = allow_lints();
+        let fits = fits_target(&format!("`{path}`"), len);
         statics.push(quote! {
+            #fits
             #allow
             static #ident: ::ptec_runtime::mem::Aligned<[u8; #n]> = ::ptec_runtime::mem::Aligned(*include_bytes!(#path));
         });
