@@ -657,7 +657,9 @@ mod pool {
     }
 }
 
-#[cfg(all(test, feature = "std"))]
+// Not on WASI, whose programs start no threads (the pool then runs every
+// part on the caller's), nor catch panics.
+#[cfg(all(test, feature = "std", not(target_os = "wasi")))]
 pub(crate) mod tests {
     extern crate std;
     use super::*;

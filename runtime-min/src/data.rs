@@ -48,21 +48,23 @@ impl<'a> Blob<'a> {
         Ok(Blob::Owned(owned))
     }
 
-    /// Maps a file into memory (read-only, shared).
+    /// Maps a file into memory (read-only, shared), or reads it into owned
+    /// memory where the platform has no memory maps (WASI).
     ///
     /// The program reads the mapping while it runs; like every memory map,
     /// it must not be truncated or rewritten by another process meanwhile.
     #[cfg(feature = "std")]
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Blob<'static>, Error> {
+        let path = path.as_ref();
         let file = std::fs::File::open(path).map_err(|_| Error::Load {
             what: "cannot open the file",
         })?;
         // SAFETY: the mapping is read-only; the documented condition above
         // (no concurrent truncation or rewrite) is the caller's.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|_| Error::Load {
-            what: "cannot map the file",
-        })?;
-        Ok(Blob::Mapped(map))
+        match unsafe { memmap2::Mmap::map(&file) } {
+            Ok(map) => Ok(Blob::Mapped(map)),
+            Err(_) => Blob::load(&mut crate::FileLoader::open(path)?),
+        }
     }
 
     /// Checks that these bytes are the file the program was compiled
