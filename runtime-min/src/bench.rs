@@ -232,6 +232,7 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
             return Err(format!("--input {k}: the method has {} input(s)", meta.num_inputs()));
         }
     }
+    let mut inputs = Vec::new();
     for i in 0..meta.num_inputs() {
         // Like et_runner, non-tensor inputs keep their serialized values.
         let Ok(tm) = meta.input_tensor_meta(i) else { continue };
@@ -244,21 +245,30 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
             }
             None => fill(tm.dtype, &mut data),
         }
-        let t = TensorRef {
-            dtype: tm.dtype,
-            sizes: tm.sizes,
-            dim_order: tm.dim_order,
-            data: &data,
-        };
-        model
-            .set_input(index, i, Value::Tensor(t))
-            .map_err(|e| error(&format!("set_input {i}"), e))?;
+        inputs.push((i, tm, data));
     }
+    // A program may reuse an input's planned bytes once it has read them,
+    // so every execution is given its inputs afresh (untimed).
+    let set_inputs = |model: &mut dyn Model| -> Result<(), String> {
+        for (i, tm, data) in &inputs {
+            let t = TensorRef {
+                dtype: tm.dtype,
+                sizes: tm.sizes,
+                dim_order: tm.dim_order,
+                data,
+            };
+            model
+                .set_input(index, *i, Value::Tensor(t))
+                .map_err(|e| error(&format!("set_input {i}"), e))?;
+        }
+        Ok(())
+    };
     let mut latencies_us = Vec::with_capacity(o.iters);
     let mut off_us = Vec::with_capacity(if o.ab_bands { o.iters } else { 0 });
     let mut on_faster = 0;
     let mut first_us = 0.0;
     let timed = |model: &mut dyn Model, bands: bool| -> Result<f64, String> {
+        set_inputs(model)?;
         ptec_kernels::parallel::set_local_bands(bands);
         let t0 = Instant::now();
         let run = model.execute(index);
@@ -295,7 +305,7 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
     latencies_us.sort_by(f64::total_cmp);
     off_us.sort_by(f64::total_cmp);
     if o.profile {
-        let per_step = profile(model, index, o.iters)?;
+        let per_step = profile(model, index, o.iters, &set_inputs)?;
         std::eprint!("{}", profile_report(&per_step, o.profile_top));
     }
     if let Some(dir) = &o.dump_outputs {
@@ -336,10 +346,16 @@ fn peak_rss_bytes() -> Option<u64> {
 
 /// Mean time of the `k`-th step of an execution of `method` (the `k`-th
 /// instruction, in a method without jumps), in microseconds, over `iters`
-/// executions driven one instruction at a time.
-pub fn profile(model: &mut dyn Model, method: usize, iters: usize) -> Result<Vec<f64>, String> {
+/// executions driven one instruction at a time, each after `set_inputs`.
+pub fn profile(
+    model: &mut dyn Model,
+    method: usize,
+    iters: usize,
+    set_inputs: &dyn Fn(&mut dyn Model) -> Result<(), String>,
+) -> Result<Vec<f64>, String> {
     let mut total: Vec<f64> = Vec::new();
     for _ in 0..iters {
+        set_inputs(model)?;
         let mut k = 0;
         loop {
             let t0 = Instant::now();
