@@ -90,13 +90,14 @@ struct MacroArgs {
 impl syn::parse::Parse for MacroArgs {
     fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
         let path: syn::LitStr = input.parse()?;
+        let default = ptec_runtime::harness::Tolerance::default();
         let mut args = MacroArgs {
             path,
             name: None,
             data: Vec::new(),
             tests: false,
-            rtol: 1e-4,
-            atol: 1e-5,
+            rtol: default.rtol,
+            atol: default.atol,
             external_weights: false,
         };
         while input.parse::<syn::Token![,]>().is_ok() {

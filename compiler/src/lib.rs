@@ -38,6 +38,9 @@ pub use format::to_source;
 pub use frontend::{compile_path, expand_macro, source_path, Builder, Settings};
 pub use passes::xnnpack::BACKEND_ID as XNNPACK_BACKEND_ID;
 pub use passes::{lower_delegates, transform};
+/// The tolerance generated tests compare outputs with; its default is the
+/// front ends' (`rtol = 1e-4, atol = 1e-5`).
+pub use ptec_runtime::harness::Tolerance;
 pub use read::{load, Loaded};
 
 /// The readers one by one, for the fuzz targets; not a stable API.

@@ -42,7 +42,8 @@ fn main() {
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
                 .collect();
-            (format!("m_{name}"), entry.clone(), 1e-4, 1e-5)
+            let default = ptec::Tolerance::default();
+            (format!("m_{name}"), entry.clone(), default.rtol, default.atol)
         } else {
             let m = models
                 .get(entry)

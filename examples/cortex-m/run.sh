@@ -99,10 +99,8 @@ for b in $boards; do
         if [[ "$model" == *.bpte ]]; then
             # Not in the manifest: the inputs' and outputs' bytes, per case.
             test_data="$(../../target/release/ptec inspect --json "$model" | python3 -c '
-import json, math, sys
-size = {"float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
-d = json.load(sys.stdin)
-print(sum(m["test_cases"] * sum(math.prod(v["sizes"]) * size[v["dtype"]] for v in m["inputs"] + m["outputs"]) for m in d["methods"]))')"
+import json, sys
+print(sum(m["test_data_bytes"] for m in json.load(sys.stdin)["methods"]))')"
         else
             test_data="$(python3 -c "import json,sys; print(json.load(open('models/manifest.json'))['models'][sys.argv[1]]['test_data_bytes'])" "$model")"
         fi

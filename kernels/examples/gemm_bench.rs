@@ -108,6 +108,8 @@ mod peak_neon {
 
 /// Measured peaks: `(name, GFLOP/s)` for each vector ISA the CPU has.
 fn peaks() -> Vec<(&'static str, f64)> {
+    // Pushed to only on the architectures below.
+    #[allow(unused_mut)]
     let mut out = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {

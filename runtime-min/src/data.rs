@@ -55,7 +55,6 @@ impl<'a> Blob<'a> {
     /// it must not be truncated or rewritten by another process meanwhile.
     #[cfg(feature = "std")]
     pub fn open(path: impl AsRef<std::path::Path>) -> Result<Blob<'static>, Error> {
-        let path = path.as_ref();
         let file = std::fs::File::open(path).map_err(|_| Error::Load {
             what: "cannot open the file",
         })?;
@@ -63,7 +62,7 @@ impl<'a> Blob<'a> {
         // (no concurrent truncation or rewrite) is the caller's.
         match unsafe { memmap2::Mmap::map(&file) } {
             Ok(map) => Ok(Blob::Mapped(map)),
-            Err(_) => Blob::load(&mut crate::FileLoader::open(path)?),
+            Err(_) => Blob::load(&mut crate::FileLoader::from_file(file)?),
         }
     }
 

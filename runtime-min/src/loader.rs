@@ -43,6 +43,11 @@ impl FileLoader {
         let file = std::fs::File::open(path).map_err(|_| Error::Load {
             what: "cannot open the file",
         })?;
+        Self::from_file(file)
+    }
+
+    /// Reads a file that is already open, from its start.
+    pub fn from_file(file: std::fs::File) -> Result<Self, Error> {
         let size = file
             .metadata()
             .map_err(|_| Error::Load {

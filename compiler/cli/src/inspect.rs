@@ -86,7 +86,19 @@ fn method_json(m: &Method, suites: &[TestSuite]) -> Json {
             _ => None,
         })
         .collect();
-    let tests = suites.iter().find(|s| s.method == m.name).map(|s| s.cases.len());
+    let suite = suites.iter().find(|s| s.method == m.name);
+    let tests = suite.map(|s| s.cases.len());
+    // What the generated tests embed: each case's tensors, in and out.
+    let test_bytes = suite.map(|s| {
+        s.cases
+            .iter()
+            .flat_map(|c| c.inputs.iter().chain(&c.expected))
+            .map(|v| match v {
+                TestValue::Tensor { data, .. } => data.len,
+                _ => 0,
+            })
+            .sum::<usize>()
+    });
     json!({
         "name": m.name,
         "inputs": m.inputs.iter().map(|&i| io_json(m, i)).collect::<Vec<_>>(),
@@ -109,6 +121,7 @@ fn method_json(m: &Method, suites: &[TestSuite]) -> Json {
         })).collect::<Vec<_>>(),
         "stacktraces": m.stacktraces.is_some(),
         "test_cases": tests,
+        "test_data_bytes": test_bytes,
     })
 }
 

@@ -47,10 +47,10 @@ struct CompileArgs {
     #[arg(long)]
     tests: bool,
     /// Relative tolerance of generated tests.
-    #[arg(long, default_value_t = 1e-4)]
+    #[arg(long, default_value_t = ptec::Tolerance::default().rtol)]
     rtol: f64,
     /// Absolute tolerance of generated tests.
-    #[arg(long, default_value_t = 1e-5)]
+    #[arg(long, default_value_t = ptec::Tolerance::default().atol)]
     atol: f64,
 }
 
@@ -73,9 +73,9 @@ enum Command {
         /// External tensor data (.ptd) the programs refer to.
         #[arg(long = "data")]
         data: Vec<PathBuf>,
-        #[arg(long, default_value_t = 1e-4)]
+        #[arg(long, default_value_t = ptec::Tolerance::default().rtol)]
         rtol: f64,
-        #[arg(long, default_value_t = 1e-5)]
+        #[arg(long, default_value_t = ptec::Tolerance::default().atol)]
         atol: f64,
         /// Check the files against this bundle's test cases instead of
         /// their own (a .pte has none): e.g. a program exported for XNNPACK

@@ -1,5 +1,5 @@
 //! `ptec inspect` over the shared corpus: every file reads and verifies, and
-//! its operators are the manifest's.
+//! its operators are the manifest's; and its byte counts of test cases.
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -93,5 +93,28 @@ fn bundles_carry_the_manifest_test_cases() {
                 .unwrap_or_else(|| panic!("{name}: no suite for {method}"));
             assert_eq!(suite.cases.len() as u64, count.as_u64().unwrap(), "{name}.{method}");
         }
+    }
+}
+
+/// `test_data_bytes` against the fixture script's own count (PyTorch's
+/// element sizes) for the Cortex-M example's bundles, which are in the
+/// repository.
+#[test]
+fn inspect_counts_the_bytes_of_test_cases_as_the_exporter_does() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/cortex-m/models");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let models = m["models"].as_object().unwrap();
+    assert!(models.len() >= 12, "{} models", models.len());
+    for (name, model) in models {
+        let bytes = std::fs::read(dir.join(model["file"].as_str().unwrap())).unwrap();
+        let loaded = ptec::load(&bytes, &[]).unwrap();
+        let doc = ptec_cli::inspect::to_json(&loaded, bytes.len());
+        let counted: u64 = doc["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["test_data_bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(counted, model["test_data_bytes"].as_u64().unwrap(), "{name}");
     }
 }

@@ -37,6 +37,9 @@ pub struct MethodLayout {
     pub prepared: BTreeSet<usize>,
     /// What [`MethodLayout::squeeze`] cut (`buffer_base` is from before).
     squeezed: Squeeze,
+    /// The arena values the squeeze was told no code touches: their bytes
+    /// may now be another's, so a view of one is a compiler bug.
+    untouched: BTreeSet<usize>,
 }
 
 const ALIGN: usize = 64;
@@ -167,6 +170,7 @@ pub fn layout_prepared(m: &Method, prepared: BTreeSet<usize>) -> Result<MethodLa
             homes,
             prepared,
             squeezed: Squeeze::default(),
+            untouched: BTreeSet::new(),
         })
     } else {
         Err(errors)
@@ -196,6 +200,14 @@ impl MethodLayout {
         }
         self.arena_size = squeeze.map(self.arena_size);
         self.squeezed = squeeze;
+        self.untouched = (0..m.values.len())
+            .filter(|&v| !touched(v) && matches!(self.homes.get(v), Some(Home::Arena { .. })))
+            .collect();
+    }
+
+    /// Whether the squeeze was told no code touches value `v`.
+    pub fn untouched(&self, v: usize) -> bool {
+        self.untouched.contains(&v)
     }
 
     /// Arena offset of byte `offset` of planned buffer `buffer`.

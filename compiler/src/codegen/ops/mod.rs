@@ -723,6 +723,13 @@ impl<'a> OpCtx<'a> {
                 }
             }
         }
+        // The arena keeps no bytes for values the folds bypass; a view of one
+        // would read or write another tensor's.
+        if let Some(&(v, _)) = self.views.iter().find(|&&(v, _)| self.layout.untouched(v)) {
+            return Err(format!(
+                "internal: the instruction views value {v}, which the arena does not hold (its producer was folded away)"
+            ));
+        }
         // Scratch placement relies on lives; a mistake there must fail the
         // compilation, not alias a tensor.
         for &(lo, hi) in &self.scratch {
