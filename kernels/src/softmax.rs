@@ -15,6 +15,7 @@
 
 use crate::linear::{as_f32, as_f32_mut};
 use crate::num::{AccFloat, Element, Float};
+use crate::scalar::exp_nonpositive;
 use crate::{KernelError, KernelResult};
 use core::any::TypeId;
 
@@ -199,39 +200,6 @@ fn row<T: Float, U: Float<Acc = T::Acc>, const LOG: bool>(x: &[T], out: &mut [U]
         for (o, &v) in out.iter_mut().zip(x) {
             *o = U::from_acc(acc_exp(v.to_acc() - m) / sum);
         }
-    }
-}
-
-/// `exp(x)` for `x <= 0` (and NaN, which stays NaN), in a form the
-/// compiler vectorizes: Cody–Waite reduction `x = n·ln 2 + r`, a degree-6
-/// polynomial for `e^r` on `|r| <= ln 2 / 2` (Cephes' `expf`, within 2 ulp)
-/// and `2^n` built from its bits. Below the smallest normal result it
-/// returns 0 (the exact value is under 1.2e-38).
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    const LOWEST: f32 = -87.33654; // ln(f32::MIN_POSITIVE)
-    const LOG2E: f32 = core::f32::consts::LOG2_E;
-    const ROUND: f32 = 12582912.0; // 1.5 · 2^23: adding it rounds to an integer
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let xc = if x < LOWEST { LOWEST } else { x };
-    let t = xc * LOG2E + ROUND;
-    let n = t - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let e = p * r * r + r + 1.0;
-    // n lies in [-126, 0]: its bits are those of `t` minus ROUND's.
-    let n_int = t.to_bits() as i32 - ROUND.to_bits() as i32;
-    let scale = f32::from_bits(((n_int + 127) << 23) as u32);
-    if x < LOWEST {
-        0.0
-    } else {
-        e * scale
     }
 }
 
