@@ -137,7 +137,7 @@ pub trait FloatMath: AccFloat {
     fn erf_(self) -> Self;
     fn erfc_(self) -> Self;
     /// `1 + erf(self)`: for `f32` the vectorizable [`one_plus_erf_f32`]
-    /// (within 2e-7 of it), for `f64` libm's.
+    /// (within 4e-7 of libm's), for `f64` libm's.
     fn one_plus_erf_(self) -> Self;
     fn is_nan_(self) -> bool;
     fn is_inf_(self) -> bool;
