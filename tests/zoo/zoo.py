@@ -7,6 +7,7 @@ XNNPACK partitioner, bundled with eager PyTorch's outputs and checked with
 
     /opt/ptec-venv/bin/python tests/zoo/zoo.py             # the default list
     /opt/ptec-venv/bin/python tests/zoo/zoo.py --full      # every list
+    /opt/ptec-venv/bin/python tests/zoo/zoo.py --full --resume  # on from a run cut short
     /opt/ptec-venv/bin/python tests/zoo/zoo.py --only NAME...
 
 writes a table (model, lowering, instructions, result with the first
@@ -17,8 +18,10 @@ are committed under tests/zoo/default/ with manifest.json, which
 them).
 
 Pinned: torch 2.14.1, executorch 1.5.1, torchvision 0.29.2, timm 1.0.31,
-transformers 5.24.0 (`pip install -c <(echo torch==2.14.1) torchvision==0.29.2
-timm==1.0.31 transformers==5.24.0`).
+transformers 5.24.0, torchaudio 2.11.0 (`pip install -c <(echo torch==2.14.1)
+torchvision==0.29.2 timm==1.0.31 transformers==5.24.0` and `pip install
+--no-deps torchaudio==2.11.0`: no torchaudio is built for torch 2.14, and
+the models it provides need none of its compiled parts).
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ PINNED = {
     "torchvision": "0.29.2",
     "timm": "1.0.31",
     "transformers": "5.24.0",
+    "torchaudio": "2.11.0",
 }
 DEFAULT_DIR = HERE / "default"
+# The rows of --full runs, which --resume goes on from.
+COVERAGE = HERE / "coverage.json"
 
 
 def image(h=32, w=32, c=3, batch=1):
@@ -99,6 +105,42 @@ def tv(name, **kw):
     return make
 
 
+def tv_video(name):
+    def make():
+        import torchvision.models.video
+
+        return getattr(torchvision.models.video, name)(weights=None)
+
+    return make
+
+
+def video(frames=8, size=64):
+    return lambda g: (torch.randn(1, 3, frames, size, size, generator=g),)
+
+
+def tv_flow():
+    def make():
+        import torchvision.models.optical_flow as F
+
+        # The final flow of the (default 12) refinement iterations.
+        return Last(F.raft_small(weights=None))
+
+    return make
+
+
+class Last(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *xs):
+        return self.model(*xs)[-1]
+
+
+def flow_pair():
+    return lambda g: (torch.randn(1, 3, 128, 128, generator=g), torch.randn(1, 3, 128, 128, generator=g))
+
+
 def tv_tiny(which):
     def make():
         import torchvision.models as M
@@ -125,6 +167,56 @@ def tv_tiny(which):
         if which == "densenet":
             return M.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, num_classes=10)
         raise KeyError(which)
+
+    return make
+
+
+def torchaudio_model(which):
+    """ExecuTorch's examples/models/wav2letter and emformer_rnnt: torchaudio's
+    architectures (Emformer RNN-T at 2 layers of 64 rather than 20 of 1024)."""
+
+    def make():
+        from torchaudio import models as A
+
+        if which == "wav2letter":
+            return A.Wav2Letter(num_classes=4096)
+        rnnt = A.emformer_rnnt_model(
+            input_dim=80, encoding_dim=64, num_symbols=100, segment_length=16, right_context_length=4,
+            time_reduction_input_dim=32, time_reduction_stride=4, transformer_num_heads=2, transformer_ffn_dim=128,
+            transformer_num_layers=2, transformer_dropout=0.1, transformer_activation="gelu",
+            transformer_left_context_length=30, transformer_max_memory_size=0,
+            transformer_weight_init_scale_strategy="depthwise", transformer_tanh_on_mem=True,
+            symbol_embedding_dim=32, num_lstm_layers=2, lstm_layer_norm=True, lstm_layer_norm_epsilon=1e-3,
+            lstm_dropout=0.3,
+        )
+        return RnntPart(rnnt, which)
+
+    return make
+
+
+class RnntPart(torch.nn.Module):
+    """One of the three programs ExecuTorch's Emformer RNN-T example exports."""
+
+    def __init__(self, rnnt, which):
+        super().__init__()
+        self.rnnt = rnnt
+        self.which = which
+
+    def forward(self, *xs):
+        if self.which == "emformer_transcribe":
+            return self.rnnt.transcribe(*xs)
+        if self.which == "emformer_predict":
+            return self.rnnt.predict(*xs, None)[:2]
+        return self.rnnt.join(*xs)
+
+
+def emformer_inputs(which):
+    def make(g):
+        if which == "emformer_transcribe":
+            return (torch.randn(1, 128, 80, generator=g), torch.tensor([128]))
+        if which == "emformer_predict":
+            return (torch.randint(0, 100, (1, 16), generator=g), torch.tensor([16]))
+        return (torch.randn(1, 32, 64, generator=g), torch.tensor([32]), torch.randn(1, 16, 64, generator=g), torch.tensor([16]))
 
     return make
 
@@ -166,6 +258,24 @@ def hf(which, seq=16):
                 eos_token_id=2, decoder_start_token_id=1,
             )
             return Outputs(T.WhisperModel(cfg).get_encoder().eval(), ["last_hidden_state"])
+        if which == "gpt2_cache":
+            cfg = T.GPT2Config(vocab_size=100, n_positions=64, n_embd=32, n_layer=2, n_head=2, use_cache=True)
+            return GPT2Step(T.GPT2LMHeadModel(cfg).eval())
+        if which == "whisper_decoder":
+            cfg = T.WhisperConfig(
+                vocab_size=100, num_mel_bins=16, d_model=32, encoder_layers=1, encoder_attention_heads=2,
+                encoder_ffn_dim=64, decoder_layers=2, decoder_attention_heads=2, decoder_ffn_dim=64,
+                max_source_positions=16, max_target_positions=16, pad_token_id=1, bos_token_id=1,
+                eos_token_id=2, decoder_start_token_id=1,
+            )
+            return WhisperDecoder(T.WhisperModel(cfg).get_decoder().eval())
+        if which == "minilm":
+            # all-MiniLM-L6-v2's shapes.
+            cfg = T.BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+            return Outputs(T.BertModel(cfg, add_pooling_layer=False).eval(), ["last_hidden_state"])
+        if which == "mobilebert":
+            # ExecuTorch's examples/models/mobilebert, at google/mobilebert-uncased's (default) shapes.
+            return Outputs(T.MobileBertModel(T.MobileBertConfig()).eval(), ["last_hidden_state", "pooler_output"])
         if which == "wav2vec2":
             cfg = T.Wav2Vec2Config(
                 conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
@@ -175,6 +285,44 @@ def hf(which, seq=16):
         raise KeyError(which)
 
     return make
+
+
+class GPT2Step(torch.nn.Module):
+    """One decode step of GPT-2 with its key/value cache: the cache comes
+    in as tensors (layer by layer, keys then values) and goes out with the
+    new position appended."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, *past):
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for i in range(len(past) // 2):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        kv = out.past_key_values
+        return (out.logits,) + tuple(t for layer in kv.layers for t in (layer.keys, layer.values))
+
+
+def gpt2_step(g, layers=2, heads=2, head_dim=16, past=7):
+    ids = torch.randint(0, 100, (1, 1), generator=g)
+    return (ids,) + tuple(torch.randn(1, heads, past, head_dim, generator=g) for _ in range(2 * layers))
+
+
+class WhisperDecoder(torch.nn.Module):
+    def __init__(self, decoder):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, ids, encoded):
+        return self.decoder(input_ids=ids, encoder_hidden_states=encoded).last_hidden_state
+
+
+def whisper_decoder_inputs(g):
+    return (torch.randint(0, 100, (1, 8), generator=g), torch.randn(1, 16, 32, generator=g))
 
 
 def audio(*shape):
@@ -235,6 +383,33 @@ FULL = dict(
         "tv_convnext_tiny": (tv("convnext_tiny"), image(64, 64)),
         "timm_swin_tiny": (timm_model("swin_tiny_patch4_window7_224", img_size=64, window_size=4), image(64, 64)),
         "tv_vit_b_16": (tv("vit_b_16", image_size=64), image(64, 64)),
+        # Broader: the rest of torchvision's classifiers and segmenters,
+        # optical flow and video; timm's ResNet-D and EfficientNet;
+        # transformers' remaining families; ExecuTorch's example models.
+        "hf_gpt2_cache": (hf("gpt2_cache"), gpt2_step),
+        "hf_whisper_decoder": (hf("whisper_decoder"), whisper_decoder_inputs),
+        "et_emformer_transcribe": (torchaudio_model("emformer_transcribe"), emformer_inputs("emformer_transcribe")),
+        "et_emformer_predict": (torchaudio_model("emformer_predict"), emformer_inputs("emformer_predict")),
+        "et_emformer_join": (torchaudio_model("emformer_join"), emformer_inputs("emformer_join")),
+        "et_wav2letter": (torchaudio_model("wav2letter"), audio(10, 1, 700)),
+        "tv_shufflenet_v2_x1_0": (tv("shufflenet_v2_x1_0"), image(64, 64)),
+        "tv_mobilenet_v2_full": (tv("mobilenet_v2"), image(64, 64)),
+        "tv_resnet18": (tv("resnet18"), image(64, 64)),
+        "tv_regnet_x_400mf": (tv("regnet_x_400mf"), image(64, 64)),
+        "timm_resnet18d": (timm_model("resnet18d"), image(64, 64)),
+        "timm_efficientnet_b0": (timm_model("efficientnet_b0"), image(64, 64)),
+        "tv_alexnet": (tv("alexnet"), image(64, 64)),
+        "hf_minilm": (hf("minilm"), tokens(vocab=30522)),
+        "tv_inception_v3": (tv("inception_v3", aux_logits=False, init_weights=True), image(96, 96)),
+        "tv_efficientnet_v2_s": (tv("efficientnet_v2_s"), image(64, 64)),
+        "et_mobilebert": (hf("mobilebert"), tokens(vocab=30522)),
+        "tv_resnext50_32x4d": (tv("resnext50_32x4d"), image(64, 64)),
+        "tv_fcn_resnet50": (tv("fcn_resnet50", weights_backbone=None, num_classes=3, aux_loss=False), image(64, 64)),
+        "tv_swin_v2_t": (tv("swin_v2_t"), image(64, 64)),
+        "tv_r3d_18": (tv_video("r3d_18"), video()),
+        "tv_s3d": (tv_video("s3d"), video(16, 224)),
+        "tv_raft_small": (tv_flow(), flow_pair()),
+        "tv_maxvit_t": (tv("maxvit_t"), image(224, 224)),
     }
 )
 FULL.update(DEFAULT)
@@ -382,6 +557,9 @@ def main():
     ap.add_argument("--only", nargs="+", help="these models only")
     ap.add_argument("--commit", action="store_true", help="rewrite tests/zoo/default/ from the default list")
     ap.add_argument("--out", help="where the bundles go (default: a temporary directory)")
+    ap.add_argument(
+        "--resume", action="store_true", help="with --full: keep the models tests/zoo/coverage.json already has, run the rest"
+    )
     args = ap.parse_args()
     check_versions()
     models = FULL if args.full else DEFAULT
@@ -396,25 +574,41 @@ def main():
     def log(msg):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    t0 = time.time()
-    total = len(models)
+    stamp = {"date": datetime.date.today().isoformat(), "ptec": ptec_commit(), "cpu": f"{cpu_name()}, {os_cpus()} CPUs"}
+    earlier = []
+    if args.resume:
+        if not args.full:
+            sys.exit("zoo.py: --resume goes with --full")
+        saved = json.loads(COVERAGE.read_text()) if COVERAGE.exists() else {"versions": PINNED, "rows": []}
+        if saved["versions"] != PINNED:
+            sys.exit(f"zoo.py: {COVERAGE} was made with {saved['versions']}, not {PINNED}")
+        earlier = [r for r in saved["rows"] if r["model"] in models]
+        models = {k: v for k, v in models.items() if k not in {r["model"] for r in earlier}}
+        log(f"resuming: {len({r['model'] for r in earlier})} models done, {len(models)} to run")
 
     def write_coverage(rows):
-        """docs/model-coverage.md from the rows so far (rewritten after each
-        model, so that a run cut short leaves what it did)."""
+        """tests/zoo/coverage.json and docs/model-coverage.md from the rows
+        so far (rewritten after each model, so that a run cut short leaves
+        what it did and --resume can go on from there)."""
+        rows = earlier + [dict(r, **stamp) for r in rows]
+        COVERAGE.write_text(json.dumps({"versions": PINNED, "rows": rows}, indent=1) + "\n")
+        order = list(FULL)
+        rows = sorted(rows, key=lambda r: order.index(r["model"]) if r["model"] in order else len(order))
         done = len({r["model"] for r in rows})
-        cpu = cpu_name()
+        runs = {}
+        for r in rows:
+            runs.setdefault((r["date"], r["ptec"], r["cpu"]), set()).add(r["model"])
         doc = (
             "# Model coverage\n\n"
-            f"Generated by `tests/zoo/zoo.py --full` on {datetime.date.today().isoformat()} "
-            f"({', '.join(f'{k} {v}' for k, v in PINNED.items())}; {cpu}, {os_cpus()} CPUs), "
-            f"{done} of {total} models, in {(time.time() - t0) / 60:.0f} min. "
+            f"Generated by `tests/zoo/zoo.py --full` ({', '.join(f'{k} {v}' for k, v in PINNED.items())}): "
+            f"{done} of {len(FULL)} models. "
             "Each model is built with seeded random weights, exported portably and through the XNNPACK "
             "partitioner, bundled with eager PyTorch's outputs on two inputs and checked with `ptec check` "
             "on one and two threads (the last column: building the generated code and running the cases). "
             "`not built`: the model's constructor or PyTorch failed; `not exported`: ExecuTorch's exporter "
             "failed (neither counted against ptec).\n\n"
-            f"{summary(rows)}\n\n{table(rows)}\n"
+            + "".join(f"- {len(m)} models on {d}, ptec {c}, {cpu}\n" for (d, c, cpu), m in runs.items())
+            + f"\n{summary(rows)}\n\n{table(rows)}\n"
         )
         (REPO / "docs" / "model-coverage.md").write_text(doc)
 
@@ -448,6 +642,16 @@ def main():
     print(summary(rows))
     if args.full:
         write_coverage(rows)
+
+
+def ptec_commit():
+    """The commit the compiler was built from, `-dirty` if its crates have
+    changes (the harness's own do not count)."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    crates = ["compiler", "kernels", "runtime-min", "schema", "macros", "Cargo.lock"]
+    dirty = subprocess.run(git + ["status", "--porcelain", "--"] + crates, capture_output=True, text=True).stdout.strip()
+    return (head or "unknown") + ("-dirty" if dirty else "")
 
 
 def cpu_name():

@@ -30,6 +30,13 @@ fn tensor_bytes(bundle: &[u8], v: &TestValue) -> Vec<u8> {
     }
 }
 
+/// Little-endian f32s from their bytes.
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
 fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -157,11 +164,6 @@ fn given_a_cases_input_dumps_its_expected_output() {
         .filter(|l| l.trim_start().starts_with("instruction "))
         .count();
     assert_eq!(ranked, 6, "{stderr}");
-    let floats = |b: &[u8]| -> Vec<f32> {
-        b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    };
     let got = floats(&std::fs::read(dump.join("output0.bin")).unwrap());
     let want = floats(&raw(&case.expected[0]));
     assert_eq!(got.len(), want.len());
@@ -237,11 +239,6 @@ fn every_execution_gets_its_inputs_afresh() {
     assert!(ok, "{stderr}");
     assert_eq!(case.expected.len(), 2);
     for (i, expected) in case.expected.iter().enumerate() {
-        let floats = |b: &[u8]| -> Vec<f32> {
-            b.chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect()
-        };
         let got = floats(&std::fs::read(dump.join(format!("output{i}.bin"))).unwrap());
         let want = floats(&raw(expected));
         assert_eq!(got.len(), want.len());
