@@ -50,6 +50,8 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("breadth", "fixtures/breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_deconv", "fixtures/xnnpack_deconv.bpte", None, 1e-4, 1e-4),
+    ("video", "fixtures/video.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_video", "fixtures/xnnpack_video.bpte", None, 1e-4, 1e-4),
     // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).
     ("xnnpack_qs8_cnn", "fixtures/xnnpack_qs8_cnn.bpte", None, 0.0, 0.026),
     // ExecuTorch's runtime with XNNPACK, to the bit.

@@ -1,12 +1,13 @@
 //! `aten::convolution.out`: 1-d (`N, C, L`) and 2-d (`N, C, H, W`)
 //! convolution, regular or transposed, with stride, padding, dilation,
-//! output padding and groups (depthwise included).
+//! output padding and groups (depthwise included); 3-d (`N, C, T, H, W`,
+//! video models) regular only.
 //!
 //! Layouts are PyTorch's, contiguous row-major: input `[N, C_in, (H,) W]`;
 //! weight `[C_out, C_in / groups, (kH,) kW]` for a regular convolution and
 //! `[C_in, C_out / groups, (kH,) kW]` for a transposed one; bias `[C_out]`;
 //! output `[N, C_out, (H_out,) W_out]`. A 1-d convolution is run as a 2-d
-//! one with a height of 1.
+//! one with a height of 1, a 2-d one as a 3-d one with a depth of 1.
 //!
 //! `f32` paths: im2col into the caller's scratch followed by the blocked
 //! GEMM of [`crate::linear`] (1×1 stride-1 convolutions skip im2col); a
@@ -19,7 +20,8 @@ use crate::linear::{as_f32, as_f32_mut, gemm, gemm_bias, gemm_scratch_len, Bias}
 use crate::num::{AccFloat, Float, Sizes};
 use crate::{KernelError, KernelResult};
 
-/// The resolved geometry of one convolution (2-d; 1-d has `ih = kh = oh = 1`).
+/// The resolved geometry of one convolution (3-d; 2-d has `it = kt = ot = 1`
+/// and 1-d also `ih = kh = oh = 1`).
 #[derive(Clone, Copy, Debug)]
 struct Geom {
     n: usize,
@@ -38,8 +40,15 @@ struct Geom {
     pw: usize,
     dh: usize,
     dw: usize,
+    /// Depth (time): input, output, kernel, stride, padding, dilation.
+    it: usize,
+    ot: usize,
+    kt: usize,
+    st: usize,
+    pt: usize,
+    dt: usize,
     transposed: bool,
-    /// Rank of the input (3 or 4).
+    /// Rank of the input (3, 4 or 5).
     rank: usize,
 }
 
@@ -49,6 +58,17 @@ impl Geom {
     }
     fn cout_g(&self) -> usize {
         self.cout / self.groups
+    }
+    /// Elements of one input / output channel.
+    fn ivol(&self) -> usize {
+        self.it * self.ih * self.iw
+    }
+    fn ovol(&self) -> usize {
+        self.ot * self.oh * self.ow
+    }
+    /// Taps of one kernel channel.
+    fn taps(&self) -> usize {
+        self.kt * self.kh * self.kw
     }
 }
 
@@ -96,7 +116,8 @@ fn geometry(
     groups: usize,
 ) -> Option<Geom> {
     let rank = input_sizes.len();
-    if !(rank == 3 || rank == 4) || weight_sizes.len() != rank || groups == 0 {
+    // No transposed 3-d kernel yet: its shapes are refused.
+    if !(rank == 3 || rank == 4 || rank == 5 && !transposed) || weight_sizes.len() != rank || groups == 0 {
         return None;
     }
     let sd = rank - 2;
@@ -118,8 +139,9 @@ fn geometry(
     if bias_len.is_some_and(|l| l != cout) {
         return None;
     }
-    let mut sp = [(1usize, 1usize, 1usize, 1usize, 0usize, 1usize, 0usize); 2];
-    // (in, out, k, s, p, d, op) for (h, w); 1-d leaves h as the identity.
+    let mut sp = [(1usize, 1usize, 1usize, 1usize, 0usize, 1usize, 0usize); 3];
+    // (in, out, k, s, p, d, op) for (t, h, w); fewer dims leave the leading
+    // ones as the identity.
     for i in 0..sd {
         let inp = input_sizes[2 + i];
         let k = weight_sizes[2 + i];
@@ -134,9 +156,9 @@ fn geometry(
             return None;
         }
         let o = out_len(inp, k, s, p, d, op, transposed)?;
-        sp[2 - sd + i] = (inp, o, k, s, p, d, op);
+        sp[3 - sd + i] = (inp, o, k, s, p, d, op);
     }
-    let [(ih, oh, kh, sh, ph, dh, _), (iw, ow, kw, sw, pw, dw, _)] = sp;
+    let [(it, ot, kt, st, pt, dt, _), (ih, oh, kh, sh, ph, dh, _), (iw, ow, kw, sw, pw, dw, _)] = sp;
     Some(Geom {
         n,
         cin,
@@ -154,6 +176,12 @@ fn geometry(
         pw,
         dh,
         dw,
+        it,
+        ot,
+        kt,
+        st,
+        pt,
+        dt,
         transposed,
         rank,
     })
@@ -161,7 +189,8 @@ fn geometry(
 
 /// Output sizes of `aten::convolution` (see [`convolution`] for the
 /// arguments; `bias_len` is the bias length if there is one), or `None`
-/// when the shapes are invalid: input rank not 3 or 4, weight rank
+/// when the shapes are invalid: input rank not 3, 4 or 5 (5: regular
+/// only), weight rank
 /// different, channels not divisible by `groups`, a zero stride, dilation
 /// or kernel size, `stride`/`padding`/`dilation`/`output_padding` lists not
 /// of length 1 or the spatial rank, transposed `output_padding` not smaller
@@ -192,10 +221,10 @@ pub fn conv_output_sizes(
         output_padding,
         groups,
     )?;
-    if g.rank == 3 {
-        Sizes::new(&[g.n, g.cout, g.ow])
-    } else {
-        Sizes::new(&[g.n, g.cout, g.oh, g.ow])
+    match g.rank {
+        3 => Sizes::new(&[g.n, g.cout, g.ow]),
+        4 => Sizes::new(&[g.n, g.cout, g.oh, g.ow]),
+        _ => Sizes::new(&[g.n, g.cout, g.ot, g.oh, g.ow]),
     }
 }
 
@@ -215,9 +244,9 @@ enum Path {
 fn path(g: &Geom) -> Path {
     if g.transposed {
         Path::Transposed
-    } else if g.cin_g() == 1 {
+    } else if g.cin_g() == 1 && g.rank < 5 {
         Path::Depthwise
-    } else if g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 {
+    } else if g.taps() == 1 && g.st == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.ph == 0 && g.pw == 0 {
         Path::Pointwise
     } else {
         Path::Im2col
@@ -229,10 +258,10 @@ fn scratch_parts(g: &Geom) -> (usize, usize) {
     let kk = g.kh * g.kw;
     match path(g) {
         Path::Depthwise => (0, 0),
-        Path::Pointwise => (0, gemm_scratch_len(g.cout_g(), g.oh * g.ow, g.cin_g())),
+        Path::Pointwise => (0, gemm_scratch_len(g.cout_g(), g.ovol(), g.cin_g())),
         Path::Im2col => {
-            let k = g.cin_g() * kk;
-            (k * g.oh * g.ow, gemm_scratch_len(g.cout_g(), g.oh * g.ow, k))
+            let k = g.cin_g() * g.taps();
+            (k * g.ovol(), gemm_scratch_len(g.cout_g(), g.ovol(), k))
         }
         Path::Transposed => {
             let m = g.cout_g() * kk;
@@ -313,13 +342,13 @@ pub fn convolution<T: Float>(
         groups,
     )
     .ok_or(KernelError::ShapeMismatch)?;
-    let in_len = g.n * g.cin * g.ih * g.iw;
+    let in_len = g.n * g.cin * g.ivol();
     let w_len = if g.transposed {
-        g.cin * g.cout_g() * g.kh * g.kw
+        g.cin * g.cout_g() * g.taps()
     } else {
-        g.cout * g.cin_g() * g.kh * g.kw
+        g.cout * g.cin_g() * g.taps()
     };
-    let out_len = g.n * g.cout * g.oh * g.ow;
+    let out_len = g.n * g.cout * g.ovol();
     if input.len() < in_len || weight.len() < w_len || out.len() < out_len {
         return Err(KernelError::ShapeMismatch);
     }
@@ -577,7 +606,7 @@ unsafe fn depthwise_f32_avx2(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]
 
 /// 1×1, stride 1, unpadded: `out_g = W_g · x_g` per batch and group.
 fn pointwise_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32], scratch: &mut [f32]) {
-    let hw = g.oh * g.ow;
+    let hw = g.ovol();
     let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
     for ni in 0..g.n {
         for gi in 0..g.groups {
@@ -591,37 +620,51 @@ fn pointwise_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [
 }
 
 /// Writes the im2col matrix of batch `ni`, group `gi` into `col`
-/// (`(cin_g·kh·kw) × (oh·ow)`, row `(c·kh + i)·kw + j`).
+/// (`(cin_g·kt·kh·kw) × (ot·oh·ow)`, row `((c·kt + t)·kh + i)·kw + j`).
 fn im2col(g: &Geom, x: &[f32], ni: usize, gi: usize, col: &mut [f32]) {
     let (ihw, ohw) = (g.ih * g.iw, g.oh * g.ow);
-    let cin_g = g.cin_g();
+    let (cin_g, ovol) = (g.cin_g(), g.ovol());
     let mut r = 0;
     for c in 0..cin_g {
-        let plane = &x[(ni * g.cin + gi * cin_g + c) * ihw..][..ihw];
-        for i in 0..g.kh {
-            for j in 0..g.kw {
-                let row = &mut col[r * ohw..(r + 1) * ohw];
-                r += 1;
-                let off = (j * g.dw) as isize - g.pw as isize;
-                let (lo, hi) = valid_range(off, g.sw, g.iw, g.ow);
-                for (oy, dst) in row.chunks_exact_mut(g.ow).enumerate() {
-                    let iy = (oy * g.sh + i * g.dh) as isize - g.ph as isize;
-                    if iy < 0 || iy >= g.ih as isize || lo >= hi {
-                        dst.fill(0.0);
-                        continue;
-                    }
-                    let irow = &plane[iy as usize * g.iw..][..g.iw];
-                    dst[..lo].fill(0.0);
-                    dst[hi..].fill(0.0);
-                    let start = ((lo * g.sw) as isize + off) as usize;
-                    if g.sw == 1 {
-                        dst[lo..hi].copy_from_slice(&irow[start..start + (hi - lo)]);
-                    } else {
-                        for (d, &v) in dst[lo..hi].iter_mut().zip(irow[start..].iter().step_by(g.sw)) {
-                            *d = v;
+        let volume = &x[(ni * g.cin + gi * cin_g + c) * g.ivol()..][..g.ivol()];
+        for t in 0..g.kt {
+            for i in 0..g.kh {
+                for j in 0..g.kw {
+                    let row = &mut col[r * ovol..(r + 1) * ovol];
+                    r += 1;
+                    for (oz, dst) in row.chunks_exact_mut(ohw).enumerate() {
+                        let iz = (oz * g.st + t * g.dt) as isize - g.pt as isize;
+                        if iz < 0 || iz >= g.it as isize {
+                            dst.fill(0.0);
+                        } else {
+                            im2col_row(g, &volume[iz as usize * ihw..][..ihw], i, j, dst);
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// One (oh·ow) im2col row: tap (`i`, `j`) of input plane `plane`.
+fn im2col_row(g: &Geom, plane: &[f32], i: usize, j: usize, row: &mut [f32]) {
+    let off = (j * g.dw) as isize - g.pw as isize;
+    let (lo, hi) = valid_range(off, g.sw, g.iw, g.ow);
+    for (oy, dst) in row.chunks_exact_mut(g.ow).enumerate() {
+        let iy = (oy * g.sh + i * g.dh) as isize - g.ph as isize;
+        if iy < 0 || iy >= g.ih as isize || lo >= hi {
+            dst.fill(0.0);
+            continue;
+        }
+        let irow = &plane[iy as usize * g.iw..][..g.iw];
+        dst[..lo].fill(0.0);
+        dst[hi..].fill(0.0);
+        let start = ((lo * g.sw) as isize + off) as usize;
+        if g.sw == 1 {
+            dst[lo..hi].copy_from_slice(&irow[start..start + (hi - lo)]);
+        } else {
+            for (d, &v) in dst[lo..hi].iter_mut().zip(irow[start..].iter().step_by(g.sw)) {
+                *d = v;
             }
         }
     }
@@ -636,9 +679,9 @@ fn im2col_conv_f32(
     col: &mut [f32],
     scratch: &mut [f32],
 ) {
-    let ohw = g.oh * g.ow;
+    let ohw = g.ovol();
     let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
-    let k = cin_g * g.kh * g.kw;
+    let k = cin_g * g.taps();
     for ni in 0..g.n {
         for gi in 0..g.groups {
             im2col(g, x, ni, gi, col);
@@ -713,35 +756,46 @@ fn out_range(off: isize, s: usize, in_len: usize, out_len: usize) -> (usize, usi
 
 /// Direct regular convolution for any float type.
 fn regular_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, o: &mut [T]) {
-    let (ihw, ohw, kk) = (g.ih * g.iw, g.oh * g.ow, g.kh * g.kw);
+    let (ihw, ivol, ovol, taps) = (g.ih * g.iw, g.ivol(), g.ovol(), g.taps());
     let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
+    // The input index a tap reads along one dim, if inside.
+    let src = |o: usize, k: usize, s: usize, p: usize, d: usize, len: usize| {
+        let i = (o * s + k * d) as isize - p as isize;
+        (i >= 0 && i < len as isize).then_some(i as usize)
+    };
     for ni in 0..g.n {
         for oc in 0..g.cout {
             let gi = oc / cout_g;
-            let wo = &w[oc * cin_g * kk..][..cin_g * kk];
+            let wo = &w[oc * cin_g * taps..][..cin_g * taps];
             let b0 = bias.map_or(T::Acc::ZERO, |b| b[oc].to_acc());
-            let oplane = &mut o[(ni * g.cout + oc) * ohw..][..ohw];
-            for oy in 0..g.oh {
-                for ox in 0..g.ow {
-                    let mut acc = b0;
-                    for c in 0..cin_g {
-                        let plane = &x[(ni * g.cin + gi * cin_g + c) * ihw..][..ihw];
-                        for i in 0..g.kh {
-                            let iy = (oy * g.sh + i * g.dh) as isize - g.ph as isize;
-                            if iy < 0 || iy >= g.ih as isize {
-                                continue;
-                            }
-                            for j in 0..g.kw {
-                                let ix = (ox * g.sw + j * g.dw) as isize - g.pw as isize;
-                                if ix < 0 || ix >= g.iw as isize {
+            let ovolume = &mut o[(ni * g.cout + oc) * ovol..][..ovol];
+            for oz in 0..g.ot {
+                for oy in 0..g.oh {
+                    for ox in 0..g.ow {
+                        let mut acc = b0;
+                        for c in 0..cin_g {
+                            let volume = &x[(ni * g.cin + gi * cin_g + c) * ivol..][..ivol];
+                            let wc = &wo[c * taps..][..taps];
+                            for t in 0..g.kt {
+                                let Some(iz) = src(oz, t, g.st, g.pt, g.dt, g.it) else {
                                     continue;
+                                };
+                                for i in 0..g.kh {
+                                    let Some(iy) = src(oy, i, g.sh, g.ph, g.dh, g.ih) else {
+                                        continue;
+                                    };
+                                    for j in 0..g.kw {
+                                        let Some(ix) = src(ox, j, g.sw, g.pw, g.dw, g.iw) else {
+                                            continue;
+                                        };
+                                        acc += volume[iz * ihw + iy * g.iw + ix].to_acc()
+                                            * wc[(t * g.kh + i) * g.kw + j].to_acc();
+                                    }
                                 }
-                                acc += plane[iy as usize * g.iw + ix as usize].to_acc()
-                                    * wo[(c * g.kh + i) * g.kw + j].to_acc();
                             }
                         }
+                        ovolume[(oz * g.oh + oy) * g.ow + ox] = T::from_acc(acc);
                     }
-                    oplane[oy * g.ow + ox] = T::from_acc(acc);
                 }
             }
         }
@@ -1464,5 +1518,125 @@ mod tests {
             run_case::<f16>(&c, &mut rng, 1e-2);
             run_case::<bf16>(&c, &mut rng, 5e-2);
         }
+    }
+
+    /// 3-d (video) convolution against an independent f64 loop nest, over
+    /// random geometries: strides, padding, dilation, groups (depthwise
+    /// included), 1×1×1 kernels (the pointwise path), f32 and f16.
+    #[test]
+    fn three_d_matches_a_direct_loop_nest() {
+        let mut seed = 31u64;
+        let mut pick = |n: u64| crate::testing::rng(&mut seed) % n;
+        let mut rng = Lcg(5);
+        for case in 0..60 {
+            let groups = [1, 1, 2, 4][pick(4) as usize] as usize;
+            let cin = groups * (1 + pick(3) as usize);
+            let cout = groups * (1 + pick(3) as usize);
+            let n = 1 + pick(2) as usize;
+            let k: [usize; 3] = core::array::from_fn(|_| 1 + pick(3) as usize);
+            let s: [usize; 3] = core::array::from_fn(|_| 1 + pick(2) as usize);
+            let d: [usize; 3] = core::array::from_fn(|_| 1 + pick(2) as usize);
+            let p: [usize; 3] = core::array::from_fn(|i| pick(k[i] as u64) as usize);
+            let i: [usize; 3] = core::array::from_fn(|j| d[j] * (k[j] - 1) + 1 + pick(5) as usize);
+            let o: [usize; 3] = core::array::from_fn(|j| (i[j] + 2 * p[j] - d[j] * (k[j] - 1) - 1) / s[j] + 1);
+            let (cin_g, cout_g) = (cin / groups, cout / groups);
+            let x = rng.vec(n * cin * i[0] * i[1] * i[2]);
+            let w = rng.vec(cout * cin_g * k[0] * k[1] * k[2]);
+            let b = rng.vec(cout);
+            let bias = case % 3 != 0;
+            let mut want = vec![0.0f64; n * cout * o[0] * o[1] * o[2]];
+            for ni in 0..n {
+                for oc in 0..cout {
+                    let gi = oc / cout_g;
+                    for oz in 0..o[0] {
+                        for oy in 0..o[1] {
+                            for ox in 0..o[2] {
+                                let mut acc = if bias { b[oc] as f64 } else { 0.0 };
+                                for c in 0..cin_g {
+                                    for (t, u, v) in (0..k[0])
+                                        .flat_map(|t| (0..k[1]).flat_map(move |u| (0..k[2]).map(move |v| (t, u, v))))
+                                    {
+                                        let z = (oz * s[0] + t * d[0]) as isize - p[0] as isize;
+                                        let y = (oy * s[1] + u * d[1]) as isize - p[1] as isize;
+                                        let xx = (ox * s[2] + v * d[2]) as isize - p[2] as isize;
+                                        if z < 0 || y < 0 || xx < 0 {
+                                            continue;
+                                        }
+                                        let (z, y, xx) = (z as usize, y as usize, xx as usize);
+                                        if z >= i[0] || y >= i[1] || xx >= i[2] {
+                                            continue;
+                                        }
+                                        let ic = gi * cin_g + c;
+                                        let xv = x[(((ni * cin + ic) * i[0] + z) * i[1] + y) * i[2] + xx];
+                                        let wv = w[(((oc * cin_g + c) * k[0] + t) * k[1] + u) * k[2] + v];
+                                        acc += xv as f64 * wv as f64;
+                                    }
+                                }
+                                want[(((ni * cout + oc) * o[0] + oz) * o[1] + oy) * o[2] + ox] = acc;
+                            }
+                        }
+                    }
+                }
+            }
+            let isz = [n, cin, i[0], i[1], i[2]];
+            let wsz = [cout, cin_g, k[0], k[1], k[2]];
+            let osz = conv_output_sizes(&isz, &wsz, bias.then_some(cout), &s, &p, &d, false, &[0], groups).unwrap();
+            assert_eq!(osz.as_slice(), &[n, cout, o[0], o[1], o[2]]);
+            let mut scratch = vec![0.0f32; conv_scratch_len(&isz, &wsz, &s, &p, &d, false, &[0], groups)];
+            // In T: the data rounded to T, the result back in f32.
+            fn run<T: Float>(
+                data: [&[f32]; 3],
+                bias: bool,
+                sizes: [&[usize]; 2],
+                window: [&[usize]; 3],
+                groups: usize,
+                out_len: usize,
+                scratch: &mut [f32],
+            ) -> Vec<f32> {
+                let [x, w, b] = data.map(|v| v.iter().map(|&a| T::from_f64(a as f64)).collect::<Vec<T>>());
+                let [s, p, d] = window;
+                let mut out = vec![T::from_f64(f64::NAN); out_len];
+                let bv = bias.then_some(&b[..]);
+                convolution(
+                    &x,
+                    sizes[0],
+                    &w,
+                    sizes[1],
+                    bv,
+                    s,
+                    p,
+                    d,
+                    false,
+                    &[0],
+                    groups,
+                    &mut out,
+                    scratch,
+                )
+                .unwrap();
+                out.iter().map(|v| v.to_f64() as f32).collect()
+            }
+            let data = [&x[..], &w[..], &b[..]];
+            let (sizes, window) = ([&isz[..], &wsz[..]], [&s[..], &p[..], &d[..]]);
+            let out = run::<f32>(data, bias, sizes, window, groups, want.len(), &mut scratch);
+            crate::testing::check(&out, &want, cin_g * k[0] * k[1] * k[2]);
+            let out = run::<f16>(data, bias, sizes, window, groups, want.len(), &mut []);
+            for (g, w) in out.iter().zip(&want) {
+                let g = *g as f64;
+                assert!((g - w).abs() <= 2e-2 * (1.0 + w.abs()), "case {case}: {g} vs {w}");
+            }
+        }
+        // Transposed 3-d convolution has no kernel: its shapes are refused.
+        assert!(conv_output_sizes(
+            &[1, 2, 3, 3, 3],
+            &[2, 2, 2, 2, 2],
+            None,
+            &[1],
+            &[0],
+            &[1],
+            true,
+            &[0],
+            1
+        )
+        .is_none());
     }
 }

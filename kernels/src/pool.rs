@@ -1,10 +1,14 @@
-//! 2-d pooling: `aten::max_pool2d_with_indices.out`, `aten::max_pool2d`,
-//! `aten::avg_pool2d.out` and `aten::_adaptive_avg_pool2d.out`.
+//! 2-d and 3-d pooling: `aten::max_pool2d_with_indices.out`,
+//! `aten::max_pool2d`, `aten::avg_pool2d.out`,
+//! `aten::_adaptive_avg_pool2d.out`, `aten::max_pool3d_with_indices.out`
+//! and `aten::avg_pool3d.out`.
 //!
-//! Inputs are contiguous `[N, C, H, W]` or `[C, H, W]`; every `H × W` plane
-//! is pooled independently into an `H_out × W_out` plane of the output.
+//! Inputs are contiguous `[N, C, H, W]` or `[C, H, W]` (3-d: `[N, C, T, H,
+//! W]` or `[C, T, H, W]`); every `H × W` plane (`T × H × W` volume) is
+//! pooled independently into an `H_out × W_out` plane of the output.
 //! `kernel_size`, `stride`, `padding` and `dilation` hold one value (for
-//! both dims) or two (`[h, w]`); an empty `stride` means `kernel_size`.
+//! every dim) or one per dim; an empty `stride` means `kernel_size`. A 2-d
+//! pooling is a 3-d one with a window of depth 1.
 
 use crate::num::{AccFloat, Element, Float, Sizes};
 use crate::{KernelError, KernelResult};
@@ -20,10 +24,12 @@ struct Dim {
     d: usize,
 }
 
-/// The resolved geometry of a pooling: `planes` independent planes.
+/// The resolved geometry of a pooling: `planes` independent planes (or
+/// volumes; `t` is the identity in 2-d).
 #[derive(Clone, Copy, Debug)]
 struct Geom {
     planes: usize,
+    t: Dim,
     h: Dim,
     w: Dim,
 }
@@ -56,76 +62,81 @@ pub fn pooling_output_len(
     usize::try_from(out).ok()
 }
 
-/// One- or two-element parameter list to `(h, w)`; empty gives `default`.
-fn pair(list: &[usize], default: Option<(usize, usize)>) -> Option<(usize, usize)> {
-    match *list {
-        [] => default,
-        [v] => Some((v, v)),
-        [h, w] => Some((h, w)),
+/// A parameter list for `n` (2 or 3) spatial dims to `[t, h, w]`: one
+/// value for every dim or one per dim; empty gives `default`. In 2-d, `t`
+/// is `identity`.
+fn dims(list: &[usize], n: usize, identity: usize, default: Option<[usize; 3]>) -> Option<[usize; 3]> {
+    match (n, list) {
+        (_, []) => default,
+        (2, [v]) => Some([identity, *v, *v]),
+        (2, [h, w]) => Some([identity, *h, *w]),
+        (3, [v]) => Some([*v, *v, *v]),
+        (3, [t, h, w]) => Some([*t, *h, *w]),
         _ => None,
     }
 }
 
-/// `(planes, H, W)` of a 3-d or 4-d input with non-empty planes.
-fn planes_hw(input_sizes: &[usize]) -> Option<(usize, usize, usize)> {
-    let (planes, h, w) = match *input_sizes {
-        [c, h, w] => (c, h, w),
-        [n, c, h, w] => (n.checked_mul(c)?, h, w),
-        _ => return None,
-    };
-    // PyTorch requires non-zero dims except the batch.
-    let c = input_sizes[input_sizes.len() - 3];
-    if c == 0 || h == 0 || w == 0 {
+/// `(planes, [T, H, W])` of an input of `n` (2 or 3) spatial dims, with or
+/// without a batch, with non-empty planes (`T` is 1 in 2-d).
+fn planes_of(input_sizes: &[usize], n: usize) -> Option<(usize, [usize; 3])> {
+    let r = input_sizes.len();
+    if r != n + 1 && r != n + 2 {
         return None;
     }
-    Some((planes, h, w))
+    let planes = input_sizes[..r - n].iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    let mut thw = [1usize; 3];
+    thw[3 - n..].copy_from_slice(&input_sizes[r - n..]);
+    // PyTorch requires non-zero dims except the batch.
+    if input_sizes[r - n - 1] == 0 || thw.contains(&0) {
+        return None;
+    }
+    Some((planes, thw))
 }
 
 fn geometry(
     input_sizes: &[usize],
+    n: usize,
     kernel_size: &[usize],
     stride: &[usize],
     padding: &[usize],
     dilation: &[usize],
     ceil_mode: bool,
 ) -> Option<Geom> {
-    let (planes, ih, iw) = planes_hw(input_sizes)?;
-    let (kh, kw) = pair(kernel_size, None)?;
-    let (sh, sw) = pair(stride, Some((kh, kw)))?;
-    let (ph, pw) = pair(padding, None)?;
-    let (dh, dw) = pair(dilation, None)?;
-    // "pad should be at most half of effective kernel size"
-    if ph > kh / 2 || pw > kw / 2 {
-        return None;
-    }
-    let oh = pooling_output_len(ih, kh, sh, ph, dh, ceil_mode)?;
-    let ow = pooling_output_len(iw, kw, sw, pw, dw, ceil_mode)?;
+    let (planes, inp) = planes_of(input_sizes, n)?;
+    let k = dims(kernel_size, n, 1, None)?;
+    let s = dims(stride, n, 1, Some(k))?;
+    let p = dims(padding, n, 0, None)?;
+    let d = dims(dilation, n, 1, None)?;
+    let dim = |i: usize| -> Option<Dim> {
+        // "pad should be at most half of effective kernel size"
+        if p[i] > k[i] / 2 {
+            return None;
+        }
+        let out = pooling_output_len(inp[i], k[i], s[i], p[i], d[i], ceil_mode)?;
+        Some(Dim {
+            inp: inp[i],
+            out,
+            k: k[i],
+            s: s[i],
+            p: p[i],
+            d: d[i],
+        })
+    };
     Some(Geom {
         planes,
-        h: Dim {
-            inp: ih,
-            out: oh,
-            k: kh,
-            s: sh,
-            p: ph,
-            d: dh,
-        },
-        w: Dim {
-            inp: iw,
-            out: ow,
-            k: kw,
-            s: sw,
-            p: pw,
-            d: dw,
-        },
+        t: dim(0)?,
+        h: dim(1)?,
+        w: dim(2)?,
     })
 }
 
-fn out_sizes(input_sizes: &[usize], oh: usize, ow: usize) -> Option<Sizes> {
+/// The input's sizes with the last `spatial.len()` replaced.
+fn out_sizes(input_sizes: &[usize], spatial: &[usize]) -> Option<Sizes> {
     let mut s = Sizes::new(input_sizes)?;
     let r = s.rank();
-    s.set(r - 2, oh);
-    s.set(r - 1, ow);
+    for (i, &v) in spatial.iter().enumerate() {
+        s.set(r - spatial.len() + i, v);
+    }
     Some(s)
 }
 
@@ -142,8 +153,37 @@ pub fn max_pool2d_output_sizes(
     dilation: &[usize],
     ceil_mode: bool,
 ) -> Option<Sizes> {
-    let g = geometry(input_sizes, kernel_size, stride, padding, dilation, ceil_mode)?;
-    out_sizes(input_sizes, g.h.out, g.w.out)
+    let g = geometry(input_sizes, 2, kernel_size, stride, padding, dilation, ceil_mode)?;
+    out_sizes(input_sizes, &[g.h.out, g.w.out])
+}
+
+/// Output sizes of `aten::max_pool3d(_with_indices)`: as
+/// [`max_pool2d_output_sizes`] over `[N, C, T, H, W]` or `[C, T, H, W]`.
+pub fn max_pool3d_output_sizes(
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    ceil_mode: bool,
+) -> Option<Sizes> {
+    let g = geometry(input_sizes, 3, kernel_size, stride, padding, dilation, ceil_mode)?;
+    out_sizes(input_sizes, &[g.t.out, g.h.out, g.w.out])
+}
+
+/// Output sizes of `aten::avg_pool3d`: as [`avg_pool2d_output_sizes`] in 3-d.
+pub fn avg_pool3d_output_sizes(
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    ceil_mode: bool,
+    divisor_override: Option<i64>,
+) -> Option<Sizes> {
+    if divisor_override == Some(0) {
+        return None;
+    }
+    max_pool3d_output_sizes(input_sizes, kernel_size, stride, padding, &[1], ceil_mode)
 }
 
 /// Output sizes of `aten::avg_pool2d` (as [`max_pool2d_output_sizes`] with
@@ -162,69 +202,77 @@ pub fn avg_pool2d_output_sizes(
     max_pool2d_output_sizes(input_sizes, kernel_size, stride, padding, &[1], ceil_mode)
 }
 
-/// Shared max-pool loop; `indices` is written when given.
-#[allow(clippy::too_many_arguments)]
+/// The taps of a (dilated) window along one dim that lie inside the
+/// input: `first, first + d, …` below `end`.
+fn taps(dim: &Dim, o: usize) -> (isize, isize) {
+    let start = (o * dim.s) as isize - dim.p as isize;
+    let end = (start + ((dim.k - 1) * dim.d) as isize + 1).min(dim.inp as isize);
+    let mut first = start;
+    while first < 0 {
+        first += dim.d as isize;
+    }
+    (first, end)
+}
+
+/// Shared max-pool loop over `n` (2 or 3) spatial dims; `indices` is
+/// written when given.
 fn max_pool_impl<T: Element>(
     input: &[T],
     input_sizes: &[usize],
-    kernel_size: &[usize],
-    stride: &[usize],
-    padding: &[usize],
-    dilation: &[usize],
-    ceil_mode: bool,
+    n: usize,
+    (kernel_size, stride, padding, dilation, ceil_mode): (&[usize], &[usize], &[usize], &[usize], bool),
     out: &mut [T],
     mut indices: Option<&mut [i64]>,
 ) -> KernelResult {
-    let g =
-        geometry(input_sizes, kernel_size, stride, padding, dilation, ceil_mode).ok_or(KernelError::ShapeMismatch)?;
-    let (h, w) = (g.h, g.w);
-    let (ihw, ohw) = (h.inp * w.inp, h.out * w.out);
-    if input.len() < g.planes * ihw
-        || out.len() < g.planes * ohw
-        || indices.as_ref().is_some_and(|ix| ix.len() < g.planes * ohw)
+    let g = geometry(input_sizes, n, kernel_size, stride, padding, dilation, ceil_mode)
+        .ok_or(KernelError::ShapeMismatch)?;
+    let (t, h, w) = (g.t, g.h, g.w);
+    let (ivol, ovol) = (t.inp * h.inp * w.inp, t.out * h.out * w.out);
+    if input.len() < g.planes * ivol
+        || out.len() < g.planes * ovol
+        || indices.as_ref().is_some_and(|ix| ix.len() < g.planes * ovol)
     {
         return Err(KernelError::ShapeMismatch);
     }
     let neg_inf = T::from_f64(f64::NEG_INFINITY);
+    let (hi, wi) = (h.inp as isize, w.inp as isize);
+    let mut o = 0;
     for pl in 0..g.planes {
-        let plane = &input[pl * ihw..(pl + 1) * ihw];
-        for oy in 0..h.out {
-            // First tap row inside the input, and the end of the window.
-            let y0 = (oy * h.s) as isize - h.p as isize;
-            let yend = (y0 + ((h.k - 1) * h.d) as isize + 1).min(h.inp as isize);
-            let mut ys = y0;
-            while ys < 0 {
-                ys += h.d as isize;
-            }
-            for ox in 0..w.out {
-                let x0 = (ox * w.s) as isize - w.p as isize;
-                let xend = (x0 + ((w.k - 1) * w.d) as isize + 1).min(w.inp as isize);
-                let mut xs = x0;
-                while xs < 0 {
-                    xs += w.d as isize;
-                }
-                let mut best = neg_inf;
-                let mut best_ix = ys * w.inp as isize + xs;
-                let mut y = ys;
-                while y < yend {
-                    let row = &plane[y as usize * w.inp..(y as usize + 1) * w.inp];
-                    let mut x = xs;
-                    while x < xend {
-                        let v = row[x as usize];
-                        // `v != v` is NaN: a NaN always wins (the last one).
-                        #[allow(clippy::eq_op)]
-                        if v > best || v != v {
-                            best = v;
-                            best_ix = y * w.inp as isize + x;
+        let volume = &input[pl * ivol..(pl + 1) * ivol];
+        for oz in 0..t.out {
+            let (zs, zend) = taps(&t, oz);
+            for oy in 0..h.out {
+                let (ys, yend) = taps(&h, oy);
+                for ox in 0..w.out {
+                    let (xs, xend) = taps(&w, ox);
+                    let mut best = neg_inf;
+                    let mut best_ix = (zs * hi + ys) * wi + xs;
+                    let mut z = zs;
+                    while z < zend {
+                        let mut y = ys;
+                        while y < yend {
+                            let at = (z * hi + y) * wi;
+                            let row = &volume[at as usize..(at + wi) as usize];
+                            let mut x = xs;
+                            while x < xend {
+                                let v = row[x as usize];
+                                // `v != v` is NaN: a NaN always wins (the last one).
+                                #[allow(clippy::eq_op)]
+                                if v > best || v != v {
+                                    best = v;
+                                    best_ix = at + x;
+                                }
+                                x += w.d as isize;
+                            }
+                            y += h.d as isize;
                         }
-                        x += w.d as isize;
+                        z += t.d as isize;
                     }
-                    y += h.d as isize;
-                }
-                let o = pl * ohw + oy * w.out + ox;
-                out[o] = best;
-                if let Some(ix) = indices.as_deref_mut() {
-                    ix[o] = best_ix as i64;
+                    out[o] = best;
+                    if let Some(ix) = indices.as_deref_mut() {
+                        ix[o] = best_ix as i64;
+                    }
+                    o += 1;
                 }
             }
         }
@@ -255,17 +303,28 @@ pub fn max_pool2d_with_indices<T: Element>(
     out: &mut [T],
     indices: &mut [i64],
 ) -> KernelResult {
-    max_pool_impl(
-        input,
-        input_sizes,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        ceil_mode,
-        out,
-        Some(indices),
-    )
+    let window = (kernel_size, stride, padding, dilation, ceil_mode);
+    max_pool_impl(input, input_sizes, 2, window, out, Some(indices))
+}
+
+/// `aten::max_pool3d_with_indices.out(self, kernel_size, stride, padding,
+/// dilation, ceil_mode, out, indices)`: [`max_pool2d_with_indices`] over
+/// `[N, C, T, H, W]` or `[C, T, H, W]`, `indices` holding the position in
+/// the flattened `T × H × W` volume (`(z · H + y) · W + x`).
+#[allow(clippy::too_many_arguments)]
+pub fn max_pool3d_with_indices<T: Element>(
+    input: &[T],
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    dilation: &[usize],
+    ceil_mode: bool,
+    out: &mut [T],
+    indices: &mut [i64],
+) -> KernelResult {
+    let window = (kernel_size, stride, padding, dilation, ceil_mode);
+    max_pool_impl(input, input_sizes, 3, window, out, Some(indices))
 }
 
 /// `aten::max_pool2d(self, kernel_size, stride, padding, dilation,
@@ -281,17 +340,8 @@ pub fn max_pool2d<T: Element>(
     ceil_mode: bool,
     out: &mut [T],
 ) -> KernelResult {
-    max_pool_impl(
-        input,
-        input_sizes,
-        kernel_size,
-        stride,
-        padding,
-        dilation,
-        ceil_mode,
-        out,
-        None,
-    )
+    let window = (kernel_size, stride, padding, dilation, ceil_mode);
+    max_pool_impl(input, input_sizes, 2, window, out, None)
 }
 
 /// `aten::avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode,
@@ -315,48 +365,88 @@ pub fn avg_pool2d<T: Float>(
     divisor_override: Option<i64>,
     out: &mut [T],
 ) -> KernelResult {
+    let window = (kernel_size, stride, padding, ceil_mode);
+    avg_pool_impl(input, input_sizes, 2, window, count_include_pad, divisor_override, out)
+}
+
+/// `aten::avg_pool3d.out(self, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad, divisor_override, out)`: [`avg_pool2d`] over `[N, C,
+/// T, H, W]` or `[C, T, H, W]`, the window's size being its volume.
+#[allow(clippy::too_many_arguments)]
+pub fn avg_pool3d<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    kernel_size: &[usize],
+    stride: &[usize],
+    padding: &[usize],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Option<i64>,
+    out: &mut [T],
+) -> KernelResult {
+    let window = (kernel_size, stride, padding, ceil_mode);
+    avg_pool_impl(input, input_sizes, 3, window, count_include_pad, divisor_override, out)
+}
+
+/// The in-bounds range of one window along `dim` and the size of its part
+/// inside the padded input.
+fn avg_range(dim: &Dim, o: usize) -> (isize, isize, isize) {
+    let (inp, p) = (dim.inp as isize, dim.p as isize);
+    let start = (o * dim.s) as isize - p;
+    let end = (start + dim.k as isize).min(inp + p);
+    (start.max(0), end.min(inp), end - start)
+}
+
+fn avg_pool_impl<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    n: usize,
+    (kernel_size, stride, padding, ceil_mode): (&[usize], &[usize], &[usize], bool),
+    count_include_pad: bool,
+    divisor_override: Option<i64>,
+    out: &mut [T],
+) -> KernelResult {
     if divisor_override == Some(0) {
         return Err(KernelError::ShapeMismatch);
     }
-    let g = geometry(input_sizes, kernel_size, stride, padding, &[1], ceil_mode).ok_or(KernelError::ShapeMismatch)?;
-    let (h, w) = (g.h, g.w);
-    let (ihw, ohw) = (h.inp * w.inp, h.out * w.out);
-    if input.len() < g.planes * ihw || out.len() < g.planes * ohw {
+    let g =
+        geometry(input_sizes, n, kernel_size, stride, padding, &[1], ceil_mode).ok_or(KernelError::ShapeMismatch)?;
+    let (t, h, w) = (g.t, g.h, g.w);
+    let (ivol, ovol) = (t.inp * h.inp * w.inp, t.out * h.out * w.out);
+    if input.len() < g.planes * ivol || out.len() < g.planes * ovol {
         return Err(KernelError::ShapeMismatch);
     }
-    let (ihi, iwi, phi, pwi) = (h.inp as isize, w.inp as isize, h.p as isize, w.p as isize);
+    let mut o = 0;
     for pl in 0..g.planes {
-        let plane = &input[pl * ihw..(pl + 1) * ihw];
-        for oy in 0..h.out {
-            let mut y0 = (oy * h.s) as isize - phi;
-            let mut y1 = (y0 + h.k as isize).min(ihi + phi);
-            let ph_size = y1 - y0;
-            y0 = y0.max(0);
-            y1 = y1.min(ihi);
-            for ox in 0..w.out {
-                let mut x0 = (ox * w.s) as isize - pwi;
-                let mut x1 = (x0 + w.k as isize).min(iwi + pwi);
-                let pool_size = ph_size * (x1 - x0);
-                x0 = x0.max(0);
-                x1 = x1.min(iwi);
-                let o = &mut out[pl * ohw + oy * w.out + ox];
-                if y0 >= y1 || x0 >= x1 {
-                    *o = T::from_acc(T::Acc::ZERO);
-                    continue;
-                }
-                let mut sum = T::Acc::ZERO;
-                for y in y0..y1 {
-                    let row = &plane[y as usize * w.inp..][x0 as usize..x1 as usize];
-                    for &v in row {
-                        sum += v.to_acc();
+        let volume = &input[pl * ivol..(pl + 1) * ivol];
+        for oz in 0..t.out {
+            let (z0, z1, pt_size) = avg_range(&t, oz);
+            for oy in 0..h.out {
+                let (y0, y1, ph_size) = avg_range(&h, oy);
+                for ox in 0..w.out {
+                    let (x0, x1, pw_size) = avg_range(&w, ox);
+                    let dst = &mut out[o];
+                    o += 1;
+                    if z0 >= z1 || y0 >= y1 || x0 >= x1 {
+                        *dst = T::from_acc(T::Acc::ZERO);
+                        continue;
                     }
+                    let mut sum = T::Acc::ZERO;
+                    for z in z0..z1 {
+                        for y in y0..y1 {
+                            let at = (z as usize * h.inp + y as usize) * w.inp;
+                            for &v in &volume[at + x0 as usize..at + x1 as usize] {
+                                sum += v.to_acc();
+                            }
+                        }
+                    }
+                    let div = match divisor_override {
+                        Some(d) => d,
+                        None if count_include_pad => (pt_size * ph_size * pw_size) as i64,
+                        None => ((z1 - z0) * (y1 - y0) * (x1 - x0)) as i64,
+                    };
+                    *dst = T::from_acc(sum / T::Acc::from_i64(div));
                 }
-                let div = match divisor_override {
-                    Some(d) => d,
-                    None if count_include_pad => pool_size as i64,
-                    None => ((y1 - y0) * (x1 - x0)) as i64,
-                };
-                *o = T::from_acc(sum / T::Acc::from_i64(div));
             }
         }
     }
@@ -368,9 +458,9 @@ pub fn avg_pool2d<T: Float>(
 /// `None` if the input is not 3-d/4-d with non-empty channel and spatial
 /// dims or `output_size` does not have two elements.
 pub fn adaptive_avg_pool2d_output_sizes(input_sizes: &[usize], output_size: &[usize]) -> Option<Sizes> {
-    planes_hw(input_sizes)?;
+    planes_of(input_sizes, 2)?;
     let &[oh, ow] = output_size else { return None };
-    out_sizes(input_sizes, oh, ow)
+    out_sizes(input_sizes, &[oh, ow])
 }
 
 /// `aten::_adaptive_avg_pool2d.out(self, output_size, out)`: output cell
@@ -384,7 +474,7 @@ pub fn adaptive_avg_pool2d<T: Float>(
     out: &mut [T],
 ) -> KernelResult {
     adaptive_avg_pool2d_output_sizes(input_sizes, output_size).ok_or(KernelError::ShapeMismatch)?;
-    let (planes, ih, iw) = planes_hw(input_sizes).ok_or(KernelError::ShapeMismatch)?;
+    let (planes, [_, ih, iw]) = planes_of(input_sizes, 2).ok_or(KernelError::ShapeMismatch)?;
     let (oh, ow) = (output_size[0], output_size[1]);
     let (ihw, ohw) = (ih * iw, oh * ow);
     if input.len() < planes * ihw || out.len() < planes * ohw {
@@ -786,5 +876,135 @@ mod tests {
             Some(&[2, 3, 2, 2][..])
         );
         assert_eq!(adaptive_avg_pool2d_output_sizes(&[3, 0, 5], &[2, 2]), None);
+    }
+
+    /// 3-d max and average pooling against an independent loop nest over
+    /// random windows (stride, padding, dilation, ceil mode, both padding
+    /// counts, a divisor override), NaNs included for the max.
+    #[test]
+    fn three_d_pools_match_a_direct_loop_nest() {
+        let mut seed = 17u64;
+        let mut pick = |n: u64| crate::testing::rng(&mut seed) % n;
+        let mut rng = Lcg(3);
+        let mut checked = 0;
+        for case in 0..200 {
+            let k: [usize; 3] = core::array::from_fn(|_| 1 + pick(3) as usize);
+            let st: [usize; 3] = core::array::from_fn(|_| 1 + pick(3) as usize);
+            let p: [usize; 3] = core::array::from_fn(|i| pick(k[i] as u64 / 2 + 1) as usize);
+            let d: [usize; 3] = core::array::from_fn(|_| 1 + pick(2) as usize);
+            let inp: [usize; 3] = core::array::from_fn(|_| 1 + pick(7) as usize);
+            let ceil = case % 2 == 1;
+            let planes = 1 + pick(3) as usize;
+            let isz = [1, planes, inp[0], inp[1], inp[2]];
+            let mut x = rng.vec(planes * inp.iter().product::<usize>());
+            if case % 5 == 0 {
+                let at = pick(x.len() as u64) as usize;
+                x[at] = f32::NAN;
+            }
+            // Windows along one dim: their taps' input positions (in bounds
+            // only), their padded-input size and their first tap at or past
+            // 0 (PyTorch's index for a window with no maximum), for
+            // dilation `dil`.
+            let windows = |i: usize, dil: usize| -> Option<Vec<(Vec<usize>, usize, i64)>> {
+                let o = pooling_output_len(inp[i], k[i], st[i], p[i], dil, ceil)?;
+                Some(
+                    (0..o)
+                        .map(|o| {
+                            let start = (o * st[i]) as i64 - p[i] as i64;
+                            let taps = (0..k[i])
+                                .map(|j| start + (j * dil) as i64)
+                                .filter(|&v| v >= 0 && v < inp[i] as i64)
+                                .map(|v| v as usize)
+                                .collect();
+                            let end = (start + k[i] as i64).min((inp[i] + p[i]) as i64);
+                            let first = (0..).map(|j| start + j * dil as i64).find(|&v| v >= 0).unwrap();
+                            (taps, (end - start) as usize, first)
+                        })
+                        .collect(),
+                )
+            };
+            let Some(sz) = max_pool3d_output_sizes(&isz, &k, &st, &p, &d, ceil) else {
+                assert!(
+                    (0..3).any(|i| windows(i, d[i]).is_none()),
+                    "{k:?} {st:?} {p:?} {d:?} {inp:?}"
+                );
+                continue;
+            };
+            let wins: Vec<_> = (0..3).map(|i| windows(i, d[i]).unwrap()).collect();
+            assert_eq!(&sz[2..], &[wins[0].len(), wins[1].len(), wins[2].len()]);
+            let (mut vals, mut idx) = (vec![0.0f32; sz.numel()], vec![0i64; sz.numel()]);
+            max_pool3d_with_indices(&x, &isz, &k, &st, &p, &d, ceil, &mut vals, &mut idx).unwrap();
+            let vol = inp[0] * inp[1] * inp[2];
+            let mut o = 0;
+            for pl in 0..planes {
+                for (tz, _, fz) in &wins[0] {
+                    for (ty, _, fy) in &wins[1] {
+                        for (tx, _, fx) in &wins[2] {
+                            let mut best = f32::NEG_INFINITY;
+                            let mut bi = (fz * inp[1] as i64 + fy) * inp[2] as i64 + fx;
+                            for &z in tz {
+                                for &y in ty {
+                                    for &xx in tx {
+                                        let here = (z * inp[1] + y) * inp[2] + xx;
+                                        let v = x[pl * vol + here];
+                                        if v > best || v.is_nan() {
+                                            (best, bi) = (v, here as i64);
+                                        }
+                                    }
+                                }
+                            }
+                            assert!(
+                                vals[o] == best || vals[o].is_nan() && best.is_nan(),
+                                "{case}: {} vs {best}",
+                                vals[o]
+                            );
+                            assert_eq!(idx[o], bi, "{case}");
+                            o += 1;
+                        }
+                    }
+                }
+            }
+            // Average pooling: no dilation.
+            let Some(asz) = avg_pool3d_output_sizes(&isz, &k, &st, &p, ceil, None) else {
+                continue;
+            };
+            let wins: Vec<_> = (0..3).map(|i| windows(i, 1).unwrap()).collect();
+            for (include, divisor) in [(true, None), (false, None), (false, Some(3))] {
+                let mut got = vec![0.0f32; asz.numel()];
+                avg_pool3d(&x, &isz, &k, &st, &p, ceil, include, divisor, &mut got).unwrap();
+                let mut o = 0;
+                for pl in 0..planes {
+                    for (tz, pz, _) in &wins[0] {
+                        for (ty, py, _) in &wins[1] {
+                            for (tx, px, _) in &wins[2] {
+                                let mut sum = 0.0f64;
+                                for &z in tz {
+                                    for &y in ty {
+                                        for &xx in tx {
+                                            sum += x[pl * vol + (z * inp[1] + y) * inp[2] + xx] as f64;
+                                        }
+                                    }
+                                }
+                                let n = tz.len() * ty.len() * tx.len();
+                                let div = match divisor {
+                                    Some(v) => v as f64,
+                                    None if include => (pz * py * px) as f64,
+                                    None => n as f64,
+                                };
+                                let want = if n == 0 { 0.0 } else { sum / div };
+                                let g = got[o] as f64;
+                                assert!(
+                                    (g - want).abs() <= 1e-5 || g.is_nan() && want.is_nan(),
+                                    "{case}: {g} vs {want}"
+                                );
+                                o += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            checked += 1;
+        }
+        assert!(checked > 50, "{checked}");
     }
 }

@@ -97,6 +97,8 @@ fn threads_run_every_case_on_each_count() {
         "breadth",
         "xnnpack_breadth",
         "xnnpack_deconv",
+        "video",
+        "xnnpack_video",
         "xnnpack_qs8_cnn",
         "xnnpack_qs8_cnn_runtime",
         "xnnpack_qd8_mlp",

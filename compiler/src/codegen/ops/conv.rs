@@ -161,6 +161,12 @@ fn convolution(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     if let Some(b) = &bias {
         require_static(b, "bias")?;
     }
+    if transposed && x.sizes.len() == 5 {
+        return Err(format!(
+            "transposed 3-d convolution (of {:?}) is not supported",
+            x.sizes
+        ));
+    }
     let bias_len = bias.as_ref().map(TArg::numel);
     let geometry = |input: &[usize]| {
         ptec_runtime::kernels::conv::conv_output_sizes(

@@ -1,14 +1,17 @@
-//! 2-d pooling: `max_pool2d_with_indices`, `avg_pool2d`,
-//! `_adaptive_avg_pool2d`. (PyTorch has no `max_pool2d.out`: exported
-//! programs call `max_pool2d_with_indices`.)
+//! 2-d and 3-d pooling: `max_pool2d_with_indices`, `avg_pool2d`,
+//! `_adaptive_avg_pool2d`, `max_pool3d_with_indices`, `avg_pool3d`.
+//! (PyTorch has no `max_pool2d.out`: exported programs call
+//! `max_pool2d_with_indices`.)
 use super::conv::{emit_out_sizes, same_dtype, usize_list};
 use super::*;
 use ptec_runtime::kernels::pool;
 use ScalarType::*;
 
 pub const OPS: &[(&str, Emitter)] = &[
-    ("aten::max_pool2d_with_indices.out", max_pool2d_with_indices),
-    ("aten::avg_pool2d.out", avg_pool2d),
+    ("aten::max_pool2d_with_indices.out", |ctx| max_pool_with_indices(ctx, 2)),
+    ("aten::avg_pool2d.out", |ctx| avg_pool(ctx, 2)),
+    ("aten::max_pool3d_with_indices.out", |ctx| max_pool_with_indices(ctx, 3)),
+    ("aten::avg_pool3d.out", |ctx| avg_pool(ctx, 3)),
     ("aten::_adaptive_avg_pool2d.out", adaptive_avg_pool2d),
 ];
 
@@ -30,9 +33,9 @@ fn window(ctx: &OpCtx<'_>, first: usize) -> Result<[Vec<usize>; 3], String> {
     Ok(lists)
 }
 
-/// `max_pool2d_with_indices.out(self, kernel_size, stride, padding,
-/// dilation, ceil_mode, out, indices)`.
-fn max_pool2d_with_indices(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+/// `max_pool{2,3}d_with_indices.out(self, kernel_size, stride, padding,
+/// dilation, ceil_mode, out, indices)` over `dims` spatial dims.
+fn max_pool_with_indices(ctx: &mut OpCtx<'_>, dims: usize) -> Result<TokenStream, String> {
     ctx.arity(9)?;
     let (x, out, indices) = (ctx.tensor(0)?, ctx.tensor(6)?, ctx.tensor(7)?);
     let [kernel, stride, padding] = window(ctx, 1)?;
@@ -41,8 +44,14 @@ fn max_pool2d_with_indices(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     same_dtype(&[&x, &out], ORDERED)?;
     require_contiguous(&[&indices])?;
     require_dtype(&indices, &[Long])?;
-    let bound = pool::max_pool2d_output_sizes(&x.sizes, &kernel, &stride, &padding, &dilation, ceil_mode)
-        .ok_or_else(|| format!("max_pool2d of {:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} is invalid", x.sizes))?;
+    let (sizes_fn, kernel_fn, bound) = if dims == 2 {
+        let b = pool::max_pool2d_output_sizes(&x.sizes, &kernel, &stride, &padding, &dilation, ceil_mode);
+        (quote!(max_pool2d_output_sizes), quote!(max_pool2d_with_indices), b)
+    } else {
+        let b = pool::max_pool3d_output_sizes(&x.sizes, &kernel, &stride, &padding, &dilation, ceil_mode);
+        (quote!(max_pool3d_output_sizes), quote!(max_pool3d_with_indices), b)
+    };
+    let bound = bound.ok_or_else(|| format!("max_pool{dims}d of {:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} is invalid", x.sizes))?;
     let (k, s, p, d) = (
         usize_slice(&kernel),
         usize_slice(&stride),
@@ -50,21 +59,21 @@ fn max_pool2d_with_indices(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         usize_slice(&dilation),
     );
     let xs = ctx.sizes(&x);
-    let live = quote!(::ptec_runtime::kernels::pool::max_pool2d_output_sizes(#xs, #k, #s, #p, #d, #ceil_mode));
+    let live = quote!(::ptec_runtime::kernels::pool::#sizes_fn(#xs, #k, #s, #p, #d, #ceil_mode));
     let set_out = emit_out_sizes(ctx, x.dynamic, &out, &bound, live.clone())?;
     let set_indices = emit_out_sizes(ctx, x.dynamic, &indices, &bound, live)?;
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
     let (ii, s3) = ctx.write(&indices)?;
-    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::max_pool2d_with_indices(
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::#kernel_fn(
         #xi, #xs, #k, #s, #p, #d, #ceil_mode, #o, #ii
     )));
     Ok(quote! { #set_out #set_indices #s1 #s2 #s3 #call })
 }
 
-/// `avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode,
-/// count_include_pad, divisor_override?, out)`.
-fn avg_pool2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+/// `avg_pool{2,3}d.out(self, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad, divisor_override?, out)` over `dims` spatial dims.
+fn avg_pool(ctx: &mut OpCtx<'_>, dims: usize) -> Result<TokenStream, String> {
     ctx.arity(9)?;
     let (x, out) = (ctx.tensor(0)?, ctx.tensor(7)?);
     let [kernel, stride, padding] = window(ctx, 1)?;
@@ -72,8 +81,14 @@ fn avg_pool2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let count_include_pad = ctx.bool(5)?;
     let divisor = ctx.opt_int(6)?;
     same_dtype(&[&x, &out], FLOATS)?;
-    let bound = pool::avg_pool2d_output_sizes(&x.sizes, &kernel, &stride, &padding, ceil_mode, divisor)
-        .ok_or_else(|| format!("avg_pool2d of {:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?}, divisor {divisor:?} is invalid", x.sizes))?;
+    let (sizes_fn, kernel_fn, bound) = if dims == 2 {
+        let b = pool::avg_pool2d_output_sizes(&x.sizes, &kernel, &stride, &padding, ceil_mode, divisor);
+        (quote!(avg_pool2d_output_sizes), quote!(avg_pool2d), b)
+    } else {
+        let b = pool::avg_pool3d_output_sizes(&x.sizes, &kernel, &stride, &padding, ceil_mode, divisor);
+        (quote!(avg_pool3d_output_sizes), quote!(avg_pool3d), b)
+    };
+    let bound = bound.ok_or_else(|| format!("avg_pool{dims}d of {:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?}, divisor {divisor:?} is invalid", x.sizes))?;
     let (k, s, p) = (usize_slice(&kernel), usize_slice(&stride), usize_slice(&padding));
     let div = match divisor {
         Some(v) => {
@@ -83,11 +98,11 @@ fn avg_pool2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         None => quote!(None),
     };
     let xs = ctx.sizes(&x);
-    let live = quote!(::ptec_runtime::kernels::pool::avg_pool2d_output_sizes(#xs, #k, #s, #p, #ceil_mode, #div));
+    let live = quote!(::ptec_runtime::kernels::pool::#sizes_fn(#xs, #k, #s, #p, #ceil_mode, #div));
     let set = emit_out_sizes(ctx, x.dynamic, &out, &bound, live)?;
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
-    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::avg_pool2d(
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::#kernel_fn(
         #xi, #xs, #k, #s, #p, #ceil_mode, #count_include_pad, #div, #o
     )));
     Ok(quote! { #set #s1 #s2 #call })
