@@ -50,6 +50,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("breadth", "fixtures/breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_deconv", "fixtures/xnnpack_deconv.bpte", None, 1e-4, 1e-4),
+    ("grid_sample", "fixtures/grid_sample.bpte", None, 1e-4, 1e-4),
     ("video", "fixtures/video.bpte", None, 1e-4, 1e-4),
     ("xnnpack_video", "fixtures/xnnpack_video.bpte", None, 1e-4, 1e-4),
     // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).

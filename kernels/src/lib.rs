@@ -62,6 +62,7 @@ pub mod conv;
 mod cpu;
 pub mod elementwise;
 pub mod gemm;
+pub mod grid_sample;
 pub mod index;
 pub mod linear;
 pub mod nhwc;

@@ -439,7 +439,14 @@ def build(make, inputs_of):
     inputs = [inputs_of(g), inputs_of(g)]
     with torch.no_grad():
         outs = [as_tuple(model(*xs)) for xs in inputs]
-    rtol, atol = exporting.tolerance(model, inputs, outs)
+    try:
+        rtol, atol = exporting.tolerance(model, inputs, outs)
+    except Exception as e:
+        # A model that casts to float32 inside (RAFT) has no float64 copy:
+        # it is checked at the strictest tolerance, which can only fail it
+        # wrongly, never pass it wrongly.
+        print(f"zoo.py: no float64 copy ({first_line(e)}); the strictest tolerance", file=sys.stderr)
+        rtol, atol = exporting.RTOL, exporting.ATOL_LADDER[0]
     atol = max(atol, 1e-4)
     return model, inputs, outs, rtol, atol
 
@@ -558,7 +565,9 @@ def main():
     ap.add_argument("--commit", action="store_true", help="rewrite tests/zoo/default/ from the default list")
     ap.add_argument("--out", help="where the bundles go (default: a temporary directory)")
     ap.add_argument(
-        "--resume", action="store_true", help="with --full: keep the models tests/zoo/coverage.json already has, run the rest"
+        "--resume",
+        action="store_true",
+        help="with --full: keep the models tests/zoo/coverage.json already has and run the rest (with --only: run those again)",
     )
     args = ap.parse_args()
     check_versions()
@@ -582,8 +591,12 @@ def main():
         saved = json.loads(COVERAGE.read_text()) if COVERAGE.exists() else {"versions": PINNED, "rows": []}
         if saved["versions"] != PINNED:
             sys.exit(f"zoo.py: {COVERAGE} was made with {saved['versions']}, not {PINNED}")
-        earlier = [r for r in saved["rows"] if r["model"] in models]
-        models = {k: v for k, v in models.items() if k not in {r["model"] for r in earlier}}
+        if args.only:
+            # Run these again, in place of their saved rows.
+            earlier = [r for r in saved["rows"] if r["model"] in FULL and r["model"] not in models]
+        else:
+            earlier = [r for r in saved["rows"] if r["model"] in models]
+            models = {k: v for k, v in models.items() if k not in {r["model"] for r in earlier}}
         log(f"resuming: {len({r['model'] for r in earlier})} models done, {len(models)} to run")
 
     def write_coverage(rows):
@@ -605,6 +618,8 @@ def main():
             "Each model is built with seeded random weights, exported portably and through the XNNPACK "
             "partitioner, bundled with eager PyTorch's outputs on two inputs and checked with `ptec check` "
             "on one and two threads (the last column: building the generated code and running the cases). "
+            "The tolerance comes from the distance between eager float32 and a float64 copy of the model "
+            "(at least 1e-4); a model with no float64 copy (RAFT casts to float32 inside) is held to 1e-4. "
             "`not built`: the model's constructor or PyTorch failed; `not exported`: ExecuTorch's exporter "
             "failed (neither counted against ptec).\n\n"
             + "".join(f"- {len(m)} models on {d}, ptec {c}, {cpu}\n" for (d, c, cpu), m in runs.items())

@@ -97,6 +97,7 @@ fn threads_run_every_case_on_each_count() {
         "breadth",
         "xnnpack_breadth",
         "xnnpack_deconv",
+        "grid_sample",
         "video",
         "xnnpack_video",
         "xnnpack_qs8_cnn",

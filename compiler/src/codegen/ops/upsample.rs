@@ -1,4 +1,5 @@
-//! 2-d upsampling: `upsample_nearest2d.vec` and `upsample_bilinear2d.vec`.
+//! 2-d resampling: `upsample_nearest2d.vec`, `upsample_bilinear2d.vec` and
+//! `grid_sampler_2d` (RAFT's and spatial transformers' sampling at points).
 use super::conv::{emit_out_sizes, opt_slice, opt_usize_list, same_dtype};
 use super::*;
 use ScalarType::*;
@@ -6,6 +7,7 @@ use ScalarType::*;
 pub const OPS: &[(&str, Emitter)] = &[
     ("aten::upsample_nearest2d.vec_out", upsample_nearest2d),
     ("aten::upsample_bilinear2d.vec_out", upsample_bilinear2d),
+    ("aten::grid_sampler_2d.out", grid_sampler_2d),
 ];
 
 /// The element types nearest upsampling copies.
@@ -78,6 +80,36 @@ fn upsample_bilinear2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         #xi, #xs, #size, #align_corners, #scales, #o
     )));
     Ok(quote! { #set #s1 #s2 #call })
+}
+
+/// `grid_sampler_2d.out(input, grid, interpolation_mode, padding_mode,
+/// align_corners, out)`: bilinear or nearest (bicubic is refused).
+fn grid_sampler_2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(7)?;
+    let (x, grid, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(5)?);
+    let (mode, padding, align_corners) = (ctx.int(2)?, ctx.int(3)?, ctx.bool(4)?);
+    same_dtype(&[&x, &grid, &out], FLOATS)?;
+    if mode == 2 {
+        return Err("grid_sampler_2d with bicubic interpolation is not supported".into());
+    }
+    let sizes = ptec_runtime::kernels::grid_sample::grid_sampler_2d_output_sizes;
+    let bound = sizes(&x.sizes, &grid.sizes, mode, padding).ok_or_else(|| {
+        format!(
+            "grid_sampler_2d of {:?} at a grid of {:?} (interpolation_mode {mode}, padding_mode {padding}) is invalid",
+            x.sizes, grid.sizes
+        )
+    })?;
+    let (xs, gs) = (ctx.sizes(&x), ctx.sizes(&grid));
+    let (m, p) = (i64_lit(mode), i64_lit(padding));
+    let live = quote!(::ptec_runtime::kernels::grid_sample::grid_sampler_2d_output_sizes(#xs, #gs, #m, #p));
+    let set = emit_out_sizes(ctx, x.dynamic || grid.dynamic, &out, &bound, live)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (gi, s2) = ctx.read(&grid)?;
+    let (o, s3) = ctx.write(&out)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::grid_sample::grid_sampler_2d(
+        #xi, #xs, #gi, #gs, #m, #p, #align_corners, #o
+    )));
+    Ok(quote! { #set #s1 #s2 #s3 #call })
 }
 
 #[cfg(test)]
