@@ -82,6 +82,13 @@ fn source<A: AccFloat + FloatMath + PartialOrd>(x: A, size: usize, padding_mode:
     c
 }
 
+/// A whole coordinate as an index, far coordinates brought within 2 of
+/// the edge (their taps read zeros all the same) so that a neighbour's
+/// index cannot overflow.
+fn index<A: Element>(v: A, size: usize) -> i64 {
+    v.to_f64().clamp(-2.0, size as f64 + 1.0) as i64
+}
+
 /// `aten::grid_sampler_2d.out(input, grid, interpolation_mode,
 /// padding_mode, align_corners, out)`; see the module docs. Points outside
 /// the input read zeros (with border or reflection padding they were
@@ -123,12 +130,12 @@ where
             for ch in 0..c {
                 let plane = &input[(b * c + ch) * hw..][..hw];
                 let v = if interpolation_mode == 1 {
-                    at(plane, iy.rint_().to_f64() as i64, ix.rint_().to_f64() as i64)
+                    at(plane, index(iy.rint_(), h), index(ix.rint_(), w))
                 } else {
                     let (x0, y0) = (ix.floor_(), iy.floor_());
                     let (fx, fy) = (ix - x0, iy - y0);
                     let (gx, gy) = (T::Acc::ONE - fx, T::Acc::ONE - fy);
-                    let (x0, y0) = (x0.to_f64() as i64, y0.to_f64() as i64);
+                    let (x0, y0) = (index(x0, w), index(y0, h));
                     at(plane, y0, x0) * gx * gy
                         + at(plane, y0, x0 + 1) * fx * gy
                         + at(plane, y0 + 1, x0) * gx * fy
@@ -220,5 +227,14 @@ mod tests {
         }
         let mut out = vec![0.0f32; input.len()];
         assert!(grid_sampler_2d(&input, &[2, 3, h, w], &input, &[2, h, w, 2], 2, 0, true, &mut out).is_err());
+        // Points far outside overflow no index. As in PyTorch (torch
+        // 2.14.1 on the same grid), nearest reads zeros and bilinear gives
+        // NaN (its weights are inf − inf).
+        let far = [f32::MAX, -f32::MAX, 1e30, f32::INFINITY];
+        let mut out = [0.0f32; 6];
+        grid_sampler_2d(&input, &[2, 3, h, w], &far, &[2, 1, 1, 2], 1, 0, false, &mut out).unwrap();
+        assert_eq!(out, [0.0; 6]);
+        grid_sampler_2d(&input, &[2, 3, h, w], &far, &[2, 1, 1, 2], 0, 0, false, &mut out).unwrap();
+        assert!(out.iter().all(|v| v.is_nan()), "{out:?}");
     }
 }
