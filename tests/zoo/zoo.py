@@ -74,8 +74,8 @@ def tokens(vocab=100, seq=16, mask=True):
 
 
 class Outputs(torch.nn.Module):
-    """A model whose output is a dict or a ModelOutput, as a tuple of its
-    tensors (`keys`, in order)."""
+    """A model whose output is a dict, a ModelOutput or a list, as a tuple
+    of its tensors (`keys`, or indices, in order)."""
 
     def __init__(self, model, keys):
         super().__init__()
@@ -123,18 +123,9 @@ def tv_flow():
         import torchvision.models.optical_flow as F
 
         # The final flow of the (default 12) refinement iterations.
-        return Last(F.raft_small(weights=None))
+        return Outputs(F.raft_small(weights=None), [-1])
 
     return make
-
-
-class Last(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *xs):
-        return self.model(*xs)[-1]
 
 
 def flow_pair():
@@ -250,24 +241,23 @@ def hf(which, seq=16):
         if which == "t5_encoder":
             cfg = T.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)
             return Outputs(T.T5EncoderModel(cfg).eval(), ["last_hidden_state"])
-        if which == "whisper_encoder":
-            cfg = T.WhisperConfig(
-                vocab_size=100, num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=2,
-                encoder_ffn_dim=64, decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64,
+        def whisper(enc, dec):
+            # 2 layers on the side exported, 1 on the other.
+            return T.WhisperConfig(
+                vocab_size=100, num_mel_bins=16, d_model=32, encoder_layers=enc, encoder_attention_heads=2,
+                encoder_ffn_dim=64, decoder_layers=dec, decoder_attention_heads=2, decoder_ffn_dim=64,
                 max_source_positions=16, max_target_positions=16, pad_token_id=1, bos_token_id=1,
                 eos_token_id=2, decoder_start_token_id=1,
             )
+
+        if which == "whisper_encoder":
+            cfg = whisper(2, 1)
             return Outputs(T.WhisperModel(cfg).get_encoder().eval(), ["last_hidden_state"])
         if which == "gpt2_cache":
             cfg = T.GPT2Config(vocab_size=100, n_positions=64, n_embd=32, n_layer=2, n_head=2, use_cache=True)
             return GPT2Step(T.GPT2LMHeadModel(cfg).eval())
         if which == "whisper_decoder":
-            cfg = T.WhisperConfig(
-                vocab_size=100, num_mel_bins=16, d_model=32, encoder_layers=1, encoder_attention_heads=2,
-                encoder_ffn_dim=64, decoder_layers=2, decoder_attention_heads=2, decoder_ffn_dim=64,
-                max_source_positions=16, max_target_positions=16, pad_token_id=1, bos_token_id=1,
-                eos_token_id=2, decoder_start_token_id=1,
-            )
+            cfg = whisper(1, 2)
             return WhisperDecoder(T.WhisperModel(cfg).get_decoder().eval())
         if which == "minilm":
             # all-MiniLM-L6-v2's shapes.
