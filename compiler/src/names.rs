@@ -224,6 +224,12 @@ pub(crate) mod llama {
     /// `k` and `v` into the caches in place, as `update_cache` does, then
     /// is `custom_sdpa` over them.
     pub(crate) const SDPA_WITH_KV_CACHE: &str = "llama::sdpa_with_kv_cache.out";
+    /// `custom_quantized_sdpa(q, k_cache, v_cache, start_pos, attn_mask?,
+    /// dropout_p, is_causal, scale?, q_zero_points?, q_scales?,
+    /// k_zero_points?, k_scales?, v_zero_points?, v_scales?,
+    /// is_seq_at_dim_2, out)`: `custom_sdpa` over int8 operands, each row
+    /// with its scale and zero point.
+    pub(crate) const CUSTOM_QUANTIZED_SDPA: &str = "llama::custom_quantized_sdpa.out";
     /// The cache argument of both `update_cache` operators.
     pub(crate) const CACHE: usize = 1;
     /// The caches `sdpa_with_kv_cache` writes.

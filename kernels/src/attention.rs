@@ -213,6 +213,205 @@ pub fn sdpa_with_kv_cache(
     custom_sdpa(q, k_cache, v_cache, args, out, scores)
 }
 
+/// An int8 operand of [`custom_quantized_sdpa`]: `[batch, seq, heads,
+/// head_dim]` values with one scale and zero point per `(batch, seq,
+/// head)` row, as ExecuTorch's quantized KV cache stores them.
+#[derive(Clone, Copy, Debug)]
+pub struct QuantizedRows<'a> {
+    pub values: &'a [i8],
+    pub scales: &'a [f32],
+    pub zero_points: &'a [i8],
+}
+
+impl QuantizedRows<'_> {
+    /// Checks the operand holds `rows` rows of `d`.
+    fn fits(&self, rows: usize, d: usize) -> bool {
+        self.values.len() == rows * d && self.scales.len() == rows && self.zero_points.len() == rows
+    }
+
+    /// Element `e` of row `r`, dequantized as torchao's kernels do:
+    /// `scale * (q - zero_point)`, one `f32` rounding.
+    #[inline(always)]
+    fn get(&self, r: usize, d: usize, e: usize) -> f32 {
+        self.scales[r] * (self.values[r * d + e] as i16 - self.zero_points[r] as i16) as f32
+    }
+}
+
+/// ExecuTorch's block of keys (`kv_split_size`) in its flash attention.
+const KV_SPLIT: usize = 512;
+
+/// Scratch floats [`custom_quantized_sdpa`] needs: one block of scores.
+pub fn quantized_sdpa_scratch_len(cache_len: usize) -> usize {
+    cache_len.min(KV_SPLIT)
+}
+
+/// The C library's `expf` and `exp` where there is one (with `std`), which
+/// ExecuTorch's kernel calls; the `libm` crate's otherwise. The two
+/// differ in the last bit for about one argument in ten.
+#[cfg(feature = "std")]
+mod c_exp {
+    extern crate std;
+    pub(super) fn expf(x: f32) -> f32 {
+        x.exp()
+    }
+    pub(super) fn exp(x: f64) -> f64 {
+        x.exp()
+    }
+}
+#[cfg(not(feature = "std"))]
+mod c_exp {
+    pub(super) use libm::{exp, expf};
+}
+
+/// `exp(x - max)` over `row`, in place, and its sum, in the order of
+/// ExecuTorch's `_exp_reduce_sum_fusion_kernel`: 16 lanes of `f32` sums
+/// over the whole groups of 16 (with `expf`), the lanes added in order,
+/// then the rest one by one with the `f64` `exp`.
+fn exp_sum(row: &mut [f32], max: f32) -> f32 {
+    const LANES: usize = 16;
+    let whole = row.len() / LANES * LANES;
+    let mut lanes = [0.0f32; LANES];
+    for chunk in row[..whole].chunks_exact_mut(LANES) {
+        for (x, lane) in chunk.iter_mut().zip(&mut lanes) {
+            *x = c_exp::expf(*x - max);
+            *lane += *x;
+        }
+    }
+    let mut sum = 0.0f32;
+    for lane in lanes {
+        sum += lane;
+    }
+    for x in &mut row[whole..] {
+        let e = c_exp::exp((*x - max) as f64);
+        sum = (sum as f64 + e) as f32;
+        *x = e as f32;
+    }
+    sum
+}
+
+/// `llama::custom_quantized_sdpa` (`is_seq_at_dim_2 = false`): the
+/// attention of [`custom_sdpa`] over an int8 query and int8 caches, each
+/// row with its own scale and zero point, computed as ExecuTorch's x86
+/// kernel does so that the results agree to the bit: scores are sums over
+/// `head_dim` of dequantized products, accumulated in order in `f32`; keys
+/// come in blocks of 512 with an online softmax between blocks; values are
+/// weighted one key after another. (ExecuTorch on aarch64 takes integer
+/// dot products instead, and for more than 4 queries at once a BLAS
+/// product: the same sums to the last bit or two.) Without a mask only the
+/// keys up to `start_pos + seq` are read.
+pub fn custom_quantized_sdpa(
+    q: QuantizedRows<'_>,
+    k_cache: QuantizedRows<'_>,
+    v_cache: QuantizedRows<'_>,
+    args: &Sdpa<'_>,
+    out: &mut [f32],
+    scores: &mut [f32],
+) -> KernelResult {
+    let ([b, s, h, d], [cb, len, kvh, cd]) = (dims4(args.q_sizes)?, dims4(args.cache_sizes)?);
+    let cache_rows = cb * len * kvh;
+    if cb != b
+        || cd != d
+        || kvh == 0
+        || h % kvh != 0
+        || !q.fits(b * s * h, d)
+        || out.len() != b * s * h * d
+        || !k_cache.fits(cache_rows, d)
+        || !v_cache.fits(cache_rows, d)
+    {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let start = window(args.start_pos, s, len)?;
+    let kv_size = if args.mask.is_some() { len } else { start + s };
+    if let Some(mask) = args.mask {
+        if args.mask_sizes != [s, kv_size] || mask.len() != s * kv_size {
+            return Err(KernelError::ShapeMismatch);
+        }
+    }
+    let kv_split = kv_size.min(KV_SPLIT);
+    if scores.len() < kv_split {
+        return Err(KernelError::ShapeMismatch);
+    }
+    // ExecuTorch's block of queries, which bounds the keys a query's
+    // block reads.
+    let q_split = if s >= 768 {
+        256
+    } else if s >= 192 {
+        64
+    } else {
+        32
+    }
+    .min(s);
+    let reps = h / kvh;
+    for bi in 0..b {
+        for hi in 0..h {
+            let kv = hi / reps;
+            for si in 0..s {
+                let qr = (bi * s + si) * h + hi;
+                let pos = start + si;
+                let m = si / q_split * q_split;
+                let keys = if args.is_causal {
+                    (start + m + q_split.min(s - m)).min(kv_size)
+                } else {
+                    kv_size
+                };
+                let dst = &mut out[qr * d..(qr + 1) * d];
+                dst.fill(0.0);
+                let (mut row_max, mut row_sum) = (f32::NEG_INFINITY, 0.0f32);
+                for n in (0..keys).step_by(kv_split) {
+                    let block = kv_split.min(kv_size - n);
+                    let row = &mut scores[..block];
+                    for (c, sc) in row.iter_mut().enumerate() {
+                        let kr = (bi * len + n + c) * kvh + kv;
+                        let mut acc = 0.0f32;
+                        for e in 0..d {
+                            acc += q.get(qr, d, e) * k_cache.get(kr, d, e);
+                        }
+                        *sc = acc;
+                    }
+                    if args.is_causal && start + m <= n + kv_split && pos + 1 < n + kv_split {
+                        let first_hidden = (pos + 1).saturating_sub(n);
+                        if first_hidden < block {
+                            row[first_hidden..].fill(f32::NEG_INFINITY);
+                        }
+                    }
+                    let mut max = f32::NEG_INFINITY;
+                    for (c, sc) in row.iter_mut().enumerate() {
+                        *sc *= args.scale;
+                        if let Some(mask) = args.mask {
+                            *sc += mask[si * kv_size + n + c];
+                        }
+                        max = if max < *sc { *sc } else { max };
+                    }
+                    let max = if row_max > max { row_max } else { max };
+                    if max == f32::NEG_INFINITY {
+                        row.fill(0.0);
+                    } else {
+                        let sum = exp_sum(row, max);
+                        let rescale = c_exp::expf(row_max - max);
+                        row_sum = sum + rescale * row_sum;
+                        row_max = max;
+                        if n > 0 {
+                            dst.iter_mut().for_each(|x| *x *= rescale);
+                        }
+                    }
+                    let beta = if n == 0 { 0.0 } else { 1.0 };
+                    for (e, x) in dst.iter_mut().enumerate() {
+                        let mut acc = 0.0f32;
+                        for (c, &p) in row.iter().enumerate() {
+                            let vr = (bi * len + n + c) * kvh + kv;
+                            acc += p * v_cache.get(vr, d, e);
+                        }
+                        *x = *x * beta + acc;
+                    }
+                }
+                let reciprocal = 1.0 / row_sum;
+                dst.iter_mut().for_each(|x| *x *= reciprocal);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -307,6 +506,108 @@ mod tests {
             scale: 1.0,
         };
         assert!(custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).is_err());
+    }
+
+    /// Random int8 rows with their scales and zero points.
+    fn int8_rows(rng: &mut Lcg, rows: usize, d: usize) -> (Vec<i8>, Vec<f32>, Vec<i8>) {
+        let values = (0..rows * d).map(|_| (rng.next() * 127.0) as i8).collect();
+        let scales = (0..rows).map(|_| 0.01 + 0.005 * rng.next()).collect();
+        let zero_points = (0..rows).map(|_| (rng.next() * 20.0) as i8).collect();
+        (values, scales, zero_points)
+    }
+
+    fn dequantized((values, scales, zero_points): &(Vec<i8>, Vec<f32>, Vec<i8>), d: usize) -> Vec<f32> {
+        let row = |i: usize| i / d;
+        let f = |i: usize, &q: &i8| (scales[row(i)] as f64 * (q as f64 - zero_points[row(i)] as f64)) as f32;
+        values.iter().enumerate().map(|(i, q)| f(i, q)).collect()
+    }
+
+    fn rows(t: &(Vec<i8>, Vec<f32>, Vec<i8>)) -> QuantizedRows<'_> {
+        QuantizedRows {
+            values: &t.0,
+            scales: &t.1,
+            zero_points: &t.2,
+        }
+    }
+
+    /// The int8 attention is attention over the dequantized operands, to
+    /// f32 rounding: prompts within one block of queries and across
+    /// several (ExecuTorch's 32), keys in one block and in two (of 512),
+    /// causal and with a mask.
+    #[test]
+    fn quantized_sdpa_is_attention_over_the_dequantized_operands() {
+        let mut rng = Lcg(5);
+        let (h, kvh, d, len) = (4, 2, 8, 600);
+        let k = int8_rows(&mut rng, len * kvh, d);
+        let v = int8_rows(&mut rng, len * kvh, d);
+        let (kf, vf) = (dequantized(&k, d), dequantized(&v, d));
+        for (start, s, masked) in [
+            (0, 1, false),
+            (7, 3, false),
+            (0, 40, false),
+            (520, 2, false),
+            (498, 37, false),
+            (5, 3, true),
+        ] {
+            let q = int8_rows(&mut rng, s * h, d);
+            let keys = if masked { len } else { start + s };
+            let mask: Vec<f32> = (0..s * keys).map(|i| if i % 3 == 0 { -0.5 } else { 0.25 }).collect();
+            let args = Sdpa {
+                q_sizes: &[1, s, h, d],
+                cache_sizes: &[1, len, kvh, d],
+                start_pos: start as i64,
+                mask: masked.then_some(&mask[..]),
+                mask_sizes: &[s, keys],
+                is_causal: !masked,
+                scale: 0.3,
+            };
+            let mut out = vec![0.0; s * h * d];
+            let mut scores = vec![0.0; quantized_sdpa_scratch_len(len)];
+            custom_quantized_sdpa(rows(&q), rows(&k), rows(&v), &args, &mut out, &mut scores).unwrap();
+            let want = if masked {
+                // The float kernel over the dequantized operands (its mask
+                // spans the keys up to start + s, all of them here).
+                let mut want = vec![0.0; out.len()];
+                let (kf, vf) = (&kf[..keys * kvh * d], &vf[..keys * kvh * d]);
+                let args = Sdpa {
+                    cache_sizes: &[1, keys, kvh, d],
+                    start_pos: (keys - s) as i64,
+                    ..args
+                };
+                custom_sdpa(&dequantized(&q, d), kf, vf, &args, &mut want, &mut vec![0.0; keys]).unwrap();
+                want.iter().map(|&x| x as f64).collect::<Vec<_>>()
+            } else {
+                let r = reference(
+                    &dequantized(&q, d),
+                    &kf,
+                    &vf,
+                    [1, s, h, kvh, d, len],
+                    start,
+                    true,
+                    0.3f32 as f64,
+                );
+                r.iter().map(|&x| x as f64).collect()
+            };
+            for (i, (x, y)) in out.iter().zip(&want).enumerate() {
+                assert!(
+                    (*x as f64 - y).abs() < 2e-5,
+                    "start {start} s {s} masked {masked} at {i}: {x} vs {y}"
+                );
+            }
+        }
+        // The window is checked as for the float op.
+        let q = int8_rows(&mut rng, 2 * h, d);
+        let args = Sdpa {
+            q_sizes: &[1, 2, h, d],
+            cache_sizes: &[1, len, kvh, d],
+            start_pos: 599,
+            mask: None,
+            mask_sizes: &[],
+            is_causal: true,
+            scale: 1.0,
+        };
+        let (mut out, mut scores) = (vec![0.0; 2 * h * d], vec![0.0; 512]);
+        assert!(custom_quantized_sdpa(rows(&q), rows(&k), rows(&v), &args, &mut out, &mut scores).is_err());
     }
 
     /// The fused op is the two updates, then the attention; its own

@@ -37,6 +37,9 @@ pub enum KernelError {
     DivisionByZero,
     /// A runtime (dynamic) shape did not fit the kernel's preconditions.
     ShapeMismatch,
+    /// Quantization parameters that cannot be used: a scale chosen for
+    /// data holding NaN, or a zero point outside the quantized range.
+    InvalidQuantization,
 }
 
 impl core::fmt::Display for KernelError {
@@ -47,6 +50,9 @@ impl core::fmt::Display for KernelError {
             }
             KernelError::DivisionByZero => f.write_str("integer division by zero"),
             KernelError::ShapeMismatch => f.write_str("runtime shapes do not match"),
+            KernelError::InvalidQuantization => {
+                f.write_str("invalid quantization parameters (a NaN scale, or a zero point out of range)")
+            }
         }
     }
 }

@@ -132,6 +132,153 @@ pub fn dequantize_per_channel<Q: Element, S: Element, Z: Element, O: Float>(
     }
 }
 
+/// ExecuTorch's smallest per-token scale (`SMALL_SCALE_THRESHOLD`).
+const SMALL_SCALE: f32 = 6.1e-5;
+
+/// The int8 scale and zero point ExecuTorch's
+/// `calculate_scale_and_zero_point` gives a row whose extremes are `min`
+/// and `max`: the range widened to hold 0, the scale in `f64` (0.1 when it
+/// would be 0 or its reciprocal infinite, and at least [`SMALL_SCALE`],
+/// with the range stretched to match), the zero point from whichever end
+/// adds the smaller error, rounded half to even in `f32`. `None` when the
+/// scale is NaN (ExecuTorch aborts there).
+fn token_qparams(min: f32, max: f32) -> Option<(f64, i64)> {
+    let (qmin, qmax) = (-128i32, 127i32);
+    let mut min = if 0.0 < min { 0.0 } else { min };
+    let mut max = if max < 0.0 { 0.0 } else { max };
+    let mut scale = (max as f64 - min as f64) / (qmax - qmin) as f64;
+    if scale as f32 == 0.0 || (1.0f32 / scale as f32).is_infinite() {
+        scale = 0.1;
+    }
+    if scale.is_nan() {
+        return None;
+    }
+    if scale < SMALL_SCALE as f64 {
+        let org = scale as f32;
+        scale = SMALL_SCALE as f64;
+        if min == 0.0 {
+            max = SMALL_SCALE * (qmax - qmin) as f32;
+        } else if max == 0.0 {
+            min = -SMALL_SCALE * (qmax - qmin) as f32;
+        } else {
+            let amplifier = SMALL_SCALE / org;
+            min *= amplifier;
+            max *= amplifier;
+        }
+    }
+    let (lo, hi) = (min as f64 / scale, max as f64 / scale);
+    let from_min = qmin as f64 - lo;
+    let from_max = qmax as f64 - hi;
+    let from_min_error = qmin.abs() as f64 - lo.abs();
+    let from_max_error = qmax.abs() as f64 - hi.abs();
+    let initial = if from_min_error < from_max_error {
+        from_min
+    } else {
+        from_max
+    };
+    // A NaN zero point (an infinite input) becomes 0; ExecuTorch's cast of
+    // it is undefined.
+    let zero_point = if initial < qmin as f64 {
+        qmin
+    } else if initial > qmax as f64 {
+        qmax
+    } else {
+        libm::rintf(initial as f32) as i32
+    };
+    Some((scale, zero_point as i64))
+}
+
+/// `quantized_decomposed::choose_qparams_per_token_asymmetric` as
+/// ExecuTorch's kernel computes it (its arithmetic differs from PyTorch's
+/// Python reference: an `f64` scale, no `eps`, a floor of 6.1e-5): for
+/// each row of `row` elements, an int8 (`[-128, 127]`) scale and zero
+/// point. A row's extremes are found as `std::min_element` and
+/// `std::max_element` do (a NaN is skipped unless it comes first).
+pub fn choose_qparams_per_token_asymmetric(
+    x: &[f32],
+    row: usize,
+    scales: &mut [f64],
+    zero_points: &mut [i64],
+) -> crate::KernelResult {
+    if row == 0 || !x.len().is_multiple_of(row) || scales.len() != x.len() / row || zero_points.len() != scales.len() {
+        return Err(crate::KernelError::ShapeMismatch);
+    }
+    for ((r, s), z) in x.chunks_exact(row).zip(scales).zip(zero_points) {
+        let (mut min, mut max) = (r[0], r[0]);
+        for &v in &r[1..] {
+            if v < min {
+                min = v;
+            }
+            if max < v {
+                max = v;
+            }
+        }
+        (*s, *z) = token_qparams(min, max).ok_or(crate::KernelError::InvalidQuantization)?;
+    }
+    Ok(())
+}
+
+/// The rows of `row` in `len` elements, checked to be whole, as many as
+/// the output's elements and one per scale and zero point.
+fn token_count(len: usize, row: usize, out_len: usize, params: [usize; 2]) -> Result<usize, crate::KernelError> {
+    let tokens = len.checked_div(row).unwrap_or(0);
+    if len != tokens * row || out_len != len || params != [tokens; 2] {
+        return Err(crate::KernelError::ShapeMismatch);
+    }
+    Ok(tokens)
+}
+
+/// `quantized_decomposed::quantize_per_token` as ExecuTorch computes it:
+/// row `t` (of `row` elements) quantized with `scales[t]` and
+/// `zero_points[t]`: `clamp(zero_point + round_half_even(x * (1.0f /
+/// (float)scale)), quant_min, quant_max)`, all in `f32`.
+pub fn quantize_per_token<S: Element, Z: Element, Q: Element>(
+    x: &[f32],
+    row: usize,
+    scales: &[S],
+    zero_points: &[Z],
+    quant_min: i64,
+    quant_max: i64,
+    out: &mut [Q],
+) -> crate::KernelResult {
+    let tokens = token_count(x.len(), row, out.len(), [scales.len(), zero_points.len()])?;
+    let (lo, hi) = (quant_min as f32, quant_max as f32);
+    for t in 0..tokens {
+        let inv = 1.0f32 / scales[t].to_f64() as f32;
+        let zp = zero_points[t].to_i64() as i32 as f32;
+        let span = t * row..(t + 1) * row;
+        for (o, &v) in out[span.clone()].iter_mut().zip(&x[span]) {
+            *o = quantize_one(v, inv, zp, lo, hi);
+        }
+    }
+    Ok(())
+}
+
+/// `quantized_decomposed::dequantize_per_token` as ExecuTorch computes it:
+/// `(q - zero_points[t]) * (float)scales[t]` for row `t` (of `row`
+/// elements), one `f32` rounding. As ExecuTorch's kernel checks, each
+/// zero point must lie in `[quant_min, quant_max]`.
+#[allow(clippy::too_many_arguments)]
+pub fn dequantize_per_token<Q: Element, S: Element, Z: Element, O: Float>(
+    q: &[Q],
+    row: usize,
+    scales: &[S],
+    zero_points: &[Z],
+    quant_min: i64,
+    quant_max: i64,
+    out: &mut [O],
+) -> crate::KernelResult {
+    let tokens = token_count(q.len(), row, out.len(), [scales.len(), zero_points.len()])?;
+    if zero_points
+        .iter()
+        .any(|z| !(quant_min..=quant_max).contains(&z.to_i64()))
+    {
+        return Err(crate::KernelError::InvalidQuantization);
+    }
+    dequantize_per_channel(q, &[tokens, row], scales, Some(zero_points), 0, out);
+    Ok(())
+}
+
 /// The weight of a quantized embedding table, `[rows, dim]`: one byte per
 /// element (`embedding_byte`, `i8` or `u8`), or `nbit` of 2 or 4 packed
 /// into bytes and stored offset by `2^(nbit - 1)` (`embedding_2bit`,
@@ -198,6 +345,45 @@ mod tests {
     use super::*;
     use crate::f16;
     use std::vec;
+
+    /// Rows worked by hand through ExecuTorch's arithmetic.
+    #[test]
+    fn per_token_parameters_follow_executorch() {
+        let x = [
+            0.0, 0.0, 0.0, // all zero: scale 0.1, zero point 127
+            -1.0, 0.5, 2.0, // range 3: zero point -43
+            1e-6, 2e-6, 1e-6, // tiny, non-negative: the scale floor, zero point -128
+            -2e-6, 1e-6, 0.0, // tiny, both signs: the range stretched
+        ];
+        let (mut s, mut z) = ([0.0f64; 4], [0i64; 4]);
+        choose_qparams_per_token_asymmetric(&x, 3, &mut s, &mut z).unwrap();
+        assert_eq!(s[..3], [0.1, 3.0 / 255.0, 6.1e-5f32 as f64]);
+        assert_eq!(z[..3], [127, -43, -128]);
+        // Stretched to a range of 255 steps of 6.1e-5 with the same
+        // proportions: 0 sits 170 steps up, at -128 + 170.
+        assert_eq!(s[3], 6.1e-5f32 as f64);
+        assert_eq!(z[3], 42);
+        // A NaN first in its row is an error, later it is skipped.
+        assert!(choose_qparams_per_token_asymmetric(&[f32::NAN, 1.0], 2, &mut s[..1], &mut z[..1]).is_err());
+        choose_qparams_per_token_asymmetric(&[1.0, f32::NAN], 2, &mut s[..1], &mut z[..1]).unwrap();
+        assert_eq!((s[0], z[0]), (1.0 / 255.0, -128));
+        assert!(choose_qparams_per_token_asymmetric(&x, 0, &mut s, &mut z).is_err());
+    }
+
+    #[test]
+    fn per_token_quantization_rounds_half_to_even_and_clamps() {
+        // Scale 0.5: x / 0.5 = 1.5 -> 2, 2.5 -> 2, -0.5 -> -0; then + zp.
+        let x = [0.75f32, 1.25, -0.25, 100.0, 1.0, -1.0];
+        let mut q = [0i8; 6];
+        quantize_per_token(&x, 3, &[0.5f64, 0.25], &[1i64, -3], -128, 127, &mut q).unwrap();
+        assert_eq!(q, [3, 3, 1, 127, 1, -7]);
+        let mut back = [0.0f32; 6];
+        dequantize_per_token(&q, 3, &[0.5f32, 0.25], &[1i8, -3], -128, 127, &mut back).unwrap();
+        assert_eq!(back, [1.0, 1.0, 0.0, 32.5, 1.0, -1.0]);
+        // A zero point outside the range is refused, as ExecuTorch does.
+        assert!(dequantize_per_token(&q, 3, &[0.5f32, 0.25], &[1i64, 200], -128, 127, &mut back).is_err());
+        assert!(quantize_per_token(&x, 4, &[0.5f64, 0.25], &[1i64, -3], -128, 127, &mut q).is_err());
+    }
 
     #[test]
     fn quantized_embeddings_follow_executorch() {

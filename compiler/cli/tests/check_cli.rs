@@ -112,6 +112,10 @@ fn threads_run_every_case_on_each_count() {
         "llama_embedding_8bit",
         "llama_embedding_4bit",
         "sdpa_with_kv_cache",
+        "quantized_sdpa",
+        "llama_quantized_kv",
+        "llama_quantized_kv_decomposed",
+        "xnnpack_llama_quantized_kv",
     ];
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("manifest.json")).unwrap()).unwrap();

@@ -3,13 +3,22 @@
 //! compiled to Rust by `include_pte!`: the prompt in one call at position
 //! 0, then one token per call, each the argmax of the last logits. Two
 //! exports of the same tiny model: fp32 (portable kernels) and `-X -qmode
-//! 8da4w` (XNNPACK, 4-bit weights, int8 activations).
+//! 8da4w` (XNNPACK, 4-bit weights, int8 activations). Text goes in and
+//! out through the model's byte-pair tokenizer (`tokenizer.json`, read by
+//! Hugging Face's `tokenizers`).
 pub mod llama {
     ptec_macros::include_pte!("../../tests/fixtures/llama_dynamic.pte", name = Llama);
 }
 
 pub mod llama_8da4w {
     ptec_macros::include_pte!("../../tests/fixtures/xnnpack_llama_8da4w.pte", name = Llama8da4w);
+}
+
+/// The tiny model's tokenizer: 64 ids, a byte-pair vocabulary trained on a
+/// few sentences (`tests/fixtures/make_fixtures.py`).
+pub fn tokenizer() -> tokenizers::Tokenizer {
+    let json = include_str!("../../../tests/fixtures/llama_tokenizer.json");
+    json.parse().expect("the bundled tokenizer.json is valid")
 }
 
 pub use llama::Llama;

@@ -212,22 +212,43 @@ fn bmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(4)?;
     let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
     float_same(&[&a, &b, &out])?;
-    if a.dynamic || b.dynamic || out.dynamic {
-        return Err("bmm with dynamic shapes is not supported".into());
-    }
+    require_contiguous(&[&a, &b, &out])?;
     let want = ptec_runtime::kernels::linear::bmm_output_sizes(&a.sizes, &b.sizes)
         .ok_or_else(|| format!("bmm of {:?} and {:?}", a.sizes, b.sizes))?;
     require_sizes(&out, &want)?;
-    let (bs, m, k, n) = (lit(a.sizes[0]), lit(a.sizes[1]), lit(a.sizes[2]), lit(b.sizes[2]));
+    // Dynamic operands (attention over a prompt of any length) have their
+    // live sizes checked against each other, and set the output's.
+    let dynamic = a.dynamic || b.dynamic;
+    if dynamic && !out.dynamic {
+        return Err(format!(
+            "bmm of dynamic operands into the static output value {}",
+            out.value
+        ));
+    }
+    let (sa, sb) = (ctx.sizes(&a), ctx.sizes(&b));
+    let ins = lit(ctx.instruction);
+    let dims = quote! {
+        let (bs, m, k, n) = {
+            let (a, b): (&[usize], &[usize]) = (#sa, #sb);
+            if a[0] != b[0] || a[2] != b[1] {
+                return Err(::ptec_runtime::Error::Kernel {
+                    instruction: #ins,
+                    error: ::ptec_runtime::kernels::KernelError::ShapeMismatch,
+                });
+            }
+            (a[0], a[1], a[2], b[2])
+        };
+    };
+    let set = ctx.set_sizes(&out, quote!(&[bs, m, n]));
     let (ai, s1) = ctx.read(&a)?;
     let (bb, s2) = ctx.read(&b)?;
     let (o, s3) = ctx.write(&out)?;
     let max_len = ptec_runtime::kernels::linear::bmm_scratch_len(a.sizes[0], a.sizes[1], b.sizes[2], a.sizes[2]);
     let (sc, s4) = ctx.scratch_f32(
-        quote!(::ptec_runtime::kernels::linear::bmm_scratch_len(#bs, #m, #n, #k)),
+        quote!(::ptec_runtime::kernels::linear::bmm_scratch_len(bs, m, n, k).min(#max_len)),
         max_len,
     );
-    Ok(quote! { #s1 #s2 #s3 #s4 ::ptec_runtime::kernels::linear::bmm(#ai, #bb, #bs, #m, #k, #n, #o, #sc); })
+    Ok(quote! { #dims #set #s1 #s2 #s3 #s4 ::ptec_runtime::kernels::linear::bmm(#ai, #bb, bs, m, k, n, #o, #sc); })
 }
 
 /// `linear.out(input, weight, bias=None, out)`: `input[..., k] @ weight[n, k]^T + bias`.

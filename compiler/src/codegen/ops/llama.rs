@@ -3,13 +3,16 @@
 //! attention over the cache. Semantics follow `extension/llm/custom_ops`
 //! (`op_update_cache.cpp`, `op_sdpa.cpp`).
 use super::*;
-use crate::names::llama::{CUSTOM_SDPA, SDPA_WITH_KV_CACHE, UPDATE_CACHE, UPDATE_CACHE_WITH_INDICES};
+use crate::names::llama::{
+    CUSTOM_QUANTIZED_SDPA, CUSTOM_SDPA, SDPA_WITH_KV_CACHE, UPDATE_CACHE, UPDATE_CACHE_WITH_INDICES,
+};
 
 pub const OPS: &[(&str, Emitter)] = &[
     (UPDATE_CACHE, update_cache),
     (UPDATE_CACHE_WITH_INDICES, update_cache_with_indices),
     (CUSTOM_SDPA, custom_sdpa),
     (SDPA_WITH_KV_CACHE, sdpa_with_kv_cache),
+    (CUSTOM_QUANTIZED_SDPA, custom_quantized_sdpa),
 ];
 
 /// The run-time (or constant) integer argument `i`, as an `i64` expression.
@@ -48,6 +51,23 @@ fn cache_operands(ctx: &OpCtx<'_>) -> Result<(TArg, TArg), String> {
     Ok((value, cache))
 }
 
+/// The per-row parameters (argument `i`) of the int8 operand `t`: `t`'s
+/// sizes with a last dim of 1, as dynamic as `t`.
+fn row_params(ctx: &OpCtx<'_>, t: &TArg, i: usize) -> Result<TArg, String> {
+    let p = ctx
+        .opt_tensor(i)?
+        .ok_or_else(|| format!("argument {i}: an int8 operand needs its zero points and scales"))?;
+    require_contiguous(&[&p])?;
+    let want = [t.sizes[0], t.sizes[1], t.sizes[2], 1];
+    if p.sizes != want || p.dynamic != t.dynamic {
+        return Err(format!(
+            "value {} has sizes {:?}, expected {want:?} (one per row of value {})",
+            p.value, p.sizes, t.value
+        ));
+    }
+    Ok(p)
+}
+
 /// `update_cache(value, cache, start_pos, out) -> out`; `out` is left as it is
 /// (ExecuTorch's kernel returns it untouched).
 fn update_cache(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
@@ -83,7 +103,7 @@ fn update_cache_with_indices(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String>
 /// refuses a mask together with `is_causal`.
 fn custom_sdpa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(10)?;
-    attention(ctx, [0, 1, 2, 3, 4, 6, 7, 8], None)
+    attention(ctx, [0, 1, 2, 3, 4, 6, 7, 8], Extra::None)
 }
 
 /// `sdpa_with_kv_cache(q, k, v, key_cache, value_cache, start_pos, seq_len,
@@ -92,17 +112,44 @@ fn custom_sdpa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// `custom_sdpa`), in one kernel call that holds them mutably.
 fn sdpa_with_kv_cache(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(13)?;
-    attention(ctx, [0, 3, 4, 5, 7, 9, 10, 11], Some((1, 2, 6)))
+    attention(
+        ctx,
+        [0, 3, 4, 5, 7, 9, 10, 11],
+        Extra::Update { k: 1, v: 2, seq_len: 6 },
+    )
+}
+
+/// `custom_quantized_sdpa(q, k_cache, v_cache, start_pos, attn_mask?,
+/// dropout_p, is_causal, scale?, q_zero_points?, q_scales?,
+/// k_zero_points?, k_scales?, v_zero_points?, v_scales?, is_seq_at_dim_2,
+/// out)`: `custom_sdpa` over int8 operands with per-row parameters (the
+/// quantized KV cache of `--quantize_kv_cache`).
+fn custom_quantized_sdpa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(17)?;
+    if ctx.bool(14)? {
+        return Err("is_seq_at_dim_2 (the [B, H, S, D] layout) is not supported".into());
+    }
+    attention(ctx, [0, 1, 2, 3, 4, 6, 7, 15], Extra::Quantized([8, 9, 10, 11, 12, 13]))
+}
+
+/// What an attention operator has besides `custom_sdpa`'s arguments.
+enum Extra {
+    None,
+    /// `sdpa_with_kv_cache`'s new keys and values and their count.
+    Update {
+        k: usize,
+        v: usize,
+        seq_len: usize,
+    },
+    /// The zero points and scales of the int8 q, k and v, in that order.
+    Quantized([usize; 6]),
 }
 
 /// The attention of `custom_sdpa` from the argument positions `at` (query,
-/// key cache, value cache, start_pos, mask, is_causal, scale, out), and
-/// with `update` (k, v, seq_len) the cache writes of `sdpa_with_kv_cache`.
-fn attention(
-    ctx: &mut OpCtx<'_>,
-    at: [usize; 8],
-    update: Option<(usize, usize, usize)>,
-) -> Result<TokenStream, String> {
+/// key cache, value cache, start_pos, mask, is_causal, scale, out), with
+/// the cache writes of `sdpa_with_kv_cache` or the int8 operands of
+/// `custom_quantized_sdpa` as `extra` says.
+fn attention(ctx: &mut OpCtx<'_>, at: [usize; 8], extra: Extra) -> Result<TokenStream, String> {
     let [q_at, k_at, v_at, start_at, mask_at, causal_at, scale_at, out_at] = at;
     let (q, k, v, out) = (
         ctx.tensor(q_at)?,
@@ -114,9 +161,20 @@ fn attention(
     let start = int_expr(ctx, start_at)?;
     let is_causal = ctx.bool(causal_at)?;
     let scale = ctx.opt_double(scale_at)?;
+    let operands = match extra {
+        Extra::Quantized(_) => ScalarType::Char,
+        _ => ScalarType::Float,
+    };
     for (t, what) in [(&q, "query"), (&k, "key cache"), (&v, "value cache"), (&out, "output")] {
         rank4(t, what)?;
-        require_dtype(t, &[ScalarType::Float])?;
+        require_dtype(
+            t,
+            &[if t.value == out.value {
+                ScalarType::Float
+            } else {
+                operands
+            }],
+        )?;
     }
     if k.dynamic || v.dynamic || k.sizes != v.sizes {
         return Err(format!(
@@ -167,8 +225,37 @@ fn attention(
             scale: #scale,
         }
     };
+    if let Extra::Quantized(params) = extra {
+        let len = ::ptec_runtime::kernels::attention::quantized_sdpa_scratch_len(cs[1]);
+        let mut stmts = quote!(#set #s2);
+        let mut rows = Vec::new();
+        for (t, pair) in [&q, &k, &v].into_iter().zip(params.chunks_exact(2)) {
+            let (zero_points, scales) = (row_params(ctx, t, pair[0])?, row_params(ctx, t, pair[1])?);
+            require_dtype(&zero_points, &[ScalarType::Char])?;
+            require_dtype(&scales, &[ScalarType::Float])?;
+            let (ti, a) = ctx.read(t)?;
+            let (zi, b) = ctx.read(&zero_points)?;
+            let (si, c) = ctx.read(&scales)?;
+            stmts.extend(quote!(#a #b #c));
+            rows.push(quote! {
+                ::ptec_runtime::kernels::attention::QuantizedRows { values: #ti, scales: #si, zero_points: #zi }
+            });
+        }
+        let (o, s3) = ctx.write(&out)?;
+        let (scores, s4) = ctx.scratch_f32(lit(len), len);
+        let [qr, kr, vr] = [&rows[0], &rows[1], &rows[2]];
+        let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::attention::custom_quantized_sdpa(
+            #qr, #kr, #vr, #args, #o, #scores
+        )));
+        return Ok(quote! { #stmts #s3 #s4 #call });
+    }
     let len = ::ptec_runtime::kernels::attention::sdpa_scratch_len(cs[1]);
-    let Some((k_at, v_at, seq_at)) = update else {
+    let Extra::Update {
+        k: k_at,
+        v: v_at,
+        seq_len: seq_at,
+    } = extra
+    else {
         let (ki, s3) = ctx.read(&k)?;
         let (vi, s4) = ctx.read(&v)?;
         let (o, s5) = ctx.write(&out)?;

@@ -19,6 +19,12 @@ pub const OPS: &[(&str, Emitter)] = &[
         "quantized_decomposed::dequantize_per_channel.out",
         dequantize_per_channel,
     ),
+    (
+        "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
+        choose_qparams_per_token_asymmetric,
+    ),
+    ("quantized_decomposed::quantize_per_token.out", quantize_per_token),
+    ("quantized_decomposed::dequantize_per_token.out", dequantize_per_token),
     ("quantized_decomposed::embedding_byte.out", |c| {
         embedding_quantized(c, 8, false)
     }),
@@ -256,6 +262,114 @@ fn dequantize_per_channel(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         #set #s1 #s2 #s3 #s4
         ::ptec_runtime::kernels::quant::dequantize_per_channel(#qi, #sizes, #si, #zp, #axis, #o);
     })
+}
+
+/// The per-token parameters of `x` (one per row along the last dim):
+/// checked to be `x`'s sizes with a last dim of 1, and the statements that
+/// bind `row: usize` (the live size of `x`'s last dim) and set the live
+/// sizes of dynamic `params`.
+fn token_rows(ctx: &OpCtx<'_>, x: &TArg, params: &[&TArg], outputs: bool) -> Result<TokenStream, String> {
+    require_contiguous(&[x])?;
+    let Some((&d, lead)) = x.sizes.split_last() else {
+        return Err("per-token quantization needs a tensor of rank 1 or more".into());
+    };
+    if d == 0 {
+        return Err(format!("value {} has rows of 0 elements", x.value));
+    }
+    let want: Vec<usize> = lead.iter().copied().chain([1]).collect();
+    let mut set = quote!();
+    for p in params {
+        require_contiguous(&[p])?;
+        if outputs {
+            require_sizes(p, &want)?;
+        } else if p.sizes != want || p.dynamic != x.dynamic {
+            return Err(format!(
+                "value {} has sizes {:?}, expected {want:?} (one per row of value {})",
+                p.value, p.sizes, x.value
+            ));
+        }
+        if outputs && p.dynamic {
+            let rank = lit(want.len());
+            let last = lit(want.len() - 1);
+            let sizes = ctx.sizes(x);
+            set.extend(ctx.set_sizes(
+                p,
+                quote!(&{
+                    let mut s = [0usize; #rank];
+                    s.copy_from_slice(#sizes);
+                    s[#last] = 1;
+                    s
+                }),
+            ));
+        }
+    }
+    let (sizes, last) = (ctx.sizes(x), lit(lead.len()));
+    Ok(quote! { #set let row: usize = (#sizes)[#last]; })
+}
+
+/// `choose_qparams_per_token_asymmetric.out(input, dtype, *, scale_out,
+/// zero_point_out)`: ExecuTorch's int8 parameters of each row (see the
+/// kernel), an `f64` scale and an `i64` zero point.
+fn choose_qparams_per_token_asymmetric(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(5)?;
+    let (x, scales, zero_points) = (ctx.tensor(0)?, ctx.tensor(2)?, ctx.tensor(3)?);
+    require_dtype(&x, &[Float])?;
+    require_dtype(&scales, &[Double])?;
+    require_dtype(&zero_points, &[Long])?;
+    let code = ctx.int(1)?;
+    if ScalarType::from_code(code as i8) != Some(Char) {
+        return Err(format!(
+            "dtype argument {code} is not int8, the only dtype ExecuTorch's kernel makes"
+        ));
+    }
+    let rows = token_rows(ctx, &x, &[&scales, &zero_points], true)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (si, s2) = ctx.write(&scales)?;
+    let (zi, s3) = ctx.write(&zero_points)?;
+    let call = ctx.kernel_result(quote!(
+        ::ptec_runtime::kernels::quant::choose_qparams_per_token_asymmetric(#xi, row, #si, #zi)
+    ));
+    Ok(quote! { #rows #s1 #s2 #s3 #call })
+}
+
+/// `quantize_per_token.out(input, scales, zero_points, quant_min,
+/// quant_max, dtype, out)`.
+fn quantize_per_token(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(8)?;
+    let (x, scales, zero_points, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(6)?);
+    require_dtype(&x, &[Float])?;
+    let (lo, hi) = check_quantized(ctx, &out, 3, 4, 5)?;
+    let rows = token_rows(ctx, &x, &[&scales, &zero_points], false)?;
+    let set = same_sizes(ctx, &x, &out)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (si, s2) = ctx.read(&scales)?;
+    let (zi, s3) = ctx.read(&zero_points)?;
+    let (o, s4) = ctx.write(&out)?;
+    let (lo, hi) = (i64_lit(lo), i64_lit(hi));
+    let call = ctx.kernel_result(quote!(
+        ::ptec_runtime::kernels::quant::quantize_per_token(#xi, row, #si, #zi, #lo, #hi, #o)
+    ));
+    Ok(quote! { #rows #set #s1 #s2 #s3 #s4 #call })
+}
+
+/// `dequantize_per_token.out(input, scales, zero_points, quant_min,
+/// quant_max, dtype, output_dtype, out)`.
+fn dequantize_per_token(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let (q, scales, zero_points, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(7)?);
+    let (lo, hi) = check_quantized(ctx, &q, 3, 4, 5)?;
+    check_dequantized(ctx, 6, &out)?;
+    let rows = token_rows(ctx, &q, &[&scales, &zero_points], false)?;
+    let set = same_sizes(ctx, &q, &out)?;
+    let (qi, s1) = ctx.read(&q)?;
+    let (si, s2) = ctx.read(&scales)?;
+    let (zi, s3) = ctx.read(&zero_points)?;
+    let (o, s4) = ctx.write(&out)?;
+    let (lo, hi) = (i64_lit(lo), i64_lit(hi));
+    let call = ctx.kernel_result(quote!(
+        ::ptec_runtime::kernels::quant::dequantize_per_token(#qi, row, #si, #zi, #lo, #hi, #o)
+    ));
+    Ok(quote! { #rows #set #s1 #s2 #s3 #s4 #call })
 }
 
 /// `embedding_{byte,4bit,2bit}(weight, scales, zero_points?, quant_min,
