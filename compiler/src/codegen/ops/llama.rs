@@ -165,16 +165,15 @@ fn attention(ctx: &mut OpCtx<'_>, at: [usize; 8], extra: Extra) -> Result<TokenS
         Extra::Quantized(_) => ScalarType::Char,
         _ => ScalarType::Float,
     };
-    for (t, what) in [(&q, "query"), (&k, "key cache"), (&v, "value cache"), (&out, "output")] {
+    let float = ScalarType::Float;
+    for (t, what, dtype) in [
+        (&q, "query", operands),
+        (&k, "key cache", operands),
+        (&v, "value cache", operands),
+        (&out, "output", float),
+    ] {
         rank4(t, what)?;
-        require_dtype(
-            t,
-            &[if t.value == out.value {
-                ScalarType::Float
-            } else {
-                operands
-            }],
-        )?;
+        require_dtype(t, &[dtype])?;
     }
     if k.dynamic || v.dynamic || k.sizes != v.sizes {
         return Err(format!(
@@ -205,7 +204,6 @@ fn attention(ctx: &mut OpCtx<'_>, at: [usize; 8], extra: Extra) -> Result<TokenS
     let q_sizes = ctx.sizes(&q);
     let set = ctx.set_sizes(&out, q_sizes.clone());
     let cache_sizes = usize_slice(cs);
-    let (qi, s1) = ctx.read(&q)?;
     let (mask_expr, mask_sizes, s2) = match &mask {
         Some(m) => {
             let sizes = ctx.sizes(m);
@@ -249,6 +247,7 @@ fn attention(ctx: &mut OpCtx<'_>, at: [usize; 8], extra: Extra) -> Result<TokenS
         )));
         return Ok(quote! { #stmts #s3 #s4 #call });
     }
+    let (qi, s1) = ctx.read(&q)?;
     let len = ::ptec_runtime::kernels::attention::sdpa_scratch_len(cs[1]);
     let Extra::Update {
         k: k_at,
