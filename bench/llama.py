@@ -6,7 +6,9 @@
 `export` writes a Llama of SHAPE (`1b`: Llama-3.2-1B's, `tiny`: a few MB
 to try the script) with random well-scaled weights, exported the
 documented way (`-kv --use_sdpa_with_kv_cache -d fp32`, dynamic sequence
-length), portably or with `-X` (LOWERING `portable` / `xnnpack`).
+length), portably, with `-X`, or with `-X -qmode 8da4w -G 32` (4-bit
+weights in blocks of 32, int8 activations; LOWERING `portable`,
+`xnnpack`, `8da4w`).
 
 `time` runs it on ExecuTorch's runtime (its Python bindings, with the
 `llama::` kernels loaded) on THREADS threads: a PROMPT-token prompt at
@@ -14,8 +16,7 @@ position 0, then DECODE tokens one at a time, greedily; prints one line,
 `prefill_s decode_s tokens...`, the best of 3 prefills and the decode loop
 after the last.
 """
-import copy
-import json
+import os
 import sys
 import tempfile
 import time
@@ -53,34 +54,17 @@ MAX_SEQ = 256
 
 def export(shape, lowering, out):
     from executorch.examples.models.llama.export_llama_lib import _export_llama, build_args_parser
-    from executorch.examples.models.llama.llama_transformer import construct_transformer
-    from executorch.examples.models.llama.model_args import ModelArgs
     from executorch.extension.llm.export.config.llm_config import LlmConfig
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "fixtures"))
+    from make_fixtures import llama_export_argv
+
     params = dict(SHAPES[shape])
-    layers = int(__import__("os").environ.get("LAYERS", params["n_layers"]))
-    params["n_layers"] = layers
+    params["n_layers"] = int(os.environ.get("LAYERS", params["n_layers"]))
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(dir=Path(out).parent))
-    (tmp / "params.json").write_text(json.dumps(params))
-    weights = {}
-    with torch.no_grad():
-        model = construct_transformer(ModelArgs(**params, max_seq_len=MAX_SEQ, max_context_len=MAX_SEQ))
-        for key, v in model.state_dict().items():
-            if "norm" in key:
-                weights[key] = 1.0 + 0.1 * torch.randn_like(v)
-            elif v.dtype.is_floating_point:
-                weights[key] = torch.randn_like(v) / v.shape[-1] ** 0.5
-            else:
-                weights[key] = v
-        del model
-    torch.save(weights, tmp / "ckpt.pth")
-    del weights
-    argv = ["-p", str(tmp / "params.json"), "-c", str(tmp / "ckpt.pth"), "-kv", "--use_sdpa_with_kv_cache",
-            "-d", "fp32", "--max_seq_length", str(MAX_SEQ), "--max_context_length", str(MAX_SEQ),
-            "--output-dir", str(tmp), "--output_name", str(tmp / "model.pte")]
-    if lowering == "xnnpack":
-        argv.append("-X")
+    argv = llama_export_argv(params, MAX_SEQ, tmp) + ["--use_sdpa_with_kv_cache"]
+    argv += {"portable": [], "xnnpack": ["-X"], "8da4w": ["-X", "-qmode", "8da4w", "-G", "32"]}[lowering]
     _export_llama(LlmConfig.from_args(build_args_parser().parse_args(argv)))
     (tmp / "model.pte").rename(out)
     for f in tmp.iterdir():

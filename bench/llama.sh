@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # LLM benchmark: prefill and decode tokens/s of a Llama from ExecuTorch's
-# LLM export (fp32, KV cache, custom SDPA, dynamic sequence length), on
+# LLM export (KV cache, custom SDPA, dynamic sequence length), on
 # ExecuTorch's runtime and compiled by ptec, side by side in one run: the
-# same .pte, prompt and greedy tokens; portable and `-X` (XNNPACK); on 1
-# and 2 threads. Prefill is the best of 3 PROMPT-token prompts, decode
+# same .pte, prompt and greedy tokens; fp32 portable, fp32 `-X` (XNNPACK)
+# and `-X -qmode 8da4w -G 32` (4-bit weights); on 1 and 2 threads. Prefill is the best of 3 PROMPT-token prompts, decode
 # DECODE single tokens after it; the last column says whether both gave
 # the same greedy tokens.
 #
 #   bench/llama.sh                  # Llama-3.2-1B's shapes (random weights)
 #   SHAPE=tiny bench/llama.sh       # a few MB, to try the script
 #   LAYERS=4 bench/llama.sh         # 1B's widths, fewer layers
+#   LOWERINGS=8da4w bench/llama.sh  # some of portable, xnnpack, 8da4w
 #
-# Exports (5 GB each at 1B, not committed) go to target/llama-bench/; needs
+# Exports (6 GB each at 1B in fp32, not committed) go to target/llama-bench/; needs
 # the pinned venv (PYTHON, default /opt/ptec-venv/bin/python).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +31,7 @@ echo "# $tag: prompt $prompt tokens, decode $decode tokens"
 printf '%-9s %7s %14s %14s %7s %14s %14s %7s %5s\n' lowering threads \
   et_prefill_t/s ptec_prefill_t/s ratio et_decode_t/s ptec_decode_t/s ratio same
 
-for lowering in portable xnnpack; do
+for lowering in ${LOWERINGS:-portable xnnpack 8da4w}; do
   pte="$work/$tag-$lowering.pte"
   [ -f "$pte" ] || "$python" "$repo/bench/llama.py" export "$shape" "$lowering" "$pte" >&2
   dir="$work/crate-$tag-$lowering"

@@ -112,6 +112,7 @@ const EXTERNAL: &[&str] = &[
     "channels_last",
     "xnnpack_conv",
     "xnnpack_ops",
+    "xnnpack_qb4_linear",
     "view_aliases",
 ];
 

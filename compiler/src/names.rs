@@ -79,12 +79,20 @@ pub(crate) mod qs8 {
 }
 
 /// XNNPACK's dynamically quantized fully connected layer:
-/// `qd8_fully_connected(x, weight, scales, group, bias?, min, max, out)`.
-/// `x` is `f32`, its rows quantized when the layer runs; `weight` is `[n,
-/// k]` `i8` with `f32` `scales` per output channel, or 4-bit (`u8`, `[n,
-/// k / 2]`) with `f32` scales per output channel (`group` 0) or bf16
-/// scales per block of `group` inputs.
-pub(crate) const QD8_FULLY_CONNECTED: &str = "ptec_xnn::qd8_fully_connected.out";
+/// `qd8_fully_connected(x, weight, scales, group, bias?, min, max, kept?,
+/// out)`. `x` is `f32`, its rows quantized when the layer runs; `weight` is
+/// `[n, k]` `i8` with `f32` `scales` per output channel, or 4-bit (`u8`,
+/// `[n, k / 2]`) with `f32` scales per output channel (`group` 0) or bf16
+/// scales per block of `group` inputs; `kept` holds a blockwise layer's
+/// weight sums.
+pub(crate) mod qd8_fully_connected {
+    pub(crate) const NAME: &str = "ptec_xnn::qd8_fully_connected.out";
+    pub(crate) const WEIGHT: usize = 1;
+    pub(crate) const SCALES: usize = 2;
+    pub(crate) const KEPT: usize = 7;
+    /// Arguments in all.
+    pub(crate) const COUNT: usize = 9;
+}
 
 /// `depthwise_conv2d_nhwc(x, weight, bias?, padding, stride, dilation, min,
 /// max, out)`.

@@ -31,12 +31,14 @@ fn compile(name: &str, external: bool) -> ptec::Source {
 fn prepared_constants_leave_the_state_when_the_weights_are_embedded() {
     // conv and channels_last: folded convolutions and chains of them;
     // xnnpack_conv and xnnpack_ops: lowered XNNPACK convolutions and fully
-    // connected layers with kept packed weights.
+    // connected layers with kept packed weights; xnnpack_qb4_linear: the
+    // weight sums of 4-bit blockwise layers.
     for name in [
         "conv.bpte",
         "channels_last.bpte",
         "xnnpack_conv.bpte",
         "xnnpack_ops.bpte",
+        "xnnpack_qb4_linear.bpte",
     ] {
         let embedded = compile(name, false);
         let external = compile(name, true);
@@ -48,7 +50,12 @@ fn prepared_constants_leave_the_state_when_the_weights_are_embedded() {
         assert!(embedded.code.contains("static EMBEDDED_DATA"), "{name}");
         assert!(!external.code.contains("EMBEDDED_DATA"), "{name}");
         // Nothing is prepared at run time when the compiler did it...
-        for call in [".prepare(", ".pack_filter(", "pack_fully_connected("] {
+        for call in [
+            ".prepare(",
+            ".pack_filter(",
+            "pack_fully_connected(",
+            "prepare_blockwise(",
+        ] {
             assert!(!embedded.code.contains(call), "{name}: {call} at run time");
         }
         // ...and the bytes it prepared are the ones the state no longer

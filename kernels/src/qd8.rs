@@ -20,11 +20,14 @@ pub enum Weights<'a> {
     /// with one scale per output channel (`qcint4`).
     Channelwise4 { w: &'a [u8], scales: &'a [f32] },
     /// 4-bit as above, with a bf16 scale per block of `group` inputs of
-    /// each output channel, `[n, k / group]` (`qbint4`).
+    /// each output channel, `[n, k / group]` (`qbint4`). `kept`: the
+    /// layer's buffer after [`prepare_blockwise`] (its weight sums, made
+    /// once), or `None` to sum the weights on every call.
     Blockwise4 {
         w: &'a [u8],
         scales: &'a [bf16],
         group: usize,
+        kept: Option<&'a [f32]>,
     },
 }
 
@@ -94,9 +97,68 @@ fn widen(s: bf16) -> f32 {
     f32::from_bits((s.to_bits() as u32) << 16)
 }
 
+/// `f32` words of scratch [`fully_connected`] needs for `rows` rows of `k`
+/// inputs, with blocks of `group` inputs (0: per-channel weights): each
+/// row's quantized copy, its parameters and its block sums.
+pub fn scratch_len(rows: usize, k: usize, group: usize) -> usize {
+    rows * row_words(k, blocks_of(k, group))
+}
+
+/// Blocks of a row of `k` inputs (0 for per-channel weights).
+fn blocks_of(k: usize, group: usize) -> usize {
+    k.checked_div(group).unwrap_or(0)
+}
+
+/// Scratch words of one row: its `k` quantized bytes, its zero point and
+/// scale, and four sums per block.
+fn row_words(k: usize, blocks: usize) -> usize {
+    k.div_ceil(4) + 2 + 4 * blocks
+}
+
+/// Header of a blockwise layer's kept weight sums ("QD8K", `k`, `n`,
+/// `group`), in the style of the packed-weight stamp.
+fn kept_header(k: usize, n: usize, group: usize) -> [u32; 4] {
+    [0x4b38_4451, k as u32, n as u32, group as u32]
+}
+
+/// Floats a blockwise layer of `n` outputs keeps from run to run
+/// ([`prepare_blockwise`]).
+pub fn blockwise_kept_len(n: usize) -> usize {
+    4 + n
+}
+
+/// The weight sums of a blockwise layer (`w` `[n, k]` nibbles, `scales`
+/// `[n, k / group]`), which XNNPACK computes when it packs the weights: per
+/// output, the sums of each 16 weights times their block's scale,
+/// subtracted in order. Computed into `kept` (at least
+/// [`blockwise_kept_len`]`(n)` floats) unless it already holds them, so
+/// it can run before every call.
+pub fn prepare_blockwise(w: &[u8], scales: &[bf16], group: usize, k: usize, n: usize, kept: &mut [f32]) {
+    let header = kept_header(k, n, group);
+    let kept = &mut kept[..blockwise_kept_len(n)];
+    if !crate::gemm::packing::stamped(kept, &header) {
+        let blocks = blocks_of(k, group);
+        let (head, sums) = kept.split_at_mut(4);
+        for (c, s) in sums.iter_mut().enumerate() {
+            *s = ksum(&w[c * k / 2..], k, &scales[c * blocks..][..blocks], group);
+        }
+        crate::gemm::packing::stamp(head, &header);
+    }
+}
+
+/// The weight sums in `kept`, when [`prepare_blockwise`] made them for
+/// this layer.
+fn kept_sums(kept: &[f32], k: usize, n: usize, group: usize) -> Option<&[f32]> {
+    let sums = kept.get(..blockwise_kept_len(n))?;
+    crate::gemm::packing::stamped(sums, &kept_header(k, n, group)).then(|| &sums[4..])
+}
+
 /// `out[r, c] = clamp(x[r, :] · w[c, :] + bias[c], min, max)` over `rows`
 /// rows of `k` inputs and `n` outputs, with each input row quantized as
-/// XNNPACK does (into `xq`, `k` bytes of scratch).
+/// XNNPACK does. `scratch`: [`scratch_len`]`(rows, k, group)` floats.
+/// With threads, each takes a share of the outputs (and so of the
+/// weights); every output is summed in the same order whatever their
+/// number.
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected(
     x: &[f32],
@@ -107,34 +169,119 @@ pub fn fully_connected(
     bias: Option<&[f32]>,
     min: f32,
     max: f32,
-    xq: &mut [i8],
+    scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    let xq = &mut xq[..k];
-    for r in 0..rows {
+    let (group, ksums) = match *weights {
+        Weights::Blockwise4 { group, kept, .. } => (group, kept.and_then(|v| kept_sums(v, k, n, group))),
+        _ => (0, None),
+    };
+    let blocks = blocks_of(k, group);
+    let words = row_words(k, blocks);
+    let (x, out, scratch) = (&x[..rows * k], &mut out[..rows * n], &mut scratch[..rows * words]);
+    if let Some(b) = bias {
+        assert!(b.len() >= n, "a bias of {} for {n} outputs", b.len());
+    }
+    let fast = simd::Blockwise::for_layer(weights, k);
+    for (r, row) in scratch.chunks_exact_mut(words).enumerate() {
+        let (bytes, rest) = row.split_at_mut(k.div_ceil(4));
+        let xq = &mut as_bytes(bytes)[..k];
         let q = quantize_row(&x[r * k..][..k], xq);
-        let o = &mut out[r * n..][..n];
-        for (c, o) in o.iter_mut().enumerate() {
+        rest[0] = q.zero_point as f32;
+        rest[1] = q.scale;
+        if fast.is_some() {
+            block_sums(xq, group, as_i32(&mut rest[2..]));
+            simd::interleave(xq);
+        }
+    }
+    let scratch = &*scratch;
+    // Each output reads its weight row once, for every row of inputs.
+    let columns = |c0: usize, c1: usize, put: &mut dyn FnMut(usize, usize, f32)| {
+        for c in c0..c1 {
             let b = bias.map_or(0.0, |b| b[c]);
-            let y = match *weights {
-                Weights::Channelwise8 { w, scales } => {
-                    let acc = centred_dot(xq, q.zero_point, |i| w[c * k + i] as i32);
-                    libm::fmaf(acc as f32 * q.scale, scales[c], b)
-                }
-                Weights::Channelwise4 { w, scales } => {
-                    let acc = centred_dot(xq, q.zero_point, |i| nibble(w, c * k + i));
-                    libm::fmaf(acc as f32 * q.scale, scales[c], b)
-                }
-                Weights::Blockwise4 { w, scales, group } => {
-                    let blocks = k / group;
-                    let s = &scales[c * blocks..][..blocks];
-                    let sum = blockwise_sum(xq, q.zero_point, |i| nibble(w, c * k + i), s, group);
-                    libm::fmaf(sum, q.scale, b)
-                }
-            };
-            // x86's max_ps(y, min) then min_ps: a NaN becomes `min`.
-            let y = if y > min { y } else { min };
-            *o = if y < max { y } else { max };
+            for (r, row) in scratch.chunks_exact(words).enumerate() {
+                let (bytes, rest) = row.split_at(k.div_ceil(4));
+                let xq = &bytes_of(bytes)[..k];
+                let (zero_point, scale) = (rest[0] as i32, rest[1]);
+                let y = match (*weights, fast) {
+                    (Weights::Blockwise4 { w, scales, .. }, Some(fast)) => {
+                        let s = &scales[c * blocks..][..blocks];
+                        let w = &w[c * k / 2..][..k / 2];
+                        let ks = ksums.map_or_else(|| ksum(w, k, s, group), |v| v[c]);
+                        let sums = as_i32_ref(&rest[2..]);
+                        libm::fmaf(fast.sum(xq, sums, w, s, ks * zero_point as f32), scale, b)
+                    }
+                    (Weights::Channelwise8 { w, scales }, _) => {
+                        let acc = centred_dot(xq, zero_point, |i| w[c * k + i] as i32);
+                        libm::fmaf(acc as f32 * scale, scales[c], b)
+                    }
+                    (Weights::Channelwise4 { w, scales }, _) => {
+                        let acc = centred_dot(xq, zero_point, |i| nibble(w, c * k + i));
+                        libm::fmaf(acc as f32 * scale, scales[c], b)
+                    }
+                    (Weights::Blockwise4 { w, scales, .. }, None) => {
+                        let s = &scales[c * blocks..][..blocks];
+                        let ks = ksums.map_or_else(|| ksum(&w[c * k / 2..], k, s, group), |v| v[c]);
+                        let sum = blockwise_sum(xq, zero_point, |i| nibble(w, c * k + i), s, group, ks);
+                        libm::fmaf(sum, scale, b)
+                    }
+                };
+                // x86's max_ps(y, min) then min_ps: a NaN becomes `min`.
+                let y = if y > min { y } else { min };
+                put(r, c, if y < max { y } else { max });
+            }
+        }
+    };
+    let split = crate::parallel::split(n, 16);
+    if rows * n * k < 1 << 16 || split.parts() < 2 {
+        columns(0, n, &mut |r, c, y| out[r * n + c] = y);
+        return;
+    }
+    // SAFETY: part `p` writes only the columns of its range (of every
+    // row), which no other part writes or reads; `out` outlives the parts.
+    let shared = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
+    crate::parallel::run_parts(split.parts(), &|p| {
+        let Some((c0, c1)) = split.range(p) else { return };
+        let out = shared.get();
+        // SAFETY: `r < rows` and `c < n`: within `out` (`rows · n`
+        // floats); see above for the parts.
+        columns(c0, c1, &mut |r, c, y| unsafe { *out.add(r * n + c) = y });
+    });
+}
+
+/// The bytes of a row's scratch words.
+fn as_bytes(words: &mut [f32]) -> &mut [i8] {
+    // SAFETY: `i8` has no invalid bit patterns and no stricter alignment
+    // than `f32`; the bytes are those of `words`, borrowed uniquely.
+    unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<i8>(), words.len() * 4) }
+}
+
+fn bytes_of(words: &[f32]) -> &[i8] {
+    // SAFETY: as in `as_bytes`, shared.
+    unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<i8>(), words.len() * 4) }
+}
+
+/// Scratch words as `i32` (same size and alignment, any bits valid).
+fn as_i32(words: &mut [f32]) -> &mut [i32] {
+    // SAFETY: `i32` and `f32` have the same size and alignment and every
+    // bit pattern is valid for both; the borrow moves into the result.
+    unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<i32>(), words.len()) }
+}
+
+fn as_i32_ref(words: &[f32]) -> &[i32] {
+    // SAFETY: as in `as_i32`, shared.
+    unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<i32>(), words.len()) }
+}
+
+/// `sums[4·b + j] = 8 · Σ xq[i]` over the inputs `i` of block `b` with
+/// `(i mod 8) / 2 == j`: what the weights' offset of 8 takes from the
+/// block's four partial products when they are summed over the stored
+/// nibbles (`0..16`) rather than the weights.
+fn block_sums(xq: &[i8], group: usize, sums: &mut [i32]) {
+    for (b, s) in sums.chunks_exact_mut(4).take(blocks_of(xq.len(), group)).enumerate() {
+        s.fill(0);
+        for (i, &v) in xq[b * group..(b + 1) * group].iter().enumerate() {
+            s[(i % 8) / 2] += 8 * v as i32;
         }
     }
 }
@@ -152,21 +299,43 @@ fn centred_dot(xq: &[i8], zero_point: i32, w: impl Fn(usize) -> i32) -> i32 {
     acc.wrapping_sub(zero_point.wrapping_mul(wsum))
 }
 
-/// One output of a blockwise 4-bit layer before its row scale and bias,
-/// summed as XNNPACK's AVX2 kernel sums it: the zero point's share first
-/// (the weight sums of each 16 inputs times their block's scale,
-/// subtracted in order), then per block four partial products (inputs `i`
-/// with `i mod 8` in `{2j, 2j + 1}`), each fused into a lane of its own,
-/// and the lanes added in pairs.
-fn blockwise_sum(xq: &[i8], zero_point: i32, w: impl Fn(usize) -> i32, scales: &[bf16], group: usize) -> f32 {
-    let k = xq.len();
+/// The weight sum of one output of a blockwise layer (`row`: its `k`
+/// nibbles), as XNNPACK's packing makes it: the sums of each 16 weights
+/// times their block's scale, subtracted in order from 0.
+fn ksum(row: &[u8], k: usize, scales: &[bf16], group: usize) -> f32 {
     let mut ksum = 0.0f32;
     let mut start = 0;
     while start < k {
-        let chunk: i32 = (start..(start + 16).min(k)).map(&w).sum();
+        let end = (start + 16).min(k);
+        let chunk: i32 = if end - start == 16 && start.is_multiple_of(2) {
+            // Eight whole bytes, each two weights stored plus 8.
+            row[start / 2..][..8]
+                .iter()
+                .map(|&b| (b & 15) as i32 + (b >> 4) as i32)
+                .sum::<i32>()
+                - 128
+        } else {
+            (start..end).map(|i| nibble(row, i)).sum()
+        };
         ksum -= chunk as f32 * widen(scales[start / group]);
         start += 16;
     }
+    ksum
+}
+
+/// One output of a blockwise 4-bit layer before its row scale and bias,
+/// summed as XNNPACK's AVX2 kernel sums it: the zero point's share first
+/// (the weight sums `ksum` times the zero point), then per block four
+/// partial products (inputs `i` with `i mod 8` in `{2j, 2j + 1}`), each
+/// fused into a lane of its own, and the lanes added in pairs.
+fn blockwise_sum(
+    xq: &[i8],
+    zero_point: i32,
+    w: impl Fn(usize) -> i32,
+    scales: &[bf16],
+    group: usize,
+    ksum: f32,
+) -> f32 {
     let mut lanes = [ksum * zero_point as f32, 0.0, 0.0, 0.0];
     for (b, &s) in scales.iter().enumerate() {
         let s = widen(s);
@@ -179,6 +348,154 @@ fn blockwise_sum(xq: &[i8], zero_point: i32, w: impl Fn(usize) -> i32, scales: &
         }
     }
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+}
+
+/// The vectorized blockwise layer: the same sums as [`blockwise_sum`], to
+/// the bit (the integer partial products are exact in any order; the
+/// `f32` steps are the same, in the same order).
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::{bf16, widen, Weights};
+
+    /// The AVX2 blockwise kernel, for a layer it serves: `k` a multiple of
+    /// 64 and blocks of 32 inputs or a multiple of 64. Exists only when the
+    /// CPU has AVX2 and FMA.
+    #[derive(Clone, Copy)]
+    pub(super) struct Blockwise {
+        group: usize,
+    }
+
+    impl Blockwise {
+        pub(super) fn for_layer(weights: &Weights<'_>, k: usize) -> Option<Self> {
+            let Weights::Blockwise4 { group, .. } = *weights else {
+                return None;
+            };
+            let shaped = k.is_multiple_of(64) && (group == 32 || (group > 0 && group.is_multiple_of(64)));
+            (shaped && crate::cpu::has_avx2_fma()).then_some(Blockwise { group })
+        }
+
+        /// [`super::blockwise_sum`] of one row `xq` ([`interleave`]d),
+        /// its [`super::block_sums`] `sums`, one output's nibbles `w` and
+        /// block scales, and the zero point's share `first`.
+        pub(super) fn sum(self, xq: &[i8], sums: &[i32], w: &[u8], scales: &[bf16], first: f32) -> f32 {
+            let k = xq.len();
+            assert!(
+                w.len() * 2 == k
+                    && k.is_multiple_of(64)
+                    && scales.len() * self.group == k
+                    && sums.len() >= 4 * scales.len()
+            );
+            // SAFETY: `Blockwise` exists only where AVX2 and FMA were
+            // detected; the lengths are asserted above.
+            unsafe { blockwise_avx2(self.group, xq, sums, w, scales, first) }
+        }
+    }
+
+    /// Reorders each 64 inputs of a quantized row as the kernel unpacks a
+    /// weight's 32 bytes: inputs 0–15, 32–47, 16–31, 48–63.
+    pub(super) fn interleave(xq: &mut [i8]) {
+        for chunk in xq.chunks_exact_mut(64) {
+            let was: [i8; 64] = core::array::from_fn(|i| chunk[i]);
+            for (to, from) in [0, 32, 16, 48].into_iter().enumerate() {
+                chunk[16 * to..16 * (to + 1)].copy_from_slice(&was[from..from + 16]);
+            }
+        }
+    }
+
+    /// The nibbles of 64 inputs (32 bytes at `w`) times the interleaved
+    /// row at `x`: eight `i32`, the four partial products (by `(i mod 8) /
+    /// 2`) of inputs 0–31, then those of inputs 32–63, over the stored
+    /// nibbles `0..16` (unsigned, so `maddubs` takes them; its pairs of
+    /// products are at most 2 · 15 · 128 and cannot saturate).
+    ///
+    /// # Safety
+    /// AVX2; 32 bytes readable at `w` and 64 at `x`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn chunk(w: *const u8, x: *const i8) -> core::arch::x86_64::__m256i {
+        use core::arch::x86_64::*;
+        // SAFETY: by the caller.
+        unsafe {
+            let v = _mm256_loadu_si256(w.cast());
+            let low = _mm256_set1_epi8(0x0f);
+            let (lo, hi) = (
+                _mm256_and_si256(v, low),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+            );
+            // Inputs 0–15 | 32–47, and 16–31 | 48–63, in order.
+            let (wa, wb) = (_mm256_unpacklo_epi8(lo, hi), _mm256_unpackhi_epi8(lo, hi));
+            let (xa, xb) = (_mm256_loadu_si256(x.cast()), _mm256_loadu_si256(x.add(32).cast()));
+            // Pair p of each half holds inputs 2p, 2p + 1: partial p mod 4.
+            let t = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb));
+            let pairs = _mm256_setr_epi8(
+                0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15, 0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14,
+                15,
+            );
+            _mm256_madd_epi16(_mm256_shuffle_epi8(t, pairs), _mm256_set1_epi16(1))
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA; the lengths [`Blockwise::sum`] asserts.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn blockwise_avx2(group: usize, xq: &[i8], sums: &[i32], w: &[u8], scales: &[bf16], first: f32) -> f32 {
+        use core::arch::x86_64::*;
+        let (xp, wp, sp) = (xq.as_ptr(), w.as_ptr(), sums.as_ptr());
+        let mut lanes = _mm_setr_ps(first, 0.0, 0.0, 0.0);
+        // SAFETY (the loads): chunk `c` reads bytes 32c.. of `w` and 64c..
+        // of `xq`, below k / 2 and k; block `b` reads sums 4b..4b + 4,
+        // below 4 · blocks.
+        unsafe {
+            if group == 32 {
+                for c in 0..xq.len() / 64 {
+                    let m = _mm256_sub_epi32(
+                        chunk(wp.add(32 * c), xp.add(64 * c)),
+                        _mm256_loadu_si256(sp.add(8 * c).cast()),
+                    );
+                    let f = _mm256_cvtepi32_ps(m);
+                    let (s0, s1) = (widen(scales[2 * c]), widen(scales[2 * c + 1]));
+                    lanes = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm_set1_ps(s0), lanes);
+                    lanes = _mm_fmadd_ps(_mm256_extractf128_ps::<1>(f), _mm_set1_ps(s1), lanes);
+                }
+            } else {
+                let per = group / 64;
+                for (b, &s) in scales.iter().enumerate() {
+                    let mut acc = _mm256_setzero_si256();
+                    for c in b * per..(b + 1) * per {
+                        acc = _mm256_add_epi32(acc, chunk(wp.add(32 * c), xp.add(64 * c)));
+                    }
+                    let m = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc));
+                    let m = _mm_sub_epi32(m, _mm_loadu_si128(sp.add(4 * b).cast()));
+                    lanes = _mm_fmadd_ps(_mm_cvtepi32_ps(m), _mm_set1_ps(widen(s)), lanes);
+                }
+            }
+        }
+        let mut l = [0.0f32; 4];
+        // SAFETY: `l` holds four floats.
+        unsafe { _mm_storeu_ps(l.as_mut_ptr(), lanes) };
+        (l[0] + l[1]) + (l[2] + l[3])
+    }
+}
+
+/// No vectorized kernel off x86-64: every layer takes the scalar sums.
+#[cfg(not(target_arch = "x86_64"))]
+mod simd {
+    use super::{bf16, Weights};
+
+    #[derive(Clone, Copy)]
+    pub(super) struct Blockwise;
+
+    impl Blockwise {
+        pub(super) fn for_layer(_: &Weights<'_>, _: usize) -> Option<Self> {
+            None
+        }
+
+        pub(super) fn sum(self, _: &[i8], _: &[i32], _: &[u8], _: &[bf16], _: f32) -> f32 {
+            unreachable!("no vectorized blockwise kernel on this target")
+        }
+    }
+
+    pub(super) fn interleave(_: &mut [i8]) {}
 }
 
 #[cfg(test)]
@@ -214,7 +531,7 @@ mod tests {
         let x = [0.3f32, -0.7, 1.1, 0.0, 2.0, -2.0, 0.5, 0.25];
         let w: [i8; 8] = [3, -5, 7, 1, -2, 4, 0, 6];
         let run = |weights: Weights<'_>| {
-            let (mut xq, mut out) = ([0i8; 4], [0f32; 4]);
+            let (mut scratch, mut out) = ([0f32; 8], [0f32; 4]);
             fully_connected(
                 &x,
                 2,
@@ -224,7 +541,7 @@ mod tests {
                 Some(&[1.0, -1.0]),
                 -100.0,
                 100.0,
-                &mut xq,
+                &mut scratch,
                 &mut out,
             );
             out
@@ -260,12 +577,13 @@ mod tests {
         let wv: [i32; 64] = core::array::from_fn(|i| (i * 5 % 16) as i32 - 8);
         let packed: [u8; 32] = core::array::from_fn(|j| ((wv[2 * j] + 8) as u8) | (((wv[2 * j + 1] + 8) as u8) << 4));
         let scales = [bf16::from_f32(0.25), bf16::from_f32(0.5)];
-        let mut xq = [0i8; 64];
+        let mut scratch = [0f32; 26];
         let mut out = [0f32; 1];
         let weights = Weights::Blockwise4 {
             w: &packed,
             scales: &scales,
             group: 32,
+            kept: None,
         };
         fully_connected(
             &x,
@@ -276,7 +594,7 @@ mod tests {
             None,
             f32::NEG_INFINITY,
             f32::INFINITY,
-            &mut xq,
+            &mut scratch,
             &mut out,
         );
         let real: f32 = (0..64)
@@ -284,5 +602,97 @@ mod tests {
             .sum();
         // Within the activations' quantization error.
         assert!((out[0] - real).abs() < 0.1, "{} vs {real}", out[0]);
+    }
+
+    /// Blockwise layers (the vectorized kernel with blocks of 32, 64 and
+    /// 128, the scalar sums for other shapes; several rows; one and two
+    /// threads; kept and unkept weight sums) give the reference's bits:
+    /// each row quantized by `quantize_row`, the weight sums made weight by
+    /// weight, each output `fmaf(blockwise_sum, scale, bias)`, clamped.
+    #[cfg(feature = "std")]
+    #[test]
+    fn blockwise_layers_give_the_scalar_sums_bits() {
+        extern crate std;
+        use std::vec::Vec;
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seed = 7u64;
+        let mut next = || crate::testing::rng(&mut seed);
+        for (rows, k, n, group) in [
+            (1, 64, 3, 32),
+            (3, 128, 17, 32),
+            (2, 256, 40, 64),
+            (1, 512, 300, 128),
+            (5, 192, 9, 64),
+            (1, 2048, 64, 32),
+            // Scalar sums: k not a multiple of 64, a partial 16 weights.
+            (2, 40, 5, 8),
+            (3, 96, 7, 32),
+        ] {
+            let blocks = k / group;
+            // Rows of mixed signs and ranges; one all positive, one tiny.
+            let x: Vec<f32> = (0..rows * k)
+                .map(|i| {
+                    let v = (next() % 2001) as f32 / 1000.0 - 1.0;
+                    match i / k {
+                        1 => v.abs() * 3.0,
+                        2 => v * 1e-3,
+                        _ => v * (1 + i % 7) as f32,
+                    }
+                })
+                .collect();
+            let w: Vec<u8> = (0..n * k / 2).map(|_| next() as u8).collect();
+            let scales: Vec<bf16> = (0..n * blocks)
+                .map(|_| bf16::from_f32((1 + next() % 1000) as f32 * 1e-4))
+                .collect();
+            let bias: Vec<f32> = (0..n).map(|_| (next() % 200) as f32 / 100.0 - 1.0).collect();
+            let (min, max) = (-3.0f32, 2.5f32);
+            let mut want = Vec::new();
+            for r in 0..rows {
+                let mut xq = std::vec![0i8; k];
+                let q = quantize_row(&x[r * k..][..k], &mut xq);
+                for c in 0..n {
+                    let s = &scales[c * blocks..][..blocks];
+                    let wc = |i| nibble(&w, c * k + i);
+                    let ks = {
+                        // XNNPACK's packing, weight by weight.
+                        let mut ks = 0.0f32;
+                        for start in (0..k).step_by(16) {
+                            let chunk: i32 = (start..(start + 16).min(k)).map(wc).sum();
+                            ks -= chunk as f32 * widen(s[start / group]);
+                        }
+                        ks
+                    };
+                    let sum = blockwise_sum(&xq, q.zero_point, wc, s, group, ks);
+                    want.push(libm::fmaf(sum, q.scale, bias[c]).max(min).min(max));
+                }
+            }
+            let mut kept = std::vec![0f32; blockwise_kept_len(n)];
+            for (threads, keep) in [(1, false), (2, false), (1, true), (2, true)] {
+                crate::parallel::set_threads(threads);
+                if keep {
+                    prepare_blockwise(&w, &scales, group, k, n, &mut kept);
+                }
+                let weights = Weights::Blockwise4 {
+                    w: &w,
+                    scales: &scales,
+                    group,
+                    kept: keep.then_some(&kept[..]),
+                };
+                let mut scratch = std::vec![0f32; scratch_len(rows, k, group)];
+                let mut out = std::vec![0f32; rows * n];
+                fully_connected(&x, rows, k, n, &weights, Some(&bias), min, max, &mut scratch, &mut out);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&out),
+                    bits(&want),
+                    "{rows}x{k}x{n}, group {group}, {threads} threads, kept {keep}"
+                );
+            }
+            crate::parallel::set_threads(1);
+            // A second preparation finds the sums in place.
+            let before = kept.clone();
+            prepare_blockwise(&w, &scales, group, k, n, &mut kept);
+            assert_eq!(before, kept);
+        }
     }
 }

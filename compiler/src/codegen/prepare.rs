@@ -12,7 +12,7 @@
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
 use crate::ir::*;
-use crate::names::{conv2d_nhwc, folded, fully_connected, CONV2D_FOLDED_CHAIN};
+use crate::names::{conv2d_nhwc, folded, fully_connected, qd8_fully_connected, CONV2D_FOLDED_CHAIN};
 use crate::passes::rewrite::kernel_name;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -44,6 +44,10 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
         }
         fully_connected::NAME => vec![(fully_connected::KEPT, vec![fully_connected::WEIGHT])],
         conv2d_nhwc::NAME => vec![(conv2d_nhwc::KEPT, vec![conv2d_nhwc::WEIGHT])],
+        qd8_fully_connected::NAME => vec![(
+            qd8_fully_connected::KEPT,
+            vec![qd8_fully_connected::WEIGHT, qd8_fully_connected::SCALES],
+        )],
         _ => Vec::new(),
     }
 }
@@ -146,20 +150,26 @@ impl<'a> PreparedData<'a> {
 
     /// `len` little-endian `f32`s of a source from byte `offset`.
     pub fn read_f32(&self, source: DataSource, offset: usize, len: usize) -> Result<Vec<f32>, String> {
+        let bytes = self.read_bytes(source, offset, len.saturating_mul(4))?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// `len` bytes of a source from byte `offset`.
+    pub fn read_bytes(&self, source: DataSource, offset: usize, len: usize) -> Result<Vec<u8>, String> {
         let embedded = self.bytes.borrow();
         let file = match source {
             DataSource::Embedded => &embedded[..],
             DataSource::PrepareOnly => &self.prepare_only[..],
             _ => super::source_bytes(source, self.program, &self.data),
         };
-        let bytes = offset
-            .checked_add(len.saturating_mul(4))
+        offset
+            .checked_add(len)
             .and_then(|end| file.get(offset..end))
-            .ok_or_else(|| format!("{len} floats at byte {offset} lie outside their file"))?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| format!("{len} bytes at byte {offset} lie outside their file"))
     }
 
     /// Appends `floats` (little-endian); returns their byte offset in

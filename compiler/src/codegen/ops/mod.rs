@@ -284,6 +284,19 @@ impl<'a> OpCtx<'a> {
         }
     }
 
+    /// The bytes of the embedded constant `t`, at compile time.
+    pub fn constant_bytes(&self, t: &TArg) -> Result<Vec<u8>, String> {
+        let prepared = self
+            .prepared
+            .ok_or("constants are not known at compile time in this mode")?;
+        match t.home {
+            Home::Data { source, offset } if !t.dynamic => {
+                prepared.read_bytes(source, offset, t.numel() * t.dtype.element_size())
+            }
+            _ => Err(format!("value {} is not an embedded constant", t.value)),
+        }
+    }
+
     /// [`Self::constant_f32`] of an optional tensor.
     pub fn opt_constant_f32(&self, t: &Option<TArg>) -> Result<Option<Vec<f32>>, String> {
         t.as_ref().map(|t| self.constant_f32(t)).transpose()
@@ -625,11 +638,6 @@ impl<'a> OpCtx<'a> {
     /// free, else at the arena's end.
     pub fn scratch_f32(&mut self, len: TokenStream, max_len: usize) -> (Ident, TokenStream) {
         self.scratch_of(quote!(f32), 4, len, max_len)
-    }
-
-    /// [`Self::scratch_f32`] of `i8`s.
-    pub fn scratch_i8(&mut self, len: TokenStream, max_len: usize) -> (Ident, TokenStream) {
-        self.scratch_of(quote!(i8), 1, len, max_len)
     }
 
     fn scratch_of(

@@ -3,10 +3,12 @@
 //! arguments), whose activations are static, contiguous `i8` tensors
 //! quantized per tensor, weights `i8` with `f32` scales and biases `i32`;
 //! and the dynamically quantized fully connected layer
-//! ([`QD8_FULLY_CONNECTED`]).
+//! ([`qd8_fully_connected`]).
 use super::*;
-use crate::names::{qs8, QD8_FULLY_CONNECTED};
+use crate::names::{qd8_fully_connected, qs8};
+use ptec_runtime::kernels::bf16;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_runtime::kernels::qd8::{blockwise_kept_len, prepare_blockwise};
 
 pub const OPS: &[(&str, Emitter)] = &[
     (qs8::QUANTIZE, quantize),
@@ -18,7 +20,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     (qs8::ADD, add),
     (qs8::SUB, sub),
     (qs8::MUL, mul),
-    (QD8_FULLY_CONNECTED, qd8_fully_connected),
+    (qd8_fully_connected::NAME, qd8_fully_connected),
 ];
 
 /// Requires static, contiguous tensors of `dtype`.
@@ -363,16 +365,20 @@ fn mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     binary(ctx, Binary::Mul)
 }
 
-/// `qd8_fully_connected(x, weight, scales, group, bias?, min, max, out)`:
-/// the input's rows may vary at run time (the output follows them).
+/// `qd8_fully_connected(x, weight, scales, group, bias?, min, max, kept?,
+/// out)`: the input's rows may vary at run time (the output follows them).
+/// A blockwise layer's `kept` holds its weight sums, made at compile time
+/// when the weights are embedded, else on the first run.
 fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(8)?;
-    let (x, w, scales, bias, out) = (
+    use qd8_fully_connected::{COUNT, KEPT, SCALES, WEIGHT};
+    ctx.arity(COUNT)?;
+    let (x, w, scales, bias, kept, out) = (
         ctx.tensor(0)?,
-        ctx.tensor(1)?,
-        ctx.tensor(2)?,
+        ctx.tensor(WEIGHT)?,
+        ctx.tensor(SCALES)?,
         ctx.opt_tensor(4)?,
-        ctx.tensor(7)?,
+        ctx.opt_tensor(KEPT)?,
+        ctx.tensor(COUNT - 1)?,
     );
     let group = usize::try_from(ctx.int(3)?).map_err(|_| "negative group")?;
     let (min, max) = (ctx.double(5)? as f32, ctx.double(6)? as f32);
@@ -425,16 +431,48 @@ fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (bi, s4) = super::conv::read_opt(ctx, &bias)?;
     let (ml, set) = product_rows(ctx, &x, &out, k, n)?;
     let (o, s5) = ctx.write(&out)?;
-    let (xq, s6) = ctx.scratch_i8(lit(k), k);
-    let weights = if group == 0 {
-        quote!(::ptec_runtime::kernels::qd8::Weights::#kind { w: #wi, scales: #si })
+    let (kl, nl, gl) = (lit(k), lit(n), lit(group));
+    let (sc, s6) = ctx.scratch_f32(
+        quote!(::ptec_runtime::kernels::qd8::scratch_len(#ml, #kl, #gl)),
+        ptec_runtime::kernels::qd8::scratch_len(m, k, group),
+    );
+    let (weights, s7) = if group == 0 {
+        if kept.is_some() {
+            return Err("a per-channel layer keeps nothing".into());
+        }
+        let weights = quote!(::ptec_runtime::kernels::qd8::Weights::#kind { w: #wi, scales: #si });
+        (weights, quote!())
     } else {
-        let gl = lit(group);
-        quote!(::ptec_runtime::kernels::qd8::Weights::#kind { w: #wi, scales: #si, group: #gl })
+        if kept
+            .as_ref()
+            .is_some_and(|t| t.dtype != ScalarType::Float || t.numel() != blockwise_kept_len(n))
+        {
+            return Err(format!(
+                "the kept operand does not hold {} floats",
+                blockwise_kept_len(n)
+            ));
+        }
+        let (pi, s7) = super::xnnpack::prepared_opt(
+            ctx,
+            &kept,
+            |ctx, into| {
+                let (wb, sb) = (ctx.constant_bytes(&w)?, ctx.constant_bytes(&scales)?);
+                let s: Vec<bf16> = sb
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])))
+                    .collect();
+                prepare_blockwise(&wb, &s, group, k, n, into);
+                Ok(())
+            },
+            |kept| quote!(::ptec_runtime::kernels::qd8::prepare_blockwise(#wi, #si, #gl, #kl, #nl, #kept);),
+        )?;
+        let weights =
+            quote!(::ptec_runtime::kernels::qd8::Weights::#kind { w: #wi, scales: #si, group: #gl, kept: #pi });
+        (weights, s7)
     };
-    let (kl, nl, minl, maxl) = (lit(k), lit(n), f32_lit(min), f32_lit(max));
+    let (minl, maxl) = (f32_lit(min), f32_lit(max));
     Ok(quote! {
-        #set #s1 #s2 #s3 #s4 #s5 #s6
-        ::ptec_runtime::kernels::qd8::fully_connected(#xi, #ml, #kl, #nl, &#weights, #bi, #minl, #maxl, #xq, #o);
+        #set #s1 #s2 #s3 #s4 #s5 #s6 #s7
+        ::ptec_runtime::kernels::qd8::fully_connected(#xi, #ml, #kl, #nl, &#weights, #bi, #minl, #maxl, #sc, #o);
     })
 }

@@ -250,7 +250,7 @@ fn prepared_view(
 
 /// [`prepared_view`] of an optional kept tensor: `Some(view)` or `None`
 /// as an `Option<&[f32]>` expression, and the statements it needs.
-fn prepared_opt(
+pub(super) fn prepared_opt(
     ctx: &mut OpCtx<'_>,
     kept: &Option<TArg>,
     prepare: impl FnOnce(&OpCtx<'_>, &mut [f32]) -> Result<(), String>,

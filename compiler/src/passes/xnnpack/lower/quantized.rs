@@ -7,7 +7,7 @@
 //! the `i8` tensors, when every value they touch shares one quantization,
 //! as XNNPACK requires.
 use super::*;
-use crate::names::{qs8, QD8_FULLY_CONNECTED};
+use crate::names::{qd8_fully_connected, qs8};
 use ptec_runtime::kernels::qs8::quantize_bound;
 
 /// Folds each quantized clamp into the node that produces its input, as
@@ -299,7 +299,7 @@ impl CallLowering<'_> {
         else {
             unreachable!("called on fully connected nodes")
         };
-        self.fc_sizes(i, node)?;
+        let (_, n) = self.fc_sizes(i, node)?;
         if *weight_transposed || !self.fc_rows(*input) {
             return Err(self.node_unsupported(
                 i,
@@ -345,6 +345,11 @@ impl CallLowering<'_> {
                 ))
             }
         };
+        // A blockwise layer keeps its weight sums from run to run.
+        let kept = match group {
+            0 => self.null(),
+            _ => self.kept_packing(*filter, ptec_runtime::kernels::qd8::blockwise_kept_len(n)),
+        };
         let args = vec![
             self.slot(*input),
             self.slot(*filter),
@@ -353,9 +358,10 @@ impl CallLowering<'_> {
             self.opt_slot(*bias),
             self.double(node.min),
             self.double(node.max),
+            kept,
             self.slot(*out),
         ];
-        self.kernel(QD8_FULLY_CONNECTED, args);
+        self.kernel(qd8_fully_connected::NAME, args);
         Ok(())
     }
 
