@@ -34,11 +34,12 @@ printf '%-9s %7s %14s %14s %7s %14s %14s %7s %5s\n' lowering threads \
 for lowering in ${LOWERINGS:-portable xnnpack 8da4w}; do
   pte="$work/$tag-$lowering.pte"
   [ -f "$pte" ] || "$python" "$repo/bench/llama.py" export "$shape" "$lowering" "$pte" >&2
+  # A package per export, each with its own binary.
   dir="$work/crate-$tag-$lowering"
   mkdir -p "$dir/src"
   cat > "$dir/Cargo.toml" <<TOML
 [package]
-name = "llama-bench"
+name = "llama-bench-$tag-$lowering"
 version = "0.0.0"
 edition = "2021"
 publish = false
@@ -83,7 +84,7 @@ RS
   cargo build --quiet --release --manifest-path "$dir/Cargo.toml"
   for threads in 1 2; do
     et=$("$python" "$repo/bench/llama.py" time "$pte" "$threads" "$prompt" "$decode" 2>/dev/null | tail -1)
-    pt=$("$CARGO_TARGET_DIR/release/llama-bench" "$pte" "$threads" "$prompt" "$decode")
+    pt=$("$CARGO_TARGET_DIR/release/llama-bench-$tag-$lowering" "$pte" "$threads" "$prompt" "$decode")
     read -r et_p et_d et_tok <<<"$et"
     read -r pt_p pt_d pt_tok <<<"$pt"
     same=no
