@@ -195,40 +195,72 @@ pub fn fully_connected(
         }
     }
     let scratch = &*scratch;
+    // A row of scratch: its interleaved or plain bytes, block sums, zero
+    // point and scale.
+    let row_of = |r: usize| {
+        let (bytes, rest) = scratch[r * words..][..words].split_at(k.div_ceil(4));
+        (&bytes_of(bytes)[..k], as_i32_ref(&rest[2..]), rest[0] as i32, rest[1])
+    };
+    // x86's max_ps(y, min) then min_ps: a NaN becomes `min`.
+    let clamp = |y: f32| {
+        let y = if y > min { y } else { min };
+        if y < max {
+            y
+        } else {
+            max
+        }
+    };
     // Each output reads its weight row once, for every row of inputs.
     let columns = |c0: usize, c1: usize, put: &mut dyn FnMut(usize, usize, f32)| {
+        if let (Weights::Blockwise4 { w, scales, .. }, Some(fast)) = (*weights, fast) {
+            // Up to `ROWS` rows share each unpacked weight; groups of rows
+            // are gathered once for every output.
+            const GROUPS: usize = 16;
+            for first in (0..rows).step_by(simd::ROWS * GROUPS) {
+                let count = (rows - first).div_ceil(simd::ROWS).min(GROUPS);
+                let groups: [_; GROUPS] = core::array::from_fn(|g| {
+                    let r0 = (first + g * simd::ROWS).min(rows - 1);
+                    let take = simd::ROWS.min(rows - r0);
+                    let each: [_; simd::ROWS] = core::array::from_fn(|i| row_of(r0 + i.min(take - 1)));
+                    let inputs = fast.rows(&each.map(|(xq, sums, _, _)| (xq, sums))[..take]);
+                    (r0, take, inputs, each.map(|e| e.2), each.map(|e| e.3))
+                });
+                for c in c0..c1 {
+                    let b = bias.map_or(0.0, |b| b[c]);
+                    let s = &scales[c * blocks..][..blocks];
+                    let w = &w[c * k / 2..][..k / 2];
+                    let ks = ksums.map_or_else(|| ksum(w, k, s, group), |v| v[c]);
+                    for (r0, take, inputs, zero_points, row_scales) in &groups[..count] {
+                        let sums = fast.sums(inputs, &zero_points.map(|z| ks * z as f32), w, s);
+                        for i in 0..*take {
+                            put(r0 + i, c, clamp(libm::fmaf(sums[i], row_scales[i], b)));
+                        }
+                    }
+                }
+            }
+            return;
+        }
         for c in c0..c1 {
             let b = bias.map_or(0.0, |b| b[c]);
-            for (r, row) in scratch.chunks_exact(words).enumerate() {
-                let (bytes, rest) = row.split_at(k.div_ceil(4));
-                let xq = &bytes_of(bytes)[..k];
-                let (zero_point, scale) = (rest[0] as i32, rest[1]);
-                let y = match (*weights, fast) {
-                    (Weights::Blockwise4 { w, scales, .. }, Some(fast)) => {
-                        let s = &scales[c * blocks..][..blocks];
-                        let w = &w[c * k / 2..][..k / 2];
-                        let ks = ksums.map_or_else(|| ksum(w, k, s, group), |v| v[c]);
-                        let sums = as_i32_ref(&rest[2..]);
-                        libm::fmaf(fast.sum(xq, sums, w, s, ks * zero_point as f32), scale, b)
-                    }
-                    (Weights::Channelwise8 { w, scales }, _) => {
+            for r in 0..rows {
+                let (xq, _, zero_point, scale) = row_of(r);
+                let y = match *weights {
+                    Weights::Channelwise8 { w, scales } => {
                         let acc = centred_dot(xq, zero_point, |i| w[c * k + i] as i32);
                         libm::fmaf(acc as f32 * scale, scales[c], b)
                     }
-                    (Weights::Channelwise4 { w, scales }, _) => {
+                    Weights::Channelwise4 { w, scales } => {
                         let acc = centred_dot(xq, zero_point, |i| nibble(w, c * k + i));
                         libm::fmaf(acc as f32 * scale, scales[c], b)
                     }
-                    (Weights::Blockwise4 { w, scales, .. }, None) => {
+                    Weights::Blockwise4 { w, scales, .. } => {
                         let s = &scales[c * blocks..][..blocks];
                         let ks = ksums.map_or_else(|| ksum(&w[c * k / 2..], k, s, group), |v| v[c]);
                         let sum = blockwise_sum(xq, zero_point, |i| nibble(w, c * k + i), s, group, ks);
                         libm::fmaf(sum, scale, b)
                     }
                 };
-                // x86's max_ps(y, min) then min_ps: a NaN becomes `min`.
-                let y = if y > min { y } else { min };
-                put(r, c, if y < max { y } else { max });
+                put(r, c, clamp(y));
             }
         }
     };
@@ -357,6 +389,9 @@ fn blockwise_sum(
 mod simd {
     use super::{bf16, widen, Weights};
 
+    /// Rows of inputs that share each unpacked weight.
+    pub(super) const ROWS: usize = 4;
+
     /// The AVX2 blockwise kernel, for a layer it serves: `k` a multiple of
     /// 64 and blocks of 32 inputs or a multiple of 64. Exists only when the
     /// CPU has AVX2 and FMA.
@@ -374,21 +409,74 @@ mod simd {
             (shaped && crate::cpu::has_avx2_fma()).then_some(Blockwise { group })
         }
 
-        /// [`super::blockwise_sum`] of one row `xq` ([`interleave`]d),
-        /// its [`super::block_sums`] `sums`, one output's nibbles `w` and
-        /// block scales, and the zero point's share `first`.
-        pub(super) fn sum(self, xq: &[i8], sums: &[i32], w: &[u8], scales: &[bf16], first: f32) -> f32 {
-            let k = xq.len();
-            assert!(
-                w.len() * 2 == k
-                    && k.is_multiple_of(64)
-                    && scales.len() * self.group == k
-                    && sums.len() >= 4 * scales.len()
-            );
-            // SAFETY: `Blockwise` exists only where AVX2 and FMA were
-            // detected; the lengths are asserted above.
-            unsafe { blockwise_avx2(self.group, xq, sums, w, scales, first) }
+        /// Up to [`ROWS`] rows of inputs, checked once for all outputs:
+        /// each row's quantized inputs ([`interleave`]d) and
+        /// [`super::block_sums`].
+        pub(super) fn rows<'a>(self, rows: &[(&'a [i8], &'a [i32])]) -> Rows<'a> {
+            let k = rows.first().map_or(0, |r| r.0.len());
+            let blocks = k / self.group;
+            assert!(k.is_multiple_of(64) && (1..=ROWS).contains(&rows.len()));
+            assert!(rows.iter().all(|(xq, sums)| xq.len() == k && sums.len() >= 4 * blocks));
+            Rows {
+                x: core::array::from_fn(|i| rows[i.min(rows.len() - 1)].0.as_ptr()),
+                sums: core::array::from_fn(|i| rows[i.min(rows.len() - 1)].1.as_ptr()),
+                count: rows.len(),
+                k,
+                _rows: core::marker::PhantomData,
+            }
         }
+
+        /// [`super::blockwise_sum`] of `rows` against one output: the zero
+        /// points' share `firsts`, the output's nibbles `w` and block
+        /// scales.
+        pub(super) fn sums(self, rows: &Rows<'_>, firsts: &[f32; ROWS], w: &[u8], scales: &[bf16]) -> [f32; ROWS] {
+            assert!(w.len() * 2 == rows.k && scales.len() * self.group == rows.k);
+            let (x, s) = (rows.x, rows.sums);
+            let mut out = [0.0f32; ROWS];
+            // SAFETY: `Blockwise` exists only where AVX2 and FMA were
+            // detected; `rows` checked its rows' lengths against `k`, and
+            // the weights are asserted to match it above.
+            unsafe {
+                match rows.count {
+                    1 => out[..1].copy_from_slice(&blockwise_avx2::<1>(
+                        self.group,
+                        [x[0]],
+                        [s[0]],
+                        [firsts[0]],
+                        w,
+                        scales,
+                    )),
+                    2 => out[..2].copy_from_slice(&blockwise_avx2::<2>(
+                        self.group,
+                        [x[0], x[1]],
+                        [s[0], s[1]],
+                        [firsts[0], firsts[1]],
+                        w,
+                        scales,
+                    )),
+                    3 => out[..3].copy_from_slice(&blockwise_avx2::<3>(
+                        self.group,
+                        [x[0], x[1], x[2]],
+                        [s[0], s[1], s[2]],
+                        [firsts[0], firsts[1], firsts[2]],
+                        w,
+                        scales,
+                    )),
+                    _ => out = blockwise_avx2::<4>(self.group, x, s, *firsts, w, scales),
+                }
+            }
+            out
+        }
+    }
+
+    /// Rows checked by [`Blockwise::rows`]: row `i`'s inputs (`k` bytes)
+    /// and block sums, the last repeated past `count`.
+    pub(super) struct Rows<'a> {
+        x: [*const i8; ROWS],
+        sums: [*const i32; ROWS],
+        count: usize,
+        k: usize,
+        _rows: core::marker::PhantomData<&'a [i8]>,
     }
 
     /// Reorders each 64 inputs of a quantized row as the kernel unpacks a
@@ -402,78 +490,111 @@ mod simd {
         }
     }
 
-    /// The nibbles of 64 inputs (32 bytes at `w`) times the interleaved
-    /// row at `x`: eight `i32`, the four partial products (by `(i mod 8) /
-    /// 2`) of inputs 0–31, then those of inputs 32–63, over the stored
-    /// nibbles `0..16` (unsigned, so `maddubs` takes them; its pairs of
-    /// products are at most 2 · 15 · 128 and cannot saturate).
+    /// The nibbles of 64 inputs (32 bytes at `w`), unsigned, in input
+    /// order: inputs 0–15 | 32–47, and 16–31 | 48–63.
     ///
     /// # Safety
-    /// AVX2; 32 bytes readable at `w` and 64 at `x`.
+    /// AVX2; 32 bytes readable at `w`.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn chunk(w: *const u8, x: *const i8) -> core::arch::x86_64::__m256i {
+    unsafe fn unpack(w: *const u8) -> [core::arch::x86_64::__m256i; 2] {
         use core::arch::x86_64::*;
         // SAFETY: by the caller.
-        unsafe {
-            let v = _mm256_loadu_si256(w.cast());
-            let low = _mm256_set1_epi8(0x0f);
-            let (lo, hi) = (
-                _mm256_and_si256(v, low),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
-            );
-            // Inputs 0–15 | 32–47, and 16–31 | 48–63, in order.
-            let (wa, wb) = (_mm256_unpacklo_epi8(lo, hi), _mm256_unpackhi_epi8(lo, hi));
-            let (xa, xb) = (_mm256_loadu_si256(x.cast()), _mm256_loadu_si256(x.add(32).cast()));
-            // Pair p of each half holds inputs 2p, 2p + 1: partial p mod 4.
-            let t = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb));
-            let pairs = _mm256_setr_epi8(
-                0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15, 0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14,
-                15,
-            );
-            _mm256_madd_epi16(_mm256_shuffle_epi8(t, pairs), _mm256_set1_epi16(1))
-        }
+        let v = unsafe { _mm256_loadu_si256(w.cast()) };
+        let low = _mm256_set1_epi8(0x0f);
+        let (lo, hi) = (
+            _mm256_and_si256(v, low),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+        );
+        [_mm256_unpacklo_epi8(lo, hi), _mm256_unpackhi_epi8(lo, hi)]
     }
 
+    /// The [`unpack`]ed nibbles of 64 inputs times the interleaved row at
+    /// `x`: eight `i32`, the four partial products (by `(i mod 8) / 2`) of
+    /// inputs 0–31, then those of inputs 32–63, over the stored nibbles
+    /// `0..16` (unsigned, so `maddubs` takes them; its pairs of products
+    /// are at most 2 · 15 · 128 and cannot saturate).
+    ///
     /// # Safety
-    /// AVX2 and FMA; the lengths [`Blockwise::sum`] asserts.
+    /// AVX2; 64 bytes readable at `x`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn blockwise_avx2(group: usize, xq: &[i8], sums: &[i32], w: &[u8], scales: &[bf16], first: f32) -> f32 {
+    #[inline]
+    unsafe fn dot(w: [core::arch::x86_64::__m256i; 2], x: *const i8) -> core::arch::x86_64::__m256i {
         use core::arch::x86_64::*;
-        let (xp, wp, sp) = (xq.as_ptr(), w.as_ptr(), sums.as_ptr());
-        let mut lanes = _mm_setr_ps(first, 0.0, 0.0, 0.0);
-        // SAFETY (the loads): chunk `c` reads bytes 32c.. of `w` and 64c..
-        // of `xq`, below k / 2 and k; block `b` reads sums 4b..4b + 4,
-        // below 4 · blocks.
+        // SAFETY: by the caller.
+        let (xa, xb) = unsafe { (_mm256_loadu_si256(x.cast()), _mm256_loadu_si256(x.add(32).cast())) };
+        // Pair p of each half holds inputs 2p, 2p + 1: partial p mod 4.
+        let t = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], xa), _mm256_maddubs_epi16(w[1], xb));
+        let pairs = _mm256_setr_epi8(
+            0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15, 0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+        );
+        _mm256_madd_epi16(_mm256_shuffle_epi8(t, pairs), _mm256_set1_epi16(1))
+    }
+
+    /// `R` rows against one output: row `r`'s interleaved inputs at
+    /// `x[r]` (`k` bytes), its block sums at `sums[r]`.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; the lengths [`Blockwise::sums`] asserts.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn blockwise_avx2<const R: usize>(
+        group: usize,
+        x: [*const i8; R],
+        sums: [*const i32; R],
+        firsts: [f32; R],
+        w: &[u8],
+        scales: &[bf16],
+    ) -> [f32; R] {
+        use core::arch::x86_64::*;
+        let k = w.len() * 2;
+        let wp = w.as_ptr();
+        let mut lanes = firsts.map(|f| _mm_setr_ps(f, 0.0, 0.0, 0.0));
+        // A bf16 is the top half of its f32.
+        let top = _mm_set1_epi32(0xffff_0000u32 as i32);
+        // SAFETY (the loads): chunk `c` reads bytes 32c.. of `w` (below k /
+        // 2) and 64c.. of each row (below k); block `b` reads sums 4b..4b
+        // + 4 (below 4 · blocks) and scales b, b + 1 (below blocks).
         unsafe {
             if group == 32 {
-                for c in 0..xq.len() / 64 {
-                    let m = _mm256_sub_epi32(
-                        chunk(wp.add(32 * c), xp.add(64 * c)),
-                        _mm256_loadu_si256(sp.add(8 * c).cast()),
-                    );
-                    let f = _mm256_cvtepi32_ps(m);
-                    let (s0, s1) = (widen(scales[2 * c]), widen(scales[2 * c + 1]));
-                    lanes = _mm_fmadd_ps(_mm256_castps256_ps128(f), _mm_set1_ps(s0), lanes);
-                    lanes = _mm_fmadd_ps(_mm256_extractf128_ps::<1>(f), _mm_set1_ps(s1), lanes);
+                for c in 0..k / 64 {
+                    let wv = unpack(wp.add(32 * c));
+                    // Blocks 2c and 2c + 1's scales, widened.
+                    let pair = _mm_set1_epi32(scales.as_ptr().add(2 * c).cast::<i32>().read_unaligned());
+                    let s0 = _mm_castsi128_ps(_mm_slli_epi32::<16>(pair));
+                    let s1 = _mm_castsi128_ps(_mm_and_si128(pair, top));
+                    for r in 0..R {
+                        let m =
+                            _mm256_sub_epi32(dot(wv, x[r].add(64 * c)), _mm256_loadu_si256(sums[r].add(8 * c).cast()));
+                        let f = _mm256_cvtepi32_ps(m);
+                        lanes[r] = _mm_fmadd_ps(_mm256_castps256_ps128(f), s0, lanes[r]);
+                        lanes[r] = _mm_fmadd_ps(_mm256_extractf128_ps::<1>(f), s1, lanes[r]);
+                    }
                 }
             } else {
                 let per = group / 64;
                 for (b, &s) in scales.iter().enumerate() {
-                    let mut acc = _mm256_setzero_si256();
+                    let mut acc = [_mm256_setzero_si256(); R];
                     for c in b * per..(b + 1) * per {
-                        acc = _mm256_add_epi32(acc, chunk(wp.add(32 * c), xp.add(64 * c)));
+                        let wv = unpack(wp.add(32 * c));
+                        for r in 0..R {
+                            acc[r] = _mm256_add_epi32(acc[r], dot(wv, x[r].add(64 * c)));
+                        }
                     }
-                    let m = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc));
-                    let m = _mm_sub_epi32(m, _mm_loadu_si128(sp.add(4 * b).cast()));
-                    lanes = _mm_fmadd_ps(_mm_cvtepi32_ps(m), _mm_set1_ps(widen(s)), lanes);
+                    let s = _mm_set1_ps(widen(s));
+                    for r in 0..R {
+                        let m = _mm_add_epi32(_mm256_castsi256_si128(acc[r]), _mm256_extracti128_si256::<1>(acc[r]));
+                        let m = _mm_sub_epi32(m, _mm_loadu_si128(sums[r].add(4 * b).cast()));
+                        lanes[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(m), s, lanes[r]);
+                    }
                 }
             }
         }
-        let mut l = [0.0f32; 4];
-        // SAFETY: `l` holds four floats.
-        unsafe { _mm_storeu_ps(l.as_mut_ptr(), lanes) };
-        (l[0] + l[1]) + (l[2] + l[3])
+        lanes.map(|v| {
+            let mut l = [0.0f32; 4];
+            // SAFETY: `l` holds four floats.
+            unsafe { _mm_storeu_ps(l.as_mut_ptr(), v) };
+            (l[0] + l[1]) + (l[2] + l[3])
+        })
     }
 }
 
@@ -482,15 +603,23 @@ mod simd {
 mod simd {
     use super::{bf16, Weights};
 
+    pub(super) const ROWS: usize = 1;
+
     #[derive(Clone, Copy)]
     pub(super) struct Blockwise;
+
+    pub(super) struct Rows<'a>(core::marker::PhantomData<&'a [i8]>);
 
     impl Blockwise {
         pub(super) fn for_layer(_: &Weights<'_>, _: usize) -> Option<Self> {
             None
         }
 
-        pub(super) fn sum(self, _: &[i8], _: &[i32], _: &[u8], _: &[bf16], _: f32) -> f32 {
+        pub(super) fn rows<'a>(self, _: &[(&'a [i8], &'a [i32])]) -> Rows<'a> {
+            unreachable!("no vectorized blockwise kernel on this target")
+        }
+
+        pub(super) fn sums(self, _: &Rows<'_>, _: &[f32; ROWS], _: &[u8], _: &[bf16]) -> [f32; ROWS] {
             unreachable!("no vectorized blockwise kernel on this target")
         }
     }
@@ -624,6 +753,8 @@ mod tests {
             (1, 512, 300, 128),
             (5, 192, 9, 64),
             (1, 2048, 64, 32),
+            // More rows than one gathering of row groups (64).
+            (70, 64, 5, 32),
             // Scalar sums: k not a multiple of 64, a partial 16 weights.
             (2, 40, 5, 8),
             (3, 96, 7, 32),
