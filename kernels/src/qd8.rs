@@ -246,7 +246,11 @@ pub fn fully_connected(
                 let (xq, _, zero_point, scale) = row_of(r);
                 let y = match *weights {
                     Weights::Channelwise8 { w, scales } => {
-                        let acc = centred_dot(xq, zero_point, |i| w[c * k + i] as i32);
+                        let acc = simd::centred8(xq, &w[c * k..][..k], zero_point);
+                        libm::fmaf(acc as f32 * scale, scales[c], b)
+                    }
+                    Weights::Channelwise4 { w, scales } if k.is_multiple_of(2) => {
+                        let acc = simd::centred4(xq, &w[c * k / 2..][..k / 2], zero_point);
                         libm::fmaf(acc as f32 * scale, scales[c], b)
                     }
                     Weights::Channelwise4 { w, scales } => {
@@ -479,6 +483,116 @@ mod simd {
         _rows: core::marker::PhantomData<&'a [i8]>,
     }
 
+    /// `Σ (x[i] - zero_point) · w[i]` over `i8` weights, wrapping as `i32`
+    /// ([`super::centred_dot`], exact in any order).
+    pub(super) fn centred8(x: &[i8], w: &[i8], zero_point: i32) -> i32 {
+        let k = x.len();
+        assert!(w.len() >= k);
+        if !crate::cpu::has_avx2_fma() {
+            return super::centred_dot(x, zero_point, |i| w[i] as i32);
+        }
+        let whole = k / 32 * 32;
+        // SAFETY: AVX2 was detected; 32-byte loads below `whole` <= k.
+        let (dot, wsum) = unsafe { dot8_avx2(x.as_ptr(), w.as_ptr(), whole) };
+        let (mut dot, mut wsum) = (dot, wsum);
+        for (&xi, &wi) in x[whole..].iter().zip(&w[whole..k]) {
+            dot = dot.wrapping_add(xi as i32 * wi as i32);
+            wsum = wsum.wrapping_add(wi as i32);
+        }
+        dot.wrapping_sub(zero_point.wrapping_mul(wsum))
+    }
+
+    /// `(Σ x·w, Σ w)` over the first `len` (a multiple of 32) bytes.
+    ///
+    /// # Safety
+    /// AVX2; `len` bytes readable at `x` and `w`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot8_avx2(x: *const i8, w: *const i8, len: usize) -> (i32, i32) {
+        use core::arch::x86_64::*;
+        let ones = _mm256_set1_epi16(1);
+        let (mut dot, mut wsum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for at in (0..len).step_by(16) {
+            // SAFETY: by the caller (at + 16 <= len).
+            let (xv, wv) = unsafe {
+                (
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(at).cast())),
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(at).cast())),
+                )
+            };
+            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(xv, wv));
+            wsum = _mm256_add_epi32(wsum, _mm256_madd_epi16(wv, ones));
+        }
+        (sum8(dot), sum8(wsum))
+    }
+
+    /// `Σ (x[i] - zero_point) · (nibble i of w - 8)`, wrapping as `i32`
+    /// (exact in any order).
+    pub(super) fn centred4(x: &[i8], w: &[u8], zero_point: i32) -> i32 {
+        let k = x.len();
+        assert!(w.len() * 2 >= k);
+        if !crate::cpu::has_avx2_fma() {
+            return super::centred_dot(x, zero_point, |i| super::nibble(w, i));
+        }
+        let whole = k / 64 * 64;
+        // SAFETY: AVX2 was detected; 64 inputs (32 bytes of `w`) at a time
+        // below `whole` <= k.
+        let (xu, xsum, usum) = unsafe { dot4_avx2(x.as_ptr(), w.as_ptr(), whole) };
+        // Σ x·(u - 8) and Σ (u - 8) over the whole chunks.
+        let mut dot = xu.wrapping_sub(xsum.wrapping_mul(8));
+        let mut wsum = usum.wrapping_sub(8 * whole as i32);
+        for (i, &xi) in x.iter().enumerate().skip(whole) {
+            let wi = super::nibble(w, i);
+            dot = dot.wrapping_add(xi as i32 * wi);
+            wsum = wsum.wrapping_add(wi);
+        }
+        dot.wrapping_sub(zero_point.wrapping_mul(wsum))
+    }
+
+    /// `(Σ x·u, Σ x, Σ u)` over the first `len` (a multiple of 64) inputs,
+    /// `u` the stored nibbles (`0..16`), `x` in plain order.
+    ///
+    /// # Safety
+    /// AVX2; `len` bytes readable at `x` and `len / 2` at `w`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot4_avx2(x: *const i8, w: *const u8, len: usize) -> (i32, i32, i32) {
+        use core::arch::x86_64::*;
+        let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+        let (mut dot, mut xsum, mut usum) = (_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256());
+        for at in (0..len).step_by(64) {
+            // SAFETY: by the caller (at + 64 <= len).
+            unsafe {
+                let [wa, wb] = unpack(w.add(at / 2));
+                // The inputs in the unpacked weights' order.
+                let xa = _mm256_loadu2_m128i(x.add(at + 32).cast(), x.add(at).cast());
+                let xb = _mm256_loadu2_m128i(x.add(at + 48).cast(), x.add(at + 16).cast());
+                let t = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb));
+                dot = _mm256_add_epi32(dot, _mm256_madd_epi16(t, ones16));
+                let xs = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, xa), _mm256_maddubs_epi16(ones8, xb));
+                xsum = _mm256_add_epi32(xsum, _mm256_madd_epi16(xs, ones16));
+                let zero = _mm256_setzero_si256();
+                usum = _mm256_add_epi64(
+                    usum,
+                    _mm256_add_epi64(_mm256_sad_epu8(wa, zero), _mm256_sad_epu8(wb, zero)),
+                );
+            }
+        }
+        let mut u = [0i64; 4];
+        // SAFETY: `u` holds four i64.
+        unsafe { _mm256_storeu_si256(u.as_mut_ptr().cast(), usum) };
+        (sum8(dot), sum8(xsum), u.iter().sum::<i64>() as i32)
+    }
+
+    /// The wrapping sum of eight `i32` lanes.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn sum8(v: core::arch::x86_64::__m256i) -> i32 {
+        use core::arch::x86_64::*;
+        let mut l = [0i32; 8];
+        // SAFETY: `l` holds eight i32.
+        unsafe { _mm256_storeu_si256(l.as_mut_ptr().cast(), v) };
+        l.iter().fold(0i32, |s, &v| s.wrapping_add(v))
+    }
+
     /// Reorders each 64 inputs of a quantized row as the kernel unpacks a
     /// weight's 32 bytes: inputs 0–15, 32–47, 16–31, 48–63.
     pub(super) fn interleave(xq: &mut [i8]) {
@@ -625,6 +739,14 @@ mod simd {
     }
 
     pub(super) fn interleave(_: &mut [i8]) {}
+
+    pub(super) fn centred8(x: &[i8], w: &[i8], zero_point: i32) -> i32 {
+        super::centred_dot(x, zero_point, |i| w[i] as i32)
+    }
+
+    pub(super) fn centred4(x: &[i8], w: &[u8], zero_point: i32) -> i32 {
+        super::centred_dot(x, zero_point, |i| super::nibble(w, i))
+    }
 }
 
 #[cfg(test)]
@@ -824,6 +946,72 @@ mod tests {
             let before = kept.clone();
             prepare_blockwise(&w, &scales, group, k, n, &mut kept);
             assert_eq!(before, kept);
+        }
+    }
+
+    /// Per-channel layers (int8 and 4-bit weights; whole vectors and
+    /// tails) give the exact sums: `fmaf(Σ (xq - zp) · w · row scale,
+    /// channel scale, bias)`, the sum taken in `i64` here.
+    #[cfg(feature = "std")]
+    #[test]
+    fn channelwise_layers_give_the_exact_sums() {
+        extern crate std;
+        use std::vec::Vec;
+        let mut seed = 11u64;
+        let mut next = || crate::testing::rng(&mut seed);
+        for (rows, k, n) in [(1, 24, 5), (2, 64, 7), (3, 100, 4), (1, 256, 33), (2, 130, 3)] {
+            let x: Vec<f32> = (0..rows * k).map(|_| (next() % 2001) as f32 / 500.0 - 2.5).collect();
+            let w8: Vec<i8> = (0..n * k).map(|_| next() as i8).collect();
+            let w4: Vec<u8> = (0..n * k / 2).map(|_| next() as u8).collect();
+            let scales: Vec<f32> = (0..n).map(|_| (1 + next() % 100) as f32 * 1e-3).collect();
+            let bias: Vec<f32> = (0..n).map(|_| (next() % 200) as f32 / 100.0 - 1.0).collect();
+            for four in [false, true] {
+                let weight = |c: usize, i: usize| {
+                    if four {
+                        nibble(&w4, c * k + i)
+                    } else {
+                        w8[c * k + i] as i32
+                    }
+                };
+                let mut want = Vec::new();
+                for r in 0..rows {
+                    let mut xq = std::vec![0i8; k];
+                    let q = quantize_row(&x[r * k..][..k], &mut xq);
+                    for c in 0..n {
+                        let acc: i64 = (0..k)
+                            .map(|i| (xq[i] as i64 - q.zero_point as i64) * weight(c, i) as i64)
+                            .sum();
+                        want.push(libm::fmaf(acc as i32 as f32 * q.scale, scales[c], bias[c]).clamp(-50.0, 50.0));
+                    }
+                }
+                let weights = if four {
+                    Weights::Channelwise4 {
+                        w: &w4,
+                        scales: &scales,
+                    }
+                } else {
+                    Weights::Channelwise8 {
+                        w: &w8,
+                        scales: &scales,
+                    }
+                };
+                let mut scratch = std::vec![0f32; scratch_len(rows, k, 0)];
+                let mut out = std::vec![0f32; rows * n];
+                fully_connected(
+                    &x,
+                    rows,
+                    k,
+                    n,
+                    &weights,
+                    Some(&bias),
+                    -50.0,
+                    50.0,
+                    &mut scratch,
+                    &mut out,
+                );
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&out), bits(&want), "{rows}x{k}x{n}, 4-bit {four}");
+            }
         }
     }
 }
