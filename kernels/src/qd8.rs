@@ -242,6 +242,14 @@ pub fn fully_connected(
         }
         for c in c0..c1 {
             let b = bias.map_or(0.0, |b| b[c]);
+            // A blockwise output's weight sum, once for all its rows.
+            let ks = match *weights {
+                Weights::Blockwise4 { w, scales, .. } => {
+                    let s = &scales[c * blocks..][..blocks];
+                    ksums.map_or_else(|| ksum(&w[c * k / 2..], k, s, group), |v| v[c])
+                }
+                _ => 0.0,
+            };
             for r in 0..rows {
                 let (xq, _, zero_point, scale) = row_of(r);
                 let y = match *weights {
@@ -259,7 +267,6 @@ pub fn fully_connected(
                     }
                     Weights::Blockwise4 { w, scales, .. } => {
                         let s = &scales[c * blocks..][..blocks];
-                        let ks = ksums.map_or_else(|| ksum(&w[c * k / 2..], k, s, group), |v| v[c]);
                         let sum = blockwise_sum(xq, zero_point, |i| nibble(w, c * k + i), s, group, ks);
                         libm::fmaf(sum, scale, b)
                     }
