@@ -113,6 +113,8 @@ const EXTERNAL: &[&str] = &[
     "xnnpack_conv",
     "xnnpack_ops",
     "xnnpack_qb4_linear",
+    "xnnpack_qs8_cnn",
+    "xnnpack_qs8_cnn_runtime",
     "view_aliases",
 ];
 

@@ -59,13 +59,20 @@ pub(crate) mod qs8 {
     /// `dequantize(q, scale, zero_point, out)`: `i8` to `f32`.
     pub(crate) const DEQUANTIZE: &str = "ptec_xnn::qs8_dequantize.out";
     /// `conv2d_nhwc(x, weight, bias?, weight_scales?, weight_scale, padding,
-    /// stride, dilation, groups, depthwise, <tail>)`: weights `[O, kH, kW,
-    /// C / groups]` (`[1, kH, kW, O]` depthwise) with one scale per output
-    /// channel (`weight_scales`) or one for all (`weight_scale`).
+    /// stride, dilation, groups, depthwise, kept?, <tail>)`: weights `[O,
+    /// kH, kW, C / groups]` (`[1, kH, kW, O]` depthwise) with one scale per
+    /// output channel (`weight_scales`) or one for all (`weight_scale`);
+    /// `kept`, a regular convolution's packed filter.
     pub(crate) const CONV2D_NHWC: &str = "ptec_xnn::qs8_conv2d_nhwc.out";
+    /// Where the weight and the kept packing are among a convolution's
+    /// arguments.
+    pub(crate) const CONV_WEIGHT: usize = 1;
+    pub(crate) const CONV_KEPT: usize = 10;
     /// `fully_connected(x, weight, bias?, weight_scales?, weight_scale,
-    /// weight_transposed, <tail>)`.
+    /// weight_transposed, kept?, <tail>)`: `kept`, the packed weight.
     pub(crate) const FULLY_CONNECTED: &str = "ptec_xnn::qs8_fully_connected.out";
+    pub(crate) const FC_WEIGHT: usize = 1;
+    pub(crate) const FC_KEPT: usize = 6;
     /// `max_pool2d_nhwc(x, kernel, stride, padding, dilation, <tail>)`.
     pub(crate) const MAX_POOL2D_NHWC: &str = "ptec_xnn::qs8_max_pool2d_nhwc.out";
     /// `global_avg_pool2d_nhwc(x, <tail>)`.

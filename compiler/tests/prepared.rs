@@ -32,13 +32,15 @@ fn prepared_constants_leave_the_state_when_the_weights_are_embedded() {
     // conv and channels_last: folded convolutions and chains of them;
     // xnnpack_conv and xnnpack_ops: lowered XNNPACK convolutions and fully
     // connected layers with kept packed weights; xnnpack_qb4_linear: the
-    // weight sums of 4-bit blockwise layers.
+    // weight sums of 4-bit blockwise layers; xnnpack_qs8_cnn: packed int8
+    // filters and weights.
     for name in [
         "conv.bpte",
         "channels_last.bpte",
         "xnnpack_conv.bpte",
         "xnnpack_ops.bpte",
         "xnnpack_qb4_linear.bpte",
+        "xnnpack_qs8_cnn.bpte",
     ] {
         let embedded = compile(name, false);
         let external = compile(name, true);
@@ -55,6 +57,7 @@ fn prepared_constants_leave_the_state_when_the_weights_are_embedded() {
             ".pack_filter(",
             "pack_fully_connected(",
             "prepare_blockwise(",
+            "pack_conv(",
         ] {
             assert!(!embedded.code.contains(call), "{name}: {call} at run time");
         }

@@ -62,6 +62,29 @@ pub(crate) fn has_avx2_fma() -> bool {
     Isa::detect() != Isa::Portable
 }
 
+/// Whether AVX-512 with byte and word lanes, vector lengths and VNNI may
+/// run on this CPU (the int8 dot products' set).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn has_avx512_vnni() -> bool {
+    #[cfg(feature = "std")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        cfg!(all(
+            target_feature = "avx512f",
+            target_feature = "avx512bw",
+            target_feature = "avx512vl",
+            target_feature = "avx512vnni"
+        ))
+    }
+}
+
 /// Work to be compiled once per instruction set: `run` must be
 /// `#[inline(always)]`, so that each wrapper below gets its own copy of it,
 /// which the compiler vectorizes for that set. (A closure would not do: the

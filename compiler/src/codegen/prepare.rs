@@ -12,7 +12,7 @@
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
 use crate::ir::*;
-use crate::names::{conv2d_nhwc, folded, fully_connected, qd8_fully_connected, CONV2D_FOLDED_CHAIN};
+use crate::names::{conv2d_nhwc, folded, fully_connected, qd8_fully_connected, qs8, CONV2D_FOLDED_CHAIN};
 use crate::passes::rewrite::kernel_name;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -48,6 +48,8 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
             qd8_fully_connected::KEPT,
             vec![qd8_fully_connected::WEIGHT, qd8_fully_connected::SCALES],
         )],
+        qs8::CONV2D_NHWC => vec![(qs8::CONV_KEPT, vec![qs8::CONV_WEIGHT])],
+        qs8::FULLY_CONNECTED => vec![(qs8::FC_KEPT, vec![qs8::FC_WEIGHT])],
         _ => Vec::new(),
     }
 }

@@ -142,8 +142,8 @@ fn bias(ctx: &mut OpCtx<'_>, i: usize, n: usize) -> Result<(TokenStream, TokenSt
 /// `conv2d_nhwc(x, weight, bias?, weight_scales?, weight_scale, padding,
 /// stride, dilation, groups, depthwise, <tail>)`.
 fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(10 + qs8::TAIL)?;
-    let (x, w) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    ctx.arity(11 + qs8::TAIL)?;
+    let (x, w) = (ctx.tensor(0)?, ctx.tensor(qs8::CONV_WEIGHT)?);
     let t = tail(ctx)?;
     static_of(&[&x, &w, &t.out], ScalarType::Char)?;
     let padding: [usize; 4] = fixed(ctx, 5)?;
@@ -167,13 +167,62 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let geometry = super::xnnpack::conv_tokens(&g);
     let xq = quant_tokens(t.x.0, t.x.1);
     let y = t.y;
+    let kept = ctx.opt_tensor(qs8::CONV_KEPT)?;
+    if depthwise && kept.is_some() {
+        return Err("a depthwise convolution keeps no packed filter".into());
+    }
+    let layout = ptec_runtime::kernels::qs8::Layout::conv(&g);
     let (xi, s2) = ctx.read(&x)?;
-    let (wi, s3) = ctx.read(&w)?;
+    let (wi, s3) = read_weight(ctx, &w, &kept)?;
+    let (pi, s5) = packed(
+        ctx,
+        &kept,
+        layout.packed_len(),
+        |ctx, into| {
+            let w = constant_i8(ctx, &w)?;
+            ptec_runtime::kernels::qs8::pack_conv(&g, &w, into);
+            Ok(())
+        },
+        |kept| quote!(::ptec_runtime::kernels::qs8::pack_conv(&geometry, #wi, #kept);),
+    )?;
     let (oi, s4) = ctx.write(&t.out)?;
     Ok(quote! {
-        #s0 #s1 #s2 #s3 #s4
-        ::ptec_runtime::kernels::qs8::conv2d_nhwc(&#geometry, #depthwise, #xi, &#xq, #wi, #ws, #bi, &#y, #oi);
+        let geometry = #geometry;
+        #s0 #s1 #s2 #s3 #s5 #s4
+        ::ptec_runtime::kernels::qs8::conv2d_nhwc(&geometry, #depthwise, #xi, &#xq, #wi, #ws, #bi, #pi, &#y, #oi);
     })
+}
+
+/// The weight `w` as a call reads it: not at all when its packing `kept`
+/// is made at compile time.
+fn read_weight(ctx: &mut OpCtx<'_>, w: &TArg, kept: &Option<TArg>) -> Result<(Ident, TokenStream), String> {
+    if kept.as_ref().is_some_and(|k| ctx.is_prepared(k)) {
+        let name = ctx.fresh("unread");
+        return Ok((name.clone(), quote!(let #name: &[i8] = &[];)));
+    }
+    ctx.read(w)
+}
+
+/// The `i8` elements of the embedded constant `t`, at compile time.
+fn constant_i8(ctx: &OpCtx<'_>, t: &TArg) -> Result<Vec<i8>, String> {
+    Ok(ctx.constant_bytes(t)?.into_iter().map(|b| b as i8).collect())
+}
+
+/// The kept packing of a layer (`len` floats), prepared by `prepare` at
+/// compile time or by `at_run_time` on the first run.
+fn packed(
+    ctx: &mut OpCtx<'_>,
+    kept: &Option<TArg>,
+    len: usize,
+    prepare: impl FnOnce(&OpCtx<'_>, &mut [f32]) -> Result<(), String>,
+    at_run_time: impl FnOnce(&Ident) -> TokenStream,
+) -> Result<(TokenStream, TokenStream), String> {
+    if let Some(k) = kept {
+        if k.dtype != ScalarType::Float || k.numel() != len {
+            return Err(format!("the kept operand does not hold {len} floats"));
+        }
+    }
+    super::xnnpack::prepared_opt(ctx, kept, prepare, at_run_time)
 }
 
 /// `N` non-negative integers at argument `i`.
@@ -187,8 +236,8 @@ fn fixed<const N: usize>(ctx: &OpCtx<'_>, i: usize) -> Result<[usize; N], String
 /// `fully_connected(x, weight, bias?, weight_scales?, weight_scale,
 /// weight_transposed, <tail>)`.
 fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(6 + qs8::TAIL)?;
-    let (x, w) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    ctx.arity(7 + qs8::TAIL)?;
+    let (x, w) = (ctx.tensor(0)?, ctx.tensor(qs8::FC_WEIGHT)?);
     let t = tail(ctx)?;
     static_of(&[&x, &w, &t.out], ScalarType::Char)?;
     let transposed = ctx.bool(5)?;
@@ -208,13 +257,25 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (bi, s1) = bias(ctx, 2, n)?;
     let xq = quant_tokens(t.x.0, t.x.1);
     let y = t.y;
-    let (xi, s2) = ctx.read(&x)?;
-    let (wi, s3) = ctx.read(&w)?;
-    let (oi, s4) = ctx.write(&t.out)?;
+    let kept = ctx.opt_tensor(qs8::FC_KEPT)?;
     let (kl, nl) = (lit(k), lit(n));
+    let (xi, s2) = ctx.read(&x)?;
+    let (wi, s3) = read_weight(ctx, &w, &kept)?;
+    let (pi, s5) = packed(
+        ctx,
+        &kept,
+        ptec_runtime::kernels::qs8::Layout::fully_connected(k, n).packed_len(),
+        |ctx, into| {
+            let w = constant_i8(ctx, &w)?;
+            ptec_runtime::kernels::qs8::pack_fully_connected(&w, k, n, transposed, into);
+            Ok(())
+        },
+        |kept| quote!(::ptec_runtime::kernels::qs8::pack_fully_connected(#wi, #kl, #nl, #transposed, #kept);),
+    )?;
+    let (oi, s4) = ctx.write(&t.out)?;
     Ok(quote! {
-        #s0 #s1 #s2 #s3 #s4
-        ::ptec_runtime::kernels::qs8::fully_connected(#xi, &#xq, #wi, #ws, #transposed, #bi, #kl, #nl, &#y, #oi);
+        #s0 #s1 #s2 #s3 #s5 #s4
+        ::ptec_runtime::kernels::qs8::fully_connected(#xi, &#xq, #wi, #ws, #transposed, #bi, #kl, #nl, #pi, &#y, #oi);
     })
 }
 

@@ -8,6 +8,7 @@
 //! as XNNPACK requires.
 use super::*;
 use crate::names::{qd8_fully_connected, qs8};
+use ptec_runtime::kernels::qs8 as qs8_kernels;
 use ptec_runtime::kernels::qs8::quantize_bound;
 
 /// Folds each quantized clamp into the node that produces its input, as
@@ -119,7 +120,7 @@ impl CallLowering<'_> {
                 out,
                 weight_transposed,
             } => {
-                self.fc_sizes(i, node)?;
+                let (k, n) = self.fc_sizes(i, node)?;
                 let (x, y) = (self.act(i, node, *input)?, self.act(i, node, *out)?);
                 let (scales, scale) = self.weight_scales(i, node, *filter, 0)?;
                 let mut args = vec![
@@ -130,6 +131,8 @@ impl CallLowering<'_> {
                     self.double(scale),
                     self.push(Value::Bool(*weight_transposed)),
                 ];
+                let kept = self.kept_packing(*filter, qs8_kernels::Layout::fully_connected(k, n).packed_len());
+                args.push(kept);
                 self.tail(&mut args, node, x, y, *out);
                 self.kernel(qs8::FULLY_CONNECTED, args);
             }
@@ -504,7 +507,7 @@ impl CallLowering<'_> {
     }
 
     fn qs8_conv(&mut self, i: usize, node: &XNode, depthwise: bool, conv: &ConvParams) -> Step {
-        self.conv_geometry(i, node, depthwise, conv)?;
+        let g = self.conv_geometry(i, node, depthwise, conv)?;
         let (x, y) = (self.act(i, node, conv.input)?, self.act(i, node, conv.out)?);
         // Output channels are the filter's first dim, the last depthwise.
         let channel_dim = if depthwise { 3 } else { 0 };
@@ -521,6 +524,12 @@ impl CallLowering<'_> {
             self.int(conv.groups),
             self.push(Value::Bool(depthwise)),
         ];
+        // A regular convolution keeps its filter packed.
+        let kept = match depthwise {
+            true => self.null(),
+            false => self.kept_packing(conv.filter, qs8_kernels::Layout::conv(&g).packed_len()),
+        };
+        args.push(kept);
         self.tail(&mut args, node, x, y, conv.out);
         self.kernel(qs8::CONV2D_NHWC, args);
         Ok(())

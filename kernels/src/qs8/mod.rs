@@ -9,6 +9,12 @@
 //! exactly in `i32` and are requantized in `f32`, rounding half to even.
 use crate::nhwc::{Conv2dNhwc, Window2d};
 
+mod packed;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+
+pub use packed::{pack_conv, pack_fully_connected, Layout};
+
 /// A per-tensor quantization: `real = scale · (q - zero_point)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Quant {
@@ -81,9 +87,19 @@ pub fn dequantize(x: &[i8], q: &Quant, out: &mut [f32]) {
     }
 }
 
+/// Runs `job` into `out`, on the best path this CPU has.
+fn run_packed(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if vnni::available() && job.layout.gin <= vnni::PAD_ROW && job.layout.taps <= packed::MAX_TAPS {
+        // SAFETY: `available` found the instruction sets.
+        return unsafe { vnni::run(job, out, out_stride) };
+    }
+    packed::portable(job, out, out_stride);
+}
+
 /// The scale of weight channel `c` (one scale for all, or one each).
 #[inline(always)]
-fn weight_scale(scales: &[f32], c: usize) -> f32 {
+pub(crate) fn weight_scale(scales: &[f32], c: usize) -> f32 {
     if scales.len() == 1 {
         scales[0]
     } else {
@@ -94,6 +110,8 @@ fn weight_scale(scales: &[f32], c: usize) -> f32 {
 /// A regular (grouped) convolution of an NHWC image `x` with a filter `w`
 /// of `[O, kH, kW, C / groups]` (`[1, kH, kW, O]` when `depthwise`) and an
 /// optional bias; `w_scales` holds one scale, or one per output channel.
+/// `packed`: a regular convolution's filter packed by [`pack_conv`] (then
+/// `w` is not read).
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_nhwc(
     g: &Conv2dNhwc,
@@ -103,9 +121,25 @@ pub fn conv2d_nhwc(
     w: &[i8],
     w_scales: &[f32],
     bias: Option<&[i32]>,
+    packed: Option<&[f32]>,
     y: &Output,
     out: &mut [i8],
 ) {
+    if let Some(p) = packed.filter(|p| !depthwise && Layout::conv(g).is_packed(p)) {
+        return packed::conv(g, x, xq, p, w_scales, bias, y, out);
+    }
+    if depthwise && g.in_c == g.out_c && g.window.kernel_h * g.window.kernel_w <= DEPTHWISE_TAPS {
+        let d = Depthwise {
+            g,
+            x,
+            xq,
+            w,
+            w_scales,
+            bias,
+            y,
+        };
+        return depthwise_conv(&d, out);
+    }
     let zp = xq.zero_point;
     let win = &g.window;
     let (cin, cout) = (g.in_c, g.out_c);
@@ -168,6 +202,92 @@ pub fn conv2d_nhwc(
             }
         }
     }
+}
+
+/// Channels a depthwise convolution sums at once.
+const LANES: usize = 16;
+
+/// The most taps a depthwise convolution widens the weights of (7 × 7);
+/// larger windows take the general path.
+pub(crate) const DEPTHWISE_TAPS: usize = 49;
+
+/// A depthwise convolution's operands (one output per input channel).
+pub(crate) struct Depthwise<'a> {
+    pub g: &'a Conv2dNhwc,
+    pub x: &'a [i8],
+    pub xq: &'a Quant,
+    pub w: &'a [i8],
+    pub w_scales: &'a [f32],
+    pub bias: Option<&'a [i32]>,
+    pub y: &'a Output,
+}
+
+impl Depthwise<'_> {
+    /// The requantization scales and biases of the [`LANES`] channels
+    /// from `c0` (channels past the last: 1 and 0).
+    #[inline(always)]
+    pub(crate) fn lanes(&self, c0: usize) -> ([f32; LANES], [i32; LANES]) {
+        let mut scale = [1.0f32; LANES];
+        let mut start = [0i32; LANES];
+        for j in 0..LANES.min(self.g.in_c - c0) {
+            scale[j] = requant_scale(self.xq.scale, weight_scale(self.w_scales, c0 + j), self.y.scale);
+            start[j] = self.bias.map_or(0, |b| b[c0 + j]);
+        }
+        (scale, start)
+    }
+}
+
+/// A depthwise convolution with one output per input channel: for each
+/// [`LANES`] channels, the weights widened once, then every output pixel
+/// in plain integer code that the compiler vectorizes for this CPU.
+fn depthwise_conv(d: &Depthwise<'_>, out: &mut [i8]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::has_avx512_vnni() {
+        // SAFETY: the CPU has AVX-512 F, BW and VL (and VNNI).
+        return unsafe { vnni::depthwise(d, out) };
+    }
+    struct Work<'d, 'a>(&'d Depthwise<'a>, &'d mut [i8]);
+    impl crate::cpu::Vectorized for Work<'_, '_> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self) {
+            let Work(d, out) = self;
+            let (win, c, x, zp) = (&d.g.window, d.g.in_c, d.x, d.xq.zero_point);
+            let taps = win.kernel_h * win.kernel_w;
+            for c0 in (0..c).step_by(LANES) {
+                let lanes = LANES.min(c - c0);
+                let (scale, start) = d.lanes(c0);
+                let mut wt = [[0i32; LANES]; DEPTHWISE_TAPS];
+                for (t, wt) in wt.iter_mut().enumerate().take(taps) {
+                    for (j, v) in wt.iter_mut().enumerate().take(lanes) {
+                        *v = d.w[t * c + c0 + j] as i32;
+                    }
+                }
+                let mut pixel = 0;
+                for n in 0..win.batch {
+                    for oy in 0..win.out_h {
+                        for ox in 0..win.out_w {
+                            let mut acc = start;
+                            for_each_tap(win, n, oy, ox, |tap, p| {
+                                let xs = &x[p * c + c0..][..lanes];
+                                for j in 0..LANES {
+                                    // Lanes past the last channel sum zeros.
+                                    let xv = xs.get(j).map_or(zp, |&v| v as i32);
+                                    acc[j] = acc[j].wrapping_add((xv - zp).wrapping_mul(wt[tap][j]));
+                                }
+                            });
+                            let o = &mut out[pixel * c + c0..][..lanes];
+                            pixel += 1;
+                            for (j, o) in o.iter_mut().enumerate() {
+                                *o = d.y.requantize(acc[j], scale[j]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    crate::cpu::with_best_isa(Work(d, out))
 }
 
 /// A regular convolution's operands, as [`conv2d_nhwc`] takes them.
@@ -295,7 +415,7 @@ fn accumulate(acc: &mut [i32], x: &[i8], zp: i32, w: &[i8], stride: usize) {
 /// `n` that falls inside the input: its index in the window (row-major)
 /// and the input pixel's index.
 #[inline(always)]
-fn for_each_tap(win: &Window2d, n: usize, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
+pub(crate) fn for_each_tap(win: &Window2d, n: usize, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
     let inside = |o: usize, k: usize, stride: usize, dilation: usize, pad: usize, len: usize| {
         (o * stride + k * dilation).checked_sub(pad).filter(|&i| i < len)
     };
@@ -313,7 +433,8 @@ fn for_each_tap(win: &Window2d, n: usize, oy: usize, ox: usize, mut f: impl FnMu
 
 /// `out[m, n] = requant(bias[n] + Σ_k (x[m, k] - x_zero_point) · w[n, k])`
 /// over `m` rows of `k` inputs; `w` is `[n, k]`, or `[k, n]` when
-/// `transposed`.
+/// `transposed`. `packed`: the weight packed by [`pack_fully_connected`]
+/// (then `w` is not read).
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected(
     x: &[i8],
@@ -324,9 +445,13 @@ pub fn fully_connected(
     bias: Option<&[i32]>,
     k: usize,
     n: usize,
+    packed: Option<&[f32]>,
     y: &Output,
     out: &mut [i8],
 ) {
+    if let Some(p) = packed.filter(|p| k > 0 && Layout::fully_connected(k, n).is_packed(p)) {
+        return packed::fully_connected(x, xq, p, w_scales, bias, k, n, y, out);
+    }
     if k == 0 {
         for or in out.chunks_exact_mut(n) {
             for (j, o) in or.iter_mut().enumerate() {
@@ -598,7 +723,7 @@ mod tests {
             qmax: 127,
         };
         let mut out = [0i8; 16];
-        conv2d_nhwc(&g, false, &x, &xq, &w, &[0.3], Some(&[5]), &y, &mut out);
+        conv2d_nhwc(&g, false, &x, &xq, &w, &[0.3], Some(&[5]), None, &y, &mut out);
         let scale = 0.1f32 * 0.3 / 0.7;
         for oy in 0..4 {
             for ox in 0..4 {
@@ -616,6 +741,63 @@ mod tests {
                 }
                 let want = ((acc as f32 * scale).round_ties_even() as i32).clamp(-128, 127) as i8;
                 assert_eq!(out[oy * 4 + ox], want, "pixel {oy},{ox}");
+            }
+        }
+    }
+
+    #[test]
+    fn depthwise_convolution_is_the_exact_integer_sum() {
+        extern crate std;
+        use crate::testing::rng;
+        use std::vec::Vec;
+        let mut seed = 5;
+        for case in 0..40 {
+            let r = |seed: &mut u64, n: u64| 1 + (rng(seed) % n) as usize;
+            let c = r(&mut seed, 40);
+            let k = [r(&mut seed, 7), r(&mut seed, 7)];
+            let (h, w_) = (k[0] + r(&mut seed, 6), k[1] + r(&mut seed, 6));
+            let pad = [0, 1, 2, 3].map(|_| rng(&mut seed) as usize % 3);
+            let stride = [r(&mut seed, 2), r(&mut seed, 2)];
+            let g = Conv2dNhwc::depthwise(&[1, h, w_, c], &[1, k[0], k[1], c], stride, pad, [1, 1]).unwrap();
+            let x: Vec<i8> = (0..h * w_ * c).map(|_| rng(&mut seed) as u8 as i8).collect();
+            let w: Vec<i8> = (0..k[0] * k[1] * c).map(|_| rng(&mut seed) as u8 as i8).collect();
+            let bias: Vec<i32> = (0..c).map(|_| rng(&mut seed) as i32 % 3000 - 1500).collect();
+            let scales: Vec<f32> = (0..c).map(|_| 0.001 + (rng(&mut seed) % 100) as f32 * 1e-5).collect();
+            let xq = Quant {
+                scale: 0.05,
+                zero_point: (rng(&mut seed) % 256) as i32 - 128,
+            };
+            let y = Output {
+                scale: 0.4,
+                zero_point: 7,
+                qmin: -120,
+                qmax: 127,
+            };
+            let win = g.window;
+            let mut out = std::vec![0i8; win.out_h * win.out_w * c];
+            conv2d_nhwc(&g, true, &x, &xq, &w, &scales, Some(&bias), None, &y, &mut out);
+            for oy in 0..win.out_h {
+                for ox in 0..win.out_w {
+                    for ch in 0..c {
+                        let mut acc = bias[ch];
+                        for ky in 0..k[0] {
+                            for kx in 0..k[1] {
+                                let iy = (oy * stride[0] + ky) as isize - pad[0] as isize;
+                                let ix = (ox * stride[1] + kx) as isize - pad[3] as isize;
+                                if (0..h as isize).contains(&iy) && (0..w_ as isize).contains(&ix) {
+                                    let xv = x[(iy as usize * w_ + ix as usize) * c + ch] as i32 - xq.zero_point;
+                                    acc += xv * w[(ky * k[1] + kx) * c + ch] as i32;
+                                }
+                            }
+                        }
+                        let want = y.requantize(acc, requant_scale(xq.scale, scales[ch], y.scale));
+                        assert_eq!(
+                            out[(oy * win.out_w + ox) * c + ch],
+                            want,
+                            "case {case}: pixel {oy},{ox} channel {ch}"
+                        );
+                    }
+                }
             }
         }
     }

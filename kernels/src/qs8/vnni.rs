@@ -1,0 +1,226 @@
+//! The packed layers (see [`super::packed`]) on AVX-512 VNNI: each
+//! instruction multiplies a broadcast quad of inputs (made unsigned by
+//! adding 128) into the 16 sums of a block, for [`ROWS`] rows at once;
+//! the sums are requantized 16 at a time in the scalar kernels' `f32`
+//! steps.
+use super::packed::{bytes, BlockParams, Job, COLS, MAX_TAPS};
+use super::{Depthwise, Output};
+use core::arch::x86_64::*;
+
+/// The longest input segment of a padded layer: the padding reads a row
+/// of zero points this long, on the stack.
+pub(crate) const PAD_ROW: usize = 2048;
+
+/// Rows summed at once (each one accumulator).
+const ROWS: usize = 8;
+
+pub(crate) fn available() -> bool {
+    crate::cpu::has_avx512_vnni()
+}
+
+/// Weight bytes a pass over the rows reads (their blocks stay in L2).
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Blocks a pass takes at most (their parameters are on the stack).
+const CHUNK_BLOCKS: usize = 32;
+
+/// # Safety
+/// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]);
+/// `job.layout.gin` must be at most [`PAD_ROW`] and its taps at most
+/// [`MAX_TAPS`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
+    let l = &job.layout;
+    assert!(l.gin <= PAD_ROW && l.taps <= MAX_TAPS);
+    let packed = bytes(job.packed);
+    let pad = [job.xq.zero_point as i8; PAD_ROW];
+    let blocks = l.blocks_per_group();
+    let chunk = (CHUNK_BYTES / l.block_bytes()).clamp(1, blocks.min(CHUNK_BLOCKS));
+    let mut params = [BlockParams::EMPTY; CHUNK_BLOCKS];
+    let mut table = [[None; ROWS]; MAX_TAPS];
+    for g in 0..l.groups {
+        for b0 in (0..blocks).step_by(chunk) {
+            let end = blocks.min(b0 + chunk);
+            for b in b0..end {
+                params[b - b0] = BlockParams::new(job, l.block(packed, g, b), g, b, 128);
+            }
+            for r0 in (0..job.rows).step_by(ROWS) {
+                let rows = ROWS.min(job.rows - r0);
+                job.source.fill(r0, rows, g, l.gin, &mut table[..l.taps]);
+                let mut x = [[core::ptr::null::<u8>(); ROWS]; MAX_TAPS];
+                for (xt, tt) in x.iter_mut().zip(&table[..l.taps]) {
+                    for (p, s) in xt.iter_mut().zip(tt) {
+                        let s = s.unwrap_or(&pad);
+                        assert!(s.len() >= l.gin);
+                        *p = s.as_ptr().cast::<u8>();
+                    }
+                }
+                for b in b0..end {
+                    let (block, p) = (l.block(packed, g, b), &params[b - b0]);
+                    // SAFETY: every pointer of `x` has `gin` bytes; the
+                    // block holds `taps` times `gin / 4` rounded up quads.
+                    let acc = unsafe { tile(&x[..l.taps], l.gin, &block[4 * COLS..]) };
+                    let o = &mut out[r0 * out_stride + g * l.gout + b * COLS..];
+                    // SAFETY: as for `run`.
+                    unsafe { store(&acc[..rows], p, job.y, o, out_stride) };
+                }
+            }
+        }
+    }
+}
+
+/// The raw sums `Σ (x + 128) · w` of [`ROWS`] rows with one block's
+/// quads.
+///
+/// # Safety
+/// As for [`run`]; each pointer of `x` must be readable for `gin` bytes,
+/// and `quads` must hold `x.len()` taps of `gin.div_ceil(4)` quads.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [__m512i; ROWS] {
+    let (qpt, full) = (gin.div_ceil(4), gin / 4);
+    assert!(quads.len() >= x.len() * qpt * 4 * COLS);
+    let mut acc = [_mm512_setzero_si512(); ROWS];
+    let sign = _mm512_set1_epi32(0x8080_8080u32 as i32);
+    // SAFETY: reads within the bounds asserted and vouched for.
+    unsafe {
+        for (t, xt) in x.iter().enumerate() {
+            let w = quads.as_ptr().add(t * qpt * 4 * COLS);
+            for q in 0..full {
+                let wq = _mm512_loadu_si512(w.add(q * 4 * COLS).cast());
+                for r in 0..ROWS {
+                    // In assembly: LLVM loops forever compiling a vector
+                    // XOR of a broadcast that feeds VPDPBUSD for Zen 4, and
+                    // a flip on a scalar costs a broadcast from a register.
+                    core::arch::asm!(
+                        "vpbroadcastd {t}, dword ptr [{p}]",
+                        "vpxord {t}, {t}, {s}",
+                        "vpdpbusd {a}, {t}, {w}",
+                        a = inout(zmm_reg) acc[r],
+                        t = out(zmm_reg) _,
+                        p = in(reg) xt[r].add(4 * q),
+                        s = in(zmm_reg) sign,
+                        w = in(zmm_reg) wq,
+                        options(pure, readonly, nostack, preserves_flags),
+                    );
+                }
+            }
+            if full < qpt {
+                // The last, partial quad: its missing weights are zero.
+                let wq = _mm512_loadu_si512(w.add(full * 4 * COLS).cast());
+                for r in 0..ROWS {
+                    let mut q4 = [0u8; 4];
+                    for (e, v) in q4.iter_mut().enumerate().take(gin - 4 * full) {
+                        *v = *xt[r].add(4 * full + e);
+                    }
+                    let xu = _mm512_set1_epi32((u32::from_ne_bytes(q4) ^ 0x8080_8080) as i32);
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], xu, wq);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// Requantizes each row's sums (plus the block's offsets) into its
+/// `p.cols` outputs, rows `stride` apart in `out`.
+///
+/// # Safety
+/// As for [`run`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn store(acc: &[__m512i], p: &BlockParams, y: &Output, out: &mut [i8], stride: usize) {
+    // SAFETY: loads of the 16 lanes of arrays of 16; stores of `p.cols`
+    // bytes into slices of that length.
+    unsafe {
+        let offset = _mm512_loadu_si512(p.offset.as_ptr().cast());
+        let scale = _mm512_loadu_ps(p.scale.as_ptr());
+        let r = Requant::new(y);
+        let mask = (u32::MAX >> (32 - p.cols)) as __mmask16;
+        for (i, &a) in acc.iter().enumerate() {
+            let o = &mut out[i * stride..][..p.cols];
+            _mm_mask_storeu_epi8(o.as_mut_ptr(), mask, r.apply(_mm512_add_epi32(a, offset), scale));
+        }
+    }
+}
+
+/// [`Output::requantize`] on 16 lanes, in the same `f32` steps.
+#[derive(Clone, Copy)]
+struct Requant {
+    lo: __m512,
+    hi: __m512,
+    magic: __m512,
+    zero_point: __m512i,
+}
+
+impl Requant {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn new(y: &Output) -> Self {
+        Requant {
+            lo: _mm512_set1_ps((y.qmin - y.zero_point) as f32),
+            hi: _mm512_set1_ps((y.qmax - y.zero_point) as f32),
+            magic: _mm512_set1_ps(12_582_912.0),
+            zero_point: _mm512_set1_epi32(y.zero_point),
+        }
+    }
+
+    /// The 16 outputs of sums `acc` at scales `scale`, as bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn apply(&self, acc: __m512i, scale: __m512) -> __m128i {
+        let v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
+        let v = _mm512_min_ps(_mm512_max_ps(v, self.lo), self.hi);
+        let v = _mm512_sub_ps(_mm512_add_ps(v, self.magic), self.magic);
+        _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), self.zero_point))
+    }
+}
+
+/// A depthwise convolution with one output per channel and at most
+/// [`super::DEPTHWISE_TAPS`] taps (see `super::depthwise_conv`): 16
+/// channels at a time, their weights widened once, each tap's product
+/// exact in `i32`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, out: &mut [i8]) {
+    let (g, x, w) = (d.g, d.x, d.w);
+    let win = &g.window;
+    let c = g.in_c;
+    let taps = win.kernel_h * win.kernel_w;
+    assert!(taps <= super::DEPTHWISE_TAPS && g.out_c == c);
+    assert!(x.len() >= win.batch * win.in_h * win.in_w * c && w.len() >= taps * c);
+    assert!(out.len() >= win.batch * win.out_h * win.out_w * c);
+    let zp = _mm512_set1_epi32(d.xq.zero_point);
+    let r = Requant::new(d.y);
+    for c0 in (0..c).step_by(16) {
+        let lanes = 16.min(c - c0);
+        let mask = (u32::MAX >> (32 - lanes)) as __mmask16;
+        let (scale, start) = d.lanes(c0);
+        // SAFETY: masked loads and stores of the `lanes` channels from
+        // `c0` of pixels and taps inside the sizes asserted above.
+        unsafe {
+            let scale = _mm512_loadu_ps(scale.as_ptr());
+            let start = _mm512_loadu_si512(start.as_ptr().cast());
+            let mut wt = [_mm512_setzero_si512(); super::DEPTHWISE_TAPS];
+            for (t, v) in wt.iter_mut().enumerate().take(taps) {
+                *v = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, w.as_ptr().add(t * c + c0)));
+            }
+            let mut pixel = 0;
+            for n in 0..win.batch {
+                for oy in 0..win.out_h {
+                    for ox in 0..win.out_w {
+                        let mut acc = start;
+                        super::for_each_tap(win, n, oy, ox, |tap, p| {
+                            let xv = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, x.as_ptr().add(p * c + c0)));
+                            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wt[tap]));
+                        });
+                        _mm_mask_storeu_epi8(out.as_mut_ptr().add(pixel * c + c0), mask, r.apply(acc, scale));
+                        pixel += 1;
+                    }
+                }
+            }
+        }
+    }
+}
