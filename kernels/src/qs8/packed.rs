@@ -387,29 +387,8 @@ pub(crate) fn conv(
         let mut buf = [xq.zero_point as i8; PATCH_ROWS * PATCH];
         for r0 in (0..rows).step_by(PATCH_ROWS) {
             let n = PATCH_ROWS.min(rows - r0);
-            let mut table = [[None; 1]; MAX_TAPS];
             for (r, row) in buf.chunks_exact_mut(patch).take(n).enumerate() {
-                Source::Conv { g, x }.fill(r0 + r, 1, 0, layout.gin, &mut table[..layout.taps]);
-                let q4 = layout.quads_per_tap() * 4;
-                for (t, seg) in table[..layout.taps].iter().enumerate() {
-                    let dst = &mut row[t * q4..][..q4];
-                    match seg[0] {
-                        Some(s) => {
-                            // Whole quads where the input goes on (what
-                            // lies past the channels meets zero weights).
-                            let at = s.as_ptr() as usize - x.as_ptr() as usize;
-                            match x.get(at..at + q4) {
-                                Some(src) => {
-                                    for (d, s) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
-                                        d.copy_from_slice(s);
-                                    }
-                                }
-                                None => dst[..layout.gin].copy_from_slice(s),
-                            }
-                        }
-                        None => dst.fill(xq.zero_point as i8),
-                    }
-                }
+                gather(g, x, xq.zero_point as i8, r0 + r, layout.quads_per_tap(), row);
             }
             let job = Job {
                 layout: flat,
@@ -439,6 +418,43 @@ pub(crate) fn conv(
         packed,
     };
     super::run_packed(&job, out, g.out_c);
+}
+
+/// Gathers output pixel `pixel`'s window into `row`: each tap's channels
+/// at the start of its `quads` quads, the padding's taps zero points.
+/// Taps read whole quads where the input goes on (what lies past the
+/// channels meets zero weights), so most copies are 4 bytes at a time.
+#[inline(always)]
+fn gather(g: &Conv2dNhwc, x: &[i8], zp: i8, pixel: usize, quads: usize, row: &mut [i8]) {
+    let w = &g.window;
+    let (ox, rest) = (pixel % w.out_w, pixel / w.out_w);
+    let (oy, n) = (rest % w.out_h, rest / w.out_h);
+    let (cin, q4) = (g.in_c, 4 * quads);
+    for ky in 0..w.kernel_h {
+        let iy = (oy * w.stride_h + ky * w.dilation_h)
+            .checked_sub(w.pad_top)
+            .filter(|&i| i < w.in_h);
+        for kx in 0..w.kernel_w {
+            let dst = &mut row[(ky * w.kernel_w + kx) * q4..][..q4];
+            let ix = (ox * w.stride_w + kx * w.dilation_w)
+                .checked_sub(w.pad_left)
+                .filter(|&i| i < w.in_w);
+            let (Some(iy), Some(ix)) = (iy, ix) else {
+                dst.fill(zp);
+                continue;
+            };
+            let at = ((n * w.in_h + iy) * w.in_w + ix) * cin;
+            match x.get(at..at + q4) {
+                Some(src) => {
+                    for (d, s) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
+                        let v: [i8; 4] = [s[0], s[1], s[2], s[3]];
+                        d.copy_from_slice(&v);
+                    }
+                }
+                None => dst[..cin].copy_from_slice(&x[at..at + cin]),
+            }
+        }
+    }
 }
 
 /// Convolutions with fewer input channels than this a tap, and windows
