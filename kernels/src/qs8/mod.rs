@@ -758,7 +758,9 @@ mod tests {
             let (h, w_) = (k[0] + r(&mut seed, 6), k[1] + r(&mut seed, 6));
             let pad = [0, 1, 2, 3].map(|_| rng(&mut seed) as usize % 3);
             let stride = [r(&mut seed, 2), r(&mut seed, 2)];
-            let g = Conv2dNhwc::depthwise(&[1, h, w_, c], &[1, k[0], k[1], c], stride, pad, [1, 1]).unwrap();
+            let dil = if case % 4 == 3 { [2, 2] } else { [1, 1] };
+            let (h, w_) = (h + (dil[0] - 1) * k[0], w_ + (dil[1] - 1) * k[1]);
+            let g = Conv2dNhwc::depthwise(&[1, h, w_, c], &[1, k[0], k[1], c], stride, pad, dil).unwrap();
             let x: Vec<i8> = (0..h * w_ * c).map(|_| rng(&mut seed) as u8 as i8).collect();
             let w: Vec<i8> = (0..k[0] * k[1] * c).map(|_| rng(&mut seed) as u8 as i8).collect();
             let bias: Vec<i32> = (0..c).map(|_| rng(&mut seed) as i32 % 3000 - 1500).collect();
@@ -782,8 +784,8 @@ mod tests {
                         let mut acc = bias[ch];
                         for ky in 0..k[0] {
                             for kx in 0..k[1] {
-                                let iy = (oy * stride[0] + ky) as isize - pad[0] as isize;
-                                let ix = (ox * stride[1] + kx) as isize - pad[3] as isize;
+                                let iy = (oy * stride[0] + ky * dil[0]) as isize - pad[0] as isize;
+                                let ix = (ox * stride[1] + kx * dil[1]) as isize - pad[3] as isize;
                                 if (0..h as isize).contains(&iy) && (0..w_ as isize).contains(&ix) {
                                     let xv = x[(iy as usize * w_ + ix as usize) * c + ch] as i32 - xq.zero_point;
                                     acc += xv * w[(ky * k[1] + kx) * c + ch] as i32;

@@ -407,10 +407,19 @@ pub(crate) fn conv(
         }
         return;
     }
+    // A pointwise convolution over every pixel reads rows of channels.
+    let pointwise = layout.taps == 1
+        && layout.groups == 1
+        && (win.stride_h, win.stride_w, win.pad_top, win.pad_left) == (1, 1, 0, 0)
+        && (win.out_h, win.out_w) == (win.in_h, win.in_w);
+    let source = match pointwise {
+        true => Source::Rows { x, k: g.in_c },
+        false => Source::Conv { g, x },
+    };
     let job = Job {
         layout,
         rows,
-        source: Source::Conv { g, x },
+        source,
         xq,
         w_scales,
         bias,

@@ -38,6 +38,7 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     let chunk = (CHUNK_BYTES / l.block_bytes()).clamp(1, blocks.min(CHUNK_BLOCKS));
     let mut params = [BlockParams::EMPTY; CHUNK_BLOCKS];
     let mut table = [[None; ROWS]; MAX_TAPS];
+    let mut x = [[core::ptr::null::<u8>(); ROWS]; MAX_TAPS];
     for g in 0..l.groups {
         for b0 in (0..blocks).step_by(chunk) {
             let end = blocks.min(b0 + chunk);
@@ -47,7 +48,6 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
             for r0 in (0..job.rows).step_by(ROWS) {
                 let rows = ROWS.min(job.rows - r0);
                 job.source.fill(r0, rows, g, l.gin, &mut table[..l.taps]);
-                let mut x = [[core::ptr::null::<u8>(); ROWS]; MAX_TAPS];
                 for (xt, tt) in x.iter_mut().zip(&table[..l.taps]) {
                     for (p, s) in xt.iter_mut().zip(tt) {
                         let s = s.unwrap_or(&pad);
@@ -192,7 +192,6 @@ pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, out: &mut [i8]) {
     assert!(taps <= super::DEPTHWISE_TAPS && g.out_c == c);
     assert!(x.len() >= win.batch * win.in_h * win.in_w * c && w.len() >= taps * c);
     assert!(out.len() >= win.batch * win.out_h * win.out_w * c);
-    let zp = _mm512_set1_epi32(d.xq.zero_point);
     let r = Requant::new(d.y);
     for c0 in (0..c).step_by(16) {
         let lanes = 16.min(c - c0);
@@ -203,19 +202,55 @@ pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, out: &mut [i8]) {
         unsafe {
             let scale = _mm512_loadu_ps(scale.as_ptr());
             let start = _mm512_loadu_si512(start.as_ptr().cast());
-            let mut wt = [_mm512_setzero_si512(); super::DEPTHWISE_TAPS];
+            // Products of centred inputs (|x - zp| <= 255) and weights
+            // (|w| <= 128) fit in 16 bits; their sums widen to 32.
+            let mut wt = [_mm256_setzero_si256(); super::DEPTHWISE_TAPS];
             for (t, v) in wt.iter_mut().enumerate().take(taps) {
-                *v = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, w.as_ptr().add(t * c + c0)));
+                *v = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, w.as_ptr().add(t * c + c0)));
             }
+            let zp = _mm256_set1_epi16(d.xq.zero_point as i16);
+            let tap = |acc: __m512i, p: usize, t: usize| {
+                let xv = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, x.as_ptr().add(p * c + c0)));
+                let prod = _mm256_mullo_epi16(_mm256_sub_epi16(xv, zp), wt[t]);
+                _mm512_add_epi32(acc, _mm512_cvtepi16_epi32(prod))
+            };
+            // The window's columns lie inside the input for output
+            // columns `inner`.
+            let span = (win.kernel_w - 1) * win.dilation_w;
+            let first = win.pad_left.div_ceil(win.stride_w);
+            let inner = first..(win.in_w + win.pad_left).checked_sub(span).map_or(0, |e| e.div_ceil(win.stride_w)).min(win.out_w);
+            let mut rows = [(0usize, 0usize); super::DEPTHWISE_TAPS];
             let mut pixel = 0;
             for n in 0..win.batch {
                 for oy in 0..win.out_h {
+                    // The window's rows inside the input: (first tap, first pixel).
+                    let mut nrows = 0;
+                    for ky in 0..win.kernel_h {
+                        let iy = (oy * win.stride_h + ky * win.dilation_h).checked_sub(win.pad_top);
+                        if let Some(iy) = iy.filter(|&i| i < win.in_h) {
+                            rows[nrows] = (ky * win.kernel_w, (n * win.in_h + iy) * win.in_w);
+                            nrows += 1;
+                        }
+                    }
                     for ox in 0..win.out_w {
                         let mut acc = start;
-                        super::for_each_tap(win, n, oy, ox, |tap, p| {
-                            let xv = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, x.as_ptr().add(p * c + c0)));
-                            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_sub_epi32(xv, zp), wt[tap]));
-                        });
+                        if inner.contains(&ox) {
+                            let ix = ox * win.stride_w - win.pad_left;
+                            for &(t0, row) in &rows[..nrows] {
+                                for kx in 0..win.kernel_w {
+                                    acc = tap(acc, row + ix + kx * win.dilation_w, t0 + kx);
+                                }
+                            }
+                        } else {
+                            for &(t0, row) in &rows[..nrows] {
+                                for kx in 0..win.kernel_w {
+                                    let ix = (ox * win.stride_w + kx * win.dilation_w).checked_sub(win.pad_left);
+                                    if let Some(ix) = ix.filter(|&i| i < win.in_w) {
+                                        acc = tap(acc, row + ix, t0 + kx);
+                                    }
+                                }
+                            }
+                        }
                         _mm_mask_storeu_epi8(out.as_mut_ptr().add(pixel * c + c0), mask, r.apply(acc, scale));
                         pixel += 1;
                     }
