@@ -7,14 +7,15 @@
 //! sum (`i32`), then for each tap and each 4 inputs of it (a "quad", the
 //! last one zero-padded) the 4 weights of each of the block's outputs.
 //! That is the order in which one AVX-512 VNNI instruction multiplies 4
-//! broadcast inputs into each of 16 sums (XNNPACK's `c4` packing).
+//! broadcast inputs into each of 16 sums (XNNPACK's `c4` packing). The
+//! weights are stored plus 128 (unsigned, as that instruction takes its
+//! first operand), so the inputs are read as they are.
 //!
 //! The weight sums turn the raw products into centred ones:
-//! `Σ (x - zp) · w = Σ x · w - zp · Σ w`, so the inputs need no centring
-//! (the VNNI path, whose inputs are unsigned, takes `x + 128`, and
-//! `128 + zp` instead). Every sum is exact `i32` arithmetic, wrapping as
-//! the scalar kernels do, so each path gives the scalar kernels' outputs
-//! to the bit.
+//! `Σ (x - zp) · w = Σ x · w - zp · Σ w`, so the inputs need no centring;
+//! the VNNI path takes `Σ x · (w + 128)` less `128 · Σ x`, its rows' sums.
+//! Every sum is exact `i32` arithmetic, wrapping as the scalar kernels
+//! do, so each path gives the scalar kernels' outputs to the bit.
 use super::{requant_scale, weight_scale, Output, Quant};
 use crate::nhwc::Conv2dNhwc;
 
@@ -25,7 +26,7 @@ pub const COLS: usize = 16;
 /// padded to a cache line so that blocks start on one.
 const HEADER: usize = 16;
 
-const MAGIC: u32 = u32::from_le_bytes(*b"QS8P");
+const MAGIC: u32 = u32::from_le_bytes(*b"QS8Q");
 
 /// The shape of a packed layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +137,7 @@ pub fn pack(l: &Layout, w: impl Fn(usize, usize) -> i8, packed: &mut [f32]) {
                     for e in 0..4 {
                         let ch = 4 * q + e;
                         let v = if valid && ch < l.gin { w(oc, t * l.gin + ch) } else { 0 };
-                        quads[((t * qpt + q) * COLS + c) * 4 + e] = v as u8;
+                        quads[((t * qpt + q) * COLS + c) * 4 + e] = v as u8 ^ 0x80;
                     }
                 }
             }
@@ -229,7 +230,7 @@ pub(crate) struct Job<'a> {
 }
 
 /// A block's requantization: each output's bias less its share of the
-/// input zero point (`shift + zp` times the weight sum) and scale.
+/// input zero point (`zp` times the weight sum) and scale.
 pub(super) struct BlockParams {
     pub offset: [i32; COLS],
     pub scale: [f32; COLS],
@@ -244,10 +245,10 @@ impl BlockParams {
         cols: COLS,
     };
 
-    pub(super) fn new(job: &Job<'_>, block: &[u8], g: usize, b: usize, shift: i32) -> Self {
+    pub(super) fn new(job: &Job<'_>, block: &[u8], g: usize, b: usize) -> Self {
         let l = &job.layout;
         let cols = COLS.min(l.gout - b * COLS);
-        let zp = shift.wrapping_add(job.xq.zero_point);
+        let zp = job.xq.zero_point;
         let mut p = BlockParams {
             offset: [0; COLS],
             scale: [1.0; COLS],
@@ -297,7 +298,7 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     for g in 0..l.groups {
         for b in 0..l.blocks_per_group() {
             let block = l.block(bytes, g, b);
-            let p = BlockParams::new(job, block, g, b, 0);
+            let p = BlockParams::new(job, block, g, b);
             let quads = &block[4 * COLS..];
             for r0 in (0..job.rows).step_by(ROWS) {
                 let rows = ROWS.min(job.rows - r0);
@@ -324,10 +325,8 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                             });
                             for (c, a) in acc.iter_mut().enumerate() {
                                 let wc = &w[4 * c..4 * c + 4];
-                                let s = x[0] * wc[0] as i8 as i32
-                                    + x[1] * wc[1] as i8 as i32
-                                    + x[2] * wc[2] as i8 as i32
-                                    + x[3] * wc[3] as i8 as i32;
+                                let w = |e: usize| (wc[e] ^ 0x80) as i8 as i32;
+                                let s = x[0] * w(0) + x[1] * w(1) + x[2] * w(2) + x[3] * w(3);
                                 *a = a.wrapping_add(s);
                             }
                         }

@@ -1,6 +1,6 @@
 //! The packed layers (see [`super::packed`]) on AVX-512 VNNI: each
-//! instruction multiplies a broadcast quad of inputs (made unsigned by
-//! adding 128) into the 16 sums of a block, for [`ROWS`] rows at once;
+//! instruction multiplies a broadcast quad of inputs into the 16 sums of
+//! a block (its weights stored plus 128), for [`ROWS`] rows at once;
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
 use super::packed::{bytes, BlockParams, Job, COLS, MAX_TAPS};
@@ -43,7 +43,7 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
         for b0 in (0..blocks).step_by(chunk) {
             let end = blocks.min(b0 + chunk);
             for b in b0..end {
-                params[b - b0] = BlockParams::new(job, l.block(packed, g, b), g, b, 128);
+                params[b - b0] = BlockParams::new(job, l.block(packed, g, b), g, b);
             }
             for r0 in (0..job.rows).step_by(ROWS) {
                 let rows = ROWS.min(job.rows - r0);
@@ -55,21 +55,66 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                         *p = s.as_ptr().cast::<u8>();
                     }
                 }
+                // SAFETY: every pointer of `x` has `gin` bytes.
+                let sums = unsafe { row_sums(&x[..l.taps], l.gin) };
                 for b in b0..end {
                     let (block, p) = (l.block(packed, g, b), &params[b - b0]);
-                    // SAFETY: every pointer of `x` has `gin` bytes; the
-                    // block holds `taps` times `gin / 4` rounded up quads.
+                    // SAFETY: as above; the block holds `taps` times
+                    // `gin / 4` rounded up quads.
                     let acc = unsafe { tile(&x[..l.taps], l.gin, &block[4 * COLS..]) };
                     let o = &mut out[r0 * out_stride + g * l.gout + b * COLS..];
                     // SAFETY: as for `run`.
-                    unsafe { store(&acc[..rows], p, job.y, o, out_stride) };
+                    unsafe { store(&acc[..rows], &sums, p, job.y, o, out_stride) };
                 }
             }
         }
     }
 }
 
-/// The raw sums `Σ (x + 128) · w` of [`ROWS`] rows with one block's
+/// The quad of inputs `q` of a segment of `gin` bytes: the last one,
+/// when partial, padded with zeros.
+///
+/// # Safety
+/// `x` must be readable for `gin` bytes.
+#[inline(always)]
+unsafe fn quad(x: *const u8, q: usize, gin: usize) -> i32 {
+    // SAFETY: whole quads lie within `gin`; the last is read bytewise.
+    unsafe {
+        if 4 * q + 4 <= gin {
+            x.add(4 * q).cast::<i32>().read_unaligned()
+        } else {
+            let mut q4 = [0u8; 4];
+            for (e, v) in q4.iter_mut().enumerate().take(gin - 4 * q) {
+                *v = *x.add(4 * q + e);
+            }
+            i32::from_ne_bytes(q4)
+        }
+    }
+}
+
+/// Each row's input sum (over all taps), in every lane: what the weights'
+/// +128 adds to the sums, divided by 128.
+///
+/// # Safety
+/// As for [`tile`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn row_sums(x: &[[*const u8; ROWS]], gin: usize) -> [__m512i; ROWS] {
+    let ones = _mm512_set1_epi8(1);
+    let mut sums = [_mm512_setzero_si512(); ROWS];
+    for xt in x {
+        for q in 0..gin.div_ceil(4) {
+            for r in 0..ROWS {
+                // SAFETY: as vouched for.
+                let xq = unsafe { quad(xt[r], q, gin) };
+                sums[r] = _mm512_dpbusd_epi32(sums[r], ones, _mm512_set1_epi32(xq));
+            }
+        }
+    }
+    sums
+}
+
+/// The raw sums `Σ x · (w + 128)` of [`ROWS`] rows with one block's
 /// quads.
 ///
 /// # Safety
@@ -78,43 +123,25 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [__m512i; ROWS] {
-    let (qpt, full) = (gin.div_ceil(4), gin / 4);
+    let qpt = gin.div_ceil(4);
     assert!(quads.len() >= x.len() * qpt * 4 * COLS);
     let mut acc = [_mm512_setzero_si512(); ROWS];
-    let sign = _mm512_set1_epi32(0x8080_8080u32 as i32);
     // SAFETY: reads within the bounds asserted and vouched for.
     unsafe {
         for (t, xt) in x.iter().enumerate() {
             let w = quads.as_ptr().add(t * qpt * 4 * COLS);
-            for q in 0..full {
+            for q in 0..gin / 4 {
                 let wq = _mm512_loadu_si512(w.add(q * 4 * COLS).cast());
                 for r in 0..ROWS {
-                    // In assembly: LLVM loops forever compiling a vector
-                    // XOR of a broadcast that feeds VPDPBUSD for Zen 4, and
-                    // a flip on a scalar costs a broadcast from a register.
-                    core::arch::asm!(
-                        "vpbroadcastd {t}, dword ptr [{p}]",
-                        "vpxord {t}, {t}, {s}",
-                        "vpdpbusd {a}, {t}, {w}",
-                        a = inout(zmm_reg) acc[r],
-                        t = out(zmm_reg) _,
-                        p = in(reg) xt[r].add(4 * q),
-                        s = in(zmm_reg) sign,
-                        w = in(zmm_reg) wq,
-                        options(pure, readonly, nostack, preserves_flags),
-                    );
+                    let xq = xt[r].add(4 * q).cast::<i32>().read_unaligned();
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(xq));
                 }
             }
-            if full < qpt {
-                // The last, partial quad: its missing weights are zero.
-                let wq = _mm512_loadu_si512(w.add(full * 4 * COLS).cast());
+            if gin % 4 != 0 {
+                let q = gin / 4;
+                let wq = _mm512_loadu_si512(w.add(q * 4 * COLS).cast());
                 for r in 0..ROWS {
-                    let mut q4 = [0u8; 4];
-                    for (e, v) in q4.iter_mut().enumerate().take(gin - 4 * full) {
-                        *v = *xt[r].add(4 * full + e);
-                    }
-                    let xu = _mm512_set1_epi32((u32::from_ne_bytes(q4) ^ 0x8080_8080) as i32);
-                    acc[r] = _mm512_dpbusd_epi32(acc[r], xu, wq);
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(quad(xt[r], q, gin)));
                 }
             }
         }
@@ -122,14 +149,15 @@ unsafe fn tile(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [__m512i; R
     acc
 }
 
-/// Requantizes each row's sums (plus the block's offsets) into its
+/// Requantizes each row's sums (plus the block's offsets, less 128 times
+/// the row's input sum) into its
 /// `p.cols` outputs, rows `stride` apart in `out`.
 ///
 /// # Safety
 /// As for [`run`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn store(acc: &[__m512i], p: &BlockParams, y: &Output, out: &mut [i8], stride: usize) {
+unsafe fn store(acc: &[__m512i], sums: &[__m512i; ROWS], p: &BlockParams, y: &Output, out: &mut [i8], stride: usize) {
     // SAFETY: loads of the 16 lanes of arrays of 16; stores of `p.cols`
     // bytes into slices of that length.
     unsafe {
@@ -139,7 +167,8 @@ unsafe fn store(acc: &[__m512i], p: &BlockParams, y: &Output, out: &mut [i8], st
         let mask = (u32::MAX >> (32 - p.cols)) as __mmask16;
         for (i, &a) in acc.iter().enumerate() {
             let o = &mut out[i * stride..][..p.cols];
-            _mm_mask_storeu_epi8(o.as_mut_ptr(), mask, r.apply(_mm512_add_epi32(a, offset), scale));
+            let a = _mm512_sub_epi32(_mm512_add_epi32(a, offset), _mm512_slli_epi32::<7>(sums[i]));
+            _mm_mask_storeu_epi8(o.as_mut_ptr(), mask, r.apply(a, scale));
         }
     }
 }
