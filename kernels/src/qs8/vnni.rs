@@ -137,7 +137,7 @@ unsafe fn tile(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [__m512i; R
                     acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(xq));
                 }
             }
-            if gin % 4 != 0 {
+            if !gin.is_multiple_of(4) {
                 let q = gin / 4;
                 let wq = _mm512_loadu_si512(w.add(q * 4 * COLS).cast());
                 for r in 0..ROWS {
