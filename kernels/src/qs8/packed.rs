@@ -437,29 +437,43 @@ fn gather(g: &Conv2dNhwc, x: &[i8], zp: i8, pixel: usize, quads: usize, row: &mu
     let w = &g.window;
     let (ox, rest) = (pixel % w.out_w, pixel / w.out_w);
     let (oy, n) = (rest % w.out_h, rest / w.out_h);
-    let (cin, q4) = (g.in_c, 4 * quads);
-    for ky in 0..w.kernel_h {
+    let (cin, q4, kw) = (g.in_c, 4 * quads, w.kernel_w);
+    let step = w.dilation_w * cin;
+    let ix0 = (ox * w.stride_w).checked_sub(w.pad_left);
+    for (ky, dst) in row.chunks_exact_mut(kw * q4).take(w.kernel_h).enumerate() {
         let iy = (oy * w.stride_h + ky * w.dilation_h)
             .checked_sub(w.pad_top)
             .filter(|&i| i < w.in_h);
-        for kx in 0..w.kernel_w {
-            let dst = &mut row[(ky * w.kernel_w + kx) * q4..][..q4];
+        let Some(iy) = iy else {
+            dst.fill(zp);
+            continue;
+        };
+        let base = (n * w.in_h + iy) * w.in_w;
+        // The whole row of the window in one span when it lies inside.
+        let span = ix0
+            .filter(|&i| i + (kw - 1) * w.dilation_w < w.in_w)
+            .and_then(|i| x.get((base + i) * cin..(base + i) * cin + (kw - 1) * step + q4));
+        if let Some(src) = span {
+            for (kx, d) in dst.chunks_exact_mut(q4).enumerate() {
+                for (d, s) in d.chunks_exact_mut(4).zip(src[kx * step..].chunks_exact(4)) {
+                    let v: [i8; 4] = [s[0], s[1], s[2], s[3]];
+                    d.copy_from_slice(&v);
+                }
+            }
+            continue;
+        }
+        for (kx, d) in dst.chunks_exact_mut(q4).enumerate() {
             let ix = (ox * w.stride_w + kx * w.dilation_w)
                 .checked_sub(w.pad_left)
                 .filter(|&i| i < w.in_w);
-            let (Some(iy), Some(ix)) = (iy, ix) else {
-                dst.fill(zp);
+            let Some(ix) = ix else {
+                d.fill(zp);
                 continue;
             };
-            let at = ((n * w.in_h + iy) * w.in_w + ix) * cin;
+            let at = (base + ix) * cin;
             match x.get(at..at + q4) {
-                Some(src) => {
-                    for (d, s) in dst.chunks_exact_mut(4).zip(src.chunks_exact(4)) {
-                        let v: [i8; 4] = [s[0], s[1], s[2], s[3]];
-                        d.copy_from_slice(&v);
-                    }
-                }
-                None => dst[..cin].copy_from_slice(&x[at..at + cin]),
+                Some(src) => d.copy_from_slice(src),
+                None => d[..cin].copy_from_slice(&x[at..at + cin]),
             }
         }
     }

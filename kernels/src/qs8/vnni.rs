@@ -247,7 +247,11 @@ pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, out: &mut [i8]) {
             // columns `inner`.
             let span = (win.kernel_w - 1) * win.dilation_w;
             let first = win.pad_left.div_ceil(win.stride_w);
-            let inner = first..(win.in_w + win.pad_left).checked_sub(span).map_or(0, |e| e.div_ceil(win.stride_w)).min(win.out_w);
+            let inner = first
+                ..(win.in_w + win.pad_left)
+                    .checked_sub(span)
+                    .map_or(0, |e| e.div_ceil(win.stride_w))
+                    .min(win.out_w);
             let mut rows = [(0usize, 0usize); super::DEPTHWISE_TAPS];
             let mut pixel = 0;
             for n in 0..win.batch {
