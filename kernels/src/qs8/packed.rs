@@ -71,7 +71,8 @@ impl Layout {
         self.gout.div_ceil(COLS)
     }
 
-    /// Length in `f32` of the packing (what [`pack`] fills).
+    /// Length in `f32` of the packing (what [`pack_conv`] or
+    /// [`pack_fully_connected`] fills).
     pub fn packed_len(&self) -> usize {
         let blocks = self.groups.saturating_mul(self.blocks_per_group());
         HEADER.saturating_add(blocks.saturating_mul(self.block_bytes() / 4))
