@@ -89,6 +89,33 @@ pub fn dequantize(x: &[i8], q: &Quant, out: &mut [f32]) {
 
 /// Runs `job` into `out`, on the best path this CPU has.
 fn run_packed(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
+    let split = crate::parallel::split(job.rows - job.first, PART_ROWS);
+    if split.parts() <= 1 {
+        return run_rows(job, out, out_stride);
+    }
+    let len = out.len();
+    // SAFETY: each part writes only its own rows' outputs, a contiguous
+    // range of `out`, and reads nothing another part writes.
+    let shared = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
+    crate::parallel::run_parts(split.parts(), &|p| {
+        let Some((a, b)) = split.range(p) else { return };
+        let (start, end) = (a * out_stride, (b * out_stride).min(len));
+        // SAFETY: as above; `start..end` lies within `out`.
+        let out = unsafe { core::slice::from_raw_parts_mut(shared.get().add(start), end - start) };
+        let part = packed::Job {
+            first: job.first + a,
+            rows: job.first + b,
+            ..*job
+        };
+        run_rows(&part, out, out_stride);
+    });
+}
+
+/// Rows a thread takes at least.
+const PART_ROWS: usize = 32;
+
+/// Runs `job`'s rows on this thread, on the best path this CPU has.
+fn run_rows(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
     #[cfg(target_arch = "x86_64")]
     if vnni::available() && job.layout.gin <= vnni::PAD_ROW && job.layout.taps <= packed::MAX_TAPS {
         // SAFETY: `available` found the instruction sets.

@@ -217,10 +217,13 @@ impl<'a> Source<'a> {
     }
 }
 
-/// What a layer computes, its weights packed: `rows` output rows (pixels)
-/// of `groups · gout` outputs, `out_stride` apart in `out`, from `source`.
+/// What a layer computes, its weights packed: output rows (pixels)
+/// `first..rows` of `groups · gout` outputs, `out_stride` apart in `out`
+/// (from its start), from `source`.
+#[derive(Clone, Copy)]
 pub(crate) struct Job<'a> {
     pub layout: Layout,
+    pub first: usize,
     pub rows: usize,
     pub source: Source<'a>,
     pub xq: &'a Quant,
@@ -301,7 +304,7 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
             let block = l.block(bytes, g, b);
             let p = BlockParams::new(job, block, g, b);
             let quads = &block[4 * COLS..];
-            for r0 in (0..job.rows).step_by(ROWS) {
+            for r0 in (job.first..job.rows).step_by(ROWS) {
                 let rows = ROWS.min(job.rows - r0);
                 let mut acc = [[0i32; COLS]; ROWS];
                 let mut table = [[None; ROWS]; 1];
@@ -334,7 +337,7 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                     }
                 }
                 for (r, acc) in acc.iter().enumerate().take(rows) {
-                    let o = &mut out[(r0 + r) * out_stride + g * l.gout + b * COLS..][..p.cols];
+                    let o = &mut out[(r0 - job.first + r) * out_stride + g * l.gout + b * COLS..][..p.cols];
                     for (c, o) in o.iter_mut().enumerate() {
                         *o = job.y.requantize(p.offset[c].wrapping_add(acc[c]), p.scale[c]);
                     }
@@ -392,6 +395,7 @@ pub(crate) fn conv(
             }
             let job = Job {
                 layout: flat,
+                first: 0,
                 rows: n,
                 source: Source::Rows {
                     x: &buf[..n * patch],
@@ -418,6 +422,7 @@ pub(crate) fn conv(
     };
     let job = Job {
         layout,
+        first: 0,
         rows,
         source,
         xq,
@@ -503,6 +508,7 @@ pub(crate) fn fully_connected(
 ) {
     let job = Job {
         layout: Layout::fully_connected(k, n),
+        first: 0,
         rows: x.len() / k,
         source: Source::Rows { x, k },
         xq,
@@ -563,22 +569,17 @@ mod tests {
         let mut packed = vec![0f32; l.packed_len()];
         pack_conv(&g, &w, &mut packed);
         assert!(l.is_packed(&packed));
-        let mut got = vec![0i8; len];
-        super::super::conv2d_nhwc(
-            &g,
-            false,
-            &x,
-            &xq,
-            &[],
-            &scales,
-            Some(&bias),
-            Some(&packed),
-            &y,
-            &mut got,
-        );
-        assert_eq!(got, want, "{what}: best path");
+        for threads in [1, 2] {
+            crate::parallel::set_threads(threads);
+            let mut got = vec![0i8; len];
+            let b = Some(&bias[..]);
+            super::super::conv2d_nhwc(&g, false, &x, &xq, &[], &scales, b, Some(&packed), &y, &mut got);
+            crate::parallel::set_threads(1);
+            assert_eq!(got, want, "{what}: best path, {threads} threads");
+        }
         let job = Job {
             layout: l,
+            first: 0,
             rows: len / g.out_c,
             source: Source::Conv { g: &g, x: &x },
             xq: &xq,
@@ -594,6 +595,9 @@ mod tests {
 
     #[test]
     fn packed_convolutions_give_the_scalar_outputs() {
+        // WASI has no threads (nor the turn): two threads run as one there.
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
         let mut seed = 7;
         // (input, filter, stride, padding, dilation, groups)
         type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4], [usize; 2], usize);
@@ -605,6 +609,8 @@ mod tests {
             ([1, 4, 4, 70], [17, 2, 2, 70], [1, 1], [0, 1, 1, 0], [1, 1], 1),
             ([1, 3, 3, 5], [33, 1, 1, 5], [1, 1], [0, 0, 0, 0], [1, 1], 1),
             ([1, 8, 8, 64], [64, 1, 1, 64], [2, 2], [0, 0, 0, 0], [1, 1], 1),
+            ([2, 12, 11, 20], [24, 1, 1, 20], [1, 1], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 30, 30, 3], [16, 3, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 1),
         ];
         for (i, &(xs, ws, s, p, d, grp)) in cases.iter().enumerate() {
             check_conv(&mut seed, xs, ws, s, p, d, grp, &std::format!("case {i}"));

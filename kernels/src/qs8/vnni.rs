@@ -45,7 +45,7 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
             for b in b0..end {
                 params[b - b0] = BlockParams::new(job, l.block(packed, g, b), g, b);
             }
-            for r0 in (0..job.rows).step_by(ROWS) {
+            for r0 in (job.first..job.rows).step_by(ROWS) {
                 let rows = ROWS.min(job.rows - r0);
                 job.source.fill(r0, rows, g, l.gin, &mut table[..l.taps]);
                 for (xt, tt) in x.iter_mut().zip(&table[..l.taps]) {
@@ -62,7 +62,7 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                     // SAFETY: as above; the block holds `taps` times
                     // `gin / 4` rounded up quads.
                     let acc = unsafe { tile(&x[..l.taps], l.gin, &block[4 * COLS..]) };
-                    let o = &mut out[r0 * out_stride + g * l.gout + b * COLS..];
+                    let o = &mut out[(r0 - job.first) * out_stride + g * l.gout + b * COLS..];
                     // SAFETY: as for `run`.
                     unsafe { store(&acc[..rows], &sums, p, job.y, o, out_stride) };
                 }
