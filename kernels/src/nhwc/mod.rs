@@ -119,7 +119,7 @@ impl Window2d {
 
     /// Input row of kernel row `ki` for output row `oh`, if inside the image.
     #[inline(always)]
-    fn in_row(&self, oh: usize, ki: usize) -> Option<usize> {
+    pub(crate) fn in_row(&self, oh: usize, ki: usize) -> Option<usize> {
         (oh * self.stride_h + ki * self.dilation_h)
             .checked_sub(self.pad_top)
             .filter(|&r| r < self.in_h)
@@ -127,7 +127,7 @@ impl Window2d {
 
     /// Input column of kernel column `kj` for output column `ow`, if inside.
     #[inline(always)]
-    fn in_col(&self, ow: usize, kj: usize) -> Option<usize> {
+    pub(crate) fn in_col(&self, ow: usize, kj: usize) -> Option<usize> {
         (ow * self.stride_w + kj * self.dilation_w)
             .checked_sub(self.pad_left)
             .filter(|&c| c < self.in_w)
@@ -136,7 +136,7 @@ impl Window2d {
     /// The output columns whose window rows lie wholly inside the image
     /// across: one range (the windows move one way), empty when none do.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fn inner_cols(&self) -> core::ops::Range<usize> {
+    pub(crate) fn inner_cols(&self) -> core::ops::Range<usize> {
         let last = self.kernel_w - 1;
         inner_range(self.out_w, |ow| {
             self.in_col(ow, 0).is_some() && self.in_col(ow, last).is_some()
@@ -146,7 +146,7 @@ impl Window2d {
     /// The output rows whose windows lie wholly inside the image down, as
     /// [`Self::inner_cols`] across.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fn inner_rows(&self) -> core::ops::Range<usize> {
+    pub(crate) fn inner_rows(&self) -> core::ops::Range<usize> {
         let last = self.kernel_h - 1;
         inner_range(self.out_h, |oh| {
             self.in_row(oh, 0).is_some() && self.in_row(oh, last).is_some()

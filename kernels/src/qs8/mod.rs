@@ -72,12 +72,23 @@ pub fn requant_scale(input_scale: f32, weight_scale: f32, output_scale: f32) -> 
 /// (XNNPACK's `f32 → qs8` convert multiplies by the reciprocal; NaN
 /// becomes 127, as on x86).
 pub fn quantize(x: &[f32], q: &Quant, out: &mut [i8]) {
-    let inv = 1.0 / q.scale;
-    let (lo, hi) = ((-128 - q.zero_point) as f32, (127 - q.zero_point) as f32);
-    for (o, &v) in out.iter_mut().zip(x) {
-        let f = (v * inv).min(hi).max(lo);
-        *o = (round_even(f) as i32 + q.zero_point) as i8;
+    struct Work<'a>(&'a [f32], &'a Quant, &'a mut [i8]);
+    impl crate::cpu::Vectorized for Work<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self) {
+            let Work(x, q, out) = self;
+            let inv = 1.0 / q.scale;
+            let (lo, hi) = ((-128 - q.zero_point) as f32, (127 - q.zero_point) as f32);
+            for (o, &v) in out.iter_mut().zip(x) {
+                // `min` takes `hi` for NaN: `f` is finite, within i32.
+                let f = round_even((v * inv).min(hi).max(lo));
+                // SAFETY: `f` is an integer in `lo..=hi`, both finite.
+                *o = (unsafe { f.to_int_unchecked::<i32>() } + q.zero_point) as i8;
+            }
+        }
     }
+    crate::cpu::with_best_isa(Work(x, q, out))
 }
 
 /// `out[i] = (q[i] - zero_point) · scale` (XNNPACK's `qs8 → f32` convert).
@@ -264,21 +275,55 @@ impl Depthwise<'_> {
     }
 }
 
-/// A depthwise convolution with one output per input channel: for each
-/// [`LANES`] channels, the weights widened once, then every output pixel
-/// in plain integer code that the compiler vectorizes for this CPU.
+/// A depthwise convolution with one output per input channel, its output
+/// rows split among the threads.
 fn depthwise_conv(d: &Depthwise<'_>, out: &mut [i8]) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::cpu::has_avx512_vnni() {
-        // SAFETY: the CPU has AVX-512 F, BW and VL (and VNNI).
-        return unsafe { vnni::depthwise(d, out) };
+    let (win, c) = (&d.g.window, d.g.in_c);
+    let rows = win.batch * win.out_h;
+    let row_len = win.out_w * c;
+    let work = row_len * win.kernel_h * win.kernel_w;
+    let split = crate::parallel::split(rows, DEPTHWISE_PART.div_ceil(work.max(1)));
+    if split.parts() <= 1 {
+        return depthwise_rows(d, (0, rows), out);
     }
-    struct Work<'d, 'a>(&'d Depthwise<'a>, &'d mut [i8]);
+    let len = out.len();
+    // SAFETY: each part writes only its own rows' outputs, a contiguous
+    // range of `out`, and reads nothing another part writes.
+    let shared = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
+    crate::parallel::run_parts(split.parts(), &|p| {
+        let Some((a, b)) = split.range(p) else { return };
+        let (start, end) = ((a * row_len).min(len), (b * row_len).min(len));
+        // SAFETY: as above; `start..end` lies within `out`.
+        let out = unsafe { core::slice::from_raw_parts_mut(shared.get().add(start), end - start) };
+        depthwise_rows(d, (a, b), out);
+    });
+}
+
+/// Products (pixels · channels · taps) a thread takes at least in a
+/// depthwise convolution (few in tests, so that their small layers split).
+const DEPTHWISE_PART: usize = if cfg!(test) { 64 } else { 1 << 16 };
+
+/// Output rows `rows` (over batch and height) of a depthwise convolution,
+/// into `out` (those rows' outputs), on the best path this CPU has.
+fn depthwise_rows(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
+    #[cfg(target_arch = "x86_64")]
+    if vnni::available() {
+        // SAFETY: the CPU has AVX-512 F, BW, VL and VNNI.
+        return unsafe { vnni::depthwise(d, rows, out) };
+    }
+    depthwise_portable(d, rows, out)
+}
+
+/// [`depthwise_rows`] without VNNI: for each [`LANES`] channels, the
+/// weights widened once, then every output pixel in plain integer code
+/// that the compiler vectorizes for this CPU.
+fn depthwise_portable(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
+    struct Work<'d, 'a>(&'d Depthwise<'a>, (usize, usize), &'d mut [i8]);
     impl crate::cpu::Vectorized for Work<'_, '_> {
         type Output = ();
         #[inline(always)]
         fn run(self) {
-            let Work(d, out) = self;
+            let Work(d, rows, out) = self;
             let (win, c, x, zp) = (&d.g.window, d.g.in_c, d.x, d.xq.zero_point);
             let taps = win.kernel_h * win.kernel_w;
             for c0 in (0..c).step_by(LANES) {
@@ -291,30 +336,29 @@ fn depthwise_conv(d: &Depthwise<'_>, out: &mut [i8]) {
                     }
                 }
                 let mut pixel = 0;
-                for n in 0..win.batch {
-                    for oy in 0..win.out_h {
-                        for ox in 0..win.out_w {
-                            let mut acc = start;
-                            for_each_tap(win, n, oy, ox, |tap, p| {
-                                let xs = &x[p * c + c0..][..lanes];
-                                for j in 0..LANES {
-                                    // Lanes past the last channel sum zeros.
-                                    let xv = xs.get(j).map_or(zp, |&v| v as i32);
-                                    acc[j] = acc[j].wrapping_add((xv - zp).wrapping_mul(wt[tap][j]));
-                                }
-                            });
-                            let o = &mut out[pixel * c + c0..][..lanes];
-                            pixel += 1;
-                            for (j, o) in o.iter_mut().enumerate() {
-                                *o = d.y.requantize(acc[j], scale[j]);
+                for row in rows.0..rows.1 {
+                    let (n, oy) = (row / win.out_h, row % win.out_h);
+                    for ox in 0..win.out_w {
+                        let mut acc = start;
+                        for_each_tap(win, n, oy, ox, |tap, p| {
+                            let xs = &x[p * c + c0..][..lanes];
+                            for j in 0..LANES {
+                                // Lanes past the last channel sum zeros.
+                                let xv = xs.get(j).map_or(zp, |&v| v as i32);
+                                acc[j] = acc[j].wrapping_add((xv - zp).wrapping_mul(wt[tap][j]));
                             }
+                        });
+                        let o = &mut out[pixel * c + c0..][..lanes];
+                        pixel += 1;
+                        for (j, o) in o.iter_mut().enumerate() {
+                            *o = d.y.requantize(acc[j], scale[j]);
                         }
                     }
                 }
             }
         }
     }
-    crate::cpu::with_best_isa(Work(d, out))
+    crate::cpu::with_best_isa(Work(d, rows, out))
 }
 
 /// A regular convolution's operands, as [`conv2d_nhwc`] takes them.
@@ -443,15 +487,10 @@ fn accumulate(acc: &mut [i32], x: &[i8], zp: i32, w: &[i8], stride: usize) {
 /// and the input pixel's index.
 #[inline(always)]
 pub(crate) fn for_each_tap(win: &Window2d, n: usize, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
-    let inside = |o: usize, k: usize, stride: usize, dilation: usize, pad: usize, len: usize| {
-        (o * stride + k * dilation).checked_sub(pad).filter(|&i| i < len)
-    };
     for ky in 0..win.kernel_h {
-        let Some(iy) = inside(oy, ky, win.stride_h, win.dilation_h, win.pad_top, win.in_h) else {
-            continue;
-        };
+        let Some(iy) = win.in_row(oy, ky) else { continue };
         for kx in 0..win.kernel_w {
-            if let Some(ix) = inside(ox, kx, win.stride_w, win.dilation_w, win.pad_left, win.in_w) {
+            if let Some(ix) = win.in_col(ox, kx) {
                 f(ky * win.kernel_w + kx, (n * win.in_h + iy) * win.in_w + ix);
             }
         }
@@ -693,6 +732,11 @@ mod tests {
         quantize(&[0.375, 0.625, 1e9, -1e9, f32::NAN, -0.125], &q, &mut out);
         // 1.5 → 2, 2.5 → 2, saturated, NaN → 127 as on x86, -0.5 → -0.
         assert_eq!(out, [12, 12, 127, -128, 127, 10]);
+        // The same values in a run long enough for the vectorized loop.
+        let x: [f32; 6 * 13] = core::array::from_fn(|i| [0.375, 0.625, 1e9, -1e9, f32::NAN, -0.125][i % 6]);
+        let mut long = [0i8; 6 * 13];
+        quantize(&x, &q, &mut long);
+        assert!(long.chunks(6).all(|c| c == [12, 12, 127, -128, 127, 10]), "{long:?}");
         let mut back = [0f32; 2];
         dequantize(&[12, -128], &q, &mut back);
         assert_eq!(back, [0.5, -34.5]);
@@ -777,18 +821,27 @@ mod tests {
         extern crate std;
         use crate::testing::rng;
         use std::vec::Vec;
+        // WASI has no threads (nor the turn): two threads run as one there.
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
         let mut seed = 5;
         for case in 0..40 {
             let r = |seed: &mut u64, n: u64| 1 + (rng(seed) % n) as usize;
-            let c = r(&mut seed, 40);
+            // Up to 10 vectors of 16 channels: passes of 1 to 4 of them.
+            let c = if case % 3 == 0 {
+                r(&mut seed, 160)
+            } else {
+                r(&mut seed, 40)
+            };
+            let batch = r(&mut seed, 2);
             let k = [r(&mut seed, 7), r(&mut seed, 7)];
             let (h, w_) = (k[0] + r(&mut seed, 6), k[1] + r(&mut seed, 6));
             let pad = [0, 1, 2, 3].map(|_| rng(&mut seed) as usize % 3);
             let stride = [r(&mut seed, 2), r(&mut seed, 2)];
             let dil = if case % 4 == 3 { [2, 2] } else { [1, 1] };
             let (h, w_) = (h + (dil[0] - 1) * k[0], w_ + (dil[1] - 1) * k[1]);
-            let g = Conv2dNhwc::depthwise(&[1, h, w_, c], &[1, k[0], k[1], c], stride, pad, dil).unwrap();
-            let x: Vec<i8> = (0..h * w_ * c).map(|_| rng(&mut seed) as u8 as i8).collect();
+            let g = Conv2dNhwc::depthwise(&[batch, h, w_, c], &[1, k[0], k[1], c], stride, pad, dil).unwrap();
+            let x: Vec<i8> = (0..batch * h * w_ * c).map(|_| rng(&mut seed) as u8 as i8).collect();
             let w: Vec<i8> = (0..k[0] * k[1] * c).map(|_| rng(&mut seed) as u8 as i8).collect();
             let bias: Vec<i32> = (0..c).map(|_| rng(&mut seed) as i32 % 3000 - 1500).collect();
             let scales: Vec<f32> = (0..c).map(|_| 0.001 + (rng(&mut seed) % 100) as f32 * 1e-5).collect();
@@ -803,31 +856,49 @@ mod tests {
                 qmax: 127,
             };
             let win = g.window;
-            let mut out = std::vec![0i8; win.out_h * win.out_w * c];
-            conv2d_nhwc(&g, true, &x, &xq, &w, &scales, Some(&bias), None, &y, &mut out);
-            for oy in 0..win.out_h {
-                for ox in 0..win.out_w {
-                    for ch in 0..c {
-                        let mut acc = bias[ch];
-                        for ky in 0..k[0] {
-                            for kx in 0..k[1] {
-                                let iy = (oy * stride[0] + ky * dil[0]) as isize - pad[0] as isize;
-                                let ix = (ox * stride[1] + kx * dil[1]) as isize - pad[3] as isize;
-                                if (0..h as isize).contains(&iy) && (0..w_ as isize).contains(&ix) {
-                                    let xv = x[(iy as usize * w_ + ix as usize) * c + ch] as i32 - xq.zero_point;
-                                    acc += xv * w[(ky * k[1] + kx) * c + ch] as i32;
+            let len = batch * win.out_h * win.out_w * c;
+            let mut want = std::vec![0i8; len];
+            let mut i = 0;
+            for n in 0..batch {
+                for oy in 0..win.out_h {
+                    for ox in 0..win.out_w {
+                        for ch in 0..c {
+                            let mut acc = bias[ch];
+                            for ky in 0..k[0] {
+                                for kx in 0..k[1] {
+                                    let iy = (oy * stride[0] + ky * dil[0]) as isize - pad[0] as isize;
+                                    let ix = (ox * stride[1] + kx * dil[1]) as isize - pad[3] as isize;
+                                    if (0..h as isize).contains(&iy) && (0..w_ as isize).contains(&ix) {
+                                        let at = ((n * h + iy as usize) * w_ + ix as usize) * c + ch;
+                                        acc += (x[at] as i32 - xq.zero_point) * w[(ky * k[1] + kx) * c + ch] as i32;
+                                    }
                                 }
                             }
+                            want[i] = y.requantize(acc, requant_scale(xq.scale, scales[ch], y.scale));
+                            i += 1;
                         }
-                        let want = y.requantize(acc, requant_scale(xq.scale, scales[ch], y.scale));
-                        assert_eq!(
-                            out[(oy * win.out_w + ox) * c + ch],
-                            want,
-                            "case {case}: pixel {oy},{ox} channel {ch}"
-                        );
                     }
                 }
             }
+            for threads in [1, 2] {
+                crate::parallel::set_threads(threads);
+                let mut out = std::vec![0i8; len];
+                conv2d_nhwc(&g, true, &x, &xq, &w, &scales, Some(&bias), None, &y, &mut out);
+                crate::parallel::set_threads(1);
+                assert_eq!(out, want, "case {case}: best path, {threads} threads");
+            }
+            let d = Depthwise {
+                g: &g,
+                x: &x,
+                xq: &xq,
+                w: &w,
+                w_scales: &scales,
+                bias: Some(&bias),
+                y: &y,
+            };
+            let mut out = std::vec![0i8; len];
+            depthwise_portable(&d, (0, batch * win.out_h), &mut out);
+            assert_eq!(out, want, "case {case}: portable path");
         }
     }
 

@@ -39,12 +39,24 @@ pub struct Layout {
 
 impl Layout {
     /// A regular (grouped) convolution's, its filter `[O, kH, kW, C / groups]`.
+    /// A window of few channels a tap (a first layer's RGB) is packed as
+    /// one tap of all its inputs (see [`gathers`]).
     pub fn conv(g: &Conv2dNhwc) -> Self {
-        Layout {
-            groups: g.groups,
-            gout: g.out_c / g.groups.max(1),
-            taps: g.window.kernel_h * g.window.kernel_w,
-            gin: g.in_c / g.groups.max(1),
+        let taps = g.window.kernel_h * g.window.kernel_w;
+        let gin = g.in_c / g.groups.max(1);
+        match gathers(g) {
+            true => Layout {
+                groups: 1,
+                gout: g.out_c,
+                taps: 1,
+                gin: taps * gin,
+            },
+            false => Layout {
+                groups: g.groups,
+                gout: g.out_c / g.groups.max(1),
+                taps,
+                gin,
+            },
         }
     }
 
@@ -169,47 +181,156 @@ pub fn pack_fully_connected(w: &[i8], k: usize, n: usize, transposed: bool, pack
 #[derive(Clone, Copy)]
 pub(crate) enum Source<'a> {
     /// An NHWC image under a convolution's window: row = output pixel.
-    Conv { g: &'a Conv2dNhwc, x: &'a [i8] },
+    /// `inner`: the output rows and columns (`start..end`) whose windows
+    /// lie inside the image.
+    Conv {
+        g: &'a Conv2dNhwc,
+        x: &'a [i8],
+        inner: [(usize, usize); 2],
+    },
     /// Rows of `k` inputs, one after another.
     Rows { x: &'a [i8], k: usize },
+    /// An NHWC image of few channels under a convolution's window, each
+    /// output pixel's window gathered into one row (see [`gathers`]);
+    /// `zp`, the input zero point, fills the padding.
+    Gathered { g: &'a Conv2dNhwc, x: &'a [i8], zp: i8 },
 }
 
 impl<'a> Source<'a> {
-    /// For rows `r0..r0 + table[t].len()` and each tap `t`, the input of
-    /// group `group` (`gin` values), or `None` in the padding. Rows past
-    /// `rows` repeat the last one.
+    /// What a convolution's packed layer ([`Layout::conv`]) reads, from
+    /// its input `x` of zero point `zp`.
+    pub(crate) fn of_conv(g: &'a Conv2dNhwc, x: &'a [i8], zp: i8) -> Self {
+        let win = &g.window;
+        // A pointwise convolution over every pixel reads rows of channels.
+        let pointwise = win.kernel_h * win.kernel_w == 1
+            && g.groups == 1
+            && (win.stride_h, win.stride_w, win.pad_top, win.pad_left) == (1, 1, 0, 0)
+            && (win.out_h, win.out_w) == (win.in_h, win.in_w);
+        if gathers(g) {
+            Source::Gathered { g, x, zp }
+        } else if pointwise {
+            Source::Rows { x, k: g.in_c }
+        } else {
+            Source::conv(g, x)
+        }
+    }
+
+    /// An image under a convolution's window.
+    pub(crate) fn conv(g: &'a Conv2dNhwc, x: &'a [i8]) -> Self {
+        let (ys, xs) = (g.window.inner_rows(), g.window.inner_cols());
+        Source::Conv {
+            g,
+            x,
+            inner: [(ys.start, ys.end), (xs.start, xs.end)],
+        }
+    }
+
+    /// The input the rows are read from.
+    pub(crate) fn input(&self) -> &'a [i8] {
+        match *self {
+            Source::Conv { x, .. } | Source::Rows { x, .. } | Source::Gathered { x, .. } => x,
+        }
+    }
+
+    /// For rows `r0..r0 + R` (those past `rows` repeat the last one) and
+    /// taps `first..first + taps`, calls `f(tap - first, row - r0, at)`
+    /// with `at` the offset in [`Self::input`] of the group `group`'s
+    /// first input (`gin` of them), or `None` in the padding (possibly
+    /// after a call for the same tap and row). Not for a gathered source
+    /// (see [`Self::gather`]).
     #[inline(always)]
-    #[allow(clippy::needless_range_loop)] // `r` indexes each tap's row
-    pub(crate) fn fill<const R: usize>(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn visit<const R: usize>(
         &self,
+        first: usize,
+        taps: usize,
         r0: usize,
         rows: usize,
         group: usize,
         gin: usize,
-        table: &mut [[Option<&'a [i8]>; R]],
+        mut f: impl FnMut(usize, usize, Option<usize>),
     ) {
-        for r in 0..R {
-            let row = r0 + r.min(rows - 1);
-            match *self {
-                Source::Rows { x, k } => table[0][r] = Some(&x[row * k..][..k]),
-                Source::Conv { g, x } => {
-                    let w = &g.window;
-                    let (ox, rest) = (row % w.out_w, row / w.out_w);
-                    let (oy, n) = (rest % w.out_h, rest / w.out_h);
-                    let (cin, at) = (g.in_c, group * gin);
-                    for ky in 0..w.kernel_h {
-                        let iy = (oy * w.stride_h + ky * w.dilation_h)
-                            .checked_sub(w.pad_top)
-                            .filter(|&i| i < w.in_h);
-                        for kx in 0..w.kernel_w {
-                            let ix = (ox * w.stride_w + kx * w.dilation_w)
-                                .checked_sub(w.pad_left)
-                                .filter(|&i| i < w.in_w);
-                            table[ky * w.kernel_w + kx][r] = match (iy, ix) {
-                                (Some(iy), Some(ix)) => Some(&x[((n * w.in_h + iy) * w.in_w + ix) * cin + at..][..gin]),
-                                _ => None,
-                            };
+        match *self {
+            Source::Gathered { .. } => unreachable!("gathered rows are not visited"),
+            Source::Rows { k, .. } => {
+                for r in 0..R {
+                    f(0, r, Some((r0 + r.min(rows - 1)) * k));
+                }
+            }
+            Source::Conv { g, inner, .. } => {
+                let w = &g.window;
+                let (mut ox, rest) = (r0 % w.out_w, r0 / w.out_w);
+                let (mut oy, mut n) = (rest % w.out_h, rest / w.out_h);
+                let inside = |o: usize, (a, b): (usize, usize)| a <= o && o < b;
+                let (down, across) = (w.dilation_h * w.in_w * g.in_c, w.dilation_w * g.in_c);
+                for r in 0..R {
+                    if inside(oy, inner[0]) && inside(ox, inner[1]) {
+                        // The window inside the image: each tap a step
+                        // from its first input.
+                        let (iy, ix) = (oy * w.stride_h - w.pad_top, ox * w.stride_w - w.pad_left);
+                        let at = ((n * w.in_h + iy) * w.in_w + ix) * g.in_c + group * gin;
+                        let steps =
+                            (0..w.kernel_h).flat_map(|ky| (0..w.kernel_w).map(move |kx| ky * down + kx * across));
+                        for (t, step) in steps.skip(first).take(taps).enumerate() {
+                            f(t, r, Some(at + step));
                         }
+                    } else {
+                        for t in 0..taps {
+                            f(t, r, None);
+                        }
+                        super::for_each_tap(w, n, oy, ox, |t, p| {
+                            if (first..first + taps).contains(&t) {
+                                f(t - first, r, Some(p * g.in_c + group * gin));
+                            }
+                        });
+                    }
+                    if r + 1 < rows {
+                        ox += 1;
+                        if ox == w.out_w {
+                            (ox, oy) = (0, oy + 1);
+                            if oy == w.out_h {
+                                (oy, n) = (0, n + 1);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows `r0..r0 + R` of a gathered source (those past `rows` repeat
+    /// the last one) into `rows_out`: each output pixel's window, tap
+    /// after tap, the padding's taps zero points. Bytes past the window
+    /// are left as they are (they meet zero weights).
+    #[inline(always)]
+    pub(crate) fn gather<const R: usize>(&self, r0: usize, rows: usize, rows_out: &mut [Patch; R]) {
+        let Source::Gathered { g, x, zp } = *self else {
+            unreachable!("only a gathered source gathers")
+        };
+        let w = &g.window;
+        let (cin, kw) = (g.in_c, w.kernel_w);
+        let span = kw * cin;
+        for (r, row) in rows_out.iter_mut().enumerate() {
+            let pixel = r0 + r.min(rows - 1);
+            let (ox, rest) = (pixel % w.out_w, pixel / w.out_w);
+            let (oy, n) = (rest % w.out_h, rest / w.out_h);
+            let across = w.dilation_w == 1 && w.in_col(ox, 0).is_some() && w.in_col(ox, kw - 1).is_some();
+            for (ky, dst) in row.chunks_exact_mut(span).take(w.kernel_h).enumerate() {
+                let Some(iy) = w.in_row(oy, ky) else {
+                    dst.fill(zp);
+                    continue;
+                };
+                let base = (n * w.in_h + iy) * w.in_w;
+                if across {
+                    // The window's row, one run of the image's.
+                    let at = (base + ox * w.stride_w - w.pad_left) * cin;
+                    dst.copy_from_slice(&x[at..at + span]);
+                    continue;
+                }
+                for (kx, d) in dst.chunks_exact_mut(cin).enumerate() {
+                    match w.in_col(ox, kx) {
+                        Some(ix) => d.copy_from_slice(&x[(base + ix) * cin..][..cin]),
+                        None => d.fill(zp),
                     }
                 }
             }
@@ -299,6 +420,9 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     let bytes = bytes(job.packed);
     let qpt = l.quads_per_tap();
     let zp = job.xq.zero_point as i8;
+    let input = job.source.input();
+    let mut table = [[None; ROWS]; MAX_TAPS];
+    let mut patches = [[0; PATCH]; ROWS];
     for g in 0..l.groups {
         for b in 0..l.blocks_per_group() {
             let block = l.block(bytes, g, b);
@@ -307,18 +431,20 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
             for r0 in (job.first..job.rows).step_by(ROWS) {
                 let rows = ROWS.min(job.rows - r0);
                 let mut acc = [[0i32; COLS]; ROWS];
-                let mut table = [[None; ROWS]; 1];
+                // Taps a table at a time: any number of them.
                 for t in 0..l.taps {
-                    // One tap at a time: any number of them.
+                    if t % MAX_TAPS == 0 && !matches!(job.source, Source::Gathered { .. }) {
+                        let taps = MAX_TAPS.min(l.taps - t);
+                        job.source.visit::<ROWS>(t, taps, r0, rows, g, l.gin, |t, r, at| {
+                            table[t][r] = at.map(|at| &input[at..at + l.gin]);
+                        });
+                    }
                     let segs = match job.source {
-                        Source::Rows { .. } => {
-                            job.source.fill(r0, rows, g, l.gin, &mut table);
-                            table[0]
+                        Source::Gathered { .. } => {
+                            job.source.gather(r0, rows, &mut patches);
+                            core::array::from_fn(|r| Some(&patches[r][..l.gin]))
                         }
-                        Source::Conv { g: geometry, x } => core::array::from_fn(|r| {
-                            tap_pixel(geometry, r0 + r.min(rows - 1), t)
-                                .map(|p| &x[p * geometry.in_c + g * l.gin..][..l.gin])
-                        }),
+                        _ => table[t % MAX_TAPS],
                     };
                     for q in 0..qpt {
                         let w = &quads[(t * qpt + q) * COLS * 4..][..COLS * 4];
@@ -347,20 +473,6 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     }
 }
 
-/// Output `pixel`'s input pixel under `tap` of a convolution's window, if
-/// it falls inside the input.
-#[inline(always)]
-pub(crate) fn tap_pixel(g: &Conv2dNhwc, pixel: usize, tap: usize) -> Option<usize> {
-    let w = &g.window;
-    let ox = pixel % w.out_w;
-    let oy = (pixel / w.out_w) % w.out_h;
-    let n = pixel / (w.out_w * w.out_h);
-    let (ky, kx) = (tap / w.kernel_w, tap % w.kernel_w);
-    let iy = (oy * w.stride_h + ky * w.dilation_h).checked_sub(w.pad_top)?;
-    let ix = (ox * w.stride_w + kx * w.dilation_w).checked_sub(w.pad_left)?;
-    (iy < w.in_h && ix < w.in_w).then_some((n * w.in_h + iy) * w.in_w + ix)
-}
-
 /// A regular (grouped) convolution over its packed filter (see
 /// [`super::conv2d_nhwc`]).
 #[allow(clippy::too_many_arguments)]
@@ -376,54 +488,11 @@ pub(crate) fn conv(
 ) {
     let layout = Layout::conv(g);
     let win = &g.window;
-    let rows = win.batch * win.out_h * win.out_w;
-    let patch = layout.taps * layout.quads_per_tap() * 4;
-    if layout.groups == 1 && (2..=MAX_TAPS).contains(&layout.taps) && layout.gin < GATHER_BELOW && patch <= PATCH {
-        // Few channels a tap (a first layer's RGB): each pixel's window is
-        // gathered into one row, which the packing reads as a single tap
-        // (its zero weights line up with each tap's padding to a quad).
-        let flat = Layout {
-            taps: 1,
-            gin: patch,
-            ..layout
-        };
-        let mut buf = [xq.zero_point as i8; PATCH_ROWS * PATCH];
-        for r0 in (0..rows).step_by(PATCH_ROWS) {
-            let n = PATCH_ROWS.min(rows - r0);
-            for (r, row) in buf.chunks_exact_mut(patch).take(n).enumerate() {
-                gather(g, x, xq.zero_point as i8, r0 + r, layout.quads_per_tap(), row);
-            }
-            let job = Job {
-                layout: flat,
-                first: 0,
-                rows: n,
-                source: Source::Rows {
-                    x: &buf[..n * patch],
-                    k: patch,
-                },
-                xq,
-                w_scales,
-                bias,
-                y,
-                packed,
-            };
-            super::run_packed(&job, &mut out[r0 * g.out_c..], g.out_c);
-        }
-        return;
-    }
-    // A pointwise convolution over every pixel reads rows of channels.
-    let pointwise = layout.taps == 1
-        && layout.groups == 1
-        && (win.stride_h, win.stride_w, win.pad_top, win.pad_left) == (1, 1, 0, 0)
-        && (win.out_h, win.out_w) == (win.in_h, win.in_w);
-    let source = match pointwise {
-        true => Source::Rows { x, k: g.in_c },
-        false => Source::Conv { g, x },
-    };
+    let source = Source::of_conv(g, x, xq.zero_point as i8);
     let job = Job {
         layout,
         first: 0,
-        rows,
+        rows: win.out_pixels(),
         source,
         xq,
         w_scales,
@@ -434,63 +503,24 @@ pub(crate) fn conv(
     super::run_packed(&job, out, g.out_c);
 }
 
-/// Gathers output pixel `pixel`'s window into `row`: each tap's channels
-/// at the start of its `quads` quads, the padding's taps zero points.
-/// Taps read whole quads where the input goes on (what lies past the
-/// channels meets zero weights), so most copies are 4 bytes at a time.
-#[inline(always)]
-fn gather(g: &Conv2dNhwc, x: &[i8], zp: i8, pixel: usize, quads: usize, row: &mut [i8]) {
-    let w = &g.window;
-    let (ox, rest) = (pixel % w.out_w, pixel / w.out_w);
-    let (oy, n) = (rest % w.out_h, rest / w.out_h);
-    let (cin, q4, kw) = (g.in_c, 4 * quads, w.kernel_w);
-    let step = w.dilation_w * cin;
-    let ix0 = (ox * w.stride_w).checked_sub(w.pad_left);
-    for (ky, dst) in row.chunks_exact_mut(kw * q4).take(w.kernel_h).enumerate() {
-        let iy = (oy * w.stride_h + ky * w.dilation_h)
-            .checked_sub(w.pad_top)
-            .filter(|&i| i < w.in_h);
-        let Some(iy) = iy else {
-            dst.fill(zp);
-            continue;
-        };
-        let base = (n * w.in_h + iy) * w.in_w;
-        // The whole row of the window in one span when it lies inside.
-        let span = ix0
-            .filter(|&i| i + (kw - 1) * w.dilation_w < w.in_w)
-            .and_then(|i| x.get((base + i) * cin..(base + i) * cin + (kw - 1) * step + q4));
-        if let Some(src) = span {
-            for (kx, d) in dst.chunks_exact_mut(q4).enumerate() {
-                for (d, s) in d.chunks_exact_mut(4).zip(src[kx * step..].chunks_exact(4)) {
-                    let v: [i8; 4] = [s[0], s[1], s[2], s[3]];
-                    d.copy_from_slice(&v);
-                }
-            }
-            continue;
-        }
-        for (kx, d) in dst.chunks_exact_mut(q4).enumerate() {
-            let ix = (ox * w.stride_w + kx * w.dilation_w)
-                .checked_sub(w.pad_left)
-                .filter(|&i| i < w.in_w);
-            let Some(ix) = ix else {
-                d.fill(zp);
-                continue;
-            };
-            let at = (base + ix) * cin;
-            match x.get(at..at + q4) {
-                Some(src) => d.copy_from_slice(src),
-                None => d[..cin].copy_from_slice(&x[at..at + cin]),
-            }
-        }
-    }
+/// Whether a convolution is packed and run as one tap of its whole window
+/// ([`Source::Gathered`]): a regular one of several taps whose channels
+/// would leave most of each tap's last quad empty (3 of an RGB image:
+/// `kH · kW · 3` inputs take `kH · kW · 3 / 4` quads gathered, instead of
+/// `kH · kW`), and whose window fits a [`Patch`].
+pub fn gathers(g: &Conv2dNhwc) -> bool {
+    let taps = g.window.kernel_h * g.window.kernel_w;
+    g.groups == 1 && taps > 1 && g.in_c < GATHER_BELOW && !g.in_c.is_multiple_of(4) && taps * g.in_c <= PATCH
 }
 
-/// Convolutions with fewer input channels than this a tap, and windows
-/// of at most [`PATCH`] bytes, are gathered (see [`conv`]).
+/// Convolutions with fewer input channels than this may be gathered.
 const GATHER_BELOW: usize = 16;
-const PATCH: usize = 256;
-/// Rows gathered at once.
-const PATCH_ROWS: usize = 64;
+
+/// The longest window gathered, in bytes.
+pub(crate) const PATCH: usize = 256;
+
+/// A row of gathered windows ([`Source::Gathered`]).
+pub(crate) type Patch = [i8; PATCH];
 
 /// A fully connected layer over its packed weight (see
 /// [`super::fully_connected`]).
@@ -581,7 +611,7 @@ mod tests {
             layout: l,
             first: 0,
             rows: len / g.out_c,
-            source: Source::Conv { g: &g, x: &x },
+            source: Source::of_conv(&g, &x, xq.zero_point as i8),
             xq: &xq,
             w_scales: &scales,
             bias: Some(&bias),

@@ -3,7 +3,7 @@
 //! a block (its weights stored plus 128), for [`ROWS`] rows at once;
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
-use super::packed::{bytes, BlockParams, Job, COLS, MAX_TAPS};
+use super::packed::{bytes, BlockParams, Job, Source, COLS, MAX_TAPS, PATCH};
 use super::{Depthwise, Output};
 use core::arch::x86_64::*;
 
@@ -37,8 +37,13 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     let blocks = l.blocks_per_group();
     let chunk = (CHUNK_BYTES / l.block_bytes()).clamp(1, blocks.min(CHUNK_BLOCKS));
     let mut params = [BlockParams::EMPTY; CHUNK_BLOCKS];
-    let mut table = [[None; ROWS]; MAX_TAPS];
+    let input = job.source.input();
     let mut x = [[core::ptr::null::<u8>(); ROWS]; MAX_TAPS];
+    // Gathered windows (a gathered layer's `gin` is at most `PATCH`).
+    let mut patches = [[0i8; PATCH]; ROWS];
+    // Whole quads a tap, read where the input goes on: the bytes past
+    // `gin` meet zero weights, and the row sums take them too.
+    let q4 = 4 * l.quads_per_tap();
     for g in 0..l.groups {
         for b0 in (0..blocks).step_by(chunk) {
             let end = blocks.min(b0 + chunk);
@@ -47,21 +52,42 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
             }
             for r0 in (job.first..job.rows).step_by(ROWS) {
                 let rows = ROWS.min(job.rows - r0);
-                job.source.fill(r0, rows, g, l.gin, &mut table[..l.taps]);
-                for (xt, tt) in x.iter_mut().zip(&table[..l.taps]) {
-                    for (p, s) in xt.iter_mut().zip(tt) {
-                        let s = s.unwrap_or(&pad);
-                        assert!(s.len() >= l.gin);
-                        *p = s.as_ptr().cast::<u8>();
+                let mut whole = true;
+                if let Source::Gathered { .. } = job.source {
+                    job.source.gather(r0, rows, &mut patches);
+                    for (p, patch) in x[0].iter_mut().zip(&patches) {
+                        *p = patch.as_ptr().cast::<u8>();
                     }
+                } else {
+                    job.source.visit::<ROWS>(0, l.taps, r0, rows, g, l.gin, |t, r, at| {
+                        x[t][r] = match at {
+                            Some(at) => {
+                                assert!(at + l.gin <= input.len());
+                                whole &= at + q4 <= input.len();
+                                input.as_ptr().wrapping_add(at).cast::<u8>()
+                            }
+                            None => pad.as_ptr().cast::<u8>(),
+                        }
+                    });
                 }
-                // SAFETY: every pointer of `x` has `gin` bytes.
-                let sums = unsafe { row_sums(&x[..l.taps], l.gin) };
+                // SAFETY: every pointer of `x` has `gin` bytes, `q4` if
+                // `whole`.
+                let sums = unsafe {
+                    match whole {
+                        true => row_sums::<true>(&x[..l.taps], l.gin),
+                        false => row_sums::<false>(&x[..l.taps], l.gin),
+                    }
+                };
                 for b in b0..end {
                     let (block, p) = (l.block(packed, g, b), &params[b - b0]);
                     // SAFETY: as above; the block holds `taps` times
                     // `gin / 4` rounded up quads.
-                    let acc = unsafe { tile(&x[..l.taps], l.gin, &block[4 * COLS..]) };
+                    let acc = unsafe {
+                        match whole {
+                            true => tile::<true>(&x[..l.taps], l.gin, &block[4 * COLS..]),
+                            false => tile::<false>(&x[..l.taps], l.gin, &block[4 * COLS..]),
+                        }
+                    };
                     let o = &mut out[(r0 - job.first) * out_stride + g * l.gout + b * COLS..];
                     // SAFETY: as for `run`.
                     unsafe { store(&acc[..rows], &sums, p, job.y, o, out_stride) };
@@ -93,20 +119,42 @@ unsafe fn quad(x: *const u8, q: usize, gin: usize) -> i32 {
 }
 
 /// Each row's input sum (over all taps), in every lane: what the weights'
-/// +128 adds to the sums, divided by 128.
+/// +128 adds to the sums, divided by 128. `WHOLE`: every segment's last
+/// quad is read whole (see [`tile`]).
 ///
 /// # Safety
 /// As for [`tile`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn row_sums(x: &[[*const u8; ROWS]], gin: usize) -> [__m512i; ROWS] {
+unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [__m512i; ROWS] {
     let ones = _mm512_set1_epi8(1);
     let mut sums = [_mm512_setzero_si512(); ROWS];
+    let len = if WHOLE { 4 * gin.div_ceil(4) } else { gin };
+    if len >= 16 {
+        // Long segments 64 bytes an instruction (each lane a partial
+        // sum), added across at the end.
+        for xt in x {
+            for at in (0..len).step_by(64) {
+                let mask = u64::MAX >> (64 - (len - at).min(64));
+                for r in 0..ROWS {
+                    // SAFETY: as vouched for; the masked bytes lie within.
+                    let v = unsafe { _mm512_maskz_loadu_epi8(mask, xt[r].add(at).cast()) };
+                    sums[r] = _mm512_dpbusd_epi32(sums[r], ones, v);
+                }
+            }
+        }
+        return sums.map(|s| _mm512_set1_epi32(_mm512_reduce_add_epi32(s)));
+    }
     for xt in x {
         for q in 0..gin.div_ceil(4) {
             for r in 0..ROWS {
                 // SAFETY: as vouched for.
-                let xq = unsafe { quad(xt[r], q, gin) };
+                let xq = unsafe {
+                    match WHOLE {
+                        true => xt[r].add(4 * q).cast::<i32>().read_unaligned(),
+                        false => quad(xt[r], q, gin),
+                    }
+                };
                 sums[r] = _mm512_dpbusd_epi32(sums[r], ones, _mm512_set1_epi32(xq));
             }
         }
@@ -115,33 +163,35 @@ unsafe fn row_sums(x: &[[*const u8; ROWS]], gin: usize) -> [__m512i; ROWS] {
 }
 
 /// The raw sums `Σ x · (w + 128)` of [`ROWS`] rows with one block's
-/// quads.
+/// quads. `WHOLE`: the last quad of each segment is read whole (its bytes
+/// past `gin` meet zero weights), else zero-padded.
 ///
 /// # Safety
-/// As for [`run`]; each pointer of `x` must be readable for `gin` bytes,
-/// and `quads` must hold `x.len()` taps of `gin.div_ceil(4)` quads.
+/// As for [`run`]; each pointer of `x` must be readable for `gin` bytes
+/// (`gin` rounded up to a quad if `WHOLE`), and `quads` must hold
+/// `x.len()` taps of `gin.div_ceil(4)` quads.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [__m512i; ROWS] {
+unsafe fn tile<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [__m512i; ROWS] {
     let qpt = gin.div_ceil(4);
     assert!(quads.len() >= x.len() * qpt * 4 * COLS);
     let mut acc = [_mm512_setzero_si512(); ROWS];
+    let full = if WHOLE { qpt } else { gin / 4 };
     // SAFETY: reads within the bounds asserted and vouched for.
     unsafe {
         for (t, xt) in x.iter().enumerate() {
             let w = quads.as_ptr().add(t * qpt * 4 * COLS);
-            for q in 0..gin / 4 {
+            for q in 0..full {
                 let wq = _mm512_loadu_si512(w.add(q * 4 * COLS).cast());
                 for r in 0..ROWS {
                     let xq = xt[r].add(4 * q).cast::<i32>().read_unaligned();
                     acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(xq));
                 }
             }
-            if !gin.is_multiple_of(4) {
-                let q = gin / 4;
-                let wq = _mm512_loadu_si512(w.add(q * 4 * COLS).cast());
+            if full < qpt {
+                let wq = _mm512_loadu_si512(w.add(full * 4 * COLS).cast());
                 for r in 0..ROWS {
-                    acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(quad(xt[r], q, gin)));
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(quad(xt[r], full, gin)));
                 }
             }
         }
@@ -205,90 +255,147 @@ impl Requant {
     }
 }
 
-/// A depthwise convolution with one output per channel and at most
-/// [`super::DEPTHWISE_TAPS`] taps (see `super::depthwise_conv`): 16
-/// channels at a time, their weights widened once, each tap's product
-/// exact in `i32`.
+/// Vectors of 16 channels a pass of [`depthwise`] takes at most.
+const DW_BLOCKS: usize = 4;
+
+/// Output rows `rows` (over batch and height) of a depthwise convolution
+/// with one output per channel and at most [`super::DEPTHWISE_TAPS`]
+/// taps (see `super::depthwise_conv`), into `out` (those rows' outputs):
+/// passes of up to [`DW_BLOCKS`] vectors of 16 channels over every
+/// pixel, each tap one `VPDPWSSD` a vector.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VL.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, out: &mut [i8]) {
-    let (g, x, w) = (d.g, d.x, d.w);
-    let win = &g.window;
+/// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
+    let (g, win) = (d.g, &d.g.window);
     let c = g.in_c;
     let taps = win.kernel_h * win.kernel_w;
     assert!(taps <= super::DEPTHWISE_TAPS && g.out_c == c);
-    assert!(x.len() >= win.batch * win.in_h * win.in_w * c && w.len() >= taps * c);
-    assert!(out.len() >= win.batch * win.out_h * win.out_w * c);
-    let r = Requant::new(d.y);
-    for c0 in (0..c).step_by(16) {
-        let lanes = 16.min(c - c0);
-        let mask = (u32::MAX >> (32 - lanes)) as __mmask16;
-        let (scale, start) = d.lanes(c0);
-        // SAFETY: masked loads and stores of the `lanes` channels from
-        // `c0` of pixels and taps inside the sizes asserted above.
+    assert!(d.x.len() >= win.batch * win.in_h * win.in_w * c && d.w.len() >= taps * c);
+    assert!(rows.0 <= rows.1 && rows.1 <= win.batch * win.out_h);
+    assert!(out.len() >= (rows.1 - rows.0) * win.out_w * c);
+    // Passes as even as can be: a lone vector would wait on its sums.
+    let blocks = c.div_ceil(16);
+    let passes = blocks.div_ceil(DW_BLOCKS);
+    let mut b0 = 0;
+    for p in 0..passes {
+        let nb = (blocks - b0).div_ceil(passes - p);
+        // SAFETY: as vouched for and asserted; `nb` vectors from `b0`
+        // hold channels.
         unsafe {
-            let scale = _mm512_loadu_ps(scale.as_ptr());
-            let start = _mm512_loadu_si512(start.as_ptr().cast());
-            // Products of centred inputs (|x - zp| <= 255) and weights
-            // (|w| <= 128) fit in 16 bits; their sums widen to 32.
-            let mut wt = [_mm256_setzero_si256(); super::DEPTHWISE_TAPS];
-            for (t, v) in wt.iter_mut().enumerate().take(taps) {
-                *v = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, w.as_ptr().add(t * c + c0)));
+            match nb {
+                1 => dw_pass::<1>(d, rows, 16 * b0, out),
+                2 => dw_pass::<2>(d, rows, 16 * b0, out),
+                3 => dw_pass::<3>(d, rows, 16 * b0, out),
+                _ => dw_pass::<4>(d, rows, 16 * b0, out),
             }
-            let zp = _mm256_set1_epi16(d.xq.zero_point as i16);
-            let tap = |acc: __m512i, p: usize, t: usize| {
-                let xv = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, x.as_ptr().add(p * c + c0)));
-                let prod = _mm256_mullo_epi16(_mm256_sub_epi16(xv, zp), wt[t]);
-                _mm512_add_epi32(acc, _mm512_cvtepi16_epi32(prod))
-            };
-            // The window's columns lie inside the input for output
-            // columns `inner`.
-            let span = (win.kernel_w - 1) * win.dilation_w;
-            let first = win.pad_left.div_ceil(win.stride_w);
-            let inner = first
-                ..(win.in_w + win.pad_left)
-                    .checked_sub(span)
-                    .map_or(0, |e| e.div_ceil(win.stride_w))
-                    .min(win.out_w);
-            let mut rows = [(0usize, 0usize); super::DEPTHWISE_TAPS];
-            let mut pixel = 0;
-            for n in 0..win.batch {
-                for oy in 0..win.out_h {
-                    // The window's rows inside the input: (first tap, first pixel).
-                    let mut nrows = 0;
-                    for ky in 0..win.kernel_h {
-                        let iy = (oy * win.stride_h + ky * win.dilation_h).checked_sub(win.pad_top);
-                        if let Some(iy) = iy.filter(|&i| i < win.in_h) {
-                            rows[nrows] = (ky * win.kernel_w, (n * win.in_h + iy) * win.in_w);
-                            nrows += 1;
-                        }
-                    }
-                    for ox in 0..win.out_w {
-                        let mut acc = start;
-                        if inner.contains(&ox) {
-                            let ix = ox * win.stride_w - win.pad_left;
-                            for &(t0, row) in &rows[..nrows] {
-                                for kx in 0..win.kernel_w {
-                                    acc = tap(acc, row + ix + kx * win.dilation_w, t0 + kx);
-                                }
-                            }
-                        } else {
-                            for &(t0, row) in &rows[..nrows] {
-                                for kx in 0..win.kernel_w {
-                                    let ix = (ox * win.stride_w + kx * win.dilation_w).checked_sub(win.pad_left);
-                                    if let Some(ix) = ix.filter(|&i| i < win.in_w) {
-                                        acc = tap(acc, row + ix, t0 + kx);
-                                    }
-                                }
-                            }
-                        }
-                        _mm_mask_storeu_epi8(out.as_mut_ptr().add(pixel * c + c0), mask, r.apply(acc, scale));
-                        pixel += 1;
-                    }
+        }
+        b0 += nb;
+    }
+}
+
+/// One pass of [`depthwise`]: channels `cb..` in `NB` vectors of 16 (the
+/// last may be partial).
+///
+/// The input zero point is folded into the sums' start (`- zp · Σ w`) and
+/// taps in the padding read a row of zero points, so every tap is the
+/// same instruction: `VPDPWSSD` of the sign-extended inputs with the
+/// weights in the low halves of their lanes (the high halves zero), an
+/// exact `x · w` added to each channel's sum.
+///
+/// # Safety
+/// As for [`depthwise`], whose asserts this relies on; `cb` lies within
+/// the channels and `NB` vectors from it reach the last at most.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dw_pass<const NB: usize>(d: &Depthwise<'_>, rows: (usize, usize), cb: usize, out: &mut [i8]) {
+    let (win, c, x) = (&d.g.window, d.g.in_c, d.x);
+    let taps = win.kernel_h * win.kernel_w;
+    let pad = [d.xq.zero_point as i8; 16 * DW_BLOCKS];
+    let r = Requant::new(d.y);
+    let mut masks = [0 as __mmask16; NB];
+    let mut scale = [_mm512_setzero_ps(); NB];
+    let mut start = [_mm512_setzero_si512(); NB];
+    let mut wt = [[_mm512_setzero_si512(); NB]; super::DEPTHWISE_TAPS];
+    // SAFETY: masked loads of channels `c0..c0 + lanes` of each tap's
+    // weights; 16-lane loads of arrays of 16.
+    unsafe {
+        let zp = _mm512_set1_epi32(d.xq.zero_point);
+        for j in 0..NB {
+            let c0 = cb + 16 * j;
+            masks[j] = (u32::MAX >> (32 - 16.min(c - c0))) as __mmask16;
+            let (s, st) = d.lanes(c0);
+            scale[j] = _mm512_loadu_ps(s.as_ptr());
+            let mut sum = _mm512_setzero_si512();
+            for (t, wt) in wt.iter_mut().enumerate().take(taps) {
+                let w = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], d.w.as_ptr().add(t * c + c0)));
+                sum = _mm512_add_epi32(sum, w);
+                wt[j] = _mm512_and_si512(w, _mm512_set1_epi32(0xFFFF));
+            }
+            start[j] = _mm512_sub_epi32(_mm512_loadu_si512(st.as_ptr().cast()), _mm512_mullo_epi32(sum, zp));
+        }
+    }
+    // Each tap's offset from its window's first input, and the outputs
+    // whose windows lie inside the input (no tap in the padding).
+    let mut off = [0usize; super::DEPTHWISE_TAPS];
+    for (t, o) in off.iter_mut().enumerate().take(taps) {
+        let (ky, kx) = (t / win.kernel_w, t % win.kernel_w);
+        *o = (ky * win.dilation_h * win.in_w + kx * win.dilation_w) * c;
+    }
+    let (inner_y, inner_x) = (win.inner_rows(), win.inner_cols());
+    let mut ptr = [pad.as_ptr(); super::DEPTHWISE_TAPS];
+    let mut pixel = 0;
+    for row in rows.0..rows.1 {
+        let (n, oy) = (row / win.out_h, row % win.out_h);
+        for ox in 0..win.out_w {
+            if inner_y.contains(&oy) && inner_x.contains(&ox) {
+                let (iy, ix) = (oy * win.stride_h - win.pad_top, ox * win.stride_w - win.pad_left);
+                let first = ((n * win.in_h + iy) * win.in_w + ix) * c + cb;
+                for (p, &o) in ptr.iter_mut().zip(&off[..taps]) {
+                    // SAFETY: the window lies inside the input.
+                    *p = unsafe { x.as_ptr().add(first + o) };
+                }
+            } else {
+                for (t, p) in ptr.iter_mut().enumerate().take(taps) {
+                    let (iy, ix) = (win.in_row(oy, t / win.kernel_w), win.in_col(ox, t % win.kernel_w));
+                    *p = match (iy, ix) {
+                        // SAFETY: the pixel lies inside the input.
+                        (Some(iy), Some(ix)) => unsafe {
+                            x.as_ptr().add(((n * win.in_h + iy) * win.in_w + ix) * c + cb)
+                        },
+                        _ => pad.as_ptr(),
+                    };
                 }
             }
+            // SAFETY: every pointer of `ptr` has the pass's channels (or
+            // is the zero-point row, of 16 · DW_BLOCKS bytes); the output
+            // pixel lies within `out`, as asserted by `depthwise`.
+            unsafe {
+                // Two sets of sums, even and odd taps, to overlap their latency.
+                let (mut a, mut b) = (start, [_mm512_setzero_si512(); NB]);
+                let mut t = 0;
+                while t + 1 < taps {
+                    for j in 0..NB {
+                        let xa = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], ptr[t].add(16 * j)));
+                        let xb = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], ptr[t + 1].add(16 * j)));
+                        a[j] = _mm512_dpwssd_epi32(a[j], xa, wt[t][j]);
+                        b[j] = _mm512_dpwssd_epi32(b[j], xb, wt[t + 1][j]);
+                    }
+                    t += 2;
+                }
+                if t < taps {
+                    for j in 0..NB {
+                        let xa = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], ptr[t].add(16 * j)));
+                        a[j] = _mm512_dpwssd_epi32(a[j], xa, wt[t][j]);
+                    }
+                }
+                for j in 0..NB {
+                    let o = out.as_mut_ptr().add(pixel * c + cb + 16 * j);
+                    _mm_mask_storeu_epi8(o, masks[j], r.apply(_mm512_add_epi32(a[j], b[j]), scale[j]));
+                }
+            }
+            pixel += 1;
         }
     }
 }
