@@ -827,11 +827,12 @@ mod tests {
         let mut seed = 5;
         for case in 0..40 {
             let r = |seed: &mut u64, n: u64| 1 + (rng(seed) % n) as usize;
-            // Up to 10 vectors of 16 channels: passes of 1 to 4 of them.
-            let c = if case % 3 == 0 {
-                r(&mut seed, 160)
-            } else {
-                r(&mut seed, 40)
+            // Up to 10 vectors of 16 channels: passes of 1 to 4 of them,
+            // some all whole.
+            let c = match case % 5 {
+                0 => 16 * r(&mut seed, 10),
+                1 | 2 => r(&mut seed, 160),
+                _ => r(&mut seed, 40),
             };
             let batch = r(&mut seed, 2);
             let k = [r(&mut seed, 7), r(&mut seed, 7)];

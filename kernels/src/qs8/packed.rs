@@ -40,7 +40,7 @@ pub struct Layout {
 impl Layout {
     /// A regular (grouped) convolution's, its filter `[O, kH, kW, C / groups]`.
     /// A window of few channels a tap (a first layer's RGB) is packed as
-    /// one tap of all its inputs (see [`gathers`]).
+    /// one tap of all its inputs (a gathered layer).
     pub fn conv(g: &Conv2dNhwc) -> Self {
         let taps = g.window.kernel_h * g.window.kernel_w;
         let gin = g.in_c / g.groups.max(1);
@@ -508,7 +508,7 @@ pub(crate) fn conv(
 /// would leave most of each tap's last quad empty (3 of an RGB image:
 /// `kH · kW · 3` inputs take `kH · kW · 3 / 4` quads gathered, instead of
 /// `kH · kW`), and whose window fits a [`Patch`].
-pub fn gathers(g: &Conv2dNhwc) -> bool {
+pub(crate) fn gathers(g: &Conv2dNhwc) -> bool {
     let taps = g.window.kernel_h * g.window.kernel_w;
     g.groups == 1 && taps > 1 && g.in_c < GATHER_BELOW && !g.in_c.is_multiple_of(4) && taps * g.in_c <= PATCH
 }

@@ -228,7 +228,6 @@ unsafe fn store(acc: &[__m512i], sums: &[__m512i; ROWS], p: &BlockParams, y: &Ou
 struct Requant {
     lo: __m512,
     hi: __m512,
-    magic: __m512,
     zero_point: __m512i,
 }
 
@@ -239,7 +238,6 @@ impl Requant {
         Requant {
             lo: _mm512_set1_ps((y.qmin - y.zero_point) as f32),
             hi: _mm512_set1_ps((y.qmax - y.zero_point) as f32),
-            magic: _mm512_set1_ps(12_582_912.0),
             zero_point: _mm512_set1_epi32(y.zero_point),
         }
     }
@@ -250,19 +248,21 @@ impl Requant {
     fn apply(&self, acc: __m512i, scale: __m512) -> __m128i {
         let v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
         let v = _mm512_min_ps(_mm512_max_ps(v, self.lo), self.hi);
-        let v = _mm512_sub_ps(_mm512_add_ps(v, self.magic), self.magic);
-        _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), self.zero_point))
+        // Rounding half to even in the conversion is `round_even`'s
+        // magic-number addition (|v| < 2^22 after the clamp).
+        let v = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+        _mm512_cvtepi32_epi8(_mm512_add_epi32(v, self.zero_point))
     }
 }
 
-/// Vectors of 16 channels a pass of [`depthwise`] takes at most.
-const DW_BLOCKS: usize = 4;
+/// Vectors of 32 channels a pass of [`depthwise`] takes at most.
+const DW_VECTORS: usize = 2;
 
 /// Output rows `rows` (over batch and height) of a depthwise convolution
 /// with one output per channel and at most [`super::DEPTHWISE_TAPS`]
 /// taps (see `super::depthwise_conv`), into `out` (those rows' outputs):
-/// passes of up to [`DW_BLOCKS`] vectors of 16 channels over every
-/// pixel, each tap one `VPDPWSSD` a vector.
+/// passes of up to [`DW_VECTORS`] vectors of 32 channels over every
+/// pixel, each tap two `VPDPWSSD` a vector.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]).
@@ -276,64 +276,82 @@ pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, rows: (usize, usize), out: &mu
     assert!(rows.0 <= rows.1 && rows.1 <= win.batch * win.out_h);
     assert!(out.len() >= (rows.1 - rows.0) * win.out_w * c);
     // Passes as even as can be: a lone vector would wait on its sums.
-    let blocks = c.div_ceil(16);
-    let passes = blocks.div_ceil(DW_BLOCKS);
-    let mut b0 = 0;
+    let vectors = c.div_ceil(32);
+    let passes = vectors.div_ceil(DW_VECTORS);
+    let mut v0 = 0;
     for p in 0..passes {
-        let nb = (blocks - b0).div_ceil(passes - p);
-        // SAFETY: as vouched for and asserted; `nb` vectors from `b0`
+        let nv = (vectors - v0).div_ceil(passes - p);
+        // SAFETY: as vouched for and asserted; `nv` vectors from `v0`
         // hold channels.
         unsafe {
-            match nb {
-                1 => dw_pass::<1>(d, rows, 16 * b0, out),
-                2 => dw_pass::<2>(d, rows, 16 * b0, out),
-                3 => dw_pass::<3>(d, rows, 16 * b0, out),
-                _ => dw_pass::<4>(d, rows, 16 * b0, out),
+            match (nv, c.is_multiple_of(32)) {
+                (1, false) => dw_pass::<1, false>(d, rows, 32 * v0, out),
+                (_, false) => dw_pass::<2, false>(d, rows, 32 * v0, out),
+                (1, true) => dw_pass::<1, true>(d, rows, 32 * v0, out),
+                (_, true) => dw_pass::<2, true>(d, rows, 32 * v0, out),
             }
         }
-        b0 += nb;
+        v0 += nv;
     }
 }
 
-/// One pass of [`depthwise`]: channels `cb..` in `NB` vectors of 16 (the
-/// last may be partial).
+/// One pass of [`depthwise`]: channels `cb..` in `NV` vectors of 32 (the
+/// last may be partial, unless `FULL`: then every vector is whole and
+/// the inputs load unmasked).
 ///
-/// The input zero point is folded into the sums' start (`- zp · Σ w`) and
-/// taps in the padding read a row of zero points, so every tap is the
-/// same instruction: `VPDPWSSD` of the sign-extended inputs with the
-/// weights in the low halves of their lanes (the high halves zero), an
-/// exact `x · w` added to each channel's sum.
+/// Each tap widens 32 inputs to 16 bits once and adds their products to
+/// two sets of sums, the even channels' and the odd ones': `VPDPWSSD`
+/// with the weights of one parity in their lanes and zeros in the
+/// others gives each 32-bit lane its one exact product. The input zero
+/// point is folded into the sums' start (`- zp · Σ w`) and taps in the
+/// padding read a row of zero points, so every tap is the same.
 ///
 /// # Safety
 /// As for [`depthwise`], whose asserts this relies on; `cb` lies within
-/// the channels and `NB` vectors from it reach the last at most.
+/// the channels and `NV` vectors from it reach the last at most.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn dw_pass<const NB: usize>(d: &Depthwise<'_>, rows: (usize, usize), cb: usize, out: &mut [i8]) {
+unsafe fn dw_pass<const NV: usize, const FULL: bool>(
+    d: &Depthwise<'_>,
+    rows: (usize, usize),
+    cb: usize,
+    out: &mut [i8],
+) {
     let (win, c, x) = (&d.g.window, d.g.in_c, d.x);
     let taps = win.kernel_h * win.kernel_w;
-    let pad = [d.xq.zero_point as i8; 16 * DW_BLOCKS];
+    let zp = d.xq.zero_point;
+    let pad = [zp as i8; 32 * DW_VECTORS];
     let r = Requant::new(d.y);
-    let mut masks = [0 as __mmask16; NB];
-    let mut scale = [_mm512_setzero_ps(); NB];
-    let mut start = [_mm512_setzero_si512(); NB];
-    let mut wt = [[_mm512_setzero_si512(); NB]; super::DEPTHWISE_TAPS];
+    let mut masks = [0 as __mmask32; NV];
+    // [vector][parity]: even channels, then odd ones.
+    let mut scale = [[_mm512_setzero_ps(); 2]; NV];
+    let mut start = [[_mm512_setzero_si512(); 2]; NV];
+    let mut wt = [[[_mm512_setzero_si512(); 2]; NV]; super::DEPTHWISE_TAPS];
     // SAFETY: masked loads of channels `c0..c0 + lanes` of each tap's
     // weights; 16-lane loads of arrays of 16.
     unsafe {
-        let zp = _mm512_set1_epi32(d.xq.zero_point);
-        for j in 0..NB {
-            let c0 = cb + 16 * j;
-            masks[j] = (u32::MAX >> (32 - 16.min(c - c0))) as __mmask16;
-            let (s, st) = d.lanes(c0);
-            scale[j] = _mm512_loadu_ps(s.as_ptr());
-            let mut sum = _mm512_setzero_si512();
-            for (t, wt) in wt.iter_mut().enumerate().take(taps) {
-                let w = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], d.w.as_ptr().add(t * c + c0)));
-                sum = _mm512_add_epi32(sum, w);
-                wt[j] = _mm512_and_si512(w, _mm512_set1_epi32(0xFFFF));
+        for j in 0..NV {
+            let c0 = cb + 32 * j;
+            let lanes = 32.min(c - c0);
+            masks[j] = (u64::MAX >> (64 - lanes)) as __mmask32;
+            let (mut sc, mut st) = ([[1.0f32; 16]; 2], [[0i32; 16]; 2]);
+            for k in 0..lanes {
+                let ch = c0 + k;
+                let sum = (0..taps).fold(0i32, |s, t| s.wrapping_add(d.w[t * c + ch] as i32));
+                sc[k % 2][k / 2] = super::requant_scale(d.xq.scale, super::weight_scale(d.w_scales, ch), d.y.scale);
+                st[k % 2][k / 2] = d.bias.map_or(0, |b| b[ch]).wrapping_sub(zp.wrapping_mul(sum));
             }
-            start[j] = _mm512_sub_epi32(_mm512_loadu_si512(st.as_ptr().cast()), _mm512_mullo_epi32(sum, zp));
+            for h in 0..2 {
+                scale[j][h] = _mm512_loadu_ps(sc[h].as_ptr());
+                start[j][h] = _mm512_loadu_si512(st[h].as_ptr().cast());
+            }
+            for (t, wt) in wt.iter_mut().enumerate().take(taps) {
+                let w = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(masks[j], d.w.as_ptr().add(t * c + c0)));
+                wt[j] = [
+                    _mm512_maskz_mov_epi16(0x5555_5555, w),
+                    _mm512_maskz_mov_epi16(0xAAAA_AAAA, w),
+                ];
+            }
         }
     }
     // Each tap's offset from its window's first input, and the outputs
@@ -369,30 +387,41 @@ unsafe fn dw_pass<const NB: usize>(d: &Depthwise<'_>, rows: (usize, usize), cb: 
                 }
             }
             // SAFETY: every pointer of `ptr` has the pass's channels (or
-            // is the zero-point row, of 16 · DW_BLOCKS bytes); the output
+            // is the zero-point row, of 32 · DW_VECTORS bytes); the output
             // pixel lies within `out`, as asserted by `depthwise`.
             unsafe {
-                // Two sets of sums, even and odd taps, to overlap their latency.
-                let (mut a, mut b) = (start, [_mm512_setzero_si512(); NB]);
+                let load = |mask: __mmask32, p: *const i8| match FULL {
+                    true => _mm256_loadu_si256(p.cast()),
+                    false => _mm256_maskz_loadu_epi8(mask, p),
+                };
+                // Two sets of sums, even and odd taps, to overlap their
+                // latency; each [vector][parity].
+                let (mut a, mut b) = (start, [[_mm512_setzero_si512(); 2]; NV]);
                 let mut t = 0;
                 while t + 1 < taps {
-                    for j in 0..NB {
-                        let xa = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], ptr[t].add(16 * j)));
-                        let xb = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], ptr[t + 1].add(16 * j)));
-                        a[j] = _mm512_dpwssd_epi32(a[j], xa, wt[t][j]);
-                        b[j] = _mm512_dpwssd_epi32(b[j], xb, wt[t + 1][j]);
+                    for j in 0..NV {
+                        let xa = _mm512_cvtepi8_epi16(load(masks[j], ptr[t].add(32 * j)));
+                        let xb = _mm512_cvtepi8_epi16(load(masks[j], ptr[t + 1].add(32 * j)));
+                        for h in 0..2 {
+                            a[j][h] = _mm512_dpwssd_epi32(a[j][h], xa, wt[t][j][h]);
+                            b[j][h] = _mm512_dpwssd_epi32(b[j][h], xb, wt[t + 1][j][h]);
+                        }
                     }
                     t += 2;
                 }
                 if t < taps {
-                    for j in 0..NB {
-                        let xa = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(masks[j], ptr[t].add(16 * j)));
-                        a[j] = _mm512_dpwssd_epi32(a[j], xa, wt[t][j]);
+                    for j in 0..NV {
+                        let xa = _mm512_cvtepi8_epi16(load(masks[j], ptr[t].add(32 * j)));
+                        for h in 0..2 {
+                            a[j][h] = _mm512_dpwssd_epi32(a[j][h], xa, wt[t][j][h]);
+                        }
                     }
                 }
-                for j in 0..NB {
-                    let o = out.as_mut_ptr().add(pixel * c + cb + 16 * j);
-                    _mm_mask_storeu_epi8(o, masks[j], r.apply(_mm512_add_epi32(a[j], b[j]), scale[j]));
+                for j in 0..NV {
+                    let [e, o] = [0, 1].map(|h| r.apply(_mm512_add_epi32(a[j][h], b[j][h]), scale[j][h]));
+                    // Back in channel order: even, odd, even, ...
+                    let v = _mm256_set_m128i(_mm_unpackhi_epi8(e, o), _mm_unpacklo_epi8(e, o));
+                    _mm256_mask_storeu_epi8(out.as_mut_ptr().add(pixel * c + cb + 32 * j), masks[j], v);
                 }
             }
             pixel += 1;
