@@ -506,11 +506,11 @@ fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     } else {
         if kept
             .as_ref()
-            .is_some_and(|t| t.dtype != ScalarType::Float || t.numel() != blockwise_kept_len(n))
+            .is_some_and(|t| t.dtype != ScalarType::Float || t.numel() != blockwise_kept_len(k, n, group))
         {
             return Err(format!(
                 "the kept operand does not hold {} floats",
-                blockwise_kept_len(n)
+                blockwise_kept_len(k, n, group)
             ));
         }
         let (pi, s7) = super::xnnpack::prepared_opt(

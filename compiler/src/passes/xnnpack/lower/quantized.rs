@@ -302,7 +302,7 @@ impl CallLowering<'_> {
         else {
             unreachable!("called on fully connected nodes")
         };
-        let (_, n) = self.fc_sizes(i, node)?;
+        let (k, n) = self.fc_sizes(i, node)?;
         if *weight_transposed || !self.fc_rows(*input) {
             return Err(self.node_unsupported(
                 i,
@@ -351,7 +351,7 @@ impl CallLowering<'_> {
         // A blockwise layer keeps its weight sums from run to run.
         let kept = match group {
             0 => self.null(),
-            _ => self.kept_packing(*filter, ptec_runtime::kernels::qd8::blockwise_kept_len(n)),
+            _ => self.kept_packing(*filter, ptec_runtime::kernels::qd8::blockwise_kept_len(k, n, group)),
         };
         let args = vec![
             self.slot(*input),

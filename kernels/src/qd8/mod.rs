@@ -115,42 +115,128 @@ fn row_words(k: usize, blocks: usize) -> usize {
     k.div_ceil(4) + 2 + 4 * blocks
 }
 
-/// Header of a blockwise layer's kept weight sums ("QD8K", `k`, `n`,
-/// `group`), in the style of the packed-weight stamp.
+/// Header of a blockwise layer's kept weight sums and repacking ("QD8R",
+/// `k`, `n`, `group`), in the style of the packed-weight stamp.
 fn kept_header(k: usize, n: usize, group: usize) -> [u32; 4] {
-    [0x4b38_4451, k as u32, n as u32, group as u32]
+    // "QD8R": the sums and the repacking.
+    [0x5238_4451, k as u32, n as u32, group as u32]
 }
 
-/// Floats a blockwise layer of `n` outputs keeps from run to run
-/// ([`prepare_blockwise`]).
-pub fn blockwise_kept_len(n: usize) -> usize {
-    4 + n
+/// Floats a blockwise layer of `k` inputs, `n` outputs and blocks of
+/// `group` keeps from run to run ([`prepare_blockwise`]): its stamp and
+/// weight sums, then, where the layer's shape allows (blocks of a
+/// multiple of 16 inputs), its weights repacked for the AVX-512 VNNI
+/// kernel.
+pub fn blockwise_kept_len(k: usize, n: usize, group: usize) -> usize {
+    match repacks(k, group) {
+        true => repacked_at(n).saturating_add(repacked_len(k, n, group)),
+        false => 4 + n,
+    }
+}
+
+/// Whether a blockwise layer's weights are repacked: blocks of a multiple
+/// of 16 inputs (a quad of each of the four partial products, see
+/// [`blockwise_sum`]), whole blocks.
+fn repacks(k: usize, group: usize) -> bool {
+    group > 0 && group.is_multiple_of(16) && k > 0 && k.is_multiple_of(group)
+}
+
+/// Where the repacked weights start in the kept floats (a cache line
+/// after the stamp and sums).
+fn repacked_at(n: usize) -> usize {
+    (4 + n).next_multiple_of(16)
+}
+
+/// Bytes of the repacking for one block of 16 outputs and one block of
+/// `group` inputs: their 16 scales (`f32`), then for each two quads of
+/// inputs the 16 outputs' 4 weights of each, the first quad's in the low
+/// nibbles (stored, `w + 8`).
+fn repacked_block(group: usize) -> usize {
+    64 * (1 + group / 8)
+}
+
+fn repacked_len(k: usize, n: usize, group: usize) -> usize {
+    n.div_ceil(16)
+        .saturating_mul(k / group)
+        .saturating_mul(repacked_block(group) / 4)
+}
+
+/// Input `e` (of 4) of quad `q` in a block, in the order the kernel takes
+/// them: each 16 inputs hold four quads, quad `j` the inputs of partial
+/// product `j`, `2j, 2j + 1, 2j + 8, 2j + 9`.
+#[inline(always)]
+fn quad_input(q: usize, e: usize) -> usize {
+    16 * (q / 4) + 2 * (q % 4) + [0, 1, 8, 9][e]
+}
+
+/// Reorders a quantized row's inputs into quads ([`quad_input`]).
+fn into_quads(xq: &mut [i8]) {
+    for chunk in xq.chunks_exact_mut(16) {
+        let was: [i8; 16] = core::array::from_fn(|i| chunk[i]);
+        for (i, v) in chunk.iter_mut().enumerate() {
+            *v = was[quad_input(i / 4, i % 4)];
+        }
+    }
+}
+
+/// Repacks `w` and `scales` (see [`repacked_block`]) into `out`.
+fn repack(w: &[u8], scales: &[bf16], group: usize, k: usize, n: usize, out: &mut [f32]) {
+    let blocks = k / group;
+    let out = &mut out[..repacked_len(k, n, group)];
+    // SAFETY: any bytes are a valid `f32` and the reverse.
+    let bytes = unsafe { core::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), out.len() * 4) };
+    let stored = |c: usize, i: usize| match c < n {
+        true => (nibble(w, c * k + i) + 8) as u8,
+        false => 0,
+    };
+    for (at, chunk) in bytes.chunks_exact_mut(repacked_block(group)).enumerate() {
+        let (cb, b) = (at / blocks, at % blocks);
+        let (head, quads) = chunk.split_at_mut(64);
+        for (o, s) in head.chunks_exact_mut(4).enumerate() {
+            let c = cb * 16 + o;
+            let scale = if c < n { widen(scales[c * blocks + b]) } else { 0.0 };
+            s.copy_from_slice(&scale.to_le_bytes());
+        }
+        for (p, v) in quads.chunks_exact_mut(64).enumerate() {
+            for (o, v) in v.chunks_exact_mut(4).enumerate() {
+                for (e, v) in v.iter_mut().enumerate() {
+                    let i = |q: usize| b * group + quad_input(q, e);
+                    *v = stored(cb * 16 + o, i(2 * p)) | (stored(cb * 16 + o, i(2 * p + 1)) << 4);
+                }
+            }
+        }
+    }
 }
 
 /// The weight sums of a blockwise layer (`w` `[n, k]` nibbles, `scales`
 /// `[n, k / group]`), which XNNPACK computes when it packs the weights: per
 /// output, the sums of each 16 weights times their block's scale,
-/// subtracted in order. Computed into `kept` (at least
-/// [`blockwise_kept_len`]`(n)` floats) unless it already holds them, so
-/// it can run before every call.
+/// subtracted in order; and the weights repacked where the shape allows.
+/// Computed into `kept` (at least [`blockwise_kept_len`] floats) unless
+/// it already holds them, so it can run before every call.
 pub fn prepare_blockwise(w: &[u8], scales: &[bf16], group: usize, k: usize, n: usize, kept: &mut [f32]) {
     let header = kept_header(k, n, group);
-    let kept = &mut kept[..blockwise_kept_len(n)];
+    let kept = &mut kept[..blockwise_kept_len(k, n, group)];
     if !crate::gemm::packing::stamped(kept, &header) {
         let blocks = blocks_of(k, group);
-        let (head, sums) = kept.split_at_mut(4);
-        for (c, s) in sums.iter_mut().enumerate() {
+        let (head, rest) = kept.split_at_mut(4);
+        for (c, s) in rest[..n].iter_mut().enumerate() {
             *s = ksum(&w[c * k / 2..], k, &scales[c * blocks..][..blocks], group);
+        }
+        if repacks(k, group) {
+            repack(w, scales, group, k, n, &mut rest[repacked_at(n) - 4..]);
         }
         crate::gemm::packing::stamp(head, &header);
     }
 }
 
-/// The weight sums in `kept`, when [`prepare_blockwise`] made them for
-/// this layer.
-fn kept_sums(kept: &[f32], k: usize, n: usize, group: usize) -> Option<&[f32]> {
-    let sums = kept.get(..blockwise_kept_len(n))?;
-    crate::gemm::packing::stamped(sums, &kept_header(k, n, group)).then(|| &sums[4..])
+/// The weight sums in `kept`, and the repacked weights if any, when
+/// [`prepare_blockwise`] made them for this layer.
+fn kept_sums(kept: &[f32], k: usize, n: usize, group: usize) -> Option<(&[f32], Option<&[f32]>)> {
+    let kept = kept.get(..blockwise_kept_len(k, n, group))?;
+    let stamped = crate::gemm::packing::stamped(kept, &kept_header(k, n, group));
+    let repacked = repacks(k, group).then(|| &kept[repacked_at(n)..]);
+    stamped.then(|| (&kept[4..4 + n], repacked))
 }
 
 /// `out[r, c] = clamp(x[r, :] · w[c, :] + bias[c], min, max)` over `rows`
@@ -172,10 +258,13 @@ pub fn fully_connected(
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    let (group, ksums) = match *weights {
+    let (group, kept) = match *weights {
         Weights::Blockwise4 { group, kept, .. } => (group, kept.and_then(|v| kept_sums(v, k, n, group))),
         _ => (0, None),
     };
+    let ksums = kept.map(|(sums, _)| sums);
+    // The repacked weights, where this CPU has the kernel for them.
+    let repacked = kept.and_then(|(_, r)| r).filter(|_| vnni::available());
     let blocks = blocks_of(k, group);
     let words = row_words(k, blocks);
     let (x, out, scratch) = (&x[..rows * k], &mut out[..rows * n], &mut scratch[..rows * words]);
@@ -189,7 +278,10 @@ pub fn fully_connected(
         let q = quantize_row(&x[r * k..][..k], xq);
         rest[0] = q.zero_point as f32;
         rest[1] = q.scale;
-        if fast.is_some() {
+        if repacked.is_some() {
+            block_sums(xq, group, as_i32(&mut rest[2..]));
+            into_quads(xq);
+        } else if fast.is_some() {
             block_sums(xq, group, as_i32(&mut rest[2..]));
             simd::interleave(xq);
         }
@@ -212,6 +304,37 @@ pub fn fully_connected(
     };
     // Each output reads its weight row once, for every row of inputs.
     let columns = |c0: usize, c1: usize, put: &mut dyn FnMut(usize, usize, f32)| {
+        if let Some(packed) = repacked {
+            // Blocks of 16 outputs, each over every row while its weights
+            // are in cache.
+            let blocks = k / group;
+            let per = repacked_block(group) / 4;
+            let ksums = ksums.unwrap_or_default();
+            for c in (c0..c1).step_by(16) {
+                let cols = 16.min(c1 - c);
+                let at = c / 16 * blocks * per;
+                let tile = Tile {
+                    group,
+                    blocks,
+                    packed: &packed[at..at + blocks * per],
+                    ksums: core::array::from_fn(|o| ksums.get(c + o).copied().unwrap_or(0.0)),
+                    bias: core::array::from_fn(|o| bias.map_or(0.0, |b| b.get(c + o).copied().unwrap_or(0.0))),
+                    min,
+                    max,
+                };
+                for r0 in (0..rows).step_by(vnni::ROWS) {
+                    let take = vnni::ROWS.min(rows - r0);
+                    let each: [_; vnni::ROWS] = core::array::from_fn(|i| row_of(r0 + i.min(take - 1)));
+                    let ys = tile.rows(&each.map(|(xq, sums, zp, scale)| (xq, sums, zp, scale)));
+                    for (i, y) in ys.iter().enumerate().take(take) {
+                        for (o, &y) in y.iter().enumerate().take(cols) {
+                            put(r0 + i, c + o, y);
+                        }
+                    }
+                }
+            }
+            return;
+        }
         if let (Weights::Blockwise4 { w, scales, .. }, Some(fast)) = (*weights, fast) {
             // Up to `ROWS` rows share each unpacked weight; groups of rows
             // are gathered once for every output.
@@ -391,6 +514,39 @@ fn blockwise_sum(
         }
     }
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni;
+
+/// 16 outputs of a blockwise layer for the VNNI kernel (`vnni::Tile::rows`):
+/// their repacked weights (`blocks` blocks of `group` inputs), weight
+/// sums, biases and the output clamp.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Tile<'a> {
+    group: usize,
+    blocks: usize,
+    packed: &'a [f32],
+    ksums: [f32; 16],
+    bias: [f32; 16],
+    min: f32,
+    max: f32,
+}
+
+/// No AVX-512 VNNI kernel off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+mod vnni {
+    pub(super) const ROWS: usize = 1;
+
+    pub(super) fn available() -> bool {
+        false
+    }
+
+    impl super::Tile<'_> {
+        pub(super) fn rows(&self, _: &[(&[i8], &[i32], i32, f32); ROWS]) -> [[f32; 16]; ROWS] {
+            unreachable!("no VNNI kernel on this target")
+        }
+    }
 }
 
 /// The vectorized blockwise layer: the same sums as [`blockwise_sum`], to
@@ -889,6 +1045,11 @@ mod tests {
             // Scalar sums: k not a multiple of 64, a partial 16 weights.
             (2, 40, 5, 8),
             (3, 96, 7, 32),
+            // Repacked: blocks of 16, row counts 1 to 4 past whole tiles,
+            // outputs past whole blocks of 16.
+            (6, 48, 33, 16),
+            (7, 160, 20, 32),
+            (9, 256, 16, 128),
         ] {
             let blocks = k / group;
             // Rows of mixed signs and ranges; one all positive, one tiny.
@@ -928,7 +1089,7 @@ mod tests {
                     want.push(libm::fmaf(sum, q.scale, bias[c]).max(min).min(max));
                 }
             }
-            let mut kept = std::vec![0f32; blockwise_kept_len(n)];
+            let mut kept = std::vec![0f32; blockwise_kept_len(k, n, group)];
             for (threads, keep) in [(1, false), (2, false), (1, true), (2, true)] {
                 crate::parallel::set_threads(threads);
                 if keep {
@@ -951,10 +1112,11 @@ mod tests {
                 );
             }
             crate::parallel::set_threads(1);
-            // A second preparation finds the sums in place.
-            let before = kept.clone();
+            // A second preparation finds the sums (and repacking) in place.
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            let before = bits(&kept);
             prepare_blockwise(&w, &scales, group, k, n, &mut kept);
-            assert_eq!(before, kept);
+            assert_eq!(before, bits(&kept));
         }
     }
 
