@@ -439,15 +439,16 @@ fn as_i32_ref(words: &[f32]) -> &[i32] {
     unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<i32>(), words.len()) }
 }
 
-/// `sums[4·b + j] = 8 · Σ xq[i]` over the inputs `i` of block `b` with
+/// `sums[4·b + j] = -8 · Σ xq[i]` over the inputs `i` of block `b` with
 /// `(i mod 8) / 2 == j`: what the weights' offset of 8 takes from the
 /// block's four partial products when they are summed over the stored
-/// nibbles (`0..16`) rather than the weights.
+/// nibbles (`0..16`) rather than the weights (negated, so that the VNNI
+/// kernel starts its sums from it).
 fn block_sums(xq: &[i8], group: usize, sums: &mut [i32]) {
     for (b, s) in sums.chunks_exact_mut(4).take(blocks_of(xq.len(), group)).enumerate() {
         s.fill(0);
         for (i, &v) in xq[b * group..(b + 1) * group].iter().enumerate() {
-            s[(i % 8) / 2] += 8 * v as i32;
+            s[(i % 8) / 2] -= 8 * v as i32;
         }
     }
 }
@@ -841,7 +842,7 @@ mod simd {
                     let s1 = _mm_castsi128_ps(_mm_and_si128(pair, top));
                     for r in 0..R {
                         let m =
-                            _mm256_sub_epi32(dot(wv, x[r].add(64 * c)), _mm256_loadu_si256(sums[r].add(8 * c).cast()));
+                            _mm256_add_epi32(dot(wv, x[r].add(64 * c)), _mm256_loadu_si256(sums[r].add(8 * c).cast()));
                         let f = _mm256_cvtepi32_ps(m);
                         lanes[r] = _mm_fmadd_ps(_mm256_castps256_ps128(f), s0, lanes[r]);
                         lanes[r] = _mm_fmadd_ps(_mm256_extractf128_ps::<1>(f), s1, lanes[r]);
@@ -860,7 +861,7 @@ mod simd {
                     let s = _mm_set1_ps(widen(s));
                     for r in 0..R {
                         let m = _mm_add_epi32(_mm256_castsi256_si128(acc[r]), _mm256_extracti128_si256::<1>(acc[r]));
-                        let m = _mm_sub_epi32(m, _mm_loadu_si128(sums[r].add(4 * b).cast()));
+                        let m = _mm_add_epi32(m, _mm_loadu_si128(sums[r].add(4 * b).cast()));
                         lanes[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(m), s, lanes[r]);
                     }
                 }

@@ -8,7 +8,7 @@ use super::Tile;
 use core::arch::x86_64::*;
 
 /// Rows of inputs a tile sums at once.
-pub(super) const ROWS: usize = 4;
+pub(super) const ROWS: usize = 3;
 
 pub(super) fn available() -> bool {
     crate::cpu::has_avx512_vnni()
@@ -37,7 +37,7 @@ impl Tile<'_> {
                 1 => out[..1].copy_from_slice(&self.sums::<1>(rows)),
                 2 => out[..2].copy_from_slice(&self.sums::<2>(rows)),
                 3 => out[..3].copy_from_slice(&self.sums::<3>(rows)),
-                _ => out = self.sums::<4>(rows),
+                _ => out[..4].copy_from_slice(&self.sums::<4>(rows)),
             }
         }
         for i in distinct..ROWS {
@@ -66,10 +66,10 @@ impl Tile<'_> {
             for b in 0..self.blocks {
                 let at = base.add(b * block);
                 let s = _mm512_loadu_ps(at.cast());
-                // Each partial starts less its share of the weights' +8.
+                // Each partial starts from its share of the weights' +8.
                 let mut acc: [[__m512i; 4]; R] = core::array::from_fn(|r| {
                     let sums = rows[r].1.as_ptr().add(4 * b);
-                    core::array::from_fn(|j| _mm512_set1_epi32(0i32.wrapping_sub(*sums.add(j))))
+                    core::array::from_fn(|j| _mm512_set1_epi32(*sums.add(j)))
                 });
                 for p2 in 0..group / 16 {
                     // Quads 4·p2 + 0..4, partials 0..4, two 64-byte loads.
