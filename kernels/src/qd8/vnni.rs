@@ -36,8 +36,7 @@ impl Tile<'_> {
             match distinct {
                 1 => out[..1].copy_from_slice(&self.sums::<1>(rows)),
                 2 => out[..2].copy_from_slice(&self.sums::<2>(rows)),
-                3 => out[..3].copy_from_slice(&self.sums::<3>(rows)),
-                _ => out[..4].copy_from_slice(&self.sums::<4>(rows)),
+                _ => out = self.sums::<ROWS>(rows),
             }
         }
         for i in distinct..ROWS {
