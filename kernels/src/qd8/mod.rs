@@ -302,8 +302,9 @@ pub fn fully_connected(
             max
         }
     };
-    // Each output reads its weight row once, for every row of inputs.
-    let columns = |c0: usize, c1: usize, put: &mut dyn FnMut(usize, usize, f32)| {
+    // Each output reads its weight row once, for every row of inputs;
+    // `put(r, c, ys)` writes row `r`'s outputs `c..c + ys.len()`.
+    let columns = |c0: usize, c1: usize, put: &mut dyn FnMut(usize, usize, &[f32])| {
         if let Some(packed) = repacked {
             // Blocks of 16 outputs, each over every row while its weights
             // are in cache.
@@ -325,11 +326,9 @@ pub fn fully_connected(
                 for r0 in (0..rows).step_by(vnni::ROWS) {
                     let take = vnni::ROWS.min(rows - r0);
                     let each: [_; vnni::ROWS] = core::array::from_fn(|i| row_of(r0 + i.min(take - 1)));
-                    let ys = tile.rows(&each.map(|(xq, sums, zp, scale)| (xq, sums, zp, scale)));
+                    let ys = tile.rows(&each);
                     for (i, y) in ys.iter().enumerate().take(take) {
-                        for (o, &y) in y.iter().enumerate().take(cols) {
-                            put(r0 + i, c + o, y);
-                        }
+                        put(r0 + i, c, &y[..cols]);
                     }
                 }
             }
@@ -356,7 +355,7 @@ pub fn fully_connected(
                     for (r0, take, inputs, zero_points, row_scales) in &groups[..count] {
                         let sums = fast.sums(inputs, &zero_points.map(|z| ks * z as f32), w, s);
                         for i in 0..*take {
-                            put(r0 + i, c, clamp(libm::fmaf(sums[i], row_scales[i], b)));
+                            put(r0 + i, c, &[clamp(libm::fmaf(sums[i], row_scales[i], b))]);
                         }
                     }
                 }
@@ -394,13 +393,13 @@ pub fn fully_connected(
                         libm::fmaf(sum, scale, b)
                     }
                 };
-                put(r, c, clamp(y));
+                put(r, c, &[clamp(y)]);
             }
         }
     };
     let split = crate::parallel::split(n, 16);
     if rows * n * k < 1 << 16 || split.parts() < 2 {
-        columns(0, n, &mut |r, c, y| out[r * n + c] = y);
+        columns(0, n, &mut |r, c, ys| out[r * n + c..][..ys.len()].copy_from_slice(ys));
         return;
     }
     // SAFETY: part `p` writes only the columns of its range (of every
@@ -409,9 +408,11 @@ pub fn fully_connected(
     crate::parallel::run_parts(split.parts(), &|p| {
         let Some((c0, c1)) = split.range(p) else { return };
         let out = shared.get();
-        // SAFETY: `r < rows` and `c < n`: within `out` (`rows · n`
-        // floats); see above for the parts.
-        columns(c0, c1, &mut |r, c, y| unsafe { *out.add(r * n + c) = y });
+        // SAFETY: `r < rows` and `c + ys.len() <= c1 <= n`: within `out`
+        // (`rows · n` floats); see above for the parts.
+        columns(c0, c1, &mut |r, c, ys| unsafe {
+            core::ptr::copy_nonoverlapping(ys.as_ptr(), out.add(r * n + c), ys.len())
+        });
     });
 }
 
