@@ -21,8 +21,9 @@ pub enum Weights<'a> {
     Channelwise4 { w: &'a [u8], scales: &'a [f32] },
     /// 4-bit as above, with a bf16 scale per block of `group` inputs of
     /// each output channel, `[n, k / group]` (`qbint4`). `kept`: the
-    /// layer's buffer after [`prepare_blockwise`] (its weight sums, made
-    /// once), or `None` to sum the weights on every call.
+    /// layer's buffer after [`prepare_blockwise`] (its weight sums and
+    /// repacked weights, made once), or `None` to sum the weights on every
+    /// call.
     Blockwise4 {
         w: &'a [u8],
         scales: &'a [bf16],
@@ -118,7 +119,6 @@ fn row_words(k: usize, blocks: usize) -> usize {
 /// Header of a blockwise layer's kept weight sums and repacking ("QD8R",
 /// `k`, `n`, `group`), in the style of the packed-weight stamp.
 fn kept_header(k: usize, n: usize, group: usize) -> [u32; 4] {
-    // "QD8R": the sums and the repacking.
     [0x5238_4451, k as u32, n as u32, group as u32]
 }
 
