@@ -108,16 +108,24 @@ pub struct Sdpa<'a> {
     pub scale: f32,
 }
 
-/// Scratch floats [`custom_sdpa`] needs: one row of scores.
+/// Scratch floats [`custom_sdpa`] needs: a row of scores for each thread
+/// it may use.
 pub fn sdpa_scratch_len(cache_len: usize) -> usize {
-    cache_len
+    cache_len * crate::parallel::MAX_THREADS
 }
+
+/// Products of attention (`q · k` and `p · v` over all heads and keys)
+/// below which [`custom_sdpa`] stays on the calling thread.
+const SDPA_SPLIT_WORK: usize = 1 << 16;
 
 /// `llama::custom_sdpa`: for each batch line, head and query, softmax over
 /// the keys at positions `0..start_pos + seq` (only those up to the
 /// query's own position when causal) of `scale · q · k` (plus the mask),
 /// then the weighted sum of the values. Query head `h` reads kv head `h /
-/// (heads / kv_heads)` (grouped-query attention).
+/// (heads / kv_heads)` (grouped-query attention). Dot products are taken
+/// over 16 lanes and `exp` is a polynomial ([`crate::scalar::exp_nonpositive`],
+/// within 2 ulp), vectorized; query positions are split across threads in
+/// ranges of equal work, each with its own row of `scores`.
 pub fn custom_sdpa(
     q: &[f32],
     k_cache: &[f32],
@@ -149,34 +157,110 @@ pub fn custom_sdpa(
             return Err(KernelError::ShapeMismatch);
         }
     }
-    let reps = h / kvh;
-    for bi in 0..b {
-        for hi in 0..h {
-            let kv = hi / reps;
-            for si in 0..s {
-                let qo = ((bi * s + si) * h + hi) * d;
-                let qrow = &q[qo..qo + d];
-                // Keys past the query's own position are left out when
-                // causal: their weight is exp(-inf) = 0.
-                let seen = if args.is_causal { start + si + 1 } else { keys };
+    let rows = b * s;
+    if rows == 0 || h * d == 0 {
+        return Ok(());
+    }
+    let job = SdpaRows {
+        q,
+        k_cache,
+        v_cache,
+        args,
+        dims: [s, h, kvh, d, len],
+        start,
+    };
+    // Query rows split in contiguous ranges of about equal work (a causal
+    // row reads as many keys as its position), one row of scores each.
+    let total: usize = (0..rows).map(|r| job.seen(r)).sum();
+    let parts = crate::parallel::threads()
+        .min(crate::parallel::MAX_THREADS)
+        .min(scores.len() / keys)
+        .min(rows);
+    if parts <= 1 || total * h * d * 2 < SDPA_SPLIT_WORK {
+        job.run_rows(0, out, &mut scores[..keys]);
+        return Ok(());
+    }
+    let mut starts = [rows; crate::parallel::MAX_THREADS];
+    let (mut p, mut done) = (0, 0);
+    for r in 0..rows {
+        if p < parts && done * parts >= total * p {
+            starts[p] = r;
+            p += 1;
+        }
+        done += job.seen(r);
+    }
+    let parts = p;
+    let outs = crate::parallel::Pieces::new(out, starts[..parts].iter().map(|&r| r * h * d));
+    let scratch = crate::parallel::Pieces::new(scores, (0..parts).map(|i| i * keys));
+    crate::parallel::run_parts(parts, &|i| {
+        if let (Some(o), Some(sc)) = (outs.take(i), scratch.take(i)) {
+            job.run_rows(starts[i], o, &mut sc[..keys]);
+        }
+    });
+    Ok(())
+}
+
+/// The work of [`custom_sdpa`], checked: `dims` is `[seq, heads,
+/// kv_heads, head_dim, cache_len]`.
+#[derive(Clone, Copy)]
+struct SdpaRows<'a> {
+    q: &'a [f32],
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
+    args: &'a Sdpa<'a>,
+    dims: [usize; 5],
+    start: usize,
+}
+
+impl SdpaRows<'_> {
+    /// Keys query row `r` (of `batch · seq`) attends to.
+    fn seen(&self, r: usize) -> usize {
+        let s = self.dims[0];
+        match self.args.is_causal {
+            true => self.start + r % s + 1,
+            false => self.start + s,
+        }
+    }
+
+    /// The outputs of query rows `first..` into `out` (whole rows of all
+    /// heads), compiled for this CPU's best instruction set.
+    fn run_rows(self, first: usize, out: &mut [f32], scores: &mut [f32]) {
+        struct Work<'a, 'b>(SdpaRows<'a>, usize, &'b mut [f32], &'b mut [f32]);
+        impl crate::cpu::Vectorized for Work<'_, '_> {
+            type Output = ();
+            #[inline(always)]
+            fn run(self) {
+                let Work(job, first, out, scores) = self;
+                job.rows(first, out, scores);
+            }
+        }
+        crate::cpu::with_best_isa(Work(self, first, out, scores))
+    }
+
+    #[inline(always)]
+    fn rows(&self, first: usize, out: &mut [f32], scores: &mut [f32]) {
+        let [s, h, kvh, d, len] = self.dims;
+        let (args, reps, keys) = (self.args, h / kvh, self.start + s);
+        for (i, orow) in out.chunks_exact_mut(h * d).enumerate() {
+            let r = first + i;
+            let (bi, si) = (r / s, r % s);
+            let seen = self.seen(r);
+            for (hi, o) in orow.chunks_exact_mut(d).enumerate() {
+                let kv = hi / reps;
+                let qrow = &self.q[(r * h + hi) * d..][..d];
                 let row = &mut scores[..seen];
                 let mut max = f32::NEG_INFINITY;
                 for (j, sc) in row.iter_mut().enumerate() {
                     let ko = ((bi * len + j) * kvh + kv) * d;
-                    let dot: f32 = qrow.iter().zip(&k_cache[ko..ko + d]).map(|(a, b)| a * b).sum();
+                    let dot = dot16(qrow, &self.k_cache[ko..ko + d]);
                     *sc = dot * args.scale + args.mask.map_or(0.0, |m| m[si * keys + j]);
                     max = max.max(*sc);
                 }
-                let mut sum = 0.0f32;
-                for sc in row.iter_mut() {
-                    *sc = libm::expf(*sc - max);
-                    sum += *sc;
-                }
-                let o = &mut out[qo..qo + d];
+                let sum = crate::softmax::exp_sum_in_place(row, max);
                 o.fill(0.0);
                 for (j, &p) in row.iter().enumerate() {
                     let vo = ((bi * len + j) * kvh + kv) * d;
-                    for (x, &v) in o.iter_mut().zip(&v_cache[vo..vo + d]) {
+                    for (x, &v) in o.iter_mut().zip(&self.v_cache[vo..vo + d]) {
                         *x += p * v;
                     }
                 }
@@ -185,7 +269,24 @@ pub fn custom_sdpa(
             }
         }
     }
-    Ok(())
+}
+
+/// `Σ a[i] · b[i]` over 16 lanes, then the lanes and the rest in order.
+#[inline(always)]
+fn dot16(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut lanes = [0.0f32; L];
+    let (ac, bc) = (a.chunks_exact(L), b.chunks_exact(L));
+    let mut tail = 0.0f32;
+    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
+        tail += x * y;
+    }
+    for (x, y) in ac.zip(bc) {
+        for l in 0..L {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// `llama::sdpa_with_kv_cache`: `k` and `v` (`[batch, seq, kv_heads,
@@ -467,6 +568,80 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Prompts long enough to split across threads (causal ranges of
+    /// equal work, uneven in rows), a head size with a tail past the 16
+    /// lanes, and a mask: every output as attention written out, and the
+    /// same bits on 1, 2 and 3 threads.
+    #[test]
+    fn custom_sdpa_splits_query_rows_across_threads() {
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rng = Lcg(11);
+        let (b, s, h, kvh, d, len) = (2, 37, 4, 2, 21, 64);
+        let q = rng.vec(b * s * h * d);
+        let k = rng.vec(b * len * kvh * d);
+        let v = rng.vec(b * len * kvh * d);
+        for (start, causal, masked) in [(0, true, false), (9, true, false), (5, false, false), (3, false, true)] {
+            let keys = start + s;
+            // A mask that hides every third key: the reference sees the
+            // same by having those keys' scores at -inf.
+            let mask: Vec<f32> = (0..s * keys)
+                .map(|i| if i % keys % 3 == 1 { f32::NEG_INFINITY } else { 0.0 })
+                .collect();
+            let mut outs = Vec::new();
+            for threads in [1, 2, 3] {
+                crate::parallel::set_threads(threads);
+                let mut out = vec![0.0; q.len()];
+                let mut scores = vec![0.0; sdpa_scratch_len(len)];
+                let args = Sdpa {
+                    q_sizes: &[b, s, h, d],
+                    cache_sizes: &[b, len, kvh, d],
+                    start_pos: start as i64,
+                    mask: masked.then_some(&mask[..]),
+                    mask_sizes: &[s, keys],
+                    is_causal: causal,
+                    scale: 0.3,
+                };
+                custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).unwrap();
+                outs.push(out);
+            }
+            crate::parallel::set_threads(1);
+            assert!(
+                outs.iter().all(|o| o == &outs[0]),
+                "start {start} causal {causal}: threads disagree"
+            );
+            if masked {
+                // Keys hidden by the mask: attention over the others.
+                let kept: Vec<usize> = (0..keys).filter(|j| j % 3 != 1).collect();
+                for (si, hi, bi) in [(0, 0, 0), (s - 1, h - 1, b - 1), (7, 2, 1)] {
+                    let kv = hi / (h / kvh);
+                    let at = |t: &[f32], j: usize, e: usize| t[((bi * len + j) * kvh + kv) * d + e] as f64;
+                    let qv = |e: usize| q[((bi * s + si) * h + hi) * d + e] as f64;
+                    let w: Vec<f64> = kept
+                        .iter()
+                        .map(|&j| (0..d).map(|e| qv(e) * at(&k, j, e)).sum::<f64>() * 0.3f32 as f64)
+                        .collect();
+                    let m = w.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = w.iter().map(|x| (x - m).exp()).sum();
+                    for c in 0..d {
+                        let o: f64 = kept
+                            .iter()
+                            .zip(&w)
+                            .map(|(&j, x)| (x - m).exp() * at(&v, j, c))
+                            .sum::<f64>()
+                            / z;
+                        let got = outs[0][((bi * s + si) * h + hi) * d + c];
+                        assert!((got as f64 - o).abs() < 1e-5, "masked: {got} vs {o}");
+                    }
+                }
+                continue;
+            }
+            let want = reference(&q, &k, &v, [b, s, h, kvh, d, len], start, causal, 0.3f32 as f64);
+            for (x, y) in outs[0].iter().zip(&want) {
+                assert!((x - y).abs() < 1e-5, "start {start} causal {causal}: {x} vs {y}");
+            }
+        }
     }
 
     #[test]

@@ -204,9 +204,9 @@ fn row<T: Float, U: Float<Acc = T::Acc>, const LOG: bool>(x: &[T], out: &mut [U]
 }
 
 /// Softmax of one contiguous `f32` slice, vectorized: the maximum, then
-/// `exp(x − max)` with [`exp_nonpositive`] summed over 16 lanes, then one
-/// division each. NaN anywhere (or `+inf`, or only `-inf`) gives NaN, as
-/// the generic path.
+/// `exp(x − max)` and its sum ([`exp_sum_in_place`]), then one division
+/// each. NaN anywhere (or `+inf`, or only `-inf`) gives NaN, as the
+/// generic path.
 #[inline(always)]
 fn softmax_row_f32(x: &[f32], out: &mut [f32]) {
     const L: usize = 16;
@@ -224,25 +224,34 @@ fn softmax_row_f32(x: &[f32], out: &mut [f32]) {
     for l in lanes {
         m = max_nan(m, l);
     }
-    let mut sums = [0.0f32; L];
-    let (xc, oc) = (x.chunks_exact(L), out.chunks_exact_mut(L));
-    let (xr, mut tail) = (xc.remainder(), 0.0f32);
-    for (xs, os) in xc.zip(oc) {
-        for l in 0..L {
-            let e = exp_nonpositive(xs[l] - m);
-            os[l] = e;
-            sums[l] += e;
-        }
-    }
-    let done = x.len() - xr.len();
-    for (o, &v) in out[done..].iter_mut().zip(xr) {
-        *o = exp_nonpositive(v - m);
-        tail += *o;
-    }
-    let sum = sums.iter().sum::<f32>() + tail;
+    out.copy_from_slice(x);
+    let sum = exp_sum_in_place(out, m);
     for o in out.iter_mut() {
         *o /= sum;
     }
+}
+
+/// `x = exp(x − m)` over `row` with [`exp_nonpositive`] (`m` at least
+/// every element, or NaN), and the sum of the results, taken over 16
+/// lanes. Vectorizes where inlined into [`crate::cpu::Vectorized`] work.
+#[inline(always)]
+pub(crate) fn exp_sum_in_place(row: &mut [f32], m: f32) -> f32 {
+    const L: usize = 16;
+    let mut sums = [0.0f32; L];
+    let mut chunks = row.chunks_exact_mut(L);
+    for xs in &mut chunks {
+        for l in 0..L {
+            let e = exp_nonpositive(xs[l] - m);
+            xs[l] = e;
+            sums[l] += e;
+        }
+    }
+    let mut tail = 0.0f32;
+    for x in chunks.into_remainder() {
+        *x = exp_nonpositive(*x - m);
+        tail += *x;
+    }
+    sums.iter().sum::<f32>() + tail
 }
 
 /// Softmax of the contiguous `f32` rows of length `len` of `x`.

@@ -63,26 +63,97 @@ pub fn row_quant(min: f32, max: f32) -> RowQuant {
 }
 
 /// Quantizes one row into `out` (as long as `x`); returns its parameters.
+/// The range is taken over 16 lanes (the same minimum and maximum: NaN is
+/// passed over, the sign of a zero does not change the parameters), so
+/// that it vectorizes where inlined into [`crate::cpu::Vectorized`] work.
+#[inline(always)]
 pub fn quantize_row(x: &[f32], out: &mut [i8]) -> RowQuant {
+    const L: usize = 16;
+    let (mut mins, mut maxs) = ([f32::INFINITY; L], [f32::NEG_INFINITY; L]);
+    let chunks = x.chunks_exact(L);
     let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
-    for &v in x {
+    for &v in chunks.remainder() {
         min = min.min(v);
         max = max.max(v);
+    }
+    for c in chunks {
+        for l in 0..L {
+            mins[l] = mins[l].min(c[l]);
+            maxs[l] = maxs[l].max(c[l]);
+        }
+    }
+    for l in 0..L {
+        min = min.min(mins[l]);
+        max = max.max(maxs[l]);
     }
     let q = row_quant(min, max);
     for (o, &v) in out.iter_mut().zip(x) {
         // x86: min(x · m, 32767) (a NaN becomes 32767), round, then
-        // saturating packs.
-        let p = v * q.multiplier;
-        let r = if p.is_nan() {
-            32767
-        } else {
-            round_even(p.clamp(-32768.0, 32767.0)) as i32
-        };
+        // saturating packs (`clamp` would keep the NaN).
+        #[allow(clippy::manual_clamp)]
+        let r = round_even((v * q.multiplier).min(32767.0).max(-32768.0));
+        // SAFETY: `r` is an integer in -32768..=32767.
+        let r = unsafe { r.to_int_unchecked::<i32>() };
         *o = (r + q.zero_point).clamp(-128, 127) as i8;
     }
     q
 }
+
+/// How a quantized row is laid out for the kernel that will read it.
+#[derive(Clone, Copy, PartialEq)]
+enum RowLayout {
+    /// In input order (the scalar paths).
+    Plain,
+    /// Each 16 inputs in quads ([`into_quads`]; the VNNI kernel).
+    Quads,
+    /// Each 64 inputs interleaved (`simd::interleave`; the AVX2 kernel).
+    Interleaved,
+}
+
+/// Rows of `k` inputs quantized into their scratch rows of `words`
+/// floats each ([`row_words`]), with their block sums where the layout
+/// takes them.
+struct PrepareRows<'a> {
+    x: &'a [f32],
+    k: usize,
+    group: usize,
+    layout: RowLayout,
+    scratch: &'a mut [f32],
+}
+
+impl crate::cpu::Vectorized for PrepareRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let PrepareRows {
+            x,
+            k,
+            group,
+            layout,
+            scratch,
+        } = self;
+        let words = row_words(k, blocks_of(k, group));
+        for (row, x) in scratch.chunks_exact_mut(words).zip(x.chunks_exact(k)) {
+            let (bytes, rest) = row.split_at_mut(k.div_ceil(4));
+            let xq = &mut as_bytes(bytes)[..k];
+            let q = quantize_row(x, xq);
+            rest[0] = q.zero_point as f32;
+            rest[1] = q.scale;
+            if layout != RowLayout::Plain {
+                block_sums(xq, group, as_i32(&mut rest[2..]));
+            }
+            match layout {
+                RowLayout::Quads => into_quads(xq),
+                RowLayout::Interleaved => simd::interleave(xq),
+                RowLayout::Plain => {}
+            }
+        }
+    }
+}
+
+/// Inputs a thread quantizes at least, when the rows are split (few in
+/// tests, so that their small layers split too).
+const PREPARE_GRAIN: usize = if cfg!(test) { 16 } else { 1 << 14 };
 
 /// The 4-bit weight at `i` of a packed matrix, signed.
 #[inline(always)]
@@ -170,6 +241,7 @@ fn quad_input(q: usize, e: usize) -> usize {
 }
 
 /// Reorders a quantized row's inputs into quads ([`quad_input`]).
+#[inline(always)]
 fn into_quads(xq: &mut [i8]) {
     for chunk in xq.chunks_exact_mut(16) {
         let was: [i8; 16] = core::array::from_fn(|i| chunk[i]);
@@ -272,20 +344,23 @@ pub fn fully_connected(
         assert!(b.len() >= n, "a bias of {} for {n} outputs", b.len());
     }
     let fast = simd::Blockwise::for_layer(weights, k);
-    for (r, row) in scratch.chunks_exact_mut(words).enumerate() {
-        let (bytes, rest) = row.split_at_mut(k.div_ceil(4));
-        let xq = &mut as_bytes(bytes)[..k];
-        let q = quantize_row(&x[r * k..][..k], xq);
-        rest[0] = q.zero_point as f32;
-        rest[1] = q.scale;
-        if repacked.is_some() {
-            block_sums(xq, group, as_i32(&mut rest[2..]));
-            into_quads(xq);
-        } else if fast.is_some() {
-            block_sums(xq, group, as_i32(&mut rest[2..]));
-            simd::interleave(xq);
-        }
-    }
+    let layout = match (repacked, fast) {
+        (Some(_), _) => RowLayout::Quads,
+        (None, Some(_)) => RowLayout::Interleaved,
+        (None, None) => RowLayout::Plain,
+    };
+    // Rows quantized in bands across threads (a prompt's rows).
+    let grain = PREPARE_GRAIN.div_ceil(k.max(1));
+    crate::parallel::for_each_band(scratch, rows, words, grain, true, &|band, scratch| {
+        let x = &x[band.start * k..band.end * k];
+        crate::cpu::with_best_isa(PrepareRows {
+            x,
+            k,
+            group,
+            layout,
+            scratch,
+        })
+    });
     let scratch = &*scratch;
     // A row of scratch: its interleaved or plain bytes, block sums, zero
     // point and scale.
@@ -445,11 +520,22 @@ fn as_i32_ref(words: &[f32]) -> &[i32] {
 /// block's four partial products when they are summed over the stored
 /// nibbles (`0..16`) rather than the weights (negated, so that the VNNI
 /// kernel starts its sums from it).
+#[inline(always)]
 fn block_sums(xq: &[i8], group: usize, sums: &mut [i32]) {
     for (b, s) in sums.chunks_exact_mut(4).take(blocks_of(xq.len(), group)).enumerate() {
-        s.fill(0);
-        for (i, &v) in xq[b * group..(b + 1) * group].iter().enumerate() {
-            s[(i % 8) / 2] -= 8 * v as i32;
+        // Sums by input mod 8, over whole eights then the rest.
+        let mut lanes = [0i32; 8];
+        let chunks = xq[b * group..(b + 1) * group].chunks_exact(8);
+        for (l, &v) in chunks.remainder().iter().enumerate() {
+            lanes[l] += v as i32;
+        }
+        for c in chunks {
+            for l in 0..8 {
+                lanes[l] += c[l] as i32;
+            }
+        }
+        for (j, s) in s.iter_mut().enumerate() {
+            *s = -8 * (lanes[2 * j] + lanes[2 * j + 1]);
         }
     }
 }
@@ -760,6 +846,7 @@ mod simd {
 
     /// Reorders each 64 inputs of a quantized row as the kernel unpacks a
     /// weight's 32 bytes: inputs 0–15, 32–47, 16–31, 48–63.
+    #[inline(always)]
     pub(super) fn interleave(xq: &mut [i8]) {
         for chunk in xq.chunks_exact_mut(64) {
             let was: [i8; 64] = core::array::from_fn(|i| chunk[i]);
@@ -940,6 +1027,63 @@ mod tests {
         // zero point: -128 + 127.5 = -0.5 → -0 (half to even).
         assert_eq!(q.zero_point, 0);
         assert_eq!(xq, [-128, 127, 0, 32]);
+    }
+
+    /// The vectorized row quantization against the definition written out
+    /// (the range element by element, each value rounded on its own), on
+    /// rows of every length around the 16 lanes, with NaN, a lone
+    /// extreme and all-negative rows; the block sums against theirs.
+    #[test]
+    fn quantized_rows_and_block_sums_follow_their_definitions() {
+        extern crate std;
+        use std::{vec, vec::Vec};
+        let mut seed = 3u64;
+        for len in [1, 5, 15, 16, 17, 33, 64, 100, 257] {
+            for case in 0..4 {
+                let mut x: Vec<f32> = (0..len)
+                    .map(|_| (crate::testing::rng(&mut seed) % 2001) as f32 / 100.0 - 10.0)
+                    .collect();
+                match case {
+                    1 => x[len / 2] = f32::NAN,
+                    2 => x[len - 1] = 1e6,
+                    3 => x.iter_mut().for_each(|v| *v = -v.abs() - 0.5),
+                    _ => {}
+                }
+                let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
+                for &v in &x {
+                    min = min.min(v);
+                    max = max.max(v);
+                }
+                let want = row_quant(min, max);
+                let mut xq = vec![0i8; len];
+                assert_eq!(quantize_row(&x, &mut xq), want, "len {len} case {case}");
+                for (i, (&q, &v)) in xq.iter().zip(&x).enumerate() {
+                    let p = v * want.multiplier;
+                    let r = if p.is_nan() {
+                        32767
+                    } else {
+                        libm::rintf(p.clamp(-32768.0, 32767.0)) as i32
+                    };
+                    assert_eq!(
+                        q as i32,
+                        (r + want.zero_point).clamp(-128, 127),
+                        "len {len} case {case} at {i}"
+                    );
+                }
+                for group in [8, 16, 32].into_iter().filter(|g| len % g == 0) {
+                    let mut sums = vec![0i32; 4 * (len / group)];
+                    block_sums(&xq, group, &mut sums);
+                    for (i, s) in sums.iter().enumerate() {
+                        let (b, j) = (i / 4, i % 4);
+                        let want: i32 = (b * group..(b + 1) * group)
+                            .filter(|e| (e % 8) / 2 == j)
+                            .map(|e| -8 * xq[e] as i32)
+                            .sum();
+                        assert_eq!(*s, want, "len {len} group {group} sum {i}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
