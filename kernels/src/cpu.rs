@@ -1,5 +1,5 @@
 //! The vector instruction sets kernels choose between at run time, and
-//! the optional aarch64 extensions later kernels may ([`aarch64_features`]).
+//! the optional aarch64 extensions some kernels use ([`aarch64_features`]).
 
 #[cfg(all(feature = "std", any(target_arch = "x86_64", target_arch = "aarch64")))]
 extern crate std;
@@ -127,7 +127,7 @@ unsafe fn on_avx2<W: Vectorized>(work: W) -> W::Output {
     work.run()
 }
 
-/// The optional aarch64 extensions that later kernels (int8 and `f16`
+/// The optional aarch64 extensions that kernels (int8 and `f16`
 /// products) may use, as [`aarch64_features`] finds them. Every field is
 /// false on other architectures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,7 +144,9 @@ pub struct Aarch64Features {
 /// The optional aarch64 extensions of this CPU: detected at run time with
 /// the `std` feature (the operating system's report), else those the
 /// target enables at compile time (`-C target-feature`, `-C target-cpu`).
-/// All false on other architectures. No kernel uses them yet.
+/// All false on other architectures. The static int8 layers over packed
+/// weights (convolutions and fully connected layers) take `dotprod`
+/// (`SDOT`); no kernel uses `fp16` or `i8mm` yet.
 pub fn aarch64_features() -> Aarch64Features {
     #[cfg(all(feature = "std", target_arch = "aarch64"))]
     {

@@ -10,6 +10,8 @@
 use crate::nhwc::{Conv2dNhwc, Window2d};
 
 mod packed;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod sdot;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
@@ -131,6 +133,11 @@ fn run_rows(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
     if vnni::available() && job.layout.gin <= vnni::PAD_ROW && job.layout.taps <= packed::MAX_TAPS {
         // SAFETY: `available` found the instruction sets.
         return unsafe { vnni::run(job, out, out_stride) };
+    }
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    if sdot::available() && job.layout.taps <= packed::MAX_TAPS {
+        // SAFETY: `available` found FEAT_DotProd.
+        return unsafe { sdot::run(job, out, out_stride) };
     }
     packed::portable(job, out, out_stride);
 }

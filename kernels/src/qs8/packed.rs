@@ -363,7 +363,7 @@ pub(super) struct BlockParams {
 }
 
 impl BlockParams {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
     pub(super) const EMPTY: BlockParams = BlockParams {
         offset: [0; COLS],
         scale: [1.0; COLS],
@@ -677,12 +677,52 @@ mod tests {
         }
     }
 
+    /// The edges of the vector paths' tiles: segments whose last run of
+    /// 16 inputs holds 1 to 4 quads (or none), row counts past whole tiles
+    /// and single rows, outputs past whole blocks, padded and grouped
+    /// windows, gathered ones, and more taps than a tile's table holds
+    /// (the portable path's).
+    #[test]
+    fn packed_convolutions_at_the_tiles_edges_give_the_scalar_outputs() {
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seed = 23;
+        // (input, filter, stride, padding, dilation, groups)
+        type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4], [usize; 2], usize);
+        let cases: &[Case] = &[
+            ([1, 1, 1, 13], [17, 1, 1, 13], [1, 1], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 1, 6, 15], [16, 1, 1, 15], [1, 1], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 1, 11, 31], [1, 1, 1, 31], [1, 1], [0, 0, 0, 0], [1, 1], 1),
+            ([1, 4, 3, 14], [33, 3, 3, 14], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+            ([2, 5, 4, 48], [51, 2, 3, 16], [1, 1], [1, 0, 2, 1], [1, 2], 3),
+            ([1, 6, 7, 39], [18, 3, 3, 13], [2, 1], [1, 1, 1, 1], [1, 1], 3),
+            ([1, 7, 9, 1], [20, 3, 3, 1], [1, 1], [1, 1, 1, 1], [1, 1], 1),
+            ([1, 9, 8, 3], [8, 5, 5, 3], [2, 2], [2, 2, 2, 2], [1, 1], 1),
+            ([2, 8, 8, 3], [24, 7, 7, 3], [2, 2], [3, 3, 3, 3], [1, 1], 1),
+            ([1, 10, 10, 5], [9, 9, 9, 5], [1, 1], [4, 4, 4, 4], [1, 1], 1),
+        ];
+        for (i, &(xs, ws, s, p, d, grp)) in cases.iter().enumerate() {
+            check_conv(&mut seed, xs, ws, s, p, d, grp, &std::format!("edge {i}"));
+        }
+    }
+
     #[test]
     fn packed_fully_connected_layers_give_the_scalar_outputs() {
         let mut seed = 11;
-        for (i, &(rows, k, n)) in [(1, 512, 1000), (3, 7, 5), (9, 64, 16), (17, 130, 33), (0, 4, 4)]
-            .iter()
-            .enumerate()
+        for (i, &(rows, k, n)) in [
+            (1, 512, 1000),
+            (3, 7, 5),
+            (9, 64, 16),
+            (17, 130, 33),
+            (0, 4, 4),
+            (5, 13, 17),
+            (6, 15, 48),
+            (11, 16, 1),
+            (1, 3, 16),
+            (10, 2100, 20),
+        ]
+        .iter()
+        .enumerate()
         {
             for transposed in [false, true] {
                 let x = bytes_of(&mut seed, rows * k);
