@@ -117,6 +117,13 @@ impl Window2d {
         self.batch * self.out_h * self.out_w
     }
 
+    /// How far the tap at kernel row `ky` and column `kx` reads from its
+    /// window's first input, in elements of an NHWC image of `c` channels.
+    #[inline(always)]
+    pub(crate) fn tap_offset(&self, ky: usize, kx: usize, c: usize) -> usize {
+        (ky * self.dilation_h * self.in_w + kx * self.dilation_w) * c
+    }
+
     /// Input row of kernel row `ki` for output row `oh`, if inside the image.
     #[inline(always)]
     pub(crate) fn in_row(&self, oh: usize, ki: usize) -> Option<usize> {

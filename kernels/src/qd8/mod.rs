@@ -65,7 +65,7 @@ pub fn row_quant(min: f32, max: f32) -> RowQuant {
 /// Quantizes one row into `out` (as long as `x`); returns its parameters.
 /// The range is taken over 16 lanes (the same minimum and maximum: NaN is
 /// passed over, the sign of a zero does not change the parameters), so
-/// that it vectorizes where inlined into [`crate::cpu::Vectorized`] work.
+/// that it vectorizes where inlined into work compiled for a vector ISA.
 #[inline(always)]
 pub fn quantize_row(x: &[f32], out: &mut [i8]) -> RowQuant {
     const L: usize = 16;

@@ -9,9 +9,13 @@
 //! exactly in `i32` and are requantized in `f32`, rounding half to even.
 use crate::nhwc::{Conv2dNhwc, Window2d};
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod packed;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod sdot;
+#[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
+mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
@@ -129,15 +133,25 @@ const PART_ROWS: usize = 32;
 
 /// Runs `job`'s rows on this thread, on the best path this CPU has.
 fn run_rows(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if vnni::available() && job.layout.gin <= vnni::PAD_ROW && job.layout.taps <= packed::MAX_TAPS {
-        // SAFETY: `available` found the instruction sets.
-        return unsafe { vnni::run(job, out, out_stride) };
-    }
-    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-    if sdot::available() && job.layout.taps <= packed::MAX_TAPS {
-        // SAFETY: `available` found FEAT_DotProd.
-        return unsafe { sdot::run(job, out, out_stride) };
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
+    if tiles::fits(job) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if vnni::available() {
+                // SAFETY: `available` found the instruction sets; the
+                // layer fits the tiles.
+                return unsafe { vnni::run(job, out, out_stride) };
+            }
+            if avx2::available() {
+                // SAFETY: as above.
+                return unsafe { avx2::run(job, out, out_stride) };
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if sdot::available() {
+            // SAFETY: as above (FEAT_DotProd).
+            return unsafe { sdot::run(job, out, out_stride) };
+        }
     }
     packed::portable(job, out, out_stride);
 }
@@ -280,6 +294,111 @@ impl Depthwise<'_> {
         }
         (scale, start)
     }
+
+    /// Channel `ch`'s requantization scale, and its bias less the input
+    /// zero point's share (`zp · Σ w`): where the vector paths start its
+    /// sum of raw (uncentred) inputs.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(crate) fn folded(&self, ch: usize) -> (f32, i32) {
+        let (c, taps) = (self.g.in_c, self.g.window.kernel_h * self.g.window.kernel_w);
+        let sum = (0..taps).fold(0i32, |s, t| s.wrapping_add(self.w[t * c + ch] as i32));
+        let scale = requant_scale(self.xq.scale, weight_scale(self.w_scales, ch), self.y.scale);
+        (
+            scale,
+            self.bias
+                .map_or(0, |b| b[ch])
+                .wrapping_sub(self.xq.zero_point.wrapping_mul(sum)),
+        )
+    }
+
+    /// Checks what the vector paths rely on for output rows `rows` into
+    /// `out`: one output per channel, at most [`DEPTHWISE_TAPS`] taps, and
+    /// the input, weights and outputs as long as the shapes say.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn assert_fits(&self, rows: (usize, usize), out: &[i8]) {
+        let (g, win) = (self.g, &self.g.window);
+        let (c, taps) = (g.in_c, win.kernel_h * win.kernel_w);
+        assert!(taps <= DEPTHWISE_TAPS && g.out_c == c);
+        assert!(self.x.len() >= win.batch * win.in_h * win.in_w * c && self.w.len() >= taps * c);
+        assert!(rows.0 <= rows.1 && rows.1 <= win.batch * win.out_h);
+        assert!(out.len() >= (rows.1 - rows.0) * win.out_w * c);
+    }
+}
+
+/// Splits `c` channels into passes of at most `most` vectors of `width`
+/// channels, as even as can be (a lone vector would wait on its sums):
+/// calls `pass(vectors, first channel)` for each.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn dw_passes(c: usize, width: usize, most: usize, mut pass: impl FnMut(usize, usize)) {
+    let vectors = c.div_ceil(width);
+    let passes = vectors.div_ceil(most);
+    let mut v0 = 0;
+    for p in 0..passes {
+        let nv = (vectors - v0).div_ceil(passes - p);
+        pass(nv, width * v0);
+        v0 += nv;
+    }
+}
+
+/// Where a depthwise pass reads each tap of an output pixel: the input
+/// at the pass's first channel, or a row of zero points in the padding.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct DwTaps<'a> {
+    win: &'a Window2d,
+    c: usize,
+    x: &'a [i8],
+    pad: &'a [i8],
+    /// Each tap's offset from its window's first input.
+    off: [usize; DEPTHWISE_TAPS],
+    /// The output rows and columns whose windows lie inside the input.
+    inner: [core::ops::Range<usize>; 2],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> DwTaps<'a> {
+    /// For `d`'s window (checked by [`Depthwise::assert_fits`]), `pad`
+    /// holding the zero point as many times as a pass reads.
+    pub(crate) fn new(d: &Depthwise<'a>, pad: &'a [i8]) -> Self {
+        let (win, c) = (&d.g.window, d.g.in_c);
+        let mut off = [0usize; DEPTHWISE_TAPS];
+        for (t, o) in off.iter_mut().enumerate().take(win.kernel_h * win.kernel_w) {
+            *o = win.tap_offset(t / win.kernel_w, t % win.kernel_w, c);
+        }
+        DwTaps {
+            win,
+            c,
+            x: d.x,
+            pad,
+            off,
+            inner: [win.inner_rows(), win.inner_cols()],
+        }
+    }
+
+    /// The taps of output pixel `(n, oy, ox)` at channel `cb` into `ptr`:
+    /// each readable for the channels from `cb` on (`pad`'s length for the
+    /// padding's).
+    #[inline(always)]
+    pub(crate) fn pointers(&self, n: usize, oy: usize, ox: usize, cb: usize, ptr: &mut [*const i8; DEPTHWISE_TAPS]) {
+        let (win, c) = (self.win, self.c);
+        let taps = win.kernel_h * win.kernel_w;
+        if self.inner[0].contains(&oy) && self.inner[1].contains(&ox) {
+            let (iy, ix) = (oy * win.stride_h - win.pad_top, ox * win.stride_w - win.pad_left);
+            let first = ((n * win.in_h + iy) * win.in_w + ix) * c + cb;
+            for (p, &o) in ptr.iter_mut().zip(&self.off[..taps]) {
+                // In bounds: the window lies inside the input.
+                *p = self.x[first + o..].as_ptr();
+            }
+            return;
+        }
+        for (t, p) in ptr.iter_mut().enumerate().take(taps) {
+            let (iy, ix) = (win.in_row(oy, t / win.kernel_w), win.in_col(ox, t % win.kernel_w));
+            *p = match (iy, ix) {
+                (Some(iy), Some(ix)) => self.x[((n * win.in_h + iy) * win.in_w + ix) * c + cb..].as_ptr(),
+                _ => self.pad.as_ptr(),
+            };
+        }
+    }
 }
 
 /// A depthwise convolution with one output per input channel, its output
@@ -314,9 +433,15 @@ const DEPTHWISE_PART: usize = if cfg!(test) { 64 } else { 1 << 16 };
 /// into `out` (those rows' outputs), on the best path this CPU has.
 fn depthwise_rows(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
     #[cfg(target_arch = "x86_64")]
-    if vnni::available() {
-        // SAFETY: the CPU has AVX-512 F, BW, VL and VNNI.
-        return unsafe { vnni::depthwise(d, rows, out) };
+    {
+        if vnni::available() {
+            // SAFETY: the CPU has AVX-512 F, BW, VL and VNNI.
+            return unsafe { vnni::depthwise(d, rows, out) };
+        }
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unsafe { avx2::depthwise(d, rows, out) };
+        }
     }
     depthwise_portable(d, rows, out)
 }
@@ -907,6 +1032,19 @@ mod tests {
             let mut out = std::vec![0i8; len];
             depthwise_portable(&d, (0, batch * win.out_h), &mut out);
             assert_eq!(out, want, "case {case}: portable path");
+            #[cfg(target_arch = "x86_64")]
+            if avx2::available() {
+                // Two parts of the rows, as threads would take them.
+                let (rows, mid) = (batch * win.out_h, batch * win.out_h / 2);
+                let mut out = std::vec![0i8; len];
+                let (a, b) = out.split_at_mut(mid * win.out_w * g.out_c);
+                // SAFETY: the CPU has AVX2 and FMA.
+                unsafe {
+                    avx2::depthwise(&d, (0, mid), a);
+                    avx2::depthwise(&d, (mid, rows), b);
+                }
+                assert_eq!(out, want, "case {case}: AVX2 path");
+            }
         }
     }
 

@@ -262,17 +262,15 @@ impl<'a> Source<'a> {
                 let (mut ox, rest) = (r0 % w.out_w, r0 / w.out_w);
                 let (mut oy, mut n) = (rest % w.out_h, rest / w.out_h);
                 let inside = |o: usize, (a, b): (usize, usize)| a <= o && o < b;
-                let (down, across) = (w.dilation_h * w.in_w * g.in_c, w.dilation_w * g.in_c);
                 for r in 0..R {
                     if inside(oy, inner[0]) && inside(ox, inner[1]) {
                         // The window inside the image: each tap a step
                         // from its first input.
                         let (iy, ix) = (oy * w.stride_h - w.pad_top, ox * w.stride_w - w.pad_left);
                         let at = ((n * w.in_h + iy) * w.in_w + ix) * g.in_c + group * gin;
-                        let steps =
-                            (0..w.kernel_h).flat_map(|ky| (0..w.kernel_w).map(move |kx| ky * down + kx * across));
-                        for (t, step) in steps.skip(first).take(taps).enumerate() {
-                            f(t, r, Some(at + step));
+                        let taps_at = (0..w.kernel_h).flat_map(|ky| (0..w.kernel_w).map(move |kx| (ky, kx)));
+                        for (t, (ky, kx)) in taps_at.skip(first).take(taps).enumerate() {
+                            f(t, r, Some(at + w.tap_offset(ky, kx, g.in_c)));
                         }
                     } else {
                         for t in 0..taps {
@@ -621,6 +619,21 @@ mod tests {
         let mut got = vec![0i8; len];
         portable(&job, &mut got, g.out_c);
         assert_eq!(got, want, "{what}: portable path");
+        check_avx2(&job, &want, g.out_c, what);
+    }
+
+    /// The AVX2 path's outputs of `job` (whatever the best path is), where
+    /// the CPU has it and the layer fits its tiles.
+    fn check_avx2(job: &Job<'_>, want: &[i8], out_stride: usize, what: &str) {
+        #[cfg(target_arch = "x86_64")]
+        if super::super::avx2::available() && super::super::tiles::fits(job) {
+            let mut got = vec![0i8; want.len()];
+            // SAFETY: the CPU has AVX2 and FMA; the layer fits the tiles.
+            unsafe { super::super::avx2::run(job, &mut got, out_stride) };
+            assert_eq!(got, want, "{what}: AVX2 path");
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (job, want, out_stride, what);
     }
 
     #[test]
@@ -758,6 +771,18 @@ mod tests {
                     &mut got,
                 );
                 assert_eq!(got, want, "case {i}, transposed {transposed}");
+                let job = Job {
+                    layout: Layout::fully_connected(k, n),
+                    first: 0,
+                    rows,
+                    source: Source::Rows { x: &x, k },
+                    xq: &xq,
+                    w_scales: &scales,
+                    bias: Some(&bias),
+                    y: &y,
+                    packed: &packed,
+                };
+                check_avx2(&job, &want, n, &std::format!("case {i}, transposed {transposed}"));
             }
         }
     }

@@ -11,13 +11,14 @@
 //! signed weights back, so `SDOT` takes signed by signed products and the
 //! sums are the portable path's `Σ x · w` to the bit (exact `i32`
 //! arithmetic, wrapping alike), with no row sums. The inputs load 16 (4
-//! quads) a row at a time; the sums are requantized by the scalar
-//! [`super::Output::requantize`].
+//! quads) a row at a time, each segment's last partial run from a copy;
+//! the sums are requantized by the scalar [`super::Output::requantize`].
 //!
 //! `SDOT` is issued through `asm!` (its intrinsics are unstable), in
 //! functions compiled with the `dotprod` target feature. The whole file is
 //! compiled only for aarch64 with NEON.
-use super::packed::{bytes, BlockParams, Job, Source, COLS, MAX_TAPS, PATCH};
+use super::packed::{bytes, Job, COLS, MAX_TAPS};
+use super::tiles::{for_each_tile, PAD_ROW};
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -25,121 +26,69 @@ use core::arch::asm;
 const ROWS: usize = 5;
 
 /// Weight bytes a pass over the rows reads (their blocks stay in L2).
-const CHUNK_BYTES: usize = 256 * 1024;
-
-/// Blocks a pass takes at most (their parameters are on the stack).
-const CHUNK_BLOCKS: usize = 32;
+const PASS_BYTES: usize = 256 * 1024;
 
 /// Whether this CPU has `SDOT`.
 pub(crate) fn available() -> bool {
     crate::cpu::aarch64_features().dotprod
 }
 
-/// Where a tile reads one tap of one row: its 16-byte runs of inputs at
-/// `at`, `step` bytes apart (16, or 0 for the padding's one run of zero
-/// points).
-#[derive(Clone, Copy)]
-struct Seg {
-    at: *const i8,
-    step: usize,
-}
-
 /// # Safety
-/// The CPU must have FEAT_DotProd ([`available`]); the layer's taps must
-/// be at most [`MAX_TAPS`] (asserted).
+/// The CPU must have FEAT_DotProd ([`available`]). The layer must fit the
+/// tiles ([`tiles::fits`](super::tiles::fits), asserted).
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     let l = &job.layout;
-    assert!(l.taps <= MAX_TAPS);
     let packed = bytes(job.packed);
-    let pad = [job.xq.zero_point as i8; 16];
-    let blocks = l.blocks_per_group();
-    let chunk = (CHUNK_BYTES / l.block_bytes()).clamp(1, blocks.clamp(1, CHUNK_BLOCKS));
-    let mut params = [BlockParams::EMPTY; CHUNK_BLOCKS];
-    let input = job.source.input();
-    let none = Seg {
-        at: pad.as_ptr(),
-        step: 0,
-    };
-    let mut segs = [[none; ROWS]; MAX_TAPS];
-    // Each segment's last partial run (`gin % 16` inputs), zero-padded.
-    let mut tails = [[[0i8; 16]; ROWS]; MAX_TAPS];
-    let mut patches = [[0i8; PATCH]; ROWS];
+    let pad = [job.xq.zero_point as i8; PAD_ROW];
     let (gin, rest) = (l.gin, l.gin % 16);
-    let whole = gin - rest;
-    // Points `seg` and `tail` at a segment of `gin` inputs (or the
-    // padding's zero points).
-    let put = |seg: &mut Seg, tail: &mut [i8; 16], s: Option<&[i8]>| match s {
-        Some(s) => {
-            let s = &s[..gin];
-            *seg = Seg {
-                at: s.as_ptr(),
-                step: 16,
-            };
-            tail[..rest].copy_from_slice(&s[whole..]);
-            tail[rest..].fill(0);
-        }
-        None => {
-            *seg = none;
-            *tail = pad;
-        }
-    };
-    for g in 0..l.groups {
-        for b0 in (0..blocks).step_by(chunk) {
-            let end = blocks.min(b0 + chunk);
-            for b in b0..end {
-                params[b - b0] = BlockParams::new(job, l.block(packed, g, b), g, b);
+    // Each segment's last partial run (`gin % 16` inputs), zero-padded,
+    // copied once a tile.
+    let mut tails = [[[0i8; 16]; ROWS]; MAX_TAPS];
+    for_each_tile::<ROWS>(job, PASS_BYTES, &pad, |t| {
+        for (tail, xt) in tails.iter_mut().zip(t.x) {
+            for (tail, &x) in tail.iter_mut().zip(xt) {
+                // SAFETY: every segment has `gin` inputs (`for_each_tile`).
+                let s = unsafe { core::slice::from_raw_parts(x.cast::<i8>(), gin) };
+                tail[..rest].copy_from_slice(&s[gin - rest..]);
             }
-            for r0 in (job.first..job.rows).step_by(ROWS) {
-                let rows = ROWS.min(job.rows - r0);
-                if let Source::Gathered { .. } = job.source {
-                    // One tap (a gathered layer's `gin` is at most `PATCH`).
-                    job.source.gather(r0, rows, &mut patches);
-                    for (r, patch) in patches.iter().enumerate() {
-                        put(&mut segs[0][r], &mut tails[0][r], Some(&patch[..gin]));
-                    }
-                } else {
-                    job.source.visit::<ROWS>(0, l.taps, r0, rows, g, gin, |t, r, at| {
-                        let s = at.map(|at| &input[at..at + gin]);
-                        put(&mut segs[t][r], &mut tails[t][r], s);
-                    });
+        }
+        for (b, p) in t.blocks.clone().zip(t.params) {
+            let block = l.block(packed, t.g, b);
+            // SAFETY: every segment has `gin` inputs; the block holds
+            // `taps` times `gin / 4` rounded up quads (asserted by `tile`).
+            let acc = unsafe { tile(t.x, &tails[..t.x.len()], gin, &block[4 * COLS..]) };
+            for (r, acc) in acc.iter().enumerate().take(t.rows) {
+                let mut sums = [0i32; COLS];
+                for (j, &v) in acc.iter().enumerate() {
+                    // SAFETY: 4 lanes into 4 of the array's 16.
+                    unsafe { vst1q_s32(sums.as_mut_ptr().add(4 * j), v) };
                 }
-                for b in b0..end {
-                    let (block, p) = (l.block(packed, g, b), &params[b - b0]);
-                    // SAFETY: every segment has `gin` inputs from `at`
-                    // (sliced above) or is the padding's run of 16 with a
-                    // step of 0; the block holds `taps` times `gin / 4`
-                    // rounded up quads (asserted by `tile`).
-                    let acc = unsafe { tile(&segs[..l.taps], &tails[..l.taps], gin, &block[4 * COLS..]) };
-                    for (r, acc) in acc.iter().enumerate().take(rows) {
-                        let mut sums = [0i32; COLS];
-                        for (j, &v) in acc.iter().enumerate() {
-                            // SAFETY: 4 lanes into 4 of the array's 16.
-                            unsafe { vst1q_s32(sums.as_mut_ptr().add(4 * j), v) };
-                        }
-                        let o = &mut out[(r0 - job.first + r) * out_stride + g * l.gout + b * COLS..][..p.cols];
-                        for (c, o) in o.iter_mut().enumerate() {
-                            *o = job.y.requantize(p.offset[c].wrapping_add(sums[c]), p.scale[c]);
-                        }
-                    }
+                let o = &mut out[(t.r0 - job.first + r) * out_stride + t.g * l.gout + b * COLS..][..p.cols];
+                for (c, o) in o.iter_mut().enumerate() {
+                    *o = job.y.requantize(p.offset[c].wrapping_add(sums[c]), p.scale[c]);
                 }
             }
         }
-    }
+    });
 }
 
 /// The sums `Σ x · w` of [`ROWS`] rows with one block's quads: the 16
 /// sums of a row in 4 vectors, each lane the sum of its output.
 ///
 /// # Safety
-/// The CPU must have FEAT_DotProd; each segment of `x` must be readable
-/// for its `gin / 16` whole runs (a step of 0: one); `tails` holds each
-/// segment's last `gin % 16` inputs, zero-padded; `x` and `tails` are as
-/// long (asserted), and `quads` holds `x.len()` taps of `gin.div_ceil(4)`
-/// quads (asserted).
+/// The CPU must have FEAT_DotProd; each pointer of `x` must be readable
+/// for `gin` bytes; `tails` holds each segment's last `gin % 16` inputs,
+/// zero-padded; `x` and `tails` are as long (asserted), and `quads` holds
+/// `x.len()` taps of `gin.div_ceil(4)` quads (asserted).
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn tile(x: &[[Seg; ROWS]], tails: &[[[i8; 16]; ROWS]], gin: usize, quads: &[u8]) -> [[int32x4_t; 4]; ROWS] {
+unsafe fn tile(
+    x: &[[*const u8; ROWS]],
+    tails: &[[[i8; 16]; ROWS]],
+    gin: usize,
+    quads: &[u8],
+) -> [[int32x4_t; 4]; ROWS] {
     let qpt = gin.div_ceil(4);
     assert!(x.len() == tails.len() && quads.len() >= x.len() * qpt * 4 * COLS);
     let whole = gin / 16;
@@ -154,8 +103,8 @@ unsafe fn tile(x: &[[Seg; ROWS]], tails: &[[[i8; 16]; ROWS]], gin: usize, quads:
         for (t, (xt, tail)) in x.iter().zip(tails).enumerate() {
             let w = quads.as_ptr().add(t * qpt * 4 * COLS);
             for k in 0..whole {
-                for (v, s) in xs.iter_mut().zip(xt) {
-                    *v = vld1q_s8(s.at.add(s.step * k));
+                for (v, &s) in xs.iter_mut().zip(xt) {
+                    *v = vld1q_s8(s.cast::<i8>().add(16 * k));
                 }
                 let w = w.add(k * 16 * COLS);
                 quad::<0>(&mut acc, w, &xs);

@@ -3,13 +3,10 @@
 //! a block (its weights stored plus 128), for [`ROWS`] rows at once;
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
-use super::packed::{bytes, BlockParams, Job, Source, COLS, MAX_TAPS, PATCH};
-use super::{Depthwise, Output};
+use super::packed::{bytes, BlockParams, Job, COLS};
+use super::tiles::{for_each_tile, quad, PAD_ROW};
+use super::{Depthwise, DwTaps, Output};
 use core::arch::x86_64::*;
-
-/// The longest input segment of a padded layer: the padding reads a row
-/// of zero points this long, on the stack.
-pub(crate) const PAD_ROW: usize = 2048;
 
 /// Rows summed at once (each one accumulator).
 const ROWS: usize = 8;
@@ -19,103 +16,40 @@ pub(crate) fn available() -> bool {
 }
 
 /// Weight bytes a pass over the rows reads (their blocks stay in L2).
-const CHUNK_BYTES: usize = 256 * 1024;
-
-/// Blocks a pass takes at most (their parameters are on the stack).
-const CHUNK_BLOCKS: usize = 32;
+const PASS_BYTES: usize = 256 * 1024;
 
 /// # Safety
-/// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]);
-/// `job.layout.gin` must be at most [`PAD_ROW`] and its taps at most
-/// [`MAX_TAPS`].
+/// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]). The layer must fit the tiles
+/// ([`tiles::fits`](super::tiles::fits), asserted).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     let l = &job.layout;
-    assert!(l.gin <= PAD_ROW && l.taps <= MAX_TAPS);
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
-    let blocks = l.blocks_per_group();
-    let chunk = (CHUNK_BYTES / l.block_bytes()).clamp(1, blocks.min(CHUNK_BLOCKS));
-    let mut params = [BlockParams::EMPTY; CHUNK_BLOCKS];
-    let input = job.source.input();
-    let mut x = [[core::ptr::null::<u8>(); ROWS]; MAX_TAPS];
-    // Gathered windows (a gathered layer's `gin` is at most `PATCH`).
-    let mut patches = [[0i8; PATCH]; ROWS];
-    // Whole quads a tap, read where the input goes on: the bytes past
-    // `gin` meet zero weights, and the row sums take them too.
-    let q4 = 4 * l.quads_per_tap();
-    for g in 0..l.groups {
-        for b0 in (0..blocks).step_by(chunk) {
-            let end = blocks.min(b0 + chunk);
-            for b in b0..end {
-                params[b - b0] = BlockParams::new(job, l.block(packed, g, b), g, b);
+    for_each_tile::<ROWS>(job, PASS_BYTES, &pad, |t| {
+        // SAFETY: every pointer of `t.x` has `gin` bytes, `q4` if
+        // `t.whole` (`for_each_tile`).
+        let sums = unsafe {
+            match t.whole {
+                true => row_sums::<true>(t.x, l.gin),
+                false => row_sums::<false>(t.x, l.gin),
             }
-            for r0 in (job.first..job.rows).step_by(ROWS) {
-                let rows = ROWS.min(job.rows - r0);
-                let mut whole = true;
-                if let Source::Gathered { .. } = job.source {
-                    job.source.gather(r0, rows, &mut patches);
-                    for (p, patch) in x[0].iter_mut().zip(&patches) {
-                        *p = patch.as_ptr().cast::<u8>();
-                    }
-                } else {
-                    job.source.visit::<ROWS>(0, l.taps, r0, rows, g, l.gin, |t, r, at| {
-                        x[t][r] = match at {
-                            Some(at) => {
-                                assert!(at + l.gin <= input.len());
-                                whole &= at + q4 <= input.len();
-                                input.as_ptr().wrapping_add(at).cast::<u8>()
-                            }
-                            None => pad.as_ptr().cast::<u8>(),
-                        }
-                    });
+        };
+        for (b, p) in t.blocks.clone().zip(t.params) {
+            let block = l.block(packed, t.g, b);
+            // SAFETY: as above; the block holds `taps` times `gin / 4`
+            // rounded up quads.
+            let acc = unsafe {
+                match t.whole {
+                    true => tile::<true>(t.x, l.gin, &block[4 * COLS..]),
+                    false => tile::<false>(t.x, l.gin, &block[4 * COLS..]),
                 }
-                // SAFETY: every pointer of `x` has `gin` bytes, `q4` if
-                // `whole`.
-                let sums = unsafe {
-                    match whole {
-                        true => row_sums::<true>(&x[..l.taps], l.gin),
-                        false => row_sums::<false>(&x[..l.taps], l.gin),
-                    }
-                };
-                for b in b0..end {
-                    let (block, p) = (l.block(packed, g, b), &params[b - b0]);
-                    // SAFETY: as above; the block holds `taps` times
-                    // `gin / 4` rounded up quads.
-                    let acc = unsafe {
-                        match whole {
-                            true => tile::<true>(&x[..l.taps], l.gin, &block[4 * COLS..]),
-                            false => tile::<false>(&x[..l.taps], l.gin, &block[4 * COLS..]),
-                        }
-                    };
-                    let o = &mut out[(r0 - job.first) * out_stride + g * l.gout + b * COLS..];
-                    // SAFETY: as for `run`.
-                    unsafe { store(&acc[..rows], &sums, p, job.y, o, out_stride) };
-                }
-            }
+            };
+            let o = &mut out[(t.r0 - job.first) * out_stride + t.g * l.gout + b * COLS..];
+            // SAFETY: as for `run`.
+            unsafe { store(&acc[..t.rows], &sums, p, job.y, o, out_stride) };
         }
-    }
-}
-
-/// The quad of inputs `q` of a segment of `gin` bytes: the last one,
-/// when partial, padded with zeros.
-///
-/// # Safety
-/// `x` must be readable for `gin` bytes.
-#[inline(always)]
-unsafe fn quad(x: *const u8, q: usize, gin: usize) -> i32 {
-    // SAFETY: whole quads lie within `gin`; the last is read bytewise.
-    unsafe {
-        if 4 * q + 4 <= gin {
-            x.add(4 * q).cast::<i32>().read_unaligned()
-        } else {
-            let mut q4 = [0u8; 4];
-            for (e, v) in q4.iter_mut().enumerate().take(gin - 4 * q) {
-                *v = *x.add(4 * q + e);
-            }
-            i32::from_ne_bytes(q4)
-        }
-    }
+    });
 }
 
 /// Each row's input sum (over all taps), in every lane: what the weights'
@@ -268,31 +202,23 @@ const DW_VECTORS: usize = 2;
 /// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
-    let (g, win) = (d.g, &d.g.window);
-    let c = g.in_c;
-    let taps = win.kernel_h * win.kernel_w;
-    assert!(taps <= super::DEPTHWISE_TAPS && g.out_c == c);
-    assert!(d.x.len() >= win.batch * win.in_h * win.in_w * c && d.w.len() >= taps * c);
-    assert!(rows.0 <= rows.1 && rows.1 <= win.batch * win.out_h);
-    assert!(out.len() >= (rows.1 - rows.0) * win.out_w * c);
-    // Passes as even as can be: a lone vector would wait on its sums.
-    let vectors = c.div_ceil(32);
-    let passes = vectors.div_ceil(DW_VECTORS);
-    let mut v0 = 0;
-    for p in 0..passes {
-        let nv = (vectors - v0).div_ceil(passes - p);
-        // SAFETY: as vouched for and asserted; `nv` vectors from `v0`
+    d.assert_fits(rows, out);
+    let c = d.g.in_c;
+    let pad = [d.xq.zero_point as i8; 32 * DW_VECTORS];
+    let at = DwTaps::new(d, &pad);
+    let full = c.is_multiple_of(32);
+    super::dw_passes(c, 32, DW_VECTORS, |nv, cb| {
+        // SAFETY: as vouched for and asserted; `nv` vectors from `cb`
         // hold channels.
         unsafe {
-            match (nv, c.is_multiple_of(32)) {
-                (1, false) => dw_pass::<1, false>(d, rows, 32 * v0, out),
-                (_, false) => dw_pass::<2, false>(d, rows, 32 * v0, out),
-                (1, true) => dw_pass::<1, true>(d, rows, 32 * v0, out),
-                (_, true) => dw_pass::<2, true>(d, rows, 32 * v0, out),
+            match (nv, full) {
+                (1, false) => dw_pass::<1, false>(d, &at, rows, cb, out),
+                (_, false) => dw_pass::<2, false>(d, &at, rows, cb, out),
+                (1, true) => dw_pass::<1, true>(d, &at, rows, cb, out),
+                (_, true) => dw_pass::<2, true>(d, &at, rows, cb, out),
             }
         }
-        v0 += nv;
-    }
+    });
 }
 
 /// One pass of [`depthwise`]: channels `cb..` in `NV` vectors of 32 (the
@@ -307,20 +233,20 @@ pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, rows: (usize, usize), out: &mu
 /// padding read a row of zero points, so every tap is the same.
 ///
 /// # Safety
-/// As for [`depthwise`], whose asserts this relies on; `cb` lies within
-/// the channels and `NV` vectors from it reach the last at most.
+/// As for [`depthwise`], whose asserts this relies on (`at` its taps'
+/// pointers); `cb` lies within the channels and `NV` vectors from it
+/// reach the last at most.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn dw_pass<const NV: usize, const FULL: bool>(
     d: &Depthwise<'_>,
+    at: &DwTaps<'_>,
     rows: (usize, usize),
     cb: usize,
     out: &mut [i8],
 ) {
-    let (win, c, x) = (&d.g.window, d.g.in_c, d.x);
+    let (win, c) = (&d.g.window, d.g.in_c);
     let taps = win.kernel_h * win.kernel_w;
-    let zp = d.xq.zero_point;
-    let pad = [zp as i8; 32 * DW_VECTORS];
     let r = Requant::new(d.y);
     let mut masks = [0 as __mmask32; NV];
     // [vector][parity]: even channels, then odd ones.
@@ -336,10 +262,7 @@ unsafe fn dw_pass<const NV: usize, const FULL: bool>(
             masks[j] = (u64::MAX >> (64 - lanes)) as __mmask32;
             let (mut sc, mut st) = ([[1.0f32; 16]; 2], [[0i32; 16]; 2]);
             for k in 0..lanes {
-                let ch = c0 + k;
-                let sum = (0..taps).fold(0i32, |s, t| s.wrapping_add(d.w[t * c + ch] as i32));
-                sc[k % 2][k / 2] = super::requant_scale(d.xq.scale, super::weight_scale(d.w_scales, ch), d.y.scale);
-                st[k % 2][k / 2] = d.bias.map_or(0, |b| b[ch]).wrapping_sub(zp.wrapping_mul(sum));
+                (sc[k % 2][k / 2], st[k % 2][k / 2]) = d.folded(c0 + k);
             }
             for h in 0..2 {
                 scale[j][h] = _mm512_loadu_ps(sc[h].as_ptr());
@@ -354,38 +277,12 @@ unsafe fn dw_pass<const NV: usize, const FULL: bool>(
             }
         }
     }
-    // Each tap's offset from its window's first input, and the outputs
-    // whose windows lie inside the input (no tap in the padding).
-    let mut off = [0usize; super::DEPTHWISE_TAPS];
-    for (t, o) in off.iter_mut().enumerate().take(taps) {
-        let (ky, kx) = (t / win.kernel_w, t % win.kernel_w);
-        *o = (ky * win.dilation_h * win.in_w + kx * win.dilation_w) * c;
-    }
-    let (inner_y, inner_x) = (win.inner_rows(), win.inner_cols());
-    let mut ptr = [pad.as_ptr(); super::DEPTHWISE_TAPS];
+    let mut ptr = [core::ptr::null(); super::DEPTHWISE_TAPS];
     let mut pixel = 0;
     for row in rows.0..rows.1 {
         let (n, oy) = (row / win.out_h, row % win.out_h);
         for ox in 0..win.out_w {
-            if inner_y.contains(&oy) && inner_x.contains(&ox) {
-                let (iy, ix) = (oy * win.stride_h - win.pad_top, ox * win.stride_w - win.pad_left);
-                let first = ((n * win.in_h + iy) * win.in_w + ix) * c + cb;
-                for (p, &o) in ptr.iter_mut().zip(&off[..taps]) {
-                    // SAFETY: the window lies inside the input.
-                    *p = unsafe { x.as_ptr().add(first + o) };
-                }
-            } else {
-                for (t, p) in ptr.iter_mut().enumerate().take(taps) {
-                    let (iy, ix) = (win.in_row(oy, t / win.kernel_w), win.in_col(ox, t % win.kernel_w));
-                    *p = match (iy, ix) {
-                        // SAFETY: the pixel lies inside the input.
-                        (Some(iy), Some(ix)) => unsafe {
-                            x.as_ptr().add(((n * win.in_h + iy) * win.in_w + ix) * c + cb)
-                        },
-                        _ => pad.as_ptr(),
-                    };
-                }
-            }
+            at.pointers(n, oy, ox, cb, &mut ptr);
             // SAFETY: every pointer of `ptr` has the pass's channels (or
             // is the zero-point row, of 32 · DW_VECTORS bytes); the output
             // pixel lies within `out`, as asserted by `depthwise`.
