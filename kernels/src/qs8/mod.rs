@@ -11,6 +11,8 @@ use crate::nhwc::{Conv2dNhwc, Window2d};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon;
 mod packed;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod sdot;
@@ -298,7 +300,7 @@ impl Depthwise<'_> {
     /// Channel `ch`'s requantization scale, and its bias less the input
     /// zero point's share (`zp · Σ w`): where the vector paths start its
     /// sum of raw (uncentred) inputs.
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
     #[inline(always)]
     pub(crate) fn folded(&self, ch: usize) -> (f32, i32) {
         let (c, taps) = (self.g.in_c, self.g.window.kernel_h * self.g.window.kernel_w);
@@ -315,7 +317,7 @@ impl Depthwise<'_> {
     /// Checks what the vector paths rely on for output rows `rows` into
     /// `out`: one output per channel, at most [`DEPTHWISE_TAPS`] taps, and
     /// the input, weights and outputs as long as the shapes say.
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
     pub(crate) fn assert_fits(&self, rows: (usize, usize), out: &[i8]) {
         let (g, win) = (self.g, &self.g.window);
         let (c, taps) = (g.in_c, win.kernel_h * win.kernel_w);
@@ -329,7 +331,7 @@ impl Depthwise<'_> {
 /// Splits `c` channels into passes of at most `most` vectors of `width`
 /// channels, as even as can be (a lone vector would wait on its sums):
 /// calls `pass(vectors, first channel)` for each.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
 pub(crate) fn dw_passes(c: usize, width: usize, most: usize, mut pass: impl FnMut(usize, usize)) {
     let vectors = c.div_ceil(width);
     let passes = vectors.div_ceil(most);
@@ -343,7 +345,7 @@ pub(crate) fn dw_passes(c: usize, width: usize, most: usize, mut pass: impl FnMu
 
 /// Where a depthwise pass reads each tap of an output pixel: the input
 /// at the pass's first channel, or a row of zero points in the padding.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
 pub(crate) struct DwTaps<'a> {
     win: &'a Window2d,
     c: usize,
@@ -355,7 +357,7 @@ pub(crate) struct DwTaps<'a> {
     inner: [core::ops::Range<usize>; 2],
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
 impl<'a> DwTaps<'a> {
     /// For `d`'s window (checked by [`Depthwise::assert_fits`]), `pad`
     /// holding the zero point as many times as a pass reads.
@@ -443,12 +445,18 @@ fn depthwise_rows(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
             return unsafe { avx2::depthwise(d, rows, out) };
         }
     }
+    // NEON is always there where it is compiled in.
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    neon::depthwise(d, rows, out);
+    #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
     depthwise_portable(d, rows, out)
 }
 
 /// [`depthwise_rows`] without VNNI: for each [`LANES`] channels, the
 /// weights widened once, then every output pixel in plain integer code
-/// that the compiler vectorizes for this CPU.
+/// that the compiler vectorizes for this CPU. On aarch64 with NEON, only
+/// the tests' reference.
+#[cfg_attr(all(target_arch = "aarch64", target_feature = "neon"), allow(dead_code))]
 fn depthwise_portable(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
     struct Work<'d, 'a>(&'d Depthwise<'a>, (usize, usize), &'d mut [i8]);
     impl crate::cpu::Vectorized for Work<'_, '_> {
@@ -1044,6 +1052,15 @@ mod tests {
                     avx2::depthwise(&d, (mid, rows), b);
                 }
                 assert_eq!(out, want, "case {case}: AVX2 path");
+            }
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            {
+                let (rows, mid) = (batch * win.out_h, batch * win.out_h / 2);
+                let mut out = std::vec![0i8; len];
+                let (a, b) = out.split_at_mut(mid * win.out_w * g.out_c);
+                neon::depthwise(&d, (0, mid), a);
+                neon::depthwise(&d, (mid, rows), b);
+                assert_eq!(out, want, "case {case}: NEON path");
             }
         }
     }
