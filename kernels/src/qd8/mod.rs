@@ -104,7 +104,8 @@ pub fn quantize_row(x: &[f32], out: &mut [i8]) -> RowQuant {
 enum RowLayout {
     /// In input order (the scalar paths).
     Plain,
-    /// Each 16 inputs in quads ([`into_quads`]; the VNNI kernel).
+    /// Each 16 inputs in quads ([`into_quads`]; the repacked kernels,
+    /// x86 VNNI and aarch64 SDOT).
     Quads,
     /// Each 64 inputs interleaved (`simd::interleave`; the AVX2 kernel).
     Interleaved,
@@ -197,7 +198,7 @@ fn kept_header(k: usize, n: usize, group: usize) -> [u32; 4] {
 /// `group` keeps from run to run ([`prepare_blockwise`]): its stamp and
 /// weight sums, then, where the layer's shape allows (blocks of a
 /// multiple of 16 inputs), its weights repacked for the AVX-512 VNNI
-/// kernel.
+/// and aarch64 SDOT kernels.
 pub fn blockwise_kept_len(k: usize, n: usize, group: usize) -> usize {
     match repacks(k, group) {
         true => repacked_at(n).saturating_add(repacked_len(k, n, group)),
@@ -336,7 +337,7 @@ pub fn fully_connected(
     };
     let ksums = kept.map(|(sums, _)| sums);
     // The repacked weights, where this CPU has the kernel for them.
-    let repacked = kept.and_then(|(_, r)| r).filter(|_| vnni::available());
+    let repacked = kept.and_then(|(_, r)| r).filter(|_| repacked_kernel::available());
     let blocks = blocks_of(k, group);
     let words = row_words(k, blocks);
     let (x, out, scratch) = (&x[..rows * k], &mut out[..rows * n], &mut scratch[..rows * words]);
@@ -398,9 +399,9 @@ pub fn fully_connected(
                     min,
                     max,
                 };
-                for r0 in (0..rows).step_by(vnni::ROWS) {
-                    let take = vnni::ROWS.min(rows - r0);
-                    let each: [_; vnni::ROWS] = core::array::from_fn(|i| row_of(r0 + i.min(take - 1)));
+                for r0 in (0..rows).step_by(repacked_kernel::ROWS) {
+                    let take = repacked_kernel::ROWS.min(rows - r0);
+                    let each: [_; repacked_kernel::ROWS] = core::array::from_fn(|i| row_of(r0 + i.min(take - 1)));
                     let ys = tile.rows(&each);
                     for (i, y) in ys.iter().enumerate().take(take) {
                         put(r0 + i, c, &y[..cols]);
@@ -518,7 +519,7 @@ fn as_i32_ref(words: &[f32]) -> &[i32] {
 /// `sums[4·b + j] = -8 · Σ xq[i]` over the inputs `i` of block `b` with
 /// `(i mod 8) / 2 == j`: what the weights' offset of 8 takes from the
 /// block's four partial products when they are summed over the stored
-/// nibbles (`0..16`) rather than the weights (negated, so that the VNNI
+/// nibbles (`0..16`) rather than the weights (negated, so that the repacked
 /// kernel starts its sums from it).
 #[inline(always)]
 fn block_sums(xq: &[i8], group: usize, sums: &mut [i32]) {
@@ -604,13 +605,24 @@ fn blockwise_sum(
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
 }
 
+// The kernel over the repacked weights, where the target has one: AVX-512
+// VNNI on x86-64, SDOT (FEAT_DotProd) on aarch64; each checks the CPU.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod sdot;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+use sdot as repacked_kernel;
+#[cfg(target_arch = "x86_64")]
+use vnni as repacked_kernel;
 
-/// 16 outputs of a blockwise layer for the VNNI kernel (`vnni::Tile::rows`):
-/// their repacked weights (`blocks` blocks of `group` inputs), weight
-/// sums, biases and the output clamp.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// 16 outputs of a blockwise layer for a repacked kernel
+/// (`repacked_kernel::Tile::rows`): their repacked weights (`blocks` blocks of
+/// `group` inputs), weight sums, biases and the output clamp.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))),
+    allow(dead_code)
+)]
 struct Tile<'a> {
     group: usize,
     blocks: usize,
@@ -621,9 +633,9 @@ struct Tile<'a> {
     max: f32,
 }
 
-/// No AVX-512 VNNI kernel off x86-64.
-#[cfg(not(target_arch = "x86_64"))]
-mod vnni {
+/// No kernel over the repacked weights on other targets.
+#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
+mod repacked_kernel {
     pub(super) const ROWS: usize = 1;
 
     pub(super) fn available() -> bool {
@@ -632,7 +644,7 @@ mod vnni {
 
     impl super::Tile<'_> {
         pub(super) fn rows(&self, _: &[(&[i8], &[i32], i32, f32); ROWS]) -> [[f32; 16]; ROWS] {
-            unreachable!("no VNNI kernel on this target")
+            unreachable!("no repacked kernel on this target")
         }
     }
 }
@@ -1166,7 +1178,9 @@ mod tests {
 
     /// Blockwise layers (the vectorized kernel with blocks of 32, 64 and
     /// 128, the scalar sums for other shapes; several rows; one and two
-    /// threads; kept and unkept weight sums) give the reference's bits:
+    /// threads; kept and unkept weight sums; kept ones through the
+    /// repacked kernel where the CPU has one, x86 VNNI or aarch64 SDOT)
+    /// give the reference's bits:
     /// each row quantized by `quantize_row`, the weight sums made weight by
     /// weight, each output `fmaf(blockwise_sum, scale, bias)`, clamped.
     #[cfg(feature = "std")]
