@@ -188,10 +188,10 @@ fn row_words(k: usize, blocks: usize) -> usize {
     k.div_ceil(4) + 2 + 4 * blocks
 }
 
-/// Header of a blockwise layer's kept weight sums and repacking ("QD8R",
+/// Header of a blockwise layer's kept weight sums and repacking ("QD8S",
 /// `k`, `n`, `group`), in the style of the packed-weight stamp.
 fn kept_header(k: usize, n: usize, group: usize) -> [u32; 4] {
-    [0x5238_4451, k as u32, n as u32, group as u32]
+    [0x5338_4451, k as u32, n as u32, group as u32]
 }
 
 /// Floats a blockwise layer of `k` inputs, `n` outputs and blocks of
@@ -220,17 +220,25 @@ fn repacked_at(n: usize) -> usize {
 }
 
 /// Bytes of the repacking for one block of 16 outputs and one block of
-/// `group` inputs: their 16 scales (`f32`), then for each two quads of
-/// inputs the 16 outputs' 4 weights of each, the first quad's in the low
-/// nibbles (stored, `w + 8`).
+/// `group` inputs: for each two quads of inputs, the 16 outputs' 4
+/// weights of each, the first quad's in the low nibbles (stored, `w +
+/// 8`). 64-byte vectors, so they stay aligned to cache lines.
 fn repacked_block(group: usize) -> usize {
-    64 * (1 + group / 8)
+    8 * group
+}
+
+/// Bytes of the repacking for one block of 16 outputs (a tile): each
+/// input block's weights ([`repacked_block`]), then each input block's 16
+/// scales, kept bf16 as XNNPACK keeps them (decoding one token reads every
+/// weight once, so its speed is that of memory: half a bit a weight less),
+/// padded to a whole cache line.
+fn repacked_tile(k: usize, group: usize) -> usize {
+    let blocks = k / group;
+    blocks * repacked_block(group) + (32 * blocks).next_multiple_of(64)
 }
 
 fn repacked_len(k: usize, n: usize, group: usize) -> usize {
-    n.div_ceil(16)
-        .saturating_mul(k / group)
-        .saturating_mul(repacked_block(group) / 4)
+    n.div_ceil(16).saturating_mul(repacked_tile(k, group) / 4)
 }
 
 /// Input `e` (of 4) of quad `q` in a block, in the order the kernel takes
@@ -252,7 +260,7 @@ fn into_quads(xq: &mut [i8]) {
     }
 }
 
-/// Repacks `w` and `scales` (see [`repacked_block`]) into `out`.
+/// Repacks `w` and `scales` (see [`repacked_tile`]) into `out`.
 fn repack(w: &[u8], scales: &[bf16], group: usize, k: usize, n: usize, out: &mut [f32]) {
     let blocks = k / group;
     let out = &mut out[..repacked_len(k, n, group)];
@@ -262,22 +270,24 @@ fn repack(w: &[u8], scales: &[bf16], group: usize, k: usize, n: usize, out: &mut
         true => (nibble(w, c * k + i) + 8) as u8,
         false => 0,
     };
-    for (at, chunk) in bytes.chunks_exact_mut(repacked_block(group)).enumerate() {
-        let (cb, b) = (at / blocks, at % blocks);
-        let (head, quads) = chunk.split_at_mut(64);
-        for (o, s) in head.chunks_exact_mut(4).enumerate() {
-            let c = cb * 16 + o;
-            let scale = if c < n { widen(scales[c * blocks + b]) } else { 0.0 };
-            s.copy_from_slice(&scale.to_le_bytes());
-        }
-        for (p, v) in quads.chunks_exact_mut(64).enumerate() {
-            for (o, v) in v.chunks_exact_mut(4).enumerate() {
-                for (e, v) in v.iter_mut().enumerate() {
-                    let i = |q: usize| b * group + quad_input(q, e);
-                    *v = stored(cb * 16 + o, i(2 * p)) | (stored(cb * 16 + o, i(2 * p + 1)) << 4);
+    for (cb, tile) in bytes.chunks_exact_mut(repacked_tile(k, group)).enumerate() {
+        let (quads, tail) = tile.split_at_mut(blocks * repacked_block(group));
+        for (b, quads) in quads.chunks_exact_mut(repacked_block(group)).enumerate() {
+            for (p, v) in quads.chunks_exact_mut(64).enumerate() {
+                for (o, v) in v.chunks_exact_mut(4).enumerate() {
+                    for (e, v) in v.iter_mut().enumerate() {
+                        let i = |q: usize| b * group + quad_input(q, e);
+                        *v = stored(cb * 16 + o, i(2 * p)) | (stored(cb * 16 + o, i(2 * p + 1)) << 4);
+                    }
                 }
             }
         }
+        for (at, s) in tail[..32 * blocks].chunks_exact_mut(2).enumerate() {
+            let (b, c) = (at / 16, cb * 16 + at % 16);
+            let scale = if c < n { scales[c * blocks + b].to_bits() } else { 0 };
+            s.copy_from_slice(&scale.to_le_bytes());
+        }
+        tail[32 * blocks..].fill(0);
     }
 }
 
@@ -384,16 +394,15 @@ pub fn fully_connected(
         if let Some(packed) = repacked {
             // Blocks of 16 outputs, each over every row while its weights
             // are in cache.
-            let blocks = k / group;
-            let per = repacked_block(group) / 4;
+            let per = repacked_tile(k, group) / 4;
             let ksums = ksums.unwrap_or_default();
             for c in (c0..c1).step_by(16) {
                 let cols = 16.min(c1 - c);
-                let at = c / 16 * blocks * per;
+                let at = c / 16 * per;
                 let tile = Tile {
                     group,
-                    blocks,
-                    packed: &packed[at..at + blocks * per],
+                    blocks: k / group,
+                    packed: &packed[at..at + per],
                     ksums: core::array::from_fn(|o| ksums.get(c + o).copied().unwrap_or(0.0)),
                     bias: core::array::from_fn(|o| bias.map_or(0.0, |b| b.get(c + o).copied().unwrap_or(0.0))),
                     min,

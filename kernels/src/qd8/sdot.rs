@@ -39,7 +39,7 @@ impl Tile<'_> {
     pub(super) fn rows(&self, rows: &[(&[i8], &[i32], i32, f32); ROWS]) -> [[f32; 16]; ROWS] {
         let k = self.group * self.blocks;
         assert!(super::repacks(k, self.group));
-        assert!(self.packed.len() >= self.blocks * super::repacked_block(self.group) / 4);
+        assert!(self.packed.len() * 4 >= super::repacked_tile(k, self.group));
         assert!(rows
             .iter()
             .all(|(x, s, _, _)| x.len() >= k && s.len() >= 4 * self.blocks));
@@ -80,10 +80,12 @@ impl Tile<'_> {
         let group = self.group;
         let block = super::repacked_block(group);
         let base = self.packed.as_ptr().cast::<u8>();
+        let scales = base.wrapping_add(self.blocks * block).cast::<u16>();
         let o0 = 8 * half;
         let low = vdupq_n_u8(0x0f);
         // SAFETY: reads within the lengths `rows` asserted: block `b`'s
-        // `block` bytes of the repacking, its 16 inputs `b · group + 16 ·
+        // `block` bytes of the repacking and its 16 scales after the
+        // weights ([`super::repacked_tile`]), its 16 inputs `b · group + 16 ·
         // p2..` of each row (`group` a multiple of 16) and its 4 sums;
         // `o0 + 8 <= 16` floats of the tile's arrays and of `out`.
         unsafe {
@@ -106,9 +108,11 @@ impl Tile<'_> {
             });
             for b in 0..self.blocks {
                 let at = base.add(b * block);
+                // Outputs o0..o0 + 8's bf16 scales, widened (exactly).
+                let s = vld1q_u16(scales.add(16 * b + o0));
                 let s = [
-                    vld1q_f32(at.cast::<f32>().add(o0)),
-                    vld1q_f32(at.cast::<f32>().add(o0 + 4)),
+                    vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(s))),
+                    vreinterpretq_f32_u32(vshll_high_n_u16::<16>(s)),
                 ];
                 // Each partial starts from its share of the weights' +8.
                 let mut acc: [[[int32x4_t; 2]; 4]; R] = core::array::from_fn(|r| {
@@ -122,7 +126,7 @@ impl Tile<'_> {
                     // Vector 2·p2 + pair: quads 4·p2 + 2·pair (low
                     // nibbles) and 4·p2 + 2·pair + 1 (high).
                     for pair in 0..2 {
-                        let v = at.add(64 * (1 + 2 * p2 + pair) + 4 * o0);
+                        let v = at.add(64 * (2 * p2 + pair) + 4 * o0);
                         for (h, w) in [vld1q_u8(v), vld1q_u8(v.add(16))].into_iter().enumerate() {
                             let (wa, wb) = (
                                 vreinterpretq_s8_u8(vandq_u8(w, low)),

@@ -21,7 +21,7 @@ impl Tile<'_> {
     pub(super) fn rows(&self, rows: &[(&[i8], &[i32], i32, f32); ROWS]) -> [[f32; 16]; ROWS] {
         let k = self.group * self.blocks;
         assert!(super::repacks(k, self.group));
-        assert!(self.packed.len() >= self.blocks * super::repacked_block(self.group) / 4);
+        assert!(self.packed.len() * 4 >= super::repacked_tile(k, self.group));
         assert!(rows
             .iter()
             .all(|(x, s, _, _)| x.len() >= k && s.len() >= 4 * self.blocks));
@@ -53,7 +53,9 @@ impl Tile<'_> {
         let low = _mm512_set1_epi8(0x0f);
         let block = super::repacked_block(group);
         let base = self.packed.as_ptr().cast::<u8>();
-        // SAFETY: reads within the lengths `rows` asserted.
+        let scales = base.wrapping_add(self.blocks * block).cast::<__m256i>();
+        // SAFETY: reads within the lengths `rows` asserted (the tile's
+        // weights, then its scales: `super::repacked_tile`).
         unsafe {
             let ks = _mm512_loadu_ps(self.ksums.as_ptr());
             // Partial 0 starts from the zero point's share, as
@@ -64,7 +66,9 @@ impl Tile<'_> {
             });
             for b in 0..self.blocks {
                 let at = base.add(b * block);
-                let s = _mm512_loadu_ps(at.cast());
+                // The block's 16 bf16 scales, widened (exactly).
+                let s = _mm256_loadu_si256(scales.add(b));
+                let s = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(s)));
                 // Each partial starts from its share of the weights' +8.
                 let mut acc: [[__m512i; 4]; R] = core::array::from_fn(|r| {
                     let sums = rows[r].1.as_ptr().add(4 * b);
@@ -73,7 +77,7 @@ impl Tile<'_> {
                 for p2 in 0..group / 16 {
                     // Quads 4·p2 + 0..4, partials 0..4, two 64-byte loads.
                     for half in 0..2 {
-                        let v = _mm512_loadu_si512(at.add(64 * (1 + 2 * p2 + half)).cast());
+                        let v = _mm512_loadu_si512(at.add(64 * (2 * p2 + half)).cast());
                         let (wa, wb) = (
                             _mm512_and_si512(v, low),
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
