@@ -164,6 +164,16 @@ fn nibble(w: &[u8], i: usize) -> i32 {
     u as i32 - 8
 }
 
+/// Bytes ahead of the weights being summed that a kernel summing a single
+/// row (a decoded token) prefetches. Such a row reads each weight once,
+/// so the layer runs at the speed of memory, and the hardware's
+/// prefetcher alone keeps too few loads in flight: one row through 2048 ×
+/// 8192 layers took 27 % less time on one Xeon thread with the VNNI
+/// kernel, 35 % on two. Past a weight's end a prefetch reads the next
+/// one's, or nothing (it never faults).
+#[cfg(target_arch = "x86_64")]
+const PREFETCH: usize = 4096;
+
 /// A bf16 widened to `f32` (exactly).
 #[inline(always)]
 fn widen(s: bf16) -> f32 {
@@ -944,6 +954,10 @@ mod simd {
         unsafe {
             if group == 32 {
                 for c in 0..k / 64 {
+                    if R == 1 && c % 2 == 0 {
+                        // A line a page ahead (see `super::PREFETCH`).
+                        _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(32 * c + super::PREFETCH).cast());
+                    }
                     let wv = unpack(wp.add(32 * c));
                     // Blocks 2c and 2c + 1's scales, widened.
                     let pair = _mm_set1_epi32(scales.as_ptr().add(2 * c).cast::<i32>().read_unaligned());
@@ -962,6 +976,9 @@ mod simd {
                 for (b, &s) in scales.iter().enumerate() {
                     let mut acc = [_mm256_setzero_si256(); R];
                     for c in b * per..(b + 1) * per {
+                        if R == 1 && c % 2 == 0 {
+                            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(32 * c + super::PREFETCH).cast());
+                        }
                         let wv = unpack(wp.add(32 * c));
                         for r in 0..R {
                             acc[r] = _mm256_add_epi32(acc[r], dot(wv, x[r].add(64 * c)));

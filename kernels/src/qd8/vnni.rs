@@ -10,9 +10,6 @@ use core::arch::x86_64::*;
 /// Rows of inputs a tile sums at once.
 pub(super) const ROWS: usize = 3;
 
-/// Bytes ahead of the weights being summed that a single row prefetches.
-const PREFETCH: usize = 4096;
-
 pub(super) fn available() -> bool {
     crate::cpu::has_avx512_vnni()
 }
@@ -70,15 +67,9 @@ impl Tile<'_> {
             for b in 0..self.blocks {
                 let at = base.add(b * block);
                 if R == 1 {
-                    // One row (a decoded token) reads each weight once, so
-                    // the layer runs at the speed of memory: loads asked
-                    // for a page ahead keep more of them in flight than
-                    // the hardware's prefetcher does (one row through
-                    // 2048 × 8192 layers: 27 % less time on one Xeon
-                    // thread, 35 % on two). Past the tile's end they read
-                    // the next tile, or nothing (a prefetch never faults).
+                    // One row: its weights a page ahead (`super::PREFETCH`).
                     for line in (0..block).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH + line).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(super::PREFETCH + line).cast());
                     }
                 }
                 // The block's 16 bf16 scales, widened (exactly).
