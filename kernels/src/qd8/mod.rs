@@ -174,6 +174,19 @@ fn nibble(w: &[u8], i: usize) -> i32 {
 #[cfg(target_arch = "x86_64")]
 const PREFETCH: usize = 4096;
 
+/// Asks for the cache line [`PREFETCH`] bytes past `p + at`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_ahead(p: *const u8, at: usize) {
+    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    // SAFETY: a prefetch reads nothing the program sees and never faults,
+    // whatever the address.
+    #[allow(unused_unsafe)]
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at + PREFETCH).cast())
+    };
+}
+
 /// A bf16 widened to `f32` (exactly).
 #[inline(always)]
 fn widen(s: bf16) -> f32 {
@@ -243,8 +256,12 @@ fn repacked_block(group: usize) -> usize {
 /// weight once, so its speed is that of memory: half a bit a weight less),
 /// padded to a whole cache line.
 fn repacked_tile(k: usize, group: usize) -> usize {
-    let blocks = k / group;
-    blocks * repacked_block(group) + (32 * blocks).next_multiple_of(64)
+    repacked_scales_at(k, group) + (32 * (k / group)).next_multiple_of(64)
+}
+
+/// Where a tile's scales start: after all its blocks' weights.
+fn repacked_scales_at(k: usize, group: usize) -> usize {
+    k / group * repacked_block(group)
 }
 
 fn repacked_len(k: usize, n: usize, group: usize) -> usize {
@@ -281,7 +298,7 @@ fn repack(w: &[u8], scales: &[bf16], group: usize, k: usize, n: usize, out: &mut
         false => 0,
     };
     for (cb, tile) in bytes.chunks_exact_mut(repacked_tile(k, group)).enumerate() {
-        let (quads, tail) = tile.split_at_mut(blocks * repacked_block(group));
+        let (quads, tail) = tile.split_at_mut(repacked_scales_at(k, group));
         for (b, quads) in quads.chunks_exact_mut(repacked_block(group)).enumerate() {
             for (p, v) in quads.chunks_exact_mut(64).enumerate() {
                 for (o, v) in v.chunks_exact_mut(4).enumerate() {
@@ -411,7 +428,7 @@ pub fn fully_connected(
                 let at = c / 16 * per;
                 let tile = Tile {
                     group,
-                    blocks: k / group,
+                    blocks,
                     packed: &packed[at..at + per],
                     ksums: core::array::from_fn(|o| ksums.get(c + o).copied().unwrap_or(0.0)),
                     bias: core::array::from_fn(|o| bias.map_or(0.0, |b| b.get(c + o).copied().unwrap_or(0.0))),
@@ -955,8 +972,7 @@ mod simd {
             if group == 32 {
                 for c in 0..k / 64 {
                     if R == 1 && c % 2 == 0 {
-                        // A line a page ahead (see `super::PREFETCH`).
-                        _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(32 * c + super::PREFETCH).cast());
+                        super::prefetch_ahead(wp, 32 * c);
                     }
                     let wv = unpack(wp.add(32 * c));
                     // Blocks 2c and 2c + 1's scales, widened.
@@ -977,7 +993,7 @@ mod simd {
                     let mut acc = [_mm256_setzero_si256(); R];
                     for c in b * per..(b + 1) * per {
                         if R == 1 && c % 2 == 0 {
-                            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(32 * c + super::PREFETCH).cast());
+                            super::prefetch_ahead(wp, 32 * c);
                         }
                         let wv = unpack(wp.add(32 * c));
                         for r in 0..R {

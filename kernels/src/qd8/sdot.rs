@@ -80,7 +80,9 @@ impl Tile<'_> {
         let group = self.group;
         let block = super::repacked_block(group);
         let base = self.packed.as_ptr().cast::<u8>();
-        let scales = base.wrapping_add(self.blocks * block).cast::<u16>();
+        let scales = base
+            .wrapping_add(super::repacked_scales_at(self.group * self.blocks, group))
+            .cast::<u16>();
         let o0 = 8 * half;
         let low = vdupq_n_u8(0x0f);
         // SAFETY: reads within the lengths `rows` asserted: block `b`'s

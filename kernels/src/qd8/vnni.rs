@@ -53,7 +53,9 @@ impl Tile<'_> {
         let low = _mm512_set1_epi8(0x0f);
         let block = super::repacked_block(group);
         let base = self.packed.as_ptr().cast::<u8>();
-        let scales = base.wrapping_add(self.blocks * block).cast::<__m256i>();
+        let scales = base
+            .wrapping_add(super::repacked_scales_at(self.group * self.blocks, group))
+            .cast::<__m256i>();
         // SAFETY: reads within the lengths `rows` asserted (the tile's
         // weights, then its scales: `super::repacked_tile`).
         unsafe {
@@ -67,9 +69,9 @@ impl Tile<'_> {
             for b in 0..self.blocks {
                 let at = base.add(b * block);
                 if R == 1 {
-                    // One row: its weights a page ahead (`super::PREFETCH`).
+                    // One row: its weights a page ahead.
                     for line in (0..block).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(super::PREFETCH + line).cast());
+                        super::prefetch_ahead(at, line);
                     }
                 }
                 // The block's 16 bf16 scales, widened (exactly).
