@@ -104,6 +104,7 @@ fn threads_run_every_case_on_each_count() {
         "xnnpack_qs8_cnn_runtime",
         "xnnpack_qd8_mlp",
         "xnnpack_qb4_linear",
+        "xnnpack_qb4_linear_vnni",
         "xnnpack_llama_8da4w",
         "llama_kv",
         "xnnpack_llama_kv",

@@ -6,8 +6,10 @@
 //! with a scale and zero point of its own; the weights are `i8` or 4-bit,
 //! with a scale per output channel or per block of `group` inputs. The
 //! integer products are exact; the `f32` steps after them follow
-//! XNNPACK's x86 (AVX2) kernels operation by operation, fused
-//! multiply-adds included, so that the outputs are XNNPACK's to the bit.
+//! XNNPACK's x86 kernels operation by operation, fused multiply-adds
+//! included, so that the outputs are XNNPACK's to the bit: its AVX2
+//! kernels', or on CPUs with AVX-512 VNNI, where XNNPACK sums 4-bit
+//! blocks in another order, those ([`BlockwiseOrder`]).
 use crate::bf16;
 use crate::qs8::round_even;
 
@@ -99,14 +101,46 @@ pub fn quantize_row(x: &[f32], out: &mut [i8]) -> RowQuant {
     q
 }
 
+/// The order of a blockwise 4-bit layer's `f32` steps: XNNPACK's on this
+/// CPU. The two give outputs an ulp or so apart, so ExecuTorch's outputs
+/// depend on the CPU, and ptec's follow them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockwiseOrder {
+    /// XNNPACK's AVX2 kernel (`qd8_f32_qb4w`), on x86 CPUs without AVX-512
+    /// VNNI and, as ptec's choice, on every other target: per block, four
+    /// partial products, each fused into a lane of its own
+    /// (`blockwise_sum`), then `fma(sum, row scale, bias)`.
+    Partials,
+    /// XNNPACK's AVX-512 VNNI kernels, which it runs over rows quantized to
+    /// `u8` (`qdu8_f32_qb4w`, the zero point plus 128): the weight sums
+    /// times the zero point first, then one fused multiply-add a block, of
+    /// its whole sum, then `sum · row scale + bias`, two roundings
+    /// (`blockwise_sum`).
+    Blocks,
+}
+
+/// The order XNNPACK sums blockwise 4-bit layers in on this CPU: whole
+/// blocks where it has AVX-512 VNNI (as XNNPACK detects it: AVX-512 F,
+/// BW, VL and VNNI), partials elsewhere.
+pub fn blockwise_order() -> BlockwiseOrder {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::has_avx512_vnni() {
+        return BlockwiseOrder::Blocks;
+    }
+    BlockwiseOrder::Partials
+}
+
 /// How a quantized row is laid out for the kernel that will read it.
 #[derive(Clone, Copy, PartialEq)]
 enum RowLayout {
     /// In input order (the scalar paths).
     Plain,
-    /// Each 16 inputs in quads ([`into_quads`]; the repacked kernels,
-    /// x86 VNNI and aarch64 SDOT).
+    /// Each 16 inputs in quads ([`into_quads`]), with the block sums (the
+    /// aarch64 SDOT kernel).
     Quads,
+    /// In quads, each input plus 128 as a `u8`, without block sums (the
+    /// x86 VNNI kernel, [`BlockwiseOrder::Blocks`]).
+    UnsignedQuads,
     /// Each 64 inputs interleaved (`simd::interleave`; the AVX2 kernel).
     Interleaved,
 }
@@ -140,11 +174,16 @@ impl crate::cpu::Vectorized for PrepareRows<'_> {
             let q = quantize_row(x, xq);
             rest[0] = q.zero_point as f32;
             rest[1] = q.scale;
-            if layout != RowLayout::Plain {
+            if matches!(layout, RowLayout::Quads | RowLayout::Interleaved) {
                 block_sums(xq, group, as_i32(&mut rest[2..]));
             }
             match layout {
                 RowLayout::Quads => into_quads(xq),
+                RowLayout::UnsignedQuads => {
+                    into_quads(xq);
+                    // `x + 128` as a `u8` is `x` with its sign bit flipped.
+                    xq.iter_mut().for_each(|v| *v ^= i8::MIN);
+                }
                 RowLayout::Interleaved => simd::interleave(xq),
                 RowLayout::Plain => {}
             }
@@ -373,6 +412,7 @@ pub fn fully_connected(
         _ => (0, None),
     };
     let ksums = kept.map(|(sums, _)| sums);
+    let order = blockwise_order();
     // The repacked weights, where this CPU has the kernel for them.
     let repacked = kept.and_then(|(_, r)| r).filter(|_| repacked_kernel::available());
     let blocks = blocks_of(k, group);
@@ -381,8 +421,10 @@ pub fn fully_connected(
     if let Some(b) = bias {
         assert!(b.len() >= n, "a bias of {} for {n} outputs", b.len());
     }
-    let fast = simd::Blockwise::for_layer(weights, k);
+    // The AVX2 kernel sums in its own order only.
+    let fast = simd::Blockwise::for_layer(weights, k).filter(|_| order == BlockwiseOrder::Partials);
     let layout = match (repacked, fast) {
+        (Some(_), _) if order == BlockwiseOrder::Blocks => RowLayout::UnsignedQuads,
         (Some(_), _) => RowLayout::Quads,
         (None, Some(_)) => RowLayout::Interleaved,
         (None, None) => RowLayout::Plain,
@@ -501,8 +543,11 @@ pub fn fully_connected(
                     }
                     Weights::Blockwise4 { w, scales, .. } => {
                         let s = &scales[c * blocks..][..blocks];
-                        let sum = blockwise_sum(xq, zero_point, |i| nibble(w, c * k + i), s, group, ks);
-                        libm::fmaf(sum, scale, b)
+                        let sum = blockwise_sum(order, xq, zero_point, |i| nibble(w, c * k + i), s, group, ks);
+                        match order {
+                            BlockwiseOrder::Partials => libm::fmaf(sum, scale, b),
+                            BlockwiseOrder::Blocks => sum * scale + b,
+                        }
                     }
                 };
                 put(r, c, &[clamp(y)]);
@@ -615,11 +660,19 @@ fn ksum(row: &[u8], k: usize, scales: &[bf16], group: usize) -> f32 {
 }
 
 /// One output of a blockwise 4-bit layer before its row scale and bias,
-/// summed as XNNPACK's AVX2 kernel sums it: the zero point's share first
-/// (the weight sums `ksum` times the zero point), then per block four
-/// partial products (inputs `i` with `i mod 8` in `{2j, 2j + 1}`), each
-/// fused into a lane of its own, and the lanes added in pairs.
+/// summed in `order`, from the zero point's share (the weight sums `ksum`
+/// times the zero point):
+/// - [`BlockwiseOrder::Partials`], as XNNPACK's AVX2 kernel: per block
+///   four partial products (inputs `i` with `i mod 8` in `{2j, 2j + 1}`),
+///   each fused into a lane of its own, and the lanes added in pairs;
+/// - [`BlockwiseOrder::Blocks`], as its AVX-512 VNNI kernels: the inputs
+///   plus 128 (`u8`, and so the zero point too) times the weights shifted
+///   up a nibble (`16 · w`: the kernels keep each nibble in a byte's high
+///   half), exact and wrapping as `i32` a block, each block's sum
+///   converted and fused with its scale over 16 (XNNPACK keeps that scale
+///   as bf16, the same number for any scale of at least 2^-122).
 fn blockwise_sum(
+    order: BlockwiseOrder,
     xq: &[i8],
     zero_point: i32,
     w: impl Fn(usize) -> i32,
@@ -627,18 +680,31 @@ fn blockwise_sum(
     group: usize,
     ksum: f32,
 ) -> f32 {
-    let mut lanes = [ksum * zero_point as f32, 0.0, 0.0, 0.0];
-    for (b, &s) in scales.iter().enumerate() {
-        let s = widen(s);
-        let mut m = [0i32; 4];
-        for i in b * group..(b + 1) * group {
-            m[(i % 8) / 2] += xq[i] as i32 * w(i);
+    let blocks = scales.iter().map(|&s| widen(s)).enumerate();
+    match order {
+        BlockwiseOrder::Partials => {
+            let mut lanes = [ksum * zero_point as f32, 0.0, 0.0, 0.0];
+            for (b, s) in blocks {
+                let mut m = [0i32; 4];
+                for i in b * group..(b + 1) * group {
+                    m[(i % 8) / 2] += xq[i] as i32 * w(i);
+                }
+                for (lane, &mj) in lanes.iter_mut().zip(&m) {
+                    *lane = libm::fmaf(mj as f32, s, *lane);
+                }
+            }
+            (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
         }
-        for (lane, &mj) in lanes.iter_mut().zip(&m) {
-            *lane = libm::fmaf(mj as f32, s, *lane);
+        BlockwiseOrder::Blocks => {
+            let mut sum = ksum * (zero_point + 128) as f32;
+            for (b, s) in blocks {
+                let acc = (b * group..(b + 1) * group)
+                    .fold(0i32, |acc, i| acc.wrapping_add((xq[i] as i32 + 128) * 16 * w(i)));
+                sum = libm::fmaf(acc as f32, s / 16.0, sum);
+            }
+            sum
         }
     }
-    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
 }
 
 // The kernel over the repacked weights, where the target has one: AVX-512
@@ -1224,7 +1290,8 @@ mod tests {
     /// repacked kernel where the CPU has one, x86 VNNI or aarch64 SDOT)
     /// give the reference's bits:
     /// each row quantized by `quantize_row`, the weight sums made weight by
-    /// weight, each output `fmaf(blockwise_sum, scale, bias)`, clamped.
+    /// weight, each output `fmaf(blockwise_sum, scale, bias)`, clamped, or
+    /// where XNNPACK sums whole blocks, their sums written out here.
     #[cfg(feature = "std")]
     #[test]
     fn blockwise_layers_give_the_scalar_sums_bits() {
@@ -1235,6 +1302,9 @@ mod tests {
         let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
         let mut seed = 7u64;
         let mut next = || crate::testing::rng(&mut seed);
+        // Whether the two orders ever give other bits (else this test
+        // could not tell them apart).
+        let mut differ = false;
         for (rows, k, n, group) in [
             (1, 64, 3, 32),
             (3, 128, 17, 32),
@@ -1287,8 +1357,28 @@ mod tests {
                         }
                         ks
                     };
-                    let sum = blockwise_sum(&xq, q.zero_point, wc, s, group, ks);
-                    want.push(libm::fmaf(sum, q.scale, bias[c]).max(min).min(max));
+                    let partials = {
+                        let sum = blockwise_sum(BlockwiseOrder::Partials, &xq, q.zero_point, wc, s, group, ks);
+                        libm::fmaf(sum, q.scale, bias[c])
+                    };
+                    // XNNPACK's VNNI kernels, written out: `u8` inputs,
+                    // weights times 16, scales over 16, a sum a block.
+                    let blocks_order = {
+                        let mut sum = ks * (q.zero_point + 128) as f32;
+                        for (b, &sb) in s.iter().enumerate() {
+                            let acc: i32 = (b * group..(b + 1) * group)
+                                .map(|i| (xq[i] as u8 ^ 0x80) as i32 * (16 * wc(i)))
+                                .sum();
+                            sum = libm::fmaf(acc as f32, sb.to_f32() * 0.0625, sum);
+                        }
+                        sum * q.scale + bias[c]
+                    };
+                    differ |= partials.to_bits() != blocks_order.to_bits();
+                    let y = match blockwise_order() {
+                        BlockwiseOrder::Partials => partials,
+                        BlockwiseOrder::Blocks => blocks_order,
+                    };
+                    want.push(y.max(min).min(max));
                 }
             }
             let mut kept = std::vec![0f32; blockwise_kept_len(k, n, group)];
@@ -1320,6 +1410,7 @@ mod tests {
             prepare_blockwise(&w, &scales, group, k, n, &mut kept);
             assert_eq!(before, bits(&kept));
         }
+        assert!(differ, "the two orders gave the same bits everywhere");
     }
 
     /// Per-channel layers (int8 and 4-bit weights; whole vectors and

@@ -1,30 +1,30 @@
 //! The blockwise 4-bit layer on AVX-512 VNNI, over its repacked weights
-//! (see `super::repack`): 16 outputs at a time, each `VPDPBUSD` adding a
-//! quad of one row's inputs, broadcast, times 16 outputs' 4 weights to
-//! the sums of one of the four partial products. The `f32` steps are
-//! those of [`super::blockwise_sum`], lane for lane: one fused
-//! multiply-add a block and partial, in block order.
+//! (see `super::repack`), summed as XNNPACK's VNNI kernels sum it
+//! ([`super::BlockwiseOrder::Blocks`], [`super::blockwise_sum`]):
+//! 16 outputs at a time, each `VPDPBUSD` adding a quad of one row's
+//! inputs plus 128 (`u8`), broadcast, times 16 outputs' 4 weights shifted
+//! up a nibble (`16 · w`, signed) to the row's block sums; then one
+//! conversion and fused multiply-add a block and row.
 use super::Tile;
 use core::arch::x86_64::*;
 
-/// Rows of inputs a tile sums at once.
-pub(super) const ROWS: usize = 3;
+/// Rows of inputs a tile sums at once: each takes two sums and its `f32`
+/// lanes, 18 of the 32 registers.
+pub(super) const ROWS: usize = 6;
 
 pub(super) fn available() -> bool {
     crate::cpu::has_avx512_vnni()
 }
 
 impl Tile<'_> {
-    /// The 16 outputs of each row (its inputs in quads, `super::into_quads`;
-    /// its block sums, zero point and scale); a row repeated at the end is
-    /// summed once.
+    /// The 16 outputs of each row (its inputs in quads, plus 128,
+    /// `super::RowLayout::UnsignedQuads`; its zero point and scale); a row
+    /// repeated at the end is summed once.
     pub(super) fn rows(&self, rows: &[(&[i8], &[i32], i32, f32); ROWS]) -> [[f32; 16]; ROWS] {
         let k = self.group * self.blocks;
         assert!(super::repacks(k, self.group));
         assert!(self.packed.len() * 4 >= super::repacked_tile(k, self.group));
-        assert!(rows
-            .iter()
-            .all(|(x, s, _, _)| x.len() >= k && s.len() >= 4 * self.blocks));
+        assert!(rows.iter().all(|(x, _, _, _)| x.len() >= k));
         let distinct = 1
             + (1..ROWS)
                 .take_while(|&i| !core::ptr::eq(rows[i].0, rows[i - 1].0))
@@ -36,6 +36,9 @@ impl Tile<'_> {
             match distinct {
                 1 => out[..1].copy_from_slice(&self.sums::<1>(rows)),
                 2 => out[..2].copy_from_slice(&self.sums::<2>(rows)),
+                3 => out[..3].copy_from_slice(&self.sums::<3>(rows)),
+                4 => out[..4].copy_from_slice(&self.sums::<4>(rows)),
+                5 => out[..5].copy_from_slice(&self.sums::<5>(rows)),
                 _ => out = self.sums::<ROWS>(rows),
             }
         }
@@ -50,22 +53,21 @@ impl Tile<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn sums<const R: usize>(&self, rows: &[(&[i8], &[i32], i32, f32); ROWS]) -> [[f32; 16]; R] {
         let group = self.group;
-        let low = _mm512_set1_epi8(0x0f);
         let block = super::repacked_block(group);
         let base = self.packed.as_ptr().cast::<u8>();
         let scales = base
             .wrapping_add(super::repacked_scales_at(self.group * self.blocks, group))
             .cast::<__m256i>();
+        // `(a & b) ^ c`, for VPTERNLOGD.
+        const HIGH_LESS_128: i32 = 0x6a;
+        let (high, sign) = (_mm512_set1_epi8(0xf0u8 as i8), _mm512_set1_epi8(i8::MIN));
         // SAFETY: reads within the lengths `rows` asserted (the tile's
         // weights, then its scales: `super::repacked_tile`).
         unsafe {
             let ks = _mm512_loadu_ps(self.ksums.as_ptr());
-            // Partial 0 starts from the zero point's share, as
-            // `blockwise_sum` does.
-            let mut lanes: [[__m512; 4]; R] = core::array::from_fn(|r| {
-                let first = _mm512_mul_ps(ks, _mm512_set1_ps(rows[r].2 as f32));
-                [first, _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()]
-            });
+            // The zero point's share first.
+            let mut lanes: [__m512; R] =
+                core::array::from_fn(|r| _mm512_mul_ps(ks, _mm512_set1_ps((rows[r].2 + 128) as f32)));
             for b in 0..self.blocks {
                 let at = base.add(b * block);
                 if R == 1 {
@@ -74,38 +76,39 @@ impl Tile<'_> {
                         super::prefetch_ahead(at, line);
                     }
                 }
-                // The block's 16 bf16 scales, widened (exactly).
+                // The block's 16 bf16 scales, widened (exactly), over 16
+                // for the weights' shift.
                 let s = _mm256_loadu_si256(scales.add(b));
                 let s = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(s)));
-                // Each partial starts from its share of the weights' +8.
-                let mut acc: [[__m512i; 4]; R] = core::array::from_fn(|r| {
-                    let sums = rows[r].1.as_ptr().add(4 * b);
-                    core::array::from_fn(|j| _mm512_set1_epi32(*sums.add(j)))
-                });
-                for p2 in 0..group / 16 {
-                    // Quads 4·p2 + 0..4, partials 0..4, two 64-byte loads.
+                let s = _mm512_mul_ps(s, _mm512_set1_ps(1.0 / 16.0));
+                // Two sums a row, for two chains of additions.
+                let mut acc = [[_mm512_setzero_si512(); 2]; R];
+                for p in 0..group / 16 {
+                    // Quads 4p + 2·half (low nibbles) and 4p + 2·half + 1
+                    // (high) in each vector: the stored nibble `w + 8` in
+                    // a byte's high half, less 128, is `16 · w`.
+                    // `half` picks the vector as well as the sums.
+                    #[allow(clippy::needless_range_loop)]
                     for half in 0..2 {
-                        let v = _mm512_loadu_si512(at.add(64 * (2 * p2 + half)).cast());
-                        let (wa, wb) = (
-                            _mm512_and_si512(v, low),
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
-                        );
+                        let v = 2 * p + half;
+                        let w = _mm512_loadu_si512(at.add(64 * v).cast());
+                        let wa = _mm512_ternarylogic_epi32::<HIGH_LESS_128>(_mm512_slli_epi16::<4>(w), high, sign);
+                        let wb = _mm512_ternarylogic_epi32::<HIGH_LESS_128>(w, high, sign);
                         for r in 0..R {
-                            let x = rows[r].0.as_ptr().add(b * group + 16 * p2 + 8 * half);
+                            let x = rows[r].0.as_ptr().add(b * group + 8 * v);
                             let (xa, xb) = (
                                 x.cast::<i32>().read_unaligned(),
                                 x.add(4).cast::<i32>().read_unaligned(),
                             );
-                            let j = 2 * half;
-                            acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], wa, _mm512_set1_epi32(xa));
-                            acc[r][j + 1] = _mm512_dpbusd_epi32(acc[r][j + 1], wb, _mm512_set1_epi32(xb));
+                            let sums = &mut acc[r][half];
+                            *sums = _mm512_dpbusd_epi32(*sums, _mm512_set1_epi32(xa), wa);
+                            *sums = _mm512_dpbusd_epi32(*sums, _mm512_set1_epi32(xb), wb);
                         }
                     }
                 }
                 for r in 0..R {
-                    for j in 0..4 {
-                        lanes[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][j]), s, lanes[r][j]);
-                    }
+                    let sum = _mm512_add_epi32(acc[r][0], acc[r][1]);
+                    lanes[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, lanes[r]);
                 }
             }
             let (bias, min, max) = (
@@ -114,9 +117,8 @@ impl Tile<'_> {
                 _mm512_set1_ps(self.max),
             );
             core::array::from_fn(|r| {
-                let [l0, l1, l2, l3] = lanes[r];
-                let sum = _mm512_add_ps(_mm512_add_ps(l0, l1), _mm512_add_ps(l2, l3));
-                let y = _mm512_fmadd_ps(sum, _mm512_set1_ps(rows[r].3), bias);
+                // Scaled, then the bias added: two roundings, as XNNPACK.
+                let y = _mm512_add_ps(_mm512_mul_ps(lanes[r], _mm512_set1_ps(rows[r].3)), bias);
                 // max(y, min) then min(y, max), as x86 orders them: a NaN
                 // becomes `min`.
                 let y = _mm512_min_ps(_mm512_max_ps(y, min), max);
