@@ -6,7 +6,7 @@
 //! output's four products, and the lane pairs are added once at the end.
 //! The sums are exact `i32`, then requantized 8 at a time in the scalar
 //! kernels' `f32` steps, so the outputs are theirs to the bit.
-use super::packed::{bytes, BlockParams, Job, COLS};
+use super::packed::{bytes, BlockParams, Job, Out, COLS};
 use super::tiles::{for_each_tile, quad, PAD_ROW};
 use super::{Depthwise, DwTaps, Output, DEPTHWISE_TAPS};
 use core::arch::x86_64::*;
@@ -26,7 +26,7 @@ pub(crate) fn available() -> bool {
 /// The CPU must have AVX2 and FMA ([`available`]). The layer must fit the tiles
 /// ([`tiles::fits`](super::tiles::fits), asserted).
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
+pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
     let l = &job.layout;
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
@@ -43,9 +43,8 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                     false => tile::<false>(t.x, l.gin, &block[4 * COLS..]),
                 }
             };
-            let o = &mut out[(t.r0 - job.first) * out_stride + t.g * l.gout + b * COLS..];
             for (r, acc) in acc.iter().enumerate().take(t.rows) {
-                y.store(acc, p, &mut o[r * out_stride..][..p.cols]);
+                y.store(acc, p, out.at(t.r0 + r, t.g * l.gout + b * COLS, p.cols));
             }
         }
     });

@@ -106,11 +106,52 @@ pub fn dequantize(x: &[i8], q: &Quant, out: &mut [f32]) {
     }
 }
 
-/// Runs `job` into `out`, on the best path this CPU has.
+/// Runs `job` into `out`, on the best path this CPU has. With threads,
+/// each takes a share of the rows; a layer of too few rows to share them
+/// evenly (a late layer's 7 × 7 pixels would split 32 and 17, a batch of
+/// a few not at all) but enough work splits its outputs' blocks instead.
+/// Either way every output is summed the same way whatever the number of
+/// threads.
 fn run_packed(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
-    let split = crate::parallel::split(job.rows - job.first, PART_ROWS);
+    let l = &job.layout;
+    let rows = job.rows - job.first;
+    let split = crate::parallel::split(rows, PART_ROWS);
+    let work = rows.saturating_mul(l.taps * l.gin).saturating_mul(l.gout);
+    let threads = crate::parallel::threads();
+    if threads > 1 && rows < 2 * PART_ROWS * threads && l.groups == 1 && work >= PART_WORK {
+        let (b0, b1) = job.blocks;
+        let blocks = crate::parallel::split(b1 - b0, 1);
+        if blocks.parts() >= split.parts().max(2) {
+            let len = out.len();
+            // SAFETY: the parts write disjoint outputs (below) and read
+            // none.
+            let shared = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
+            crate::parallel::run_parts(blocks.parts(), &|p| {
+                let Some((a, b)) = blocks.range(p) else { return };
+                let part = packed::Job {
+                    blocks: (b0 + a, b0 + b),
+                    ..*job
+                };
+                // SAFETY: part `p` writes only its blocks' outputs
+                // (`COLS` each, the layer has one group) of every row,
+                // which no other part writes or reads; `out` outlives the
+                // parts.
+                let mut out = unsafe {
+                    packed::Out::part(
+                        shared.get(),
+                        len,
+                        out_stride,
+                        job.first,
+                        ((b0 + a) * packed::COLS, (b0 + b) * packed::COLS),
+                    )
+                };
+                run_rows(&part, &mut out);
+            });
+            return;
+        }
+    }
     if split.parts() <= 1 {
-        return run_rows(job, out, out_stride);
+        return run_rows(job, &mut packed::Out::new(out, out_stride, job.first));
     }
     let len = out.len();
     // SAFETY: each part writes only its own rows' outputs, a contiguous
@@ -126,15 +167,19 @@ fn run_packed(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
             rows: job.first + b,
             ..*job
         };
-        run_rows(&part, out, out_stride);
+        run_rows(&part, &mut packed::Out::new(out, out_stride, part.first));
     });
 }
 
 /// Rows a thread takes at least.
 const PART_ROWS: usize = 32;
 
+/// Products (rows · inputs · outputs) a layer has at least to split its
+/// blocks among threads (few in tests, so that their small layers split).
+const PART_WORK: usize = if cfg!(test) { 1 << 10 } else { 1 << 20 };
+
 /// Runs `job`'s rows on this thread, on the best path this CPU has.
-fn run_rows(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
+fn run_rows(job: &packed::Job<'_>, out: &mut packed::Out<'_>) {
     #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
     if tiles::fits(job) {
         #[cfg(target_arch = "x86_64")]
@@ -142,20 +187,20 @@ fn run_rows(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
             if vnni::available() {
                 // SAFETY: `available` found the instruction sets; the
                 // layer fits the tiles.
-                return unsafe { vnni::run(job, out, out_stride) };
+                return unsafe { vnni::run(job, out) };
             }
             if avx2::available() {
                 // SAFETY: as above.
-                return unsafe { avx2::run(job, out, out_stride) };
+                return unsafe { avx2::run(job, out) };
             }
         }
         #[cfg(target_arch = "aarch64")]
         if sdot::available() {
             // SAFETY: as above (FEAT_DotProd).
-            return unsafe { sdot::run(job, out, out_stride) };
+            return unsafe { sdot::run(job, out) };
         }
     }
-    packed::portable(job, out, out_stride);
+    packed::portable(job, out);
 }
 
 /// The scale of weight channel `c` (one scale for all, or one each).

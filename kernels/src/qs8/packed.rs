@@ -344,12 +344,64 @@ pub(crate) struct Job<'a> {
     pub layout: Layout,
     pub first: usize,
     pub rows: usize,
+    /// The blocks of each group summed, `0..blocks_per_group()` unless
+    /// the blocks are split among threads.
+    pub blocks: (usize, usize),
     pub source: Source<'a>,
     pub xq: &'a Quant,
     pub w_scales: &'a [f32],
     pub bias: Option<&'a [i32]>,
     pub y: &'a Output,
     pub packed: &'a [f32],
+}
+
+/// Where a part of a packed layer writes: its rows' outputs, `stride`
+/// apart from `ptr`, row `first` at `ptr`. A part owns outputs `cols` of
+/// each of its rows (all of them unless the layer's blocks are split among
+/// threads) and only those are made into slices, so that parts writing
+/// the same rows never alias.
+pub(crate) struct Out<'a> {
+    ptr: *mut i8,
+    len: usize,
+    stride: usize,
+    first: usize,
+    cols: (usize, usize),
+    _out: core::marker::PhantomData<&'a mut [i8]>,
+}
+
+impl<'a> Out<'a> {
+    /// Every output of `out`, whose first row is `first`.
+    pub(crate) fn new(out: &'a mut [i8], stride: usize, first: usize) -> Self {
+        // SAFETY: `out` is borrowed uniquely for `'a`.
+        unsafe { Out::part(out.as_mut_ptr(), out.len(), stride, first, (0, usize::MAX)) }
+    }
+
+    /// Outputs `cols` of the rows in `len` bytes from `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes for `'a`, and nothing
+    /// else may read or write outputs `cols` of these rows meanwhile.
+    pub(crate) unsafe fn part(ptr: *mut i8, len: usize, stride: usize, first: usize, cols: (usize, usize)) -> Self {
+        Out {
+            ptr,
+            len,
+            stride,
+            first,
+            cols,
+            _out: core::marker::PhantomData,
+        }
+    }
+
+    /// Outputs `c..c + n` of row `r`, which must be this part's.
+    #[inline(always)]
+    pub(crate) fn at(&mut self, r: usize, c: usize, n: usize) -> &mut [i8] {
+        assert!(self.cols.0 <= c && c + n <= self.cols.1 && r >= self.first);
+        let at = (r - self.first) * self.stride + c;
+        assert!(at + n <= self.len);
+        // SAFETY: within the `len` bytes `ptr` is valid for, and within
+        // this part's outputs (`Out::part`), borrowed from `self`.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.add(at), n) }
+    }
 }
 
 /// A block's requantization: each output's bias less its share of the
@@ -396,24 +448,23 @@ const ROWS: usize = 4;
 
 /// The portable path: the same blocks, summed in plain integer code
 /// (which the compiler vectorizes for this CPU where it can).
-pub(super) fn portable(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
-    struct Work<'j, 'a> {
+pub(super) fn portable(job: &Job<'_>, out: &mut Out<'_>) {
+    struct Work<'j, 'a, 'o> {
         job: &'j Job<'a>,
-        out: &'j mut [i8],
-        out_stride: usize,
+        out: &'j mut Out<'o>,
     }
-    impl crate::cpu::Vectorized for Work<'_, '_> {
+    impl crate::cpu::Vectorized for Work<'_, '_, '_> {
         type Output = ();
         #[inline(always)]
         fn run(self) {
-            portable_body(self.job, self.out, self.out_stride)
+            portable_body(self.job, self.out)
         }
     }
-    crate::cpu::with_best_isa(Work { job, out, out_stride })
+    crate::cpu::with_best_isa(Work { job, out })
 }
 
 #[inline(always)]
-fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
+fn portable_body(job: &Job<'_>, out: &mut Out<'_>) {
     let l = &job.layout;
     let bytes = bytes(job.packed);
     let qpt = l.quads_per_tap();
@@ -422,7 +473,7 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
     let mut table = [[None; ROWS]; MAX_TAPS];
     let mut patches = [[0; PATCH]; ROWS];
     for g in 0..l.groups {
-        for b in 0..l.blocks_per_group() {
+        for b in job.blocks.0..job.blocks.1 {
             let block = l.block(bytes, g, b);
             let p = BlockParams::new(job, block, g, b);
             let quads = &block[4 * COLS..];
@@ -461,7 +512,7 @@ fn portable_body(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                     }
                 }
                 for (r, acc) in acc.iter().enumerate().take(rows) {
-                    let o = &mut out[(r0 - job.first + r) * out_stride + g * l.gout + b * COLS..][..p.cols];
+                    let o = out.at(r0 + r, g * l.gout + b * COLS, p.cols);
                     for (c, o) in o.iter_mut().enumerate() {
                         *o = job.y.requantize(p.offset[c].wrapping_add(acc[c]), p.scale[c]);
                     }
@@ -491,6 +542,7 @@ pub(crate) fn conv(
         layout,
         first: 0,
         rows: win.out_pixels(),
+        blocks: (0, layout.blocks_per_group()),
         source,
         xq,
         w_scales,
@@ -534,10 +586,12 @@ pub(crate) fn fully_connected(
     y: &Output,
     out: &mut [i8],
 ) {
+    let layout = Layout::fully_connected(k, n);
     let job = Job {
-        layout: Layout::fully_connected(k, n),
+        layout,
         first: 0,
         rows: x.len() / k,
+        blocks: (0, layout.blocks_per_group()),
         source: Source::Rows { x, k },
         xq,
         w_scales,
@@ -609,6 +663,7 @@ mod tests {
             layout: l,
             first: 0,
             rows: len / g.out_c,
+            blocks: (0, l.blocks_per_group()),
             source: Source::of_conv(&g, &x, xq.zero_point as i8),
             xq: &xq,
             w_scales: &scales,
@@ -617,7 +672,7 @@ mod tests {
             packed: &packed,
         };
         let mut got = vec![0i8; len];
-        portable(&job, &mut got, g.out_c);
+        portable(&job, &mut Out::new(&mut got, g.out_c, 0));
         assert_eq!(got, want, "{what}: portable path");
         check_avx2(&job, &want, g.out_c, what);
     }
@@ -629,7 +684,7 @@ mod tests {
         if super::super::avx2::available() && super::super::tiles::fits(job) {
             let mut got = vec![0i8; want.len()];
             // SAFETY: the CPU has AVX2 and FMA; the layer fits the tiles.
-            unsafe { super::super::avx2::run(job, &mut got, out_stride) };
+            unsafe { super::super::avx2::run(job, &mut Out::new(&mut got, out_stride, job.first)) };
             assert_eq!(got, want, "{what}: AVX2 path");
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -771,10 +826,12 @@ mod tests {
                     &mut got,
                 );
                 assert_eq!(got, want, "case {i}, transposed {transposed}");
+                let layout = Layout::fully_connected(k, n);
                 let job = Job {
-                    layout: Layout::fully_connected(k, n),
+                    layout,
                     first: 0,
                     rows,
+                    blocks: (0, layout.blocks_per_group()),
                     source: Source::Rows { x: &x, k },
                     xq: &xq,
                     w_scales: &scales,

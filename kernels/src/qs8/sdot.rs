@@ -17,7 +17,7 @@
 //! `SDOT` is issued through `asm!` (its intrinsics are unstable), in
 //! functions compiled with the `dotprod` target feature. The whole file is
 //! compiled only for aarch64 with NEON.
-use super::packed::{bytes, Job, COLS, MAX_TAPS};
+use super::packed::{bytes, Job, Out, COLS, MAX_TAPS};
 use super::tiles::{for_each_tile, PAD_ROW};
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -37,7 +37,7 @@ pub(crate) fn available() -> bool {
 /// The CPU must have FEAT_DotProd ([`available`]). The layer must fit the
 /// tiles ([`tiles::fits`](super::tiles::fits), asserted).
 #[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
+pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
     let l = &job.layout;
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
@@ -64,7 +64,7 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                     // SAFETY: 4 lanes into 4 of the array's 16.
                     unsafe { vst1q_s32(sums.as_mut_ptr().add(4 * j), v) };
                 }
-                let o = &mut out[(t.r0 - job.first + r) * out_stride + t.g * l.gout + b * COLS..][..p.cols];
+                let o = out.at(t.r0 + r, t.g * l.gout + b * COLS, p.cols);
                 for (c, o) in o.iter_mut().enumerate() {
                     *o = job.y.requantize(p.offset[c].wrapping_add(sums[c]), p.scale[c]);
                 }

@@ -37,7 +37,8 @@ pub(crate) struct Tile<'t, const R: usize> {
     pub params: &'t [BlockParams],
 }
 
-/// Walks `job` as the vector paths sum it: each group's blocks in passes
+/// Walks `job` as the vector paths sum it: each group's blocks (those of
+/// `job.blocks`) in passes
 /// of at most `pass_bytes` of weights (which stay in cache meanwhile),
 /// their parameters made once; in each pass the rows `R` at a time, their
 /// segments found once ([`Source::visit`], or gathered) and handed to
@@ -53,8 +54,10 @@ pub(crate) fn for_each_tile<const R: usize>(
     let l = &job.layout;
     assert!(fits(job));
     let packed = bytes(job.packed);
-    let blocks = l.blocks_per_group();
-    let pass = (pass_bytes / l.block_bytes()).min(blocks).clamp(1, CHUNK_BLOCKS);
+    let (first, blocks) = job.blocks;
+    let pass = (pass_bytes / l.block_bytes())
+        .min(blocks - first)
+        .clamp(1, CHUNK_BLOCKS);
     let mut params = [BlockParams::EMPTY; CHUNK_BLOCKS];
     let input = job.source.input();
     let mut x = [[core::ptr::null::<u8>(); R]; MAX_TAPS];
@@ -64,7 +67,7 @@ pub(crate) fn for_each_tile<const R: usize>(
     // `gin` meet zero weights.
     let q4 = 4 * l.quads_per_tap();
     for g in 0..l.groups {
-        for b0 in (0..blocks).step_by(pass) {
+        for b0 in (first..blocks).step_by(pass) {
             let end = blocks.min(b0 + pass);
             for b in b0..end {
                 params[b - b0] = BlockParams::new(job, l.block(packed, g, b), g, b);

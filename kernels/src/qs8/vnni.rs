@@ -3,7 +3,7 @@
 //! a block (its weights stored plus 128), for [`ROWS`] rows at once;
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
-use super::packed::{bytes, BlockParams, Job, COLS};
+use super::packed::{bytes, BlockParams, Job, Out, COLS};
 use super::tiles::{for_each_tile, quad, PAD_ROW};
 use super::{Depthwise, DwTaps, Output};
 use core::arch::x86_64::*;
@@ -22,7 +22,7 @@ const PASS_BYTES: usize = 256 * 1024;
 /// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]). The layer must fit the tiles
 /// ([`tiles::fits`](super::tiles::fits), asserted).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
+pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
     let l = &job.layout;
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
@@ -45,9 +45,8 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut [i8], out_stride: usize) {
                     false => tile::<false>(t.x, l.gin, &block[4 * COLS..]),
                 }
             };
-            let o = &mut out[(t.r0 - job.first) * out_stride + t.g * l.gout + b * COLS..];
             // SAFETY: as for `run`.
-            unsafe { store(&acc[..t.rows], &sums, p, job.y, o, out_stride) };
+            unsafe { store(&acc[..t.rows], &sums, p, job.y, out, t.r0, t.g * l.gout + b * COLS) };
         }
     });
 }
@@ -134,14 +133,23 @@ unsafe fn tile<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize, quads: &[
 }
 
 /// Requantizes each row's sums (plus the block's offsets, less 128 times
-/// the row's input sum) into its
-/// `p.cols` outputs, rows `stride` apart in `out`.
+/// the row's input sum) into its `p.cols` outputs from `c`, rows from
+/// `r0`.
 ///
 /// # Safety
 /// As for [`run`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn store(acc: &[__m512i], sums: &[__m512i; ROWS], p: &BlockParams, y: &Output, out: &mut [i8], stride: usize) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn store(
+    acc: &[__m512i],
+    sums: &[__m512i; ROWS],
+    p: &BlockParams,
+    y: &Output,
+    out: &mut Out<'_>,
+    r0: usize,
+    c: usize,
+) {
     // SAFETY: loads of the 16 lanes of arrays of 16; stores of `p.cols`
     // bytes into slices of that length.
     unsafe {
@@ -150,7 +158,7 @@ unsafe fn store(acc: &[__m512i], sums: &[__m512i; ROWS], p: &BlockParams, y: &Ou
         let r = Requant::new(y);
         let mask = (u32::MAX >> (32 - p.cols)) as __mmask16;
         for (i, &a) in acc.iter().enumerate() {
-            let o = &mut out[i * stride..][..p.cols];
+            let o = out.at(r0 + i, c, p.cols);
             let a = _mm512_sub_epi32(_mm512_add_epi32(a, offset), _mm512_slli_epi32::<7>(sums[i]));
             _mm_mask_storeu_epi8(o.as_mut_ptr(), mask, r.apply(a, scale));
         }
