@@ -35,18 +35,39 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
                 false => row_sums::<false>(t.x, l.gin),
             }
         };
-        for (b, p) in t.blocks.clone().zip(t.params) {
-            let block = l.block(packed, t.g, b);
-            // SAFETY: as above; the block holds `taps` times `gin / 4`
+        // Blocks two at a time: 16 sums in flight, enough to hide
+        // `VPDPBUSD`'s latency (8, one block's, are not); an odd last
+        // block alone.
+        let mut i = 0;
+        while i < t.params.len() {
+            let pair = i + 1 < t.params.len();
+            let b = t.blocks.start + i;
+            let quads = |b: usize| &l.block(packed, t.g, b)[4 * COLS..];
+            // SAFETY: as above; each block holds `taps` times `gin / 4`
             // rounded up quads.
-            let acc = unsafe {
-                match t.whole {
-                    true => tile::<true>(t.x, l.gin, &block[4 * COLS..]),
-                    false => tile::<false>(t.x, l.gin, &block[4 * COLS..]),
+            let acc: [[__m512i; ROWS]; 2] = unsafe {
+                match (t.whole, pair) {
+                    (true, true) => tile::<2, true>(t.x, l.gin, [quads(b), quads(b + 1)]),
+                    (false, true) => tile::<2, false>(t.x, l.gin, [quads(b), quads(b + 1)]),
+                    (true, false) => [tile::<1, true>(t.x, l.gin, [quads(b)])[0]; 2],
+                    (false, false) => [tile::<1, false>(t.x, l.gin, [quads(b)])[0]; 2],
                 }
             };
-            // SAFETY: as for `run`.
-            unsafe { store(&acc[..t.rows], &sums, p, job.y, out, t.r0, t.g * l.gout + b * COLS) };
+            for (j, acc) in acc.iter().enumerate().take(1 + pair as usize) {
+                // SAFETY: as for `run`.
+                unsafe {
+                    store(
+                        &acc[..t.rows],
+                        &sums,
+                        &t.params[i + j],
+                        job.y,
+                        out,
+                        t.r0,
+                        t.g * l.gout + (b + j) * COLS,
+                    )
+                };
+            }
+            i += 2;
         }
     });
 }
@@ -95,36 +116,46 @@ unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [_
     sums
 }
 
-/// The raw sums `Σ x · (w + 128)` of [`ROWS`] rows with one block's
-/// quads. `WHOLE`: the last quad of each segment is read whole (its bytes
-/// past `gin` meet zero weights), else zero-padded.
+/// The raw sums `Σ x · (w + 128)` of [`ROWS`] rows with `B` blocks'
+/// quads, each quad of inputs broadcast once for all of them. `WHOLE`: the
+/// last quad of each segment is read whole (its bytes past `gin` meet
+/// zero weights), else zero-padded.
 ///
 /// # Safety
 /// As for [`run`]; each pointer of `x` must be readable for `gin` bytes
-/// (`gin` rounded up to a quad if `WHOLE`), and `quads` must hold
+/// (`gin` rounded up to a quad if `WHOLE`), and each of `quads` must hold
 /// `x.len()` taps of `gin.div_ceil(4)` quads.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [__m512i; ROWS] {
+unsafe fn tile<const B: usize, const WHOLE: bool>(
+    x: &[[*const u8; ROWS]],
+    gin: usize,
+    quads: [&[u8]; B],
+) -> [[__m512i; ROWS]; B] {
     let qpt = gin.div_ceil(4);
-    assert!(quads.len() >= x.len() * qpt * 4 * COLS);
-    let mut acc = [_mm512_setzero_si512(); ROWS];
+    assert!(quads.iter().all(|q| q.len() >= x.len() * qpt * 4 * COLS));
+    let mut acc = [[_mm512_setzero_si512(); ROWS]; B];
     let full = if WHOLE { qpt } else { gin / 4 };
     // SAFETY: reads within the bounds asserted and vouched for.
     unsafe {
         for (t, xt) in x.iter().enumerate() {
-            let w = quads.as_ptr().add(t * qpt * 4 * COLS);
+            let w = quads.map(|q| q.as_ptr().add(t * qpt * 4 * COLS));
             for q in 0..full {
-                let wq = _mm512_loadu_si512(w.add(q * 4 * COLS).cast());
+                let wq = w.map(|w| _mm512_loadu_si512(w.add(q * 4 * COLS).cast()));
                 for r in 0..ROWS {
-                    let xq = xt[r].add(4 * q).cast::<i32>().read_unaligned();
-                    acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(xq));
+                    let xq = _mm512_set1_epi32(xt[r].add(4 * q).cast::<i32>().read_unaligned());
+                    for k in 0..B {
+                        acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], wq[k], xq);
+                    }
                 }
             }
             if full < qpt {
-                let wq = _mm512_loadu_si512(w.add(full * 4 * COLS).cast());
+                let wq = w.map(|w| _mm512_loadu_si512(w.add(full * 4 * COLS).cast()));
                 for r in 0..ROWS {
-                    acc[r] = _mm512_dpbusd_epi32(acc[r], wq, _mm512_set1_epi32(quad(xt[r], full, gin)));
+                    let xq = _mm512_set1_epi32(quad(xt[r], full, gin));
+                    for k in 0..B {
+                        acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], wq[k], xq);
+                    }
                 }
             }
         }
