@@ -128,6 +128,52 @@ pub trait Model {
     fn reset(&mut self, method: usize) -> Result<(), Error>;
 }
 
+/// Forwards to the program, so that code generic over [`Model`] can take
+/// it by reference.
+impl<M: Model + ?Sized> Model for &mut M {
+    fn methods(&self) -> &'static [MethodMeta] {
+        (**self).methods()
+    }
+    fn set_input(&mut self, method: usize, index: usize, value: Value<'_>) -> Result<(), Error> {
+        (**self).set_input(method, index, value)
+    }
+    fn execute(&mut self, method: usize) -> Result<(), Error> {
+        (**self).execute(method)
+    }
+    fn step(&mut self, method: usize) -> Result<Step, Error> {
+        (**self).step(method)
+    }
+    fn output(&self, method: usize, index: usize) -> Result<Value<'_>, Error> {
+        (**self).output(method, index)
+    }
+    fn reset(&mut self, method: usize) -> Result<(), Error> {
+        (**self).reset(method)
+    }
+}
+
+/// A program on the heap is one too.
+#[cfg(feature = "alloc")]
+impl<M: Model> Model for Boxed<M> {
+    fn methods(&self) -> &'static [MethodMeta] {
+        (**self).methods()
+    }
+    fn set_input(&mut self, method: usize, index: usize, value: Value<'_>) -> Result<(), Error> {
+        (**self).set_input(method, index, value)
+    }
+    fn execute(&mut self, method: usize) -> Result<(), Error> {
+        (**self).execute(method)
+    }
+    fn step(&mut self, method: usize) -> Result<Step, Error> {
+        (**self).step(method)
+    }
+    fn output(&self, method: usize, index: usize) -> Result<Value<'_>, Error> {
+        (**self).output(method, index)
+    }
+    fn reset(&mut self, method: usize) -> Result<(), Error> {
+        (**self).reset(method)
+    }
+}
+
 /// A generated program struct that can be constructed in place.
 ///
 /// # Safety

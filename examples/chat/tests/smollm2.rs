@@ -1,0 +1,244 @@
+//! SmolLM2-135M-Instruct through ptec-llm, against the references
+//! export.py recorded: transformers' chat template ids and greedy tokens,
+//! and ExecuTorch's runtime's greedy tokens and logits on the same `.pte`.
+//! Needs setup.sh's folder; where `PTEC_REQUIRE_CHAT` is set (CI), its
+//! absence fails.
+#[cfg(not(chat_model))]
+#[test]
+fn the_model_is_set_up() {
+    let msg = format!("no SmolLM2 export in {}: run examples/chat/setup.sh", example_chat::DIR);
+    assert!(std::env::var_os("PTEC_REQUIRE_CHAT").is_none(), "{msg}");
+    eprintln!("NOT RUN: {msg}");
+}
+
+#[cfg(chat_model)]
+mod model {
+    use example_chat::{fp32::SmolLm2Fp32, q4::SmolLm2Q4, text, DIR};
+    use ptec_llm::{Chat, ChatTemplate, Error, Generate, Message, Program, Sampling, Session, Stop};
+    use ptec_runtime::{Blob, Boxed};
+    use std::path::Path;
+
+    type Fp32 = Session<Boxed<SmolLm2Fp32>>;
+    type Q4 = Session<Boxed<SmolLm2Q4>>;
+
+    fn refs() -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(Path::new(DIR).join("references.json")).unwrap()).unwrap()
+    }
+
+    fn ids(v: &serde_json::Value) -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    }
+
+    fn fp32() -> (Fp32, ChatTemplate) {
+        let (tok, template) = text(Path::new(DIR)).unwrap();
+        let blob = Blob::open(Path::new(DIR).join("smollm2_fp32.pte")).unwrap();
+        (
+            Session::new(Program::new(SmolLm2Fp32::boxed([blob]).unwrap()).unwrap(), tok),
+            template,
+        )
+    }
+
+    fn q4() -> (Q4, ChatTemplate) {
+        let (tok, template) = text(Path::new(DIR)).unwrap();
+        let blob = Blob::open(Path::new(DIR).join("smollm2_8da4w.pte")).unwrap();
+        (
+            Session::new(Program::new(SmolLm2Q4::boxed([blob]).unwrap()).unwrap(), tok),
+            template,
+        )
+    }
+
+    fn greedy(n: usize) -> Generate {
+        Generate {
+            max_tokens: n,
+            ..Generate::default()
+        }
+    }
+
+    #[test]
+    fn metadata_and_template_match_transformers() {
+        let r = refs();
+        let (mut session, template) = fp32();
+        let m = session.program().metadata().clone();
+        assert_eq!((m.max_seq_len, m.max_context_len, m.vocab_size), (128, 512, 49152));
+        assert_eq!((m.bos_id, m.eos_ids.clone()), (Some(1), vec![2]));
+        assert!(m.dynamic_shape);
+        let chat = Chat::new(session, template);
+        for case in r["cases"].as_array().unwrap() {
+            assert_eq!(
+                chat.prompt_tokens(case["prompt"].as_str().unwrap()).unwrap(),
+                ids(&case["ids"])
+            );
+        }
+        let (_, template) = fp32();
+        for conv in r["conversations"].as_array().unwrap() {
+            let messages: Vec<Message> = conv["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+                .collect();
+            assert_eq!(
+                template.render(&messages, true).unwrap(),
+                conv["rendered"].as_str().unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn fp32_greedy_equals_executorch_and_transformers() {
+        let r = refs();
+        let n = r["new_tokens"].as_u64().unwrap() as usize;
+        let (mut session, _) = fp32();
+        let mut long = 0;
+        for case in r["cases"].as_array().unwrap() {
+            let out = session.generate(&ids(&case["ids"]), &greedy(n), |_| {}).unwrap();
+            assert_eq!(out.tokens, ids(&case["executorch_fp32"]), "{}", case["prompt"]);
+            assert_eq!(out.tokens, ids(&case["transformers"]), "{}", case["prompt"]);
+            assert_eq!(out.text, case["transformers_text"].as_str().unwrap());
+            long += (out.tokens.len() >= 24) as usize;
+        }
+        assert!(long >= 3, "the references need three answers of 24 tokens or more");
+    }
+
+    /// The largest difference between ptec's and ExecuTorch's logits over
+    /// the prefill and each decode step of ExecuTorch's greedy tokens.
+    fn q4_logit_gap(session: &mut Q4, case: &serde_json::Value, i: usize) -> f32 {
+        let bytes = std::fs::read(Path::new(DIR).join(format!("et_logits_8da4w_{i}.f32"))).unwrap();
+        let et: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let vocab = 49152;
+        let prompt = ids(&case["ids"]);
+        let tokens = ids(&case["executorch_8da4w"]);
+        session.reset();
+        let program = session.program();
+        let mut gap = 0f32;
+        let mut pos = 0;
+        for chunk in prompt.chunks(128) {
+            program.forward(chunk, pos).unwrap();
+            pos += chunk.len();
+        }
+        for (step, want) in et.chunks_exact(vocab).enumerate() {
+            if step > 0 {
+                program.forward(&[tokens[step - 1]], pos).unwrap();
+                pos += 1;
+            }
+            let got = program.last_logits();
+            gap = got.iter().zip(want).fold(gap, |g, (a, b)| g.max((a - b).abs()));
+        }
+        session.reset();
+        gap
+    }
+
+    #[test]
+    fn q4_greedy_equals_executorch() {
+        let r = refs();
+        let n = r["new_tokens"].as_u64().unwrap() as usize;
+        let (mut session, _) = q4();
+        let mut gaps = Vec::new();
+        for (i, case) in r["cases"].as_array().unwrap().iter().enumerate() {
+            let out = session.generate(&ids(&case["ids"]), &greedy(n), |_| {}).unwrap();
+            assert_eq!(out.tokens, ids(&case["executorch_8da4w"]), "{}", case["prompt"]);
+            gaps.push(q4_logit_gap(&mut session, case, i));
+        }
+        eprintln!("8da4w: largest logit gap to ExecuTorch per prompt: {gaps:?}");
+    }
+
+    #[test]
+    fn a_seed_reproduces_sampled_text_and_the_stream_is_the_text() {
+        let r = refs();
+        let prompt = ids(&r["cases"][1]["ids"]);
+        let (mut session, _) = q4();
+        let request = Generate {
+            max_tokens: 40,
+            sampling: Sampling {
+                temperature: 0.9,
+                top_p: 0.95,
+                top_k: 50,
+                seed: 42,
+                ..Sampling::default()
+            },
+            ..Generate::default()
+        };
+        let mut pieces = Vec::new();
+        let a = session
+            .generate(&prompt, &request, |p| pieces.push(p.to_string()))
+            .unwrap();
+        let b = session.generate(&prompt, &request, |_| {}).unwrap();
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(pieces.concat(), a.text);
+        let visible: Vec<u32> = a.tokens.iter().copied().filter(|&t| t != 2).collect();
+        assert_eq!(a.text, session.tokenizer().decode(&visible, true).unwrap());
+        assert!(pieces.len() > 5);
+        let c = session
+            .generate(
+                &prompt,
+                &Generate {
+                    sampling: Sampling {
+                        seed: 43,
+                        ..request.sampling.clone()
+                    },
+                    ..request.clone()
+                },
+                |_| {},
+            )
+            .unwrap();
+        assert_ne!(a.tokens, c.tokens);
+        // Greedy text is not what sampling gave at this temperature.
+        assert_ne!(session.generate(&prompt, &greedy(40), |_| {}).unwrap().tokens, a.tokens);
+    }
+
+    #[test]
+    fn a_second_turn_feeds_only_the_new_message() {
+        let r = refs();
+        let (session, template) = fp32();
+        let mut chat = Chat::new(session, template);
+        let first = chat
+            .say(r["cases"][0]["prompt"].as_str().unwrap(), &greedy(32), |_| {})
+            .unwrap();
+        assert_eq!(first.stop, Stop::Eos(2));
+        assert_eq!(first.text, r["cases"][0]["transformers_text"].as_str().unwrap());
+        let context = chat.prompt_tokens("And of Italy?").unwrap();
+        let second = chat.say("And of Italy?", &greedy(32), |_| {}).unwrap();
+        // The history stays in the cache: only the new turn is fed (its
+        // template text, and the EOS the model wrote, not fed before).
+        assert!(
+            second.stats.prefill_tokens < 20,
+            "fed {} of {}",
+            second.stats.prefill_tokens,
+            context.len()
+        );
+        assert!(context.len() > 40);
+        // The same answer as a fresh session given the whole conversation.
+        let (mut fresh, _) = fp32();
+        let again = fresh.generate(&context, &greedy(32), |_| {}).unwrap();
+        assert_eq!(second.tokens, again.tokens);
+        assert!(second.text.contains("Rome"), "{}", second.text);
+        assert_eq!(chat.messages().len(), 4);
+    }
+
+    #[test]
+    fn a_full_context_ends_the_answer_and_refuses_what_cannot_fit() {
+        let (session, template) = q4();
+        let mut chat = Chat::new(session, template);
+        // 500 tokens of context: twelve more positions fit.
+        let filler: Vec<u32> = (0..500).map(|i| 300 + (i * 37) % 5000).collect();
+        let out = chat.session().generate(&filler, &greedy(100), |_| {}).unwrap();
+        assert_eq!(out.stop, Stop::ContextFull);
+        assert_eq!(out.tokens.len(), 512 - 500 + 1);
+        let long = "word ".repeat(600);
+        match chat.say(&long, &greedy(10), |_| {}) {
+            Err(Error::ContextFull { capacity: 512, needed }) => assert!(needed > 600),
+            other => panic!("{other:?}"),
+        }
+        assert!(chat.messages().is_empty());
+        // The conversation goes on after the refusal.
+        let ok = chat.say("Hi!", &greedy(8), |_| {}).unwrap();
+        assert!(!ok.tokens.is_empty());
+    }
+}
