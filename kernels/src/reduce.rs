@@ -189,6 +189,8 @@ fn odometer(sizes: &[usize], strides: &[usize], mut f: impl FnMut(usize, usize, 
 /// `i64` (wrapping) for integers and bool, `f64` for `f32`/`f64`, `f32`
 /// for `f16`/`bf16`.
 pub trait Summable: Element {
+    /// `f32`, whose mean ExecuTorch takes in one `f32` sum, in order.
+    const F32: bool = false;
     type Acc: Copy;
     const ZERO: Self::Acc;
     const ONE: Self::Acc;
@@ -220,8 +222,9 @@ macro_rules! summable_int {
 summable_int!(i8, u8, i16, u16, i32, u32, i64, u64, bool);
 
 macro_rules! summable_float {
-    ($($t:ty => $acc:ty),*) => {$(
+    ($($t:ty => $acc:ty, $f32:expr),*) => {$(
         impl Summable for $t {
+            const F32: bool = $f32;
             type Acc = $acc;
             const ZERO: $acc = 0.0;
             const ONE: $acc = 1.0;
@@ -247,7 +250,7 @@ macro_rules! summable_float {
         }
     )*};
 }
-summable_float!(f32 => f64, f64 => f64, f16 => f32, bf16 => f32);
+summable_float!(f32 => f64, true, f64 => f64, false, f16 => f32, false, bf16 => f32, false);
 
 /// `aten::sum.dim_IntList` (and `sum` over all dims): wrapping `i64` sums
 /// for integers/bool, `f64` for `f32`/`f64`, `f32` for halves; converted to
@@ -271,9 +274,27 @@ pub fn sum<T: Summable, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], ou
 
 /// `aten::mean.dim`: the [`sum`] accumulator divided by the reduced count
 /// (in `f64`), converted to `O`. An empty reduction gives NaN.
+///
+/// `f32` is summed as ExecuTorch's kernel sums it, in one `f32`
+/// accumulator in order, then divided in `f32`: RMSNorm's mean feeds the
+/// row quantization of 4-bit language models, where a last-bit
+/// difference becomes a whole quantum (docs/chat.md).
 pub fn mean<T: Summable, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], out: &mut [O]) {
     let p = ReducePlan::new(sizes, dims);
     let n = p.red_numel() as f64;
+    if T::F32 {
+        let count = p.red_numel() as f32;
+        p.for_each_output(|i, base| {
+            let mut acc = 0f32;
+            p.fold_rows(base, |off, len, st| {
+                for k in 0..len {
+                    acc += x[off + k * st].to_f64() as f32;
+                }
+            });
+            out[i] = O::from_f64((acc / count) as f64);
+        });
+        return;
+    }
     p.for_each_output(|i, base| {
         let mut acc = T::ZERO;
         p.fold_rows(base, |off, len, st| {
@@ -678,6 +699,20 @@ mod tests {
         let mut ho = [f16::ZERO];
         sum(&h, &[2], &[0], &mut ho);
         assert_eq!(ho[0].to_f32(), 4.0);
+    }
+
+    #[test]
+    fn f32_mean_sums_in_order_in_f32_as_executorch() {
+        // In f32, 1e8 + 1 is 1e8: the sum in order is 1, not 2.
+        let x = [1e8f32, 1.0, -1e8, 1.0, 2.0, 2.0, 2.0, 2.0];
+        let mut out = [0f32; 2];
+        mean(&x, &[2, 4], &[1], &mut out);
+        assert_eq!(out, [0.25, 2.0]);
+        // f64 inputs keep the f64 sum.
+        let x: [f64; 4] = [1e8, 1.0, -1e8, 1.0];
+        let mut out = [0f64; 1];
+        mean(&x, &[4], &[0], &mut out);
+        assert_eq!(out, [0.5]);
     }
 
     #[test]

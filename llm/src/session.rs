@@ -112,6 +112,16 @@ impl<M: Model> Session<M> {
         &self.cached
     }
 
+    /// Runs the program once on one token and forgets the cache: the first
+    /// call of a compiled program prepares its weights (packs them, faults
+    /// in the mapped file), which the first answer would otherwise wait for.
+    pub fn warm_up(&mut self) -> Result<(), Error> {
+        let token = self.program.metadata().bos_id.unwrap_or(0);
+        self.program.forward(&[token], 0)?;
+        self.cached.clear();
+        Ok(())
+    }
+
     /// Forgets the cache (the next generation feeds its whole prompt).
     pub fn reset(&mut self) {
         self.cached.clear();

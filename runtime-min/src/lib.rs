@@ -128,51 +128,36 @@ pub trait Model {
     fn reset(&mut self, method: usize) -> Result<(), Error>;
 }
 
-/// Forwards to the program, so that code generic over [`Model`] can take
-/// it by reference.
-impl<M: Model + ?Sized> Model for &mut M {
-    fn methods(&self) -> &'static [MethodMeta] {
-        (**self).methods()
-    }
-    fn set_input(&mut self, method: usize, index: usize, value: Value<'_>) -> Result<(), Error> {
-        (**self).set_input(method, index, value)
-    }
-    fn execute(&mut self, method: usize) -> Result<(), Error> {
-        (**self).execute(method)
-    }
-    fn step(&mut self, method: usize) -> Result<Step, Error> {
-        (**self).step(method)
-    }
-    fn output(&self, method: usize, index: usize) -> Result<Value<'_>, Error> {
-        (**self).output(method, index)
-    }
-    fn reset(&mut self, method: usize) -> Result<(), Error> {
-        (**self).reset(method)
-    }
+/// `Model` for a pointer to a program, forwarding each call.
+macro_rules! forward_model {
+    ($($generics:tt)*) => {
+        impl $($generics)* {
+            fn methods(&self) -> &'static [MethodMeta] {
+                (**self).methods()
+            }
+            fn set_input(&mut self, method: usize, index: usize, value: Value<'_>) -> Result<(), Error> {
+                (**self).set_input(method, index, value)
+            }
+            fn execute(&mut self, method: usize) -> Result<(), Error> {
+                (**self).execute(method)
+            }
+            fn step(&mut self, method: usize) -> Result<Step, Error> {
+                (**self).step(method)
+            }
+            fn output(&self, method: usize, index: usize) -> Result<Value<'_>, Error> {
+                (**self).output(method, index)
+            }
+            fn reset(&mut self, method: usize) -> Result<(), Error> {
+                (**self).reset(method)
+            }
+        }
+    };
 }
 
-/// A program on the heap is one too.
+// Code generic over `Model` can take a program by reference, or on the heap.
+forward_model!(<M: Model + ?Sized> Model for &mut M);
 #[cfg(feature = "alloc")]
-impl<M: Model> Model for Boxed<M> {
-    fn methods(&self) -> &'static [MethodMeta] {
-        (**self).methods()
-    }
-    fn set_input(&mut self, method: usize, index: usize, value: Value<'_>) -> Result<(), Error> {
-        (**self).set_input(method, index, value)
-    }
-    fn execute(&mut self, method: usize) -> Result<(), Error> {
-        (**self).execute(method)
-    }
-    fn step(&mut self, method: usize) -> Result<Step, Error> {
-        (**self).step(method)
-    }
-    fn output(&self, method: usize, index: usize) -> Result<Value<'_>, Error> {
-        (**self).output(method, index)
-    }
-    fn reset(&mut self, method: usize) -> Result<(), Error> {
-        (**self).reset(method)
-    }
-}
+forward_model!(<M: Model> Model for Boxed<M>);
 
 /// A generated program struct that can be constructed in place.
 ///

@@ -40,9 +40,11 @@ struct Args {
     /// Threads the kernels use (default: every core).
     #[arg(long)]
     threads: Option<usize>,
-    /// Run the fp32 export instead of the 8da4w one (4-bit weights).
-    #[arg(long)]
-    fp32: bool,
+    /// Which export: `fp32` (the model's own numbers: greedy answers are
+    /// transformers') or `8da4w` (4-bit weights, int8 activations: faster,
+    /// smaller, slightly different answers).
+    #[arg(long, default_value = "fp32", value_parser = ["fp32", "8da4w"])]
+    export: String,
     /// A system message (the template's default otherwise).
     #[arg(long)]
     system: Option<String>,
@@ -61,6 +63,12 @@ impl WithSession for Run {
 
     fn run<M: ptec_runtime::Model>(self, session: Session<M>, template: ChatTemplate) -> Result<(), Error> {
         let args = self.0;
+        // The first call prepares the weights (packing them, reading the
+        // mapped file): done now, so that the first answer does not wait.
+        let mut session = session;
+        let start = std::time::Instant::now();
+        session.warm_up()?;
+        eprintln!("[loaded in {:.0} ms]", start.elapsed().as_secs_f64() * 1e3);
         let seed = args.seed.unwrap_or_else(|| {
             let t = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -167,7 +175,11 @@ fn main() -> std::process::ExitCode {
         args.threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
     );
-    let export = if args.fp32 { Export::Fp32 } else { Export::Q4 };
+    let export = if args.export == "8da4w" {
+        Export::Q4
+    } else {
+        Export::Fp32
+    };
     let dir = example_chat::dir(args.dir.clone());
     match example_chat::with_session(&dir, export, Run(args)).and_then(|r| r) {
         Ok(()) => std::process::ExitCode::SUCCESS,

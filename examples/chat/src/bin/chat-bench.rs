@@ -34,8 +34,7 @@ impl WithSession for Bench {
         // ExecuTorch's load_method and llama.cpp's load do; a one-token
         // call at position 0, then the cache is forgotten.
         let mut session = session;
-        session.program().forward(&[1], 0)?;
-        session.reset();
+        session.warm_up()?;
         let load_s = self.started.elapsed().as_secs_f64();
         let message = message(session.tokenizer(), &template, self.prompt)?;
         let mut chat = Chat::new(session, template);
