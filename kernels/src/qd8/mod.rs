@@ -465,10 +465,9 @@ pub fn fully_connected(
             // are in cache.
             let per = repacked_tile(k, group) / 4;
             let ksums = ksums.unwrap_or_default();
-            for c in (c0..c1).step_by(16) {
-                let cols = 16.min(c1 - c);
+            let tile_at = |c: usize| {
                 let at = c / 16 * per;
-                let tile = Tile {
+                Tile {
                     group,
                     blocks,
                     packed: &packed[at..at + per],
@@ -476,7 +475,26 @@ pub fn fully_connected(
                     bias: core::array::from_fn(|o| bias.map_or(0.0, |b| b.get(c + o).copied().unwrap_or(0.0))),
                     min,
                     max,
-                };
+                }
+            };
+            let mut c = c0;
+            // A single row (a decoded token) takes four tiles at a time.
+            #[cfg(target_arch = "x86_64")]
+            if rows == 1 {
+                const T: usize = 4;
+                let row = row_of(0);
+                while c + 16 * T <= c1 {
+                    let tiles: [Tile; T] = core::array::from_fn(|t| tile_at(c + 16 * t));
+                    let ys = Tile::one_row::<T>(core::array::from_fn(|t| &tiles[t]), &row);
+                    for (t, y) in ys.iter().enumerate() {
+                        put(0, c + 16 * t, y);
+                    }
+                    c += 16 * T;
+                }
+            }
+            for c in (c..c1).step_by(16) {
+                let cols = 16.min(c1 - c);
+                let tile = tile_at(c);
                 for r0 in (0..rows).step_by(repacked_kernel::ROWS) {
                     let take = repacked_kernel::ROWS.min(rows - r0);
                     let each: [_; repacked_kernel::ROWS] = core::array::from_fn(|i| row_of(r0 + i.min(take - 1)));

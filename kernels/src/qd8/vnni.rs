@@ -48,6 +48,94 @@ impl Tile<'_> {
         out
     }
 
+    /// The 16 outputs of each of `T` tiles for a single row (a decoded
+    /// token), the tiles' sums interleaved: one row leaves a tile two
+    /// chains of additions, too few to hide `VPDPBUSD`'s latency, and
+    /// every tile more adds two. Each output is summed as [`Self::rows`]
+    /// sums it.
+    pub(super) fn one_row<const T: usize>(tiles: [&Self; T], row: &(&[i8], &[i32], i32, f32)) -> [[f32; 16]; T] {
+        for t in tiles {
+            let k = t.group * t.blocks;
+            assert!(super::repacks(k, t.group));
+            assert!(t.packed.len() * 4 >= super::repacked_tile(k, t.group));
+            assert!(row.0.len() >= k);
+            assert!(t.group == tiles[0].group && t.blocks == tiles[0].blocks);
+        }
+        assert!(available());
+        // SAFETY: the CPU has AVX-512 VNNI; the lengths are asserted above.
+        unsafe { Self::one_row_sums(tiles, row) }
+    }
+
+    /// # Safety
+    /// As checked by [`Self::one_row`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn one_row_sums<const T: usize>(tiles: [&Self; T], row: &(&[i8], &[i32], i32, f32)) -> [[f32; 16]; T] {
+        let (group, blocks) = (tiles[0].group, tiles[0].blocks);
+        let block = super::repacked_block(group);
+        let bases: [*const u8; T] = core::array::from_fn(|t| tiles[t].packed.as_ptr().cast::<u8>());
+        let scales: [*const __m256i; T] = core::array::from_fn(|t| {
+            bases[t]
+                .wrapping_add(super::repacked_scales_at(group * blocks, group))
+                .cast::<__m256i>()
+        });
+        const HIGH_LESS_128: i32 = 0x6a;
+        let (high, sign) = (_mm512_set1_epi8(0xf0u8 as i8), _mm512_set1_epi8(i8::MIN));
+        // SAFETY: reads within the lengths `one_row` asserted.
+        unsafe {
+            let zp = _mm512_set1_ps((row.2 + 128) as f32);
+            let mut lanes: [__m512; T] =
+                core::array::from_fn(|t| _mm512_mul_ps(_mm512_loadu_ps(tiles[t].ksums.as_ptr()), zp));
+            for b in 0..blocks {
+                let mut acc = [[_mm512_setzero_si512(); 2]; T];
+                for t in 0..T {
+                    let at = bases[t].add(b * block);
+                    for line in (0..block).step_by(64) {
+                        super::prefetch_ahead(at, line);
+                    }
+                }
+                for p in 0..group / 16 {
+                    #[allow(clippy::needless_range_loop)]
+                    for half in 0..2 {
+                        let v = 2 * p + half;
+                        let x = row.0.as_ptr().add(b * group + 8 * v);
+                        let (xa, xb) = (
+                            _mm512_set1_epi32(x.cast::<i32>().read_unaligned()),
+                            _mm512_set1_epi32(x.add(4).cast::<i32>().read_unaligned()),
+                        );
+                        for t in 0..T {
+                            let w = _mm512_loadu_si512(bases[t].add(b * block + 64 * v).cast());
+                            let wa = _mm512_ternarylogic_epi32::<HIGH_LESS_128>(_mm512_slli_epi16::<4>(w), high, sign);
+                            let wb = _mm512_ternarylogic_epi32::<HIGH_LESS_128>(w, high, sign);
+                            let sums = &mut acc[t][half];
+                            *sums = _mm512_dpbusd_epi32(*sums, xa, wa);
+                            *sums = _mm512_dpbusd_epi32(*sums, xb, wb);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    let s = _mm256_loadu_si256(scales[t].add(b));
+                    let s = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(s)));
+                    let s = _mm512_mul_ps(s, _mm512_set1_ps(1.0 / 16.0));
+                    let sum = _mm512_add_epi32(acc[t][0], acc[t][1]);
+                    lanes[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, lanes[t]);
+                }
+            }
+            core::array::from_fn(|t| {
+                let tile = tiles[t];
+                let (bias, min, max) = (
+                    _mm512_loadu_ps(tile.bias.as_ptr()),
+                    _mm512_set1_ps(tile.min),
+                    _mm512_set1_ps(tile.max),
+                );
+                let y = _mm512_add_ps(_mm512_mul_ps(lanes[t], _mm512_set1_ps(row.3)), bias);
+                let y = _mm512_min_ps(_mm512_max_ps(y, min), max);
+                let mut o = [0.0f32; 16];
+                _mm512_storeu_ps(o.as_mut_ptr(), y);
+                o
+            })
+        }
+    }
+
     /// # Safety
     /// As checked by [`Self::rows`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
