@@ -87,8 +87,8 @@ impl Tile<'_> {
                 core::array::from_fn(|t| _mm512_mul_ps(_mm512_loadu_ps(tiles[t].ksums.as_ptr()), zp));
             for b in 0..blocks {
                 let mut acc = [[_mm512_setzero_si512(); 2]; T];
-                for t in 0..T {
-                    let at = bases[t].add(b * block);
+                for base in bases {
+                    let at = base.add(b * block);
                     for line in (0..block).step_by(64) {
                         super::prefetch_ahead(at, line);
                     }
