@@ -477,12 +477,12 @@ pub fn fully_connected(
                     max,
                 }
             };
-            let mut c = c0;
-            // A single row (a decoded token) takes four tiles at a time.
+            // A single row (a decoded token) takes four tiles at a time;
+            // the rest go one by one.
             #[cfg(target_arch = "x86_64")]
-            if rows == 1 {
+            let c0 = if rows == 1 {
                 const T: usize = 4;
-                let row = row_of(0);
+                let (row, mut c) = (row_of(0), c0);
                 while c + 16 * T <= c1 {
                     let tiles: [Tile; T] = core::array::from_fn(|t| tile_at(c + 16 * t));
                     let ys = Tile::one_row::<T>(core::array::from_fn(|t| &tiles[t]), &row);
@@ -491,8 +491,11 @@ pub fn fully_connected(
                     }
                     c += 16 * T;
                 }
-            }
-            for c in (c..c1).step_by(16) {
+                c
+            } else {
+                c0
+            };
+            for c in (c0..c1).step_by(16) {
                 let cols = 16.min(c1 - c);
                 let tile = tile_at(c);
                 for r0 in (0..rows).step_by(repacked_kernel::ROWS) {
