@@ -28,6 +28,8 @@ pub struct Program<M: Model> {
     meta: Metadata,
     /// Logits of the last call, for the last token.
     logits: Vec<f32>,
+    /// The tokens of the last call as `int64`, reused.
+    ids: Vec<i64>,
 }
 
 impl<M: Model> Program<M> {
@@ -141,6 +143,7 @@ impl<M: Model> Program<M> {
             forward,
             meta,
             logits: Vec::new(),
+            ids: Vec::new(),
         })
     }
 
@@ -181,10 +184,11 @@ impl<M: Model> Program<M> {
                 capacity: self.meta.max_context_len,
             });
         }
-        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        self.ids.clear();
+        self.ids.extend(tokens.iter().map(|&t| t as i64));
         let sizes = [1, n];
         self.model
-            .set_input(self.forward, 0, Value::Tensor(TensorRef::from_slice(&sizes, &ids)))?;
+            .set_input(self.forward, 0, Value::Tensor(TensorRef::from_slice(&sizes, &self.ids)))?;
         let start = [pos as i64];
         self.model
             .set_input(self.forward, 1, Value::Tensor(TensorRef::from_slice(&[1], &start)))?;

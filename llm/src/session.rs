@@ -169,15 +169,12 @@ impl<M: Model> Session<M> {
             ..Stats::default()
         };
         let mut pos = keep;
-        let mut logits_ready = false;
         for piece in context[keep..].chunks(chunk) {
             // A failed call leaves the cache unknown from `pos` on.
             self.program.forward(piece, pos)?;
             self.cached.extend_from_slice(piece);
             pos += piece.len();
-            logits_ready = true;
         }
-        debug_assert!(logits_ready);
         stats.prefill = start.elapsed();
 
         let mut sampler = Sampler::new(request.sampling.clone());
@@ -194,7 +191,7 @@ impl<M: Model> Session<M> {
                 decode_start = Instant::now();
                 break 'gen Stop::MaxTokens;
             }
-            let mut next = sampler.sample(self.program_logits(), &self.cached);
+            let mut next = sampler.sample(self.program.last_logits(), &self.cached);
             stats.time_to_first_token = start.elapsed();
             decode_start = Instant::now();
             loop {
@@ -227,7 +224,7 @@ impl<M: Model> Session<M> {
                 self.cached.push(next);
                 pos += 1;
                 stats.decode_steps += 1;
-                next = sampler.sample(self.program_logits(), &self.cached);
+                next = sampler.sample(self.program.last_logits(), &self.cached);
             }
         };
         stats.decode = decode_start.elapsed();
@@ -242,10 +239,6 @@ impl<M: Model> Session<M> {
             stop,
             stats,
         })
-    }
-
-    fn program_logits(&self) -> &[f32] {
-        self.program.last_logits()
     }
 }
 
