@@ -81,10 +81,38 @@ impl<'a> Blob<'a> {
         if !(b.as_ptr() as usize).is_multiple_of(BLOB_ALIGN) && !b.is_empty() {
             return Err(Error::Misaligned);
         }
-        if content_hash(b) != expected.hash {
+        // Hashing reads every page; a mapped file gives each chunk's pages
+        // back as it goes, so that checking a large file costs no memory.
+        if hash_chunks(b, |at, len| self.release(at, len)) != expected.hash {
             return Err(mismatch);
         }
         Ok(())
+    }
+
+    /// Tells the system that the pages wholly inside `len` bytes at
+    /// `offset` are not needed now: a memory-mapped file's pages leave the
+    /// process's resident memory and are read from the file again if
+    /// touched. The bytes never change; other blobs ignore it. Generated
+    /// code calls it on constants it has just repacked and will not read
+    /// again, so a program does not hold its weights twice.
+    pub fn release(&self, offset: usize, len: usize) {
+        #[cfg(all(feature = "std", unix))]
+        if let Blob::Mapped(m) = self {
+            // SAFETY: sysconf has no preconditions.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            let page = if page > 0 { page as usize } else { return };
+            let base = m.as_ptr() as usize;
+            let start = (base + offset.min(m.len())).next_multiple_of(page);
+            let end = (base + offset.saturating_add(len).min(m.len())) / page * page;
+            if end > start {
+                // SAFETY: the pages lie inside this read-only shared file
+                // mapping; MADV_DONTNEED on it drops them from memory and
+                // later reads fault the same bytes back from the file.
+                unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+            }
+        }
+        #[cfg(not(all(feature = "std", unix)))]
+        let _ = (offset, len);
     }
 }
 
@@ -134,20 +162,31 @@ pub struct FileCheck {
 /// one compiled against (not a cryptographic check). Four independent
 /// lanes over 8-byte words keep it near memory bandwidth.
 pub fn content_hash(bytes: &[u8]) -> u64 {
+    hash_chunks(bytes, |_, _| {})
+}
+
+/// [`content_hash`], calling `done(offset, len)` after each chunk of
+/// `bytes` it has read.
+fn hash_chunks(bytes: &[u8], mut done: impl FnMut(usize, usize)) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    // A multiple of the 32-byte block: chunks end on block boundaries.
+    const CHUNK: usize = 4 << 20;
     let mix = |h: u64, w: u64| (h ^ w).wrapping_mul(K).rotate_left(29);
     let mut lanes = [K, K ^ 1, K ^ 2, K ^ 3];
-    let mut blocks = bytes.chunks_exact(32);
-    for block in &mut blocks {
-        for (lane, w) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-            *lane = mix(*lane, u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+    let whole = bytes.len() / 32 * 32;
+    for (c, chunk) in bytes[..whole].chunks(CHUNK).enumerate() {
+        for block in chunk.chunks_exact(32) {
+            for (lane, w) in lanes.iter_mut().zip(block.chunks_exact(8)) {
+                *lane = mix(*lane, u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+            }
         }
+        done(c * CHUNK, chunk.len());
     }
     let mut h = bytes.len() as u64;
     for lane in lanes {
         h = mix(h, lane);
     }
-    for (i, &b) in blocks.remainder().iter().enumerate() {
+    for (i, &b) in bytes[whole..].iter().enumerate() {
         h = mix(h, b as u64 | (i as u64) << 8);
     }
     h ^ (h >> 31)
@@ -168,6 +207,63 @@ mod tests {
         }
         assert_ne!(content_hash(&base[..999]), h);
         assert_eq!(content_hash(&base), h);
+    }
+
+    #[test]
+    fn hash_in_chunks_is_the_one_pass_hash() {
+        // The definition, in one pass over the blocks.
+        fn one_pass(bytes: &[u8]) -> u64 {
+            const K: u64 = 0x9E37_79B9_7F4A_7C15;
+            let mix = |h: u64, w: u64| (h ^ w).wrapping_mul(K).rotate_left(29);
+            let mut lanes = [K, K ^ 1, K ^ 2, K ^ 3];
+            let mut blocks = bytes.chunks_exact(32);
+            for block in &mut blocks {
+                for (lane, w) in lanes.iter_mut().zip(block.chunks_exact(8)) {
+                    *lane = mix(*lane, u64::from_le_bytes(w.try_into().unwrap()));
+                }
+            }
+            let mut h = bytes.len() as u64;
+            for lane in lanes {
+                h = mix(h, lane);
+            }
+            for (i, &b) in blocks.remainder().iter().enumerate() {
+                h = mix(h, b as u64 | (i as u64) << 8);
+            }
+            h ^ (h >> 31)
+        }
+        let big: alloc::vec::Vec<u8> = (0..(9 << 20) + 77u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in [0, 31, 32, 4 << 20, (4 << 20) + 5, big.len()] {
+            let mut seen = alloc::vec::Vec::new();
+            let h = hash_chunks(&big[..len], |at, n| seen.push((at, n)));
+            assert_eq!(h, one_pass(&big[..len]), "{len} bytes");
+            let covered: usize = seen.iter().map(|s| s.1).sum();
+            assert_eq!(covered, len / 32 * 32);
+            assert!(seen.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
+        }
+    }
+
+    #[test]
+    fn released_pages_read_the_same() {
+        let dir = std::env::temp_dir().join(std::format!("ptec-release-{}", std::process::id()));
+        let bytes: alloc::vec::Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&dir, &bytes).unwrap();
+        let blob = Blob::open(&dir).unwrap();
+        assert_eq!(blob.bytes(), &bytes[..]);
+        blob.release(5000, 200_000);
+        blob.release(0, usize::MAX);
+        blob.release(usize::MAX, 10);
+        assert_eq!(blob.bytes(), &bytes[..]);
+        let check = FileCheck {
+            name: "f",
+            size: bytes.len(),
+            hash: content_hash(&bytes),
+        };
+        assert_eq!(blob.check(&check), Ok(()));
+        assert_eq!(blob.bytes(), &bytes[..]);
+        drop(blob);
+        std::fs::remove_file(&dir).unwrap();
     }
 
     #[test]

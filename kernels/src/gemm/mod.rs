@@ -49,7 +49,7 @@ pub(crate) mod packing;
 mod scalar;
 
 use blocks::{Out, Product};
-pub use packing::{ensure_packed, is_packed, pack, pack_with, packed_len, NR};
+pub use packing::{ensure_packed, holds_stamp, is_packed, pack, pack_with, packed_len, NR};
 use packing::{pack_block, strips};
 
 /// Rows of `B` per depth block (an `8 × KC` tile of `A` stays in L1).

@@ -51,6 +51,14 @@ pub(crate) fn stamped(head: &[f32], words: &[u32]) -> bool {
     head.len() >= words.len() && words.iter().zip(head).all(|(&w, v)| v.to_bits() == w)
 }
 
+/// Whether a buffer kept from run to run holds a preparation already, by
+/// any kernel: kept buffers start zeroed and every stamp starts with a
+/// nonzero magic word. Generated code asks before preparing, to know
+/// whether this run is the one that reads the constants it prepares from.
+pub fn holds_stamp(kept: &[f32]) -> bool {
+    kept.first().is_some_and(|v| v.to_bits() != 0)
+}
+
 /// Writes the stamp `words` into `head` (its other floats zero): last, once
 /// what it vouches for is whole.
 pub(crate) fn stamp(head: &mut [f32], words: &[u32]) {

@@ -302,6 +302,26 @@ impl<'a> OpCtx<'a> {
         t.as_ref().map(|t| self.constant_f32(t)).transpose()
     }
 
+    /// Statements that let go of the pages of the run-time files holding
+    /// the constants `sources` (`Blob::release`); empty when the program
+    /// embeds its data.
+    pub fn release_files(&self, sources: &[&TArg]) -> TokenStream {
+        let mut out = quote!();
+        if self.prepared.is_some() {
+            return out;
+        }
+        for t in sources {
+            if let Home::Data { source, offset } = t.home {
+                if matches!(source, DataSource::Program | DataSource::External(_)) && !t.dynamic {
+                    let file = lit(crate::codegen::Ctx::file_index(source));
+                    let (at, len) = (lit(offset), lit(t.numel() * t.dtype.element_size()));
+                    out.extend(quote!(rs.files[#file].release(#at, #len);));
+                }
+            }
+        }
+        out
+    }
+
     /// Embeds `floats`, what the compiler prepared for the kept tensor
     /// `kept` (as many as it holds), and emits a shared view of them.
     pub fn read_prepared(&mut self, kept: &TArg, floats: &[f32]) -> Result<(Ident, TokenStream), String> {

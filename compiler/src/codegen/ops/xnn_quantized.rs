@@ -177,6 +177,7 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (pi, s5) = packed(
         ctx,
         &kept,
+        &w,
         layout.packed_len(),
         |ctx, into| {
             let w = constant_i8(ctx, &w)?;
@@ -213,6 +214,7 @@ fn constant_i8(ctx: &OpCtx<'_>, t: &TArg) -> Result<Vec<i8>, String> {
 fn packed(
     ctx: &mut OpCtx<'_>,
     kept: &Option<TArg>,
+    w: &TArg,
     len: usize,
     prepare: impl FnOnce(&OpCtx<'_>, &mut [f32]) -> Result<(), String>,
     at_run_time: impl FnOnce(&Ident) -> TokenStream,
@@ -222,7 +224,7 @@ fn packed(
             return Err(format!("the kept operand does not hold {len} floats"));
         }
     }
-    super::xnnpack::prepared_opt(ctx, kept, prepare, at_run_time)
+    super::xnnpack::prepared_opt(ctx, kept, &[w], prepare, at_run_time)
 }
 
 /// `N` non-negative integers at argument `i`.
@@ -264,6 +266,7 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (pi, s5) = packed(
         ctx,
         &kept,
+        &w,
         ptec_runtime::kernels::qs8::Layout::fully_connected(k, n).packed_len(),
         |ctx, into| {
             let w = constant_i8(ctx, &w)?;
@@ -516,6 +519,7 @@ fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         let (pi, s7) = super::xnnpack::prepared_opt(
             ctx,
             &kept,
+            &[&w, &scales],
             |ctx, into| {
                 let (wb, sb) = (ctx.constant_bytes(&w)?, ctx.constant_bytes(&scales)?);
                 let s: Vec<bf16> = sb

@@ -183,6 +183,7 @@ fn fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (pi, s4) = prepared_opt(
         ctx,
         &packed,
+        &[&w],
         |ctx, into| {
             let w = ctx.constant_f32(&w)?;
             ptec_runtime::kernels::linear::pack_fully_connected(&w, k, n, transposed, into);
@@ -228,9 +229,15 @@ fn is_prepared(ctx: &OpCtx<'_>, kept: &Option<TArg>) -> bool {
 /// result; otherwise the view is the kept tensor itself, after the
 /// statement `at_run_time(view)` prepares it (on the first run; later runs
 /// find it prepared).
+///
+/// `sources` are the constants it is prepared from. The run that prepares
+/// it at run time then lets go of their pages in a memory-mapped file
+/// (`Blob::release`): the calls read the preparation, so the program does
+/// not hold its weights twice.
 fn prepared_view(
     ctx: &mut OpCtx<'_>,
     kept: &TArg,
+    sources: &[&TArg],
     prepare: impl FnOnce(&OpCtx<'_>, &mut [f32]) -> Result<(), String>,
     at_run_time: impl FnOnce(&Ident) -> TokenStream,
 ) -> Result<(TokenStream, TokenStream), String> {
@@ -244,7 +251,20 @@ fn prepared_view(
     } else {
         let (view, stmt) = ctx.write(kept)?;
         let prepare = at_run_time(&view);
-        Ok((quote!(&*#view), quote!(#stmt #prepare)))
+        let release = ctx.release_files(sources);
+        if release.is_empty() {
+            return Ok((quote!(&*#view), quote!(#stmt #prepare)));
+        }
+        let fresh = ctx.fresh("fresh");
+        Ok((
+            quote!(&*#view),
+            quote! {
+                #stmt
+                let #fresh = !::ptec_runtime::kernels::gemm::holds_stamp(#view);
+                #prepare
+                if #fresh { #release }
+            },
+        ))
     }
 }
 
@@ -253,12 +273,13 @@ fn prepared_view(
 pub(super) fn prepared_opt(
     ctx: &mut OpCtx<'_>,
     kept: &Option<TArg>,
+    sources: &[&TArg],
     prepare: impl FnOnce(&OpCtx<'_>, &mut [f32]) -> Result<(), String>,
     at_run_time: impl FnOnce(&Ident) -> TokenStream,
 ) -> Result<(TokenStream, TokenStream), String> {
     match kept {
         Some(k) => {
-            let (view, stmts) = prepared_view(ctx, k, prepare, at_run_time)?;
+            let (view, stmts) = prepared_view(ctx, k, sources, prepare, at_run_time)?;
             Ok((quote!(Some(#view)), stmts))
         }
         None => Ok((quote!(None), quote!())),
@@ -309,6 +330,7 @@ fn emit_conv(
             let (pi, s4) = prepared_opt(
                 ctx,
                 &packed,
+                &[&w],
                 |ctx, into| {
                     g.pack_filter(&ctx.constant_f32(&w)?, into);
                     Ok(())
@@ -511,9 +533,12 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     // A filter prepared at compile time is all the call reads: the weights
     // and batch norm it was made from stay out of the binary.
     let prepared = ctx.is_prepared(&kept);
+    let mut sources = vec![&w];
+    sources.extend([&bias, &bn_weight, &bn_bias, &mean, &var].into_iter().flatten());
     let (kept, s_kept) = prepared_view(
         ctx,
         &kept,
+        &sources,
         |ctx, into| {
             let w = ctx.constant_f32(&w)?;
             let bias = ctx.opt_constant_f32(&bias)?;
