@@ -8,6 +8,10 @@
 //!
 //!   cargo run --release -p ptec-kernels --example qd8_bench [-- THREADS...]
 //!
+//! With `SHAPES=smollm2`, SmolLM2-135M's instead: 30 blocks of q, k, v,
+//! o (576 × 576, 192, 192, 576), gate, up (576 × 1536) and down
+//! (1536 × 576), then the output layer (576 × 49152).
+//!
 //! Prints the best and median sweep of the 40 layers over 10 (after 2
 //! untimed), per thread count (default 1 and 2), and which order the
 //! kernel sums in on this CPU (`qd8::blockwise_order`).
@@ -18,7 +22,6 @@ use ptec_kernels::qd8::{
 use std::time::Instant;
 
 const GROUP: usize = 32;
-const LAYERS: usize = 40;
 
 struct Layer {
     k: usize,
@@ -39,9 +42,27 @@ fn main() {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (seed >> 33) as u32
     };
-    let layers: Vec<Layer> = (0..LAYERS)
-        .map(|i| {
-            let (k, n) = [(2048, 8192), (8192, 2048)][i % 2];
+    let shapes: Vec<(usize, usize)> = match std::env::var("SHAPES").as_deref() {
+        Ok("smollm2") => {
+            let block = [
+                (576, 576),
+                (576, 192),
+                (576, 192),
+                (576, 576),
+                (576, 1536),
+                (576, 1536),
+                (1536, 576),
+            ];
+            let mut all: Vec<_> = (0..30).flat_map(|_| block).collect();
+            all.push((576, 49152));
+            all
+        }
+        _ => (0..40).map(|i| [(2048, 8192), (8192, 2048)][i % 2]).collect(),
+    };
+    let widest = shapes.iter().map(|&(k, n)| k.max(n)).max().unwrap_or(0);
+    let layers: Vec<Layer> = shapes
+        .iter()
+        .map(|&(k, n)| {
             let w: Vec<u8> = (0..n * k / 2).map(|_| next() as u8).collect();
             let scales: Vec<bf16> = (0..n * k / GROUP)
                 .map(|_| bf16::from_f32((1 + next() % 100) as f32 * 1e-3))
@@ -54,7 +75,7 @@ fn main() {
     let weight_bytes: usize = layers.iter().map(|l| l.kept.len() * 4).sum();
     let macs: usize = layers.iter().map(|l| l.k * l.n).sum();
     println!(
-        "# {}; 4-bit sums in the order {:?}; {LAYERS} layers, {:.0} MB kept",
+        "# {}; 4-bit sums in the order {:?}; {} layers, {:.0} MB kept",
         std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|c| c
@@ -63,16 +84,17 @@ fn main() {
                 .map(|l| l[l.find(':').map_or(0, |i| i + 2)..].to_string()))
             .unwrap_or_else(|| std::env::consts::ARCH.to_string()),
         blockwise_order(),
+        layers.len(),
         weight_bytes as f64 / 1e6
     );
     for &t in &threads {
         ptec_kernels::parallel::set_threads(t);
         for rows in [1, 128] {
-            let x: Vec<f32> = (0..rows * 8192)
+            let x: Vec<f32> = (0..rows * widest)
                 .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
                 .collect();
-            let mut out = vec![0f32; rows * 8192];
-            let mut scratch = vec![0f32; scratch_len(rows, 8192, GROUP)];
+            let mut out = vec![0f32; rows * widest];
+            let mut scratch = vec![0f32; scratch_len(rows, widest, GROUP)];
             let mut times = Vec::new();
             for sweep in 0..12 {
                 let start = Instant::now();

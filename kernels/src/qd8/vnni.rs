@@ -85,13 +85,21 @@ impl Tile<'_> {
             let zp = _mm512_set1_ps((row.2 + 128) as f32);
             let mut lanes: [__m512; T] =
                 core::array::from_fn(|t| _mm512_mul_ps(_mm512_loadu_ps(tiles[t].ksums.as_ptr()), zp));
+            // The T tiles lie one after another, and the next T follow:
+            // each block prefetches its share of those into L2, a whole
+            // group of tiles ahead. Small layers (576 inputs: 18 blocks a
+            // tile) have tiles too short for a prefetch a fixed distance
+            // ahead within each; on a Zen 4 thread this took SmolLM2's
+            // layers from 12 to 19 GB/s, and Llama-3.2-1B's from 18 to 21.
+            let region = T * tiles[0].packed.len() * 4;
+            let chunk = region.div_ceil(blocks).next_multiple_of(64);
+            let next = bases[0].wrapping_add(region);
             for b in 0..blocks {
                 let mut acc = [[_mm512_setzero_si512(); 2]; T];
-                for base in bases {
-                    let at = base.add(b * block);
-                    for line in (0..block).step_by(64) {
-                        super::prefetch_ahead(at, line);
-                    }
+                let ahead = next.wrapping_add(b * chunk);
+                for line in (0..chunk).step_by(64) {
+                    // Never faults, whatever the address.
+                    _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line).cast());
                 }
                 for p in 0..group / 16 {
                     #[allow(clippy::needless_range_loop)]
