@@ -241,31 +241,164 @@ impl SdpaRows<'_> {
     fn rows(&self, first: usize, out: &mut [f32], scores: &mut [f32]) {
         let [s, h, kvh, d, len] = self.dims;
         let (args, reps, keys) = (self.args, h / kvh, self.start + s);
+        // A key's or value's row of one head, and the step to the next.
+        let stride = kvh * d;
+        #[cfg(target_arch = "x86_64")]
+        let wide = d.is_multiple_of(16) && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
         for (i, orow) in out.chunks_exact_mut(h * d).enumerate() {
             let r = first + i;
             let (bi, si) = (r / s, r % s);
             let seen = self.seen(r);
             for (hi, o) in orow.chunks_exact_mut(d).enumerate() {
-                let kv = hi / reps;
                 let qrow = &self.q[(r * h + hi) * d..][..d];
+                let at = (bi * len * kvh + hi / reps) * d;
+                let (k, v) = (&self.k_cache[at..], &self.v_cache[at..]);
                 let row = &mut scores[..seen];
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: the CPU has AVX-512F.
+                    unsafe { avx512::dots(qrow, k, stride, row) };
+                } else {
+                    dots(qrow, k, stride, row);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                dots(qrow, k, stride, row);
                 let mut max = f32::NEG_INFINITY;
                 for (j, sc) in row.iter_mut().enumerate() {
-                    let ko = ((bi * len + j) * kvh + kv) * d;
-                    let dot = dot16(qrow, &self.k_cache[ko..ko + d]);
-                    *sc = dot * args.scale + args.mask.map_or(0.0, |m| m[si * keys + j]);
+                    *sc = *sc * args.scale + args.mask.map_or(0.0, |m| m[si * keys + j]);
                     max = max.max(*sc);
                 }
                 let sum = crate::softmax::exp_sum_in_place(row, max);
-                o.fill(0.0);
-                for (j, &p) in row.iter().enumerate() {
-                    let vo = ((bi * len + j) * kvh + kv) * d;
-                    for (x, &v) in o.iter_mut().zip(&self.v_cache[vo..vo + d]) {
-                        *x += p * v;
-                    }
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: the CPU has AVX-512F.
+                    unsafe { avx512::weighted_sum(row, v, stride, 1.0 / sum, o) };
+                    continue;
                 }
-                let inv = 1.0 / sum;
-                o.iter_mut().for_each(|x| *x *= inv);
+                weighted_sum(row, v, stride, 1.0 / sum, o);
+            }
+        }
+    }
+}
+
+/// `dots[j] = dot16(q, k[j · stride..][..q.len()])` for every `j`.
+#[inline(always)]
+fn dots(q: &[f32], k: &[f32], stride: usize, dots: &mut [f32]) {
+    let d = q.len();
+    for (j, dot) in dots.iter_mut().enumerate() {
+        *dot = dot16(q, &k[j * stride..][..d]);
+    }
+}
+
+/// `out = inv · Σ_j p[j] · v[j · stride..][..out.len()]`, summed over
+/// `j` in order for each output.
+#[inline(always)]
+fn weighted_sum(p: &[f32], v: &[f32], stride: usize, inv: f32, out: &mut [f32]) {
+    let d = out.len();
+    out.fill(0.0);
+    for (j, &pj) in p.iter().enumerate() {
+        for (x, &vj) in out.iter_mut().zip(&v[j * stride..][..d]) {
+            *x += pj * vj;
+        }
+    }
+    out.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// [`dots`] and [`weighted_sum`] on AVX-512 for heads of a multiple of 16
+/// elements, to the same bits: sixteen keys' lane sums transposed so that
+/// their lanes add up in [`dot16`]'s order for all sixteen at once (a
+/// key's lanes added one by one are one long chain), and the weighted sum
+/// kept in registers rather than read back from memory for every key.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dots(q: &[f32], k: &[f32], stride: usize, dots: &mut [f32]) {
+        let (d, n) = (q.len(), dots.len());
+        assert!(d.is_multiple_of(16) && (n == 0 || (n - 1) * stride + d <= k.len()));
+        let full = n / 16 * 16;
+        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        for j0 in (0..full).step_by(16) {
+            // SAFETY: key j0 + t < n reads k[(j0 + t) · stride..][..d],
+            // within k (asserted); q holds d floats.
+            let mut a: [__m512; 16] = core::array::from_fn(|t| unsafe {
+                let key = kp.add((j0 + t) * stride);
+                let mut lanes = _mm512_setzero_ps();
+                for c in (0..d).step_by(16) {
+                    let x = _mm512_mul_ps(_mm512_loadu_ps(qp.add(c)), _mm512_loadu_ps(key.add(c)));
+                    lanes = _mm512_add_ps(lanes, x);
+                }
+                lanes
+            });
+            transpose(&mut a);
+            // Lane l of every key, l = 0, 1, ...: dot16's `sum()`, then
+            // its `+ tail` (zero).
+            let mut sum = a[0];
+            for lane in &a[1..] {
+                sum = _mm512_add_ps(sum, *lane);
+            }
+            let sum = _mm512_add_ps(sum, _mm512_setzero_ps());
+            // SAFETY: j0 + 16 <= n floats in dots.
+            unsafe { _mm512_storeu_ps(dots.as_mut_ptr().add(j0), sum) };
+        }
+        super::dots(q, &k[full.min(n) * stride..], stride, &mut dots[full..]);
+    }
+
+    /// Transposes the 16 × 16 floats of `a` (lane `l` of `a[j]` becomes
+    /// lane `j` of `a[l]`).
+    #[target_feature(enable = "avx512f")]
+    fn transpose(a: &mut [__m512; 16]) {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]);
+        }
+        for i in 0..4 {
+            let (x, y, z, w) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+            let pd = |v: __m512| _mm512_castps_pd(v);
+            a[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(x), pd(z)));
+            a[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(x), pd(z)));
+            a[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(y), pd(w)));
+            a[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(y), pd(w)));
+        }
+        for i in 0..2 {
+            for j in 0..4 {
+                t[8 * i + j] = _mm512_shuffle_f32x4::<0x88>(a[8 * i + j], a[8 * i + 4 + j]);
+                t[8 * i + 4 + j] = _mm512_shuffle_f32x4::<0xdd>(a[8 * i + j], a[8 * i + 4 + j]);
+            }
+        }
+        for j in 0..8 {
+            a[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
+            a[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
+        }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weighted_sum(p: &[f32], v: &[f32], stride: usize, inv: f32, out: &mut [f32]) {
+        let (d, n) = (out.len(), p.len());
+        assert!(d.is_multiple_of(16) && (n == 0 || (n - 1) * stride + d <= v.len()));
+        let vp = v.as_ptr();
+        // Up to 64 outputs a pass, four registers.
+        for c0 in (0..d).step_by(64) {
+            let w = (d - c0).min(64) / 16;
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for (j, &pj) in p.iter().enumerate() {
+                let pj = _mm512_set1_ps(pj);
+                for (t, acc) in acc.iter_mut().enumerate().take(w) {
+                    // SAFETY: j < n and c0 + 16t + 16 <= d: within v.
+                    let x = unsafe { _mm512_loadu_ps(vp.add(j * stride + c0 + 16 * t)) };
+                    *acc = _mm512_add_ps(*acc, _mm512_mul_ps(pj, x));
+                }
+            }
+            for (t, acc) in acc.iter().enumerate().take(w) {
+                let y = _mm512_mul_ps(*acc, _mm512_set1_ps(inv));
+                // SAFETY: c0 + 16t + 16 <= d floats in out.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(c0 + 16 * t), y) };
             }
         }
     }
@@ -519,6 +652,37 @@ mod tests {
     use super::*;
     use crate::testing::Lcg;
     use std::{vec, vec::Vec};
+
+    /// The AVX-512 products give the portable ones' bits, for any number
+    /// of keys (whole blocks of 16 and the rest) and head sizes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn wide_products_are_the_portable_ones() {
+        if crate::cpu::Isa::detect() != crate::cpu::Isa::Avx512 {
+            std::eprintln!("NOT RUN: this CPU has no AVX-512");
+            return;
+        }
+        let mut rng = Lcg(7);
+        for d in [16, 64, 80, 128, 256] {
+            for n in [0, 1, 15, 16, 17, 48, 200] {
+                let stride = 3 * d;
+                let q = rng.vec(d);
+                let k = rng.vec(n * stride + d);
+                let p: Vec<f32> = rng.vec(n).iter().map(|x| x.abs()).collect();
+                let (mut want, mut got) = (vec![0.0; n], vec![0.0; n]);
+                dots(&q, &k, stride, &mut want);
+                // SAFETY: the CPU has AVX-512F.
+                unsafe { avx512::dots(&q, &k, stride, &mut got) };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "dots, d {d}, {n} keys");
+                let (mut want, mut got) = (vec![0.0; d], vec![0.0; d]);
+                weighted_sum(&p, &k, stride, 0.3, &mut want);
+                // SAFETY: as above.
+                unsafe { avx512::weighted_sum(&p, &k, stride, 0.3, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "weighted sum, d {d}, {n} keys");
+            }
+        }
+    }
 
     #[test]
     fn update_cache_writes_at_start_pos_and_checks_the_window() {
