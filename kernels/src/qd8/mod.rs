@@ -459,7 +459,13 @@ pub fn fully_connected(
     };
     // Each output reads its weight row once, for every row of inputs;
     // `put(r, c, ys)` writes row `r`'s outputs `c..c + ys.len()`.
-    let columns = |c0: usize, c1: usize, put: &mut dyn FnMut(usize, usize, &[f32])| {
+    // SAFETY (of every `put` and one-row write below): a call writes only
+    // columns `c0..c1` of rows `0..rows` of `out` (`rows · n` floats),
+    // which the caller gives it alone.
+    let columns = |c0: usize, c1: usize, out: *mut f32| {
+        let put = &mut |r: usize, c: usize, ys: &[f32]| unsafe {
+            core::ptr::copy_nonoverlapping(ys.as_ptr(), out.add(r * n + c), ys.len())
+        };
         if let Some(packed) = repacked {
             // Blocks of 16 outputs, each over every row while its weights
             // are in cache.
@@ -477,18 +483,25 @@ pub fn fully_connected(
                     max,
                 }
             };
-            // A single row (a decoded token) takes four tiles at a time;
-            // the rest go one by one.
+            // A single row (a decoded token) takes four tiles at a time,
+            // read and written in place; the rest go one by one.
             #[cfg(target_arch = "x86_64")]
             let c0 = if rows == 1 {
                 const T: usize = 4;
                 let (row, mut c) = (row_of(0), c0);
                 while c + 16 * T <= c1 {
-                    let tiles: [Tile; T] = core::array::from_fn(|t| tile_at(c + 16 * t));
-                    let ys = Tile::one_row::<T>(core::array::from_fn(|t| &tiles[t]), &row);
-                    for (t, y) in ys.iter().enumerate() {
-                        put(0, c + 16 * t, y);
-                    }
+                    let tiles = Tiles {
+                        group,
+                        blocks,
+                        packed: &packed[c / 16 * per..][..T * per],
+                        ksums: &ksums[c..c + 16 * T],
+                        bias: bias.map(|b| &b[c..c + 16 * T]),
+                        min,
+                        max,
+                    };
+                    // SAFETY: columns c..c + 16T < c1 of row 0 (above).
+                    let o = unsafe { core::slice::from_raw_parts_mut(out.add(c), 16 * T) };
+                    tiles.one_row::<T>(&row, o);
                     c += 16 * T;
                 }
                 c
@@ -577,7 +590,7 @@ pub fn fully_connected(
     };
     let split = crate::parallel::split(n, 16);
     if rows * n * k < 1 << 16 || split.parts() < 2 {
-        columns(0, n, &mut |r, c, ys| out[r * n + c..][..ys.len()].copy_from_slice(ys));
+        columns(0, n, out.as_mut_ptr());
         return;
     }
     // SAFETY: part `p` writes only the columns of its range (of every
@@ -585,12 +598,7 @@ pub fn fully_connected(
     let shared = unsafe { crate::parallel::Shared::new(out.as_mut_ptr()) };
     crate::parallel::run_parts(split.parts(), &|p| {
         let Some((c0, c1)) = split.range(p) else { return };
-        let out = shared.get();
-        // SAFETY: `r < rows` and `c + ys.len() <= c1 <= n`: within `out`
-        // (`rows · n` floats); see above for the parts.
-        columns(c0, c1, &mut |r, c, ys| unsafe {
-            core::ptr::copy_nonoverlapping(ys.as_ptr(), out.add(r * n + c), ys.len())
-        });
+        columns(c0, c1, shared.get());
     });
 }
 
@@ -746,6 +754,20 @@ use vnni as repacked_kernel;
     not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))),
     allow(dead_code)
 )]
+/// `T` tiles one after another in a repacking (`T ·` [`repacked_tile`]
+/// bytes from `packed`) and their `16 · T` outputs' weight sums and bias,
+/// for a single row (`repacked_kernel::Tiles::one_row`).
+#[cfg(target_arch = "x86_64")]
+struct Tiles<'a> {
+    group: usize,
+    blocks: usize,
+    packed: &'a [f32],
+    ksums: &'a [f32],
+    bias: Option<&'a [f32]>,
+    min: f32,
+    max: f32,
+}
+
 struct Tile<'a> {
     group: usize,
     blocks: usize,

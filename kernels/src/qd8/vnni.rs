@@ -5,7 +5,7 @@
 //! inputs plus 128 (`u8`), broadcast, times 16 outputs' 4 weights shifted
 //! up a nibble (`16 · w`, signed) to the row's block sums; then one
 //! conversion and fused multiply-add a block and row.
-use super::Tile;
+use super::{Tile, Tiles};
 use core::arch::x86_64::*;
 
 /// Rows of inputs a tile sums at once: each takes two sums and its `f32`
@@ -47,32 +47,33 @@ impl Tile<'_> {
         }
         out
     }
+}
 
-    /// The 16 outputs of each of `T` tiles for a single row (a decoded
-    /// token), the tiles' sums interleaved: one row leaves a tile two
-    /// chains of additions, too few to hide `VPDPBUSD`'s latency, and
-    /// every tile more adds two. Each output is summed as [`Self::rows`]
-    /// sums it.
-    pub(super) fn one_row<const T: usize>(tiles: [&Self; T], row: &(&[i8], &[i32], i32, f32)) -> [[f32; 16]; T] {
-        for t in tiles {
-            let k = t.group * t.blocks;
-            assert!(super::repacks(k, t.group));
-            assert!(t.packed.len() * 4 >= super::repacked_tile(k, t.group));
-            assert!(row.0.len() >= k);
-            assert!(t.group == tiles[0].group && t.blocks == tiles[0].blocks);
-        }
+impl Tiles<'_> {
+    /// The `16 · T` outputs of the tiles for a single row (a decoded
+    /// token) into `out`, the tiles' sums interleaved: one row leaves a
+    /// tile two chains of additions, too few to hide `VPDPBUSD`'s latency,
+    /// and every tile more adds two. Each output is summed as
+    /// [`Tile::rows`] sums it.
+    pub(super) fn one_row<const T: usize>(&self, row: &(&[i8], &[i32], i32, f32), out: &mut [f32]) {
+        let k = self.group * self.blocks;
+        assert!(super::repacks(k, self.group));
+        assert!(self.packed.len() * 4 >= T * super::repacked_tile(k, self.group));
+        assert!(row.0.len() >= k && out.len() >= 16 * T && self.ksums.len() >= 16 * T);
+        assert!(self.bias.is_none_or(|b| b.len() >= 16 * T));
         assert!(available());
         // SAFETY: the CPU has AVX-512 VNNI; the lengths are asserted above.
-        unsafe { Self::one_row_sums(tiles, row) }
+        unsafe { self.one_row_sums::<T>(row, out) }
     }
 
     /// # Safety
     /// As checked by [`Self::one_row`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn one_row_sums<const T: usize>(tiles: [&Self; T], row: &(&[i8], &[i32], i32, f32)) -> [[f32; 16]; T] {
-        let (group, blocks) = (tiles[0].group, tiles[0].blocks);
+    unsafe fn one_row_sums<const T: usize>(&self, row: &(&[i8], &[i32], i32, f32), out: &mut [f32]) {
+        let (group, blocks) = (self.group, self.blocks);
         let block = super::repacked_block(group);
-        let bases: [*const u8; T] = core::array::from_fn(|t| tiles[t].packed.as_ptr().cast::<u8>());
+        let tile = super::repacked_tile(group * blocks, group);
+        let bases: [*const u8; T] = core::array::from_fn(|t| self.packed.as_ptr().cast::<u8>().wrapping_add(t * tile));
         let scales: [*const __m256i; T] = core::array::from_fn(|t| {
             bases[t]
                 .wrapping_add(super::repacked_scales_at(group * blocks, group))
@@ -84,14 +85,14 @@ impl Tile<'_> {
         unsafe {
             let zp = _mm512_set1_ps((row.2 + 128) as f32);
             let mut lanes: [__m512; T] =
-                core::array::from_fn(|t| _mm512_mul_ps(_mm512_loadu_ps(tiles[t].ksums.as_ptr()), zp));
-            // The T tiles lie one after another, and the next T follow:
-            // each block prefetches its share of those into L2, a whole
-            // group of tiles ahead. Small layers (576 inputs: 18 blocks a
-            // tile) have tiles too short for a prefetch a fixed distance
-            // ahead within each; on a Zen 4 thread this took SmolLM2's
-            // layers from 12 to 19 GB/s, and Llama-3.2-1B's from 18 to 21.
-            let region = T * tiles[0].packed.len() * 4;
+                core::array::from_fn(|t| _mm512_mul_ps(_mm512_loadu_ps(self.ksums.as_ptr().add(16 * t)), zp));
+            // The next T tiles follow these: each block prefetches its
+            // share of them into L2, a whole group of tiles ahead. Small
+            // layers (576 inputs: 18 blocks a tile) have tiles too short
+            // for a prefetch a fixed distance ahead within each; on a Zen
+            // 4 thread this took SmolLM2's layers from 12 to 19 GB/s, and
+            // Llama-3.2-1B's from 18 to 21.
+            let region = T * tile;
             let chunk = region.div_ceil(blocks).next_multiple_of(64);
             let next = bases[0].wrapping_add(region);
             for b in 0..blocks {
@@ -128,22 +129,21 @@ impl Tile<'_> {
                     lanes[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, lanes[t]);
                 }
             }
-            core::array::from_fn(|t| {
-                let tile = tiles[t];
-                let (bias, min, max) = (
-                    _mm512_loadu_ps(tile.bias.as_ptr()),
-                    _mm512_set1_ps(tile.min),
-                    _mm512_set1_ps(tile.max),
-                );
-                let y = _mm512_add_ps(_mm512_mul_ps(lanes[t], _mm512_set1_ps(row.3)), bias);
+            let (min, max) = (_mm512_set1_ps(self.min), _mm512_set1_ps(self.max));
+            for (t, lanes) in lanes.iter().enumerate() {
+                let bias = match self.bias {
+                    Some(b) => _mm512_loadu_ps(b.as_ptr().add(16 * t)),
+                    None => _mm512_setzero_ps(),
+                };
+                let y = _mm512_add_ps(_mm512_mul_ps(*lanes, _mm512_set1_ps(row.3)), bias);
                 let y = _mm512_min_ps(_mm512_max_ps(y, min), max);
-                let mut o = [0.0f32; 16];
-                _mm512_storeu_ps(o.as_mut_ptr(), y);
-                o
-            })
+                _mm512_storeu_ps(out.as_mut_ptr().add(16 * t), y);
+            }
         }
     }
+}
 
+impl Tile<'_> {
     /// # Safety
     /// As checked by [`Self::rows`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
