@@ -9,8 +9,10 @@ use super::{Tile, Tiles};
 use core::arch::x86_64::*;
 
 /// Rows of inputs a tile sums at once: each takes two sums and its `f32`
-/// lanes, 18 of the 32 registers.
-pub(super) const ROWS: usize = 6;
+/// lanes, 24 of the 32 registers. Eight rather than six: SmolLM2's layers
+/// over 128 rows went from 120 to 127 GMAC/s on a Zen 4 thread,
+/// Llama-3.2-1B's from 157 to 161.
+pub(super) const ROWS: usize = 8;
 
 pub(super) fn available() -> bool {
     crate::cpu::has_avx512_vnni()
@@ -39,6 +41,8 @@ impl Tile<'_> {
                 3 => out[..3].copy_from_slice(&self.sums::<3>(rows)),
                 4 => out[..4].copy_from_slice(&self.sums::<4>(rows)),
                 5 => out[..5].copy_from_slice(&self.sums::<5>(rows)),
+                6 => out[..6].copy_from_slice(&self.sums::<6>(rows)),
+                7 => out[..7].copy_from_slice(&self.sums::<7>(rows)),
                 _ => out = self.sums::<ROWS>(rows),
             }
         }
