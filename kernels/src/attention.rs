@@ -169,32 +169,35 @@ pub fn custom_sdpa(
         dims: [s, h, kvh, d, len],
         start,
     };
-    // Query rows split in contiguous ranges of about equal work (a causal
-    // row reads as many keys as its position), one row of scores each.
-    let total: usize = (0..rows).map(|r| job.seen(r)).sum();
+    // The (query row, head) pairs, each d outputs in place, split in
+    // contiguous ranges of about equal work (a causal row reads as many
+    // keys as its position), one row of scores each: a prompt's rows, or
+    // a decoded token's heads.
+    let units = rows * h;
+    let total: usize = (0..rows).map(|r| job.seen(r)).sum::<usize>() * h;
     let parts = crate::parallel::threads()
         .min(crate::parallel::MAX_THREADS)
         .min(scores.len() / keys)
-        .min(rows);
-    if parts <= 1 || total * h * d * 2 < SDPA_SPLIT_WORK {
-        job.run_rows(0, out, &mut scores[..keys]);
+        .min(units);
+    if parts <= 1 || total * d * 2 < SDPA_SPLIT_WORK {
+        job.run_units(0, out, &mut scores[..keys]);
         return Ok(());
     }
-    let mut starts = [rows; crate::parallel::MAX_THREADS];
+    let mut starts = [units; crate::parallel::MAX_THREADS];
     let (mut p, mut done) = (0, 0);
-    for r in 0..rows {
+    for u in 0..units {
         if p < parts && done * parts >= total * p {
-            starts[p] = r;
+            starts[p] = u;
             p += 1;
         }
-        done += job.seen(r);
+        done += job.seen(u / h);
     }
     let parts = p;
-    let outs = crate::parallel::Pieces::new(out, starts[..parts].iter().map(|&r| r * h * d));
+    let outs = crate::parallel::Pieces::new(out, starts[..parts].iter().map(|&u| u * d));
     let scratch = crate::parallel::Pieces::new(scores, (0..parts).map(|i| i * keys));
     crate::parallel::run_parts(parts, &|i| {
         if let (Some(o), Some(sc)) = (outs.take(i), scratch.take(i)) {
-            job.run_rows(starts[i], o, &mut sc[..keys]);
+            job.run_units(starts[i], o, &mut sc[..keys]);
         }
     });
     Ok(())
@@ -222,34 +225,34 @@ impl SdpaRows<'_> {
         }
     }
 
-    /// The outputs of query rows `first..` into `out` (whole rows of all
-    /// heads), compiled for this CPU's best instruction set.
-    fn run_rows(self, first: usize, out: &mut [f32], scores: &mut [f32]) {
+    /// The outputs of (query row, head) pairs `first..` (row-major) into
+    /// `out`, compiled for this CPU's best instruction set.
+    fn run_units(self, first: usize, out: &mut [f32], scores: &mut [f32]) {
         struct Work<'a, 'b>(SdpaRows<'a>, usize, &'b mut [f32], &'b mut [f32]);
         impl crate::cpu::Vectorized for Work<'_, '_> {
             type Output = ();
             #[inline(always)]
             fn run(self) {
                 let Work(job, first, out, scores) = self;
-                job.rows(first, out, scores);
+                job.units(first, out, scores);
             }
         }
         crate::cpu::with_best_isa(Work(self, first, out, scores))
     }
 
     #[inline(always)]
-    fn rows(&self, first: usize, out: &mut [f32], scores: &mut [f32]) {
+    fn units(&self, first: usize, out: &mut [f32], scores: &mut [f32]) {
         let [s, h, kvh, d, len] = self.dims;
         let (args, reps, keys) = (self.args, h / kvh, self.start + s);
         // A key's or value's row of one head, and the step to the next.
         let stride = kvh * d;
         #[cfg(target_arch = "x86_64")]
         let wide = d.is_multiple_of(16) && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
-        for (i, orow) in out.chunks_exact_mut(h * d).enumerate() {
-            let r = first + i;
+        for (i, o) in out.chunks_exact_mut(d).enumerate() {
+            let (r, hi) = ((first + i) / h, (first + i) % h);
             let (bi, si) = (r / s, r % s);
             let seen = self.seen(r);
-            for (hi, o) in orow.chunks_exact_mut(d).enumerate() {
+            {
                 let qrow = &self.q[(r * h + hi) * d..][..d];
                 let at = (bi * len * kvh + hi / reps) * d;
                 let (k, v) = (&self.k_cache[at..], &self.v_cache[at..]);
@@ -738,6 +741,58 @@ mod tests {
     /// equal work, uneven in rows), a head size with a tail past the 16
     /// lanes, and a mask: every output as attention written out, and the
     /// same bits on 1, 2 and 3 threads.
+    #[test]
+    fn a_decoded_tokens_heads_split_across_threads() {
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rng = Lcg(12);
+        let (h, kvh, d, len, start) = (9, 3, 64, 512, 400);
+        let q = rng.vec(h * d);
+        let k = rng.vec(len * kvh * d);
+        let v = rng.vec(len * kvh * d);
+        let mut outs = Vec::new();
+        for threads in [1, 2, 3] {
+            crate::parallel::set_threads(threads);
+            let mut out = vec![0.0; q.len()];
+            let mut scores = vec![0.0; sdpa_scratch_len(len)];
+            let args = Sdpa {
+                q_sizes: &[1, 1, h, d],
+                cache_sizes: &[1, len, kvh, d],
+                start_pos: start,
+                mask: None,
+                mask_sizes: &[],
+                is_causal: true,
+                scale: 0.125,
+            };
+            custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).unwrap();
+            outs.push(out);
+        }
+        crate::parallel::set_threads(1);
+        assert!(outs.iter().all(|o| o == &outs[0]), "threads disagree");
+        // Head 4 (kv head 1) against attention written out.
+        let (hi, kv) = (4, 1);
+        let sc: Vec<f64> = (0..=start as usize)
+            .map(|j| {
+                (0..d)
+                    .map(|e| q[hi * d + e] as f64 * k[(j * kvh + kv) * d + e] as f64)
+                    .sum::<f64>()
+                    * 0.125
+            })
+            .collect();
+        let m = sc.iter().cloned().fold(f64::MIN, f64::max);
+        let p: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+        let z: f64 = p.iter().sum();
+        for e in 0..d {
+            let want: f64 = p
+                .iter()
+                .enumerate()
+                .map(|(j, pj)| pj * v[(j * kvh + kv) * d + e] as f64)
+                .sum::<f64>()
+                / z;
+            assert!((outs[0][hi * d + e] as f64 - want).abs() < 1e-5, "output {e}");
+        }
+    }
+
     #[test]
     fn custom_sdpa_splits_query_rows_across_threads() {
         // WASI has no threads (nor the turn): more threads run as one there.
