@@ -244,6 +244,8 @@ mod tests {
         }
     }
 
+    // Only unix maps files (and releases their pages).
+    #[cfg(unix)]
     #[test]
     fn released_pages_read_the_same() {
         let dir = std::env::temp_dir().join(std::format!("ptec-release-{}", std::process::id()));

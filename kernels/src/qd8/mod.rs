@@ -747,13 +747,6 @@ use sdot as repacked_kernel;
 #[cfg(target_arch = "x86_64")]
 use vnni as repacked_kernel;
 
-/// 16 outputs of a blockwise layer for a repacked kernel
-/// (`repacked_kernel::Tile::rows`): their repacked weights (`blocks` blocks of
-/// `group` inputs), weight sums, biases and the output clamp.
-#[cfg_attr(
-    not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))),
-    allow(dead_code)
-)]
 /// `T` tiles one after another in a repacking (`T ·` [`repacked_tile`]
 /// bytes from `packed`) and their `16 · T` outputs' weight sums and bias,
 /// for a single row (`repacked_kernel::Tiles::one_row`).
@@ -768,6 +761,13 @@ struct Tiles<'a> {
     max: f32,
 }
 
+/// 16 outputs of a blockwise layer for a repacked kernel
+/// (`repacked_kernel::Tile::rows`): their repacked weights (`blocks` blocks of
+/// `group` inputs), weight sums, biases and the output clamp.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))),
+    allow(dead_code)
+)]
 struct Tile<'a> {
     group: usize,
     blocks: usize,
