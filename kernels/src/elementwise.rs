@@ -219,6 +219,61 @@ pub fn map_strided<A: Copy + Sync, O: Send>(
     in_bands(out, out_sizes, &band);
 }
 
+/// [`map_strided`] whose contiguous runs are compiled for this CPU's best
+/// vector instruction set: for functions costly enough per element
+/// (`exp`, `sigmoid`, ...) to pay for a copy of the loop per set. The
+/// same operations run whatever the set, so the same bits come out.
+#[inline(always)]
+pub fn map_strided_wide<A: Copy + Sync, O: Send>(
+    out: &mut [O],
+    out_sizes: &[usize],
+    x: &[A],
+    x_strides: &[usize],
+    f: impl Fn(A) -> O + Sync,
+) {
+    struct Run<'a, A, O, F> {
+        x: &'a [A],
+        out: &'a mut [O],
+        f: &'a F,
+    }
+    impl<A: Copy, O, F: Fn(A) -> O> crate::cpu::Vectorized for Run<'_, A, O, F> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self) {
+            for (o, &v) in self.out.iter_mut().zip(self.x) {
+                *o = (self.f)(v);
+            }
+        }
+    }
+    let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
+        let (x, x_strides) = from_band(x, x_strides, dim, first);
+        let plan = Plan::<1>::new(sizes, [x_strides]);
+        plan.run(|o, [ix], len, [sx]| {
+            let out = &mut out[o..o + len];
+            match sx {
+                1 => crate::cpu::with_best_isa(Run {
+                    x: &x[ix..ix + len],
+                    out,
+                    f: &f,
+                }),
+                0 => {
+                    let v = x[ix];
+                    for o in out {
+                        *o = f(v);
+                    }
+                }
+                _ => {
+                    for (k, o) in out.iter_mut().enumerate() {
+                        *o = f(x[ix + k * sx]);
+                    }
+                }
+            }
+            true
+        });
+    };
+    in_bands(out, out_sizes, &band);
+}
+
 /// An input of a band of a map (`in_bands`): what it reads from the
 /// band's `first` index along `dim` on, and its strides from `dim` on.
 #[inline(always)]
@@ -460,6 +515,30 @@ mod tests {
     use crate::testing::rng;
     use std::vec;
     use std::vec::Vec;
+
+    /// The vector-ISA copies of a map give the baseline's bits, for
+    /// contiguous, broadcast and strided inputs.
+    #[test]
+    fn wide_maps_are_the_plain_ones() {
+        let mut seed = 5u64;
+        let x: Vec<f32> = (0..3 * 97)
+            .map(|_| (rng(&mut seed) % 40_001) as f32 / 1000.0 - 20.0)
+            .collect();
+        let fs: [fn(f32) -> f32; 4] = [scalar::sigmoid, scalar::silu, scalar::exp, scalar::tanh];
+        for f in fs {
+            for (sizes, strides) in [
+                ([3usize, 97usize], [97usize, 1usize]),
+                ([3, 97], [0, 1]),
+                ([97, 3], [1, 97]),
+            ] {
+                let (mut plain, mut wide) = (vec![0.0f32; 291], vec![0.0f32; 291]);
+                map_strided(&mut plain, &sizes, &x, &strides, f);
+                map_strided_wide(&mut wide, &sizes, &x, &strides, f);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&wide), bits(&plain), "sizes {sizes:?} strides {strides:?}");
+            }
+        }
+    }
 
     /// Naive reference: decompose every output index and recompute offsets.
     fn naive_zip(

@@ -1,6 +1,6 @@
 //! Unary element-wise operators: math functions, activations, rounding,
 //! `clamp`, `logical_not`, `bitwise_not`, `isnan`.
-use super::elementwise::{compute_type, emit_map, result_type, scalar_in};
+use super::elementwise::{compute_type, emit_map, emit_map_wide, result_type, scalar_in};
 use super::*;
 use ScalarType::*;
 
@@ -66,16 +66,42 @@ fn float_unary(ctx: &mut OpCtx<'_>, f: &str) -> Result<TokenStream, String> {
         c = Float;
     }
     let fi = format_ident!("{}", f);
-    emit_map(
-        ctx,
-        &[&x],
-        &out,
-        &[c],
-        c,
-        quote!(::ptec_runtime::kernels::scalar::#fi(a)),
-        false,
-    )
+    let body = quote!(::ptec_runtime::kernels::scalar::#fi(a));
+    if WIDE.contains(&f) {
+        return emit_map_wide(ctx, &x, &out, c, body);
+    }
+    emit_map(ctx, &[&x], &out, &[c], c, body, false)
 }
+
+/// Functions whose cost per element (a polynomial, or several) pays for a
+/// loop compiled for each vector ISA (`emit_map_wide`).
+const WIDE: &[&str] = &[
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log1p",
+    "log2",
+    "log10",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "erf",
+    "erfinv",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "gelu_tanh",
+];
 
 macro_rules! float_ops {
     ($($name:ident),*) => {$(
@@ -202,15 +228,11 @@ fn float_params(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg, f: &str, params: &[f6
     }
     let fi = format_ident!("{}", f);
     let ps = params.iter().map(|&p| scalar_in(Scalar::Double(p), c));
-    emit_map(
-        ctx,
-        &[x],
-        out,
-        &[c],
-        c,
-        quote!(::ptec_runtime::kernels::scalar::#fi(a, #(#ps),*)),
-        false,
-    )
+    let body = quote!(::ptec_runtime::kernels::scalar::#fi(a, #(#ps),*));
+    if WIDE.contains(&f) {
+        return emit_map_wide(ctx, x, out, c, body);
+    }
+    emit_map(ctx, &[x], out, &[c], c, body, false)
 }
 
 fn gelu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {

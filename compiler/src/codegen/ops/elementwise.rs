@@ -228,6 +228,35 @@ pub fn emit_map_shaped(
     body: TokenStream,
     fallible: bool,
 ) -> Result<TokenStream, String> {
+    emit_map_with(ctx, like, inputs, out, compute, result, body, fallible, false)
+}
+
+/// [`emit_map`] of one input through a function costly enough per element
+/// (`exp`, `sigmoid`, ...) that its loop is worth a copy per vector ISA,
+/// chosen at run time (`elementwise::map_strided_wide`): the generated
+/// crate is otherwise compiled for the target's baseline.
+pub fn emit_map_wide(
+    ctx: &mut OpCtx<'_>,
+    x: &TArg,
+    out: &TArg,
+    compute: ScalarType,
+    body: TokenStream,
+) -> Result<TokenStream, String> {
+    emit_map_with(ctx, None, &[x], out, &[compute], compute, body, false, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emit_map_with(
+    ctx: &mut OpCtx<'_>,
+    like: Option<&TArg>,
+    inputs: &[&TArg],
+    out: &TArg,
+    compute: &[ScalarType],
+    result: ScalarType,
+    body: TokenStream,
+    fallible: bool,
+    wide: bool,
+) -> Result<TokenStream, String> {
     let mut ts: Vec<&TArg> = inputs.to_vec();
     ts.push(out);
     require_contiguous(&ts)?;
@@ -318,6 +347,7 @@ pub fn emit_map_shaped(
     let n = &names;
     let st = &strides_exprs;
     let call = match (inputs.len(), fallible) {
+        (1, false) if wide => quote!(#k::map_strided_wide(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);),
         (1, false) => quote!(#k::map_strided(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);),
         (1, true) => ctx.kernel_result(quote!(#k::try_map_strided(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure))),
         (2, false) => {
