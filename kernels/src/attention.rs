@@ -266,12 +266,15 @@ impl SdpaRows<'_> {
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 dots(qrow, k, stride, row);
-                let mut max = f32::NEG_INFINITY;
-                for (j, sc) in row.iter_mut().enumerate() {
-                    *sc = *sc * args.scale + args.mask.map_or(0.0, |m| m[si * keys + j]);
-                    max = max.max(*sc);
+                match args.mask {
+                    Some(m) => {
+                        for (sc, &m) in row.iter_mut().zip(&m[si * keys..]) {
+                            *sc = *sc * args.scale + m;
+                        }
+                    }
+                    None => row.iter_mut().for_each(|sc| *sc = *sc * args.scale + 0.0),
                 }
-                let sum = crate::softmax::exp_sum_in_place(row, max);
+                let sum = crate::softmax::exp_sum_in_place(row, max_of(row));
                 #[cfg(target_arch = "x86_64")]
                 if wide {
                     // SAFETY: the CPU has AVX-512F.
@@ -282,6 +285,25 @@ impl SdpaRows<'_> {
             }
         }
     }
+}
+
+/// The largest of `x` that is not NaN (`-inf` if none): over 16 lanes,
+/// which vectorizes where a running `max` is one long chain. The same
+/// value as `f32::max` folded in order, but for the sign of a zero maximum.
+#[inline(always)]
+fn max_of(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let mut max = f32::NEG_INFINITY;
+    for &v in chunks.remainder() {
+        max = max.max(v);
+    }
+    for c in chunks {
+        for l in 0..16 {
+            lanes[l] = lanes[l].max(c[l]);
+        }
+    }
+    lanes.iter().fold(max, |m, &l| m.max(l))
 }
 
 /// `dots[j] = dot16(q, k[j · stride..][..q.len()])` for every `j`.
