@@ -194,29 +194,7 @@ pub fn map_strided<A: Copy + Sync, O: Send>(
     x_strides: &[usize],
     f: impl Fn(A) -> O + Sync,
 ) {
-    let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
-        let (x, x_strides) = from_band(x, x_strides, dim, first);
-        let plan = Plan::<1>::new(sizes, [x_strides]);
-        plan.run(|o, [ix], len, [sx]| {
-            let out = &mut out[o..o + len];
-            match sx {
-                1 => map(&x[ix..ix + len], out, &f),
-                0 => {
-                    let v = x[ix];
-                    for o in out {
-                        *o = f(v);
-                    }
-                }
-                _ => {
-                    for (k, o) in out.iter_mut().enumerate() {
-                        *o = f(x[ix + k * sx]);
-                    }
-                }
-            }
-            true
-        });
-    };
-    in_bands(out, out_sizes, &band);
+    map_strided_by(out, out_sizes, x, x_strides, f, false)
 }
 
 /// [`map_strided`] whose contiguous runs are compiled for this CPU's best
@@ -231,6 +209,20 @@ pub fn map_strided_wide<A: Copy + Sync, O: Send>(
     x_strides: &[usize],
     f: impl Fn(A) -> O + Sync,
 ) {
+    map_strided_by(out, out_sizes, x, x_strides, f, true)
+}
+
+/// [`map_strided`], its contiguous runs through [`crate::cpu::with_best_isa`]
+/// when `wide` (a constant at each caller).
+#[inline(always)]
+fn map_strided_by<A: Copy + Sync, O: Send>(
+    out: &mut [O],
+    out_sizes: &[usize],
+    x: &[A],
+    x_strides: &[usize],
+    f: impl Fn(A) -> O + Sync,
+    wide: bool,
+) {
     struct Run<'a, A, O, F> {
         x: &'a [A],
         out: &'a mut [O],
@@ -240,9 +232,7 @@ pub fn map_strided_wide<A: Copy + Sync, O: Send>(
         type Output = ();
         #[inline(always)]
         fn run(self) {
-            for (o, &v) in self.out.iter_mut().zip(self.x) {
-                *o = (self.f)(v);
-            }
+            map(self.x, self.out, self.f);
         }
     }
     let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
@@ -251,11 +241,12 @@ pub fn map_strided_wide<A: Copy + Sync, O: Send>(
         plan.run(|o, [ix], len, [sx]| {
             let out = &mut out[o..o + len];
             match sx {
-                1 => crate::cpu::with_best_isa(Run {
+                1 if wide => crate::cpu::with_best_isa(Run {
                     x: &x[ix..ix + len],
                     out,
                     f: &f,
                 }),
+                1 => map(&x[ix..ix + len], out, &f),
                 0 => {
                     let v = x[ix];
                     for o in out {
