@@ -51,6 +51,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("xnnpack_breadth", "fixtures/xnnpack_breadth.bpte", None, 1e-4, 1e-4),
     ("xnnpack_deconv", "fixtures/xnnpack_deconv.bpte", None, 1e-4, 1e-4),
     ("grid_sample", "fixtures/grid_sample.bpte", None, 1e-4, 1e-4),
+    ("topk", "fixtures/topk.bpte", None, 1e-4, 1e-5),
     ("video", "fixtures/video.bpte", None, 1e-4, 1e-4),
     ("xnnpack_video", "fixtures/xnnpack_video.bpte", None, 1e-4, 1e-4),
     // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).
@@ -111,6 +112,16 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         None,
         1e-4,
         1e-4,
+    ),
+    // export_llama's model families (make_fixtures.py's LLM_FAMILIES).
+    ("llm_moe", "fixtures/llm_moe.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_llm_moe", "fixtures/xnnpack_llm_moe.bpte", None, 1e-4, 1e-4),
+    (
+        "xnnpack_llm_moe_8da4w",
+        "fixtures/xnnpack_llm_moe_8da4w.bpte",
+        None,
+        0.0,
+        0.05,
     ),
 ];
 

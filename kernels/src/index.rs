@@ -110,6 +110,15 @@ pub fn gather<T: Copy, I: Element>(
     index_sizes: &[usize],
     out: &mut [T],
 ) -> KernelResult {
+    // Live (dynamic) sizes are checked here; static ones by the compiler.
+    let fits = index_sizes.len() == sizes.len()
+        && (0..sizes.len()).all(|d| d == dim || index_sizes[d] <= sizes[d])
+        && index.len() >= numel(index_sizes)
+        && out.len() >= numel(index_sizes)
+        && src.len() >= numel(sizes);
+    if !fits {
+        return Err(KernelError::ShapeMismatch);
+    }
     let mut st = [0usize; MAX_RANK];
     contiguous_strides(sizes, &mut st);
     let n = sizes.get(dim).copied().unwrap_or(1);

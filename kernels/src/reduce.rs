@@ -428,6 +428,82 @@ pub fn min_dim<T: Element>(x: &[T], sizes: &[usize], dim: usize, values: &mut [T
     );
 }
 
+/// `aten::topk`: the `k` largest (`largest`) or smallest elements along
+/// `dim` of a contiguous `x` of shape `sizes`, best first, and their
+/// indices; `values` and `indices` have `x`'s shape with `k` at `dim`. NaN
+/// ranks above every number, as in PyTorch; equal values keep the lower
+/// index first. The outputs double as a heap of the best `k` seen so far
+/// (no scratch): O(n log k) per row. The caller checks `k <= sizes[dim]`;
+/// a 0-d `x` is one row of one element.
+pub fn topk<T: Element>(
+    x: &[T],
+    sizes: &[usize],
+    dim: usize,
+    k: usize,
+    largest: bool,
+    values: &mut [T],
+    indices: &mut [i64],
+) {
+    let n = sizes.get(dim).copied().unwrap_or(1);
+    let inner: usize = sizes.get(dim + 1..).map_or(1, |s| s.iter().product());
+    let outer: usize = sizes[..dim.min(sizes.len())].iter().product();
+    let above = |a: T, b: T| (is_nan_generic(a) && !is_nan_generic(b)) || a > b;
+    let better = |a: T, b: T| if largest { above(a, b) } else { above(b, a) };
+    // `a` ranks before `b`: a better value, or the same value at a lower index.
+    let before = |a: (T, i64), b: (T, i64)| better(a.0, b.0) || (!better(b.0, a.0) && a.1 < b.1);
+    for o in 0..outer {
+        for j in 0..inner {
+            let (xb, ob) = (o * n * inner + j, o * k * inner + j);
+            let slot = |s: usize| ob + s * inner;
+            let get = |v: &[T], ix: &[i64], s: usize| (v[slot(s)], ix[slot(s)]);
+            // A heap with the worst of the kept elements at slot 0.
+            let sift_down = |v: &mut [T], ix: &mut [i64], len: usize| {
+                let mut s = 0;
+                loop {
+                    let (l, r) = (2 * s + 1, 2 * s + 2);
+                    let mut w = s;
+                    if l < len && before(get(v, ix, w), get(v, ix, l)) {
+                        w = l;
+                    }
+                    if r < len && before(get(v, ix, w), get(v, ix, r)) {
+                        w = r;
+                    }
+                    if w == s {
+                        break;
+                    }
+                    v.swap(slot(s), slot(w));
+                    ix.swap(slot(s), slot(w));
+                    s = w;
+                }
+            };
+            for i in 0..n {
+                let e = (x[xb + i * inner], i as i64);
+                if i < k {
+                    let mut s = i;
+                    while s > 0 && before(get(values, indices, (s - 1) / 2), e) {
+                        let p = (s - 1) / 2;
+                        values[slot(s)] = values[slot(p)];
+                        indices[slot(s)] = indices[slot(p)];
+                        s = p;
+                    }
+                    values[slot(s)] = e.0;
+                    indices[slot(s)] = e.1;
+                } else if k > 0 && before(e, get(values, indices, 0)) {
+                    values[slot(0)] = e.0;
+                    indices[slot(0)] = e.1;
+                    sift_down(values, indices, k);
+                }
+            }
+            // Heap sort: the worst moves to the end, the best ends at slot 0.
+            for len in (1..k).rev() {
+                values.swap(slot(0), slot(len));
+                indices.swap(slot(0), slot(len));
+                sift_down(values, indices, len);
+            }
+        }
+    }
+}
+
 /// `aten::any.dims` / `any.dim` / `any`: true if some element is non-zero
 /// (NaN counts as true). Any input dtype, bool output.
 pub fn any<T: Element>(x: &[T], sizes: &[usize], dims: &[usize], out: &mut [bool]) {
@@ -608,6 +684,57 @@ mod tests {
             groups[o].push(v);
         }
         groups
+    }
+
+    #[test]
+    fn topk_random_vs_sorting() {
+        let mut seed = 11;
+        for case in 0..300 {
+            let r = 1 + (rng(&mut seed) % 3) as usize;
+            let sizes: Vec<usize> = (0..r).map(|_| 1 + (rng(&mut seed) % 7) as usize).collect();
+            let dim = (rng(&mut seed) as usize) % r;
+            let n = sizes[dim];
+            let k = (rng(&mut seed) as usize) % (n + 1);
+            let largest = case % 2 == 0;
+            // Few distinct values (ties), some NaN.
+            let x: Vec<f32> = (0..numel(&sizes))
+                .map(|_| match rng(&mut seed) % 9 {
+                    0 => f32::NAN,
+                    v => v as f32 - 4.0,
+                })
+                .collect();
+            let mut osizes = sizes.clone();
+            osizes[dim] = k;
+            let mut values = vec![0f32; numel(&osizes)];
+            let mut indices = vec![0i64; values.len()];
+            topk(&x, &sizes, dim, k, largest, &mut values, &mut indices);
+            let inner: usize = sizes[dim + 1..].iter().product();
+            let outer: usize = sizes[..dim].iter().product();
+            for o in 0..outer {
+                for j in 0..inner {
+                    // A stable sort by rank: NaN first (largest) or last.
+                    let mut row: Vec<(f32, i64)> = (0..n).map(|i| (x[(o * n + i) * inner + j], i as i64)).collect();
+                    let key = |v: f32| if v.is_nan() { f32::INFINITY } else { v };
+                    row.sort_by(|a, b| {
+                        let (a, b) = (key(a.0), key(b.0));
+                        if largest {
+                            b.partial_cmp(&a).unwrap()
+                        } else {
+                            a.partial_cmp(&b).unwrap()
+                        }
+                    });
+                    for (s, &(v, i)) in row[..k].iter().enumerate() {
+                        let at = (o * k + s) * inner + j;
+                        assert_eq!(indices[at], i, "{sizes:?} dim {dim} k {k} largest {largest}");
+                        assert!(values[at] == v || (v.is_nan() && values[at].is_nan()));
+                    }
+                }
+            }
+        }
+        // 0-d: one element.
+        let (mut v, mut i) = ([0i32], [7i64]);
+        topk(&[5i32], &[], 0, 1, true, &mut v, &mut i);
+        assert_eq!((v, i), ([5], [0]));
     }
 
     #[test]

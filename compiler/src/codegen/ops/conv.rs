@@ -76,14 +76,7 @@ pub(super) fn emit_out_sizes(
         require_sizes(out, bound)?;
         return Ok(ctx.set_sizes(out, usize_slice(bound)));
     }
-    if out.rank() != bound.len() {
-        return Err(format!(
-            "output value {} has rank {}, expected {}",
-            out.value,
-            out.rank(),
-            bound.len()
-        ));
-    }
+    require_rank(out, bound.len())?;
     let ins = lit(ctx.instruction);
     let shape_error = quote! {
         ::ptec_runtime::Error::Kernel { instruction: #ins, error: ::ptec_runtime::kernels::KernelError::ShapeMismatch }

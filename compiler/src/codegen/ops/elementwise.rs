@@ -280,14 +280,7 @@ fn emit_map_with(
         }
         out_sizes_expr = usize_slice(&bshape);
     } else {
-        if out.rank() != bshape.len() {
-            return Err(format!(
-                "output value {} has rank {}, expected {}",
-                out.value,
-                out.rank(),
-                bshape.len()
-            ));
-        }
+        require_rank(out, bshape.len())?;
         let ins = lit(ctx.instruction);
         let mut shape = match like {
             Some(l) => ctx.sizes(l),

@@ -3,7 +3,7 @@
 //! `masked_fill`. Index values are checked by the kernels at run time
 //! (an out-of-range index is a `KernelError`); shapes are checked here.
 use super::elementwise::{compute_type, emit_map, scalar_in};
-use super::shape::{emit_copy_then, no_dynamic, require_same, scalar_value};
+use super::shape::{emit_copy_then, no_dynamic, require_same, scalar_value, set_out_sizes, shape_mismatch};
 use super::*;
 
 pub const OPS: &[(&str, Emitter)] = &[
@@ -26,15 +26,21 @@ fn kernels() -> TokenStream {
 
 /// Requires an integer index tensor of static shape.
 fn require_index(ctx: &OpCtx<'_>, t: &TArg) -> Result<(), String> {
+    require_index_dtype(t)?;
+    if t.dynamic {
+        return Err(no_dynamic(ctx));
+    }
+    Ok(())
+}
+
+/// Requires a contiguous integer index tensor (of any shape).
+fn require_index_dtype(t: &TArg) -> Result<(), String> {
     require_contiguous(&[t])?;
     if t.dtype == ScalarType::Bool || t.dtype.is_float() {
         return Err(format!(
             "index value {} has dtype {}; integer indices are supported (boolean masks have a data-dependent shape)",
             t.value, t.dtype
         ));
-    }
-    if t.dynamic {
-        return Err(no_dynamic(ctx));
     }
     Ok(())
 }
@@ -66,7 +72,7 @@ fn add_closure(d: ScalarType) -> TokenStream {
 fn emit_indices(ctx: &mut OpCtx<'_>, indices: &[Option<TArg>]) -> Result<(TokenStream, TokenStream), String> {
     let present: Vec<&TArg> = indices.iter().flatten().collect();
     for t in &present {
-        require_index(ctx, t)?;
+        require_index_dtype(t)?;
     }
     let dtype = present.first().map_or(ScalarType::Long, |t| t.dtype);
     if let Some(t) = present.iter().find(|t| t.dtype != dtype) {
@@ -84,7 +90,7 @@ fn emit_indices(ctx: &mut OpCtx<'_>, indices: &[Option<TArg>]) -> Result<(TokenS
             Some(t) => {
                 let (n, s) = ctx.read(t)?;
                 stmts.push(s);
-                let sizes = usize_slice(&t.sizes);
+                let sizes = ctx.sizes(t);
                 items.push(quote!(Some((#n, #sizes))));
             }
         }
@@ -108,14 +114,38 @@ fn index_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(4)?;
     let (x, indices, out) = (ctx.tensor(0)?, ctx.opt_tensor_list(1)?, ctx.tensor(2)?);
     require_same(&[&x, &out])?;
-    require_static(ctx, &[&x, &out])?;
-    require_sizes(&out, &indexed_sizes(&x.sizes, &indices)?)?;
+    // With dynamic sizes, these are the bounds' sizes: the rank is fixed.
+    let want = indexed_sizes(&x.sizes, &indices)?;
+    let dynamic = x.dynamic || out.dynamic || indices.iter().flatten().any(|t| t.dynamic);
+    let set = if dynamic {
+        require_rank(&out, want.len())?;
+        let shapes = indices.iter().map(|t| match t {
+            Some(t) => {
+                let s = ctx.sizes(t);
+                quote!(Some(#s))
+            }
+            None => quote!(None),
+        });
+        let (k, xs, n) = (kernels(), ctx.sizes(&x), lit(indices.len()));
+        let err = shape_mismatch(ctx);
+        let set = set_out_sizes(ctx, &out, quote!(&os[..r]));
+        quote! {
+            let shapes: [Option<&[usize]>; #n] = [#(#shapes),*];
+            let Some((os, r)) = #k::index_output_sizes(#xs, &shapes) else {
+                return Err(#err);
+            };
+            #set
+        }
+    } else {
+        require_sizes(&out, &want)?;
+        quote!()
+    };
     let (xi, s1) = ctx.read(&x)?;
     let (idx_stmts, idx) = emit_indices(ctx, &indices)?;
     let (o, s2) = ctx.write(&out)?;
-    let (k, sizes) = (kernels(), usize_slice(&x.sizes));
+    let (k, sizes) = (kernels(), ctx.sizes(&x));
     let call = ctx.kernel_result(quote!(#k::index(#xi, #sizes, #idx, #o)));
-    Ok(quote! { #s1 #idx_stmts #s2 #call })
+    Ok(quote! { #set #s1 #idx_stmts #s2 #call })
 }
 
 /// Writes `values` at `indices` of the view `dst` (of `x`'s sizes).
@@ -144,6 +174,9 @@ fn emit_put(
 fn check_put(ctx: &OpCtx<'_>, x: &TArg, indices: &[Option<TArg>], values: &TArg) -> Result<(), String> {
     require_same(&[x, values])?;
     require_static(ctx, &[x, values])?;
+    for t in indices.iter().flatten() {
+        require_index(ctx, t)?;
+    }
     let want = indexed_sizes(&x.sizes, indices)?;
     match ptec_runtime::kernels::elementwise::broadcast_sizes(&want, &values.sizes) {
         Some((s, r)) if s[..r] == want[..] => Ok(()),
@@ -247,17 +280,32 @@ fn gather(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(6)?;
     let (x, dim, index, out) = (ctx.tensor(0)?, ctx.int(1)?, ctx.tensor(2)?, ctx.tensor(4)?);
     require_same(&[&x, &out])?;
-    require_static(ctx, &[&x, &out])?;
-    require_index(ctx, &index)?;
+    require_index_dtype(&index)?;
     let d = norm_dim(dim, x.rank())?;
-    check_scatter_index(&x, d, &index, None)?;
-    require_sizes(&out, &index.sizes)?;
+    // With dynamic sizes the bounds are checked here, the live sizes by
+    // the kernel.
+    let dynamic = x.dynamic || index.dynamic || out.dynamic;
+    let set = if dynamic {
+        if index.rank() != x.rank() || out.rank() != x.rank() {
+            return Err(format!(
+                "gather of rank {} with an index of rank {}",
+                x.rank(),
+                index.rank()
+            ));
+        }
+        let is = ctx.sizes(&index);
+        set_out_sizes(ctx, &out, is)
+    } else {
+        check_scatter_index(&x, d, &index, None)?;
+        require_sizes(&out, &index.sizes)?;
+        quote!()
+    };
     let (xi, s1) = ctx.read(&x)?;
     let (ii, s2) = ctx.read(&index)?;
     let (o, s3) = ctx.write(&out)?;
-    let (k, sizes, dl, is) = (kernels(), usize_slice(&x.sizes), lit(d), usize_slice(&index.sizes));
+    let (k, sizes, dl, is) = (kernels(), ctx.sizes(&x), lit(d), ctx.sizes(&index));
     let call = ctx.kernel_result(quote!(#k::gather(#xi, #sizes, #dl, #ii, #is, #o)));
-    Ok(quote! { #s1 #s2 #s3 #call })
+    Ok(quote! { #set #s1 #s2 #s3 #call })
 }
 
 /// `embedding.out(weight, indices, padding_idx, scale_grad_by_freq, sparse,

@@ -873,18 +873,22 @@ pub fn require_dtype(t: &TArg, allowed: &[ScalarType]) -> Result<(), String> {
     }
 }
 
+/// Requires an output of rank `rank`.
+pub fn require_rank(t: &TArg, rank: usize) -> Result<(), String> {
+    if t.rank() != rank {
+        return Err(format!(
+            "output value {} has rank {}, expected {rank}",
+            t.value,
+            t.rank()
+        ));
+    }
+    Ok(())
+}
+
 /// Requires a static output's sizes to equal `want`.
 pub fn require_sizes(t: &TArg, want: &[usize]) -> Result<(), String> {
     if t.dynamic {
-        if t.sizes.len() != want.len() {
-            return Err(format!(
-                "output value {} has rank {}, expected {}",
-                t.value,
-                t.sizes.len(),
-                want.len()
-            ));
-        }
-        return Ok(());
+        return require_rank(t, want.len());
     }
     if t.sizes != want {
         Err(format!(

@@ -1,6 +1,6 @@
 //! Reductions over dims: `sum`, `mean`, `prod`, `amax`/`amin`, `any`/`all`,
 //! `argmax`/`argmin`, `max.dim`/`min.dim`, `var`/`std`, `logsumexp`,
-//! `norm`, and the scans `cumsum`/`cumprod`.
+//! `norm`, `topk`, and the scans `cumsum`/`cumprod`.
 use super::*;
 use ScalarType::*;
 
@@ -17,6 +17,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::min.unary_out", min_unary),
     ("aten::max.dim_max", max_dim),
     ("aten::min.dim_min", min_dim),
+    ("aten::topk.values", topk),
     ("aten::argmax.out", argmax),
     ("aten::argmin.out", argmin),
     ("aten::any.out", any_dim),
@@ -114,14 +115,7 @@ fn emit_reduction(
             }
         });
         for out in outs {
-            if out.rank() != want.len() {
-                return Err(format!(
-                    "output value {} has rank {}, expected {}",
-                    out.value,
-                    out.rank(),
-                    want.len()
-                ));
-            }
+            require_rank(out, want.len())?;
             stmts.push(ctx.set_sizes(out, quote!(&os)));
         }
     } else {
@@ -344,6 +338,61 @@ fn max_dim(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 }
 fn min_dim(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     extremum_dim(ctx, "min_dim")
+}
+
+/// `topk.values(self, k, dim, largest, sorted, values, indices)`: always
+/// sorted (an unsorted result may come in any order).
+fn topk(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(8)?;
+    let (x, k, dim, largest) = (ctx.tensor(0)?, ctx.int(1)?, ctx.int(2)?, ctx.bool(3)?);
+    let (values, indices) = (ctx.tensor(5)?, ctx.tensor(6)?);
+    require_same_dtype(&x, &values)?;
+    require_dtype(&indices, &[Long])?;
+    require_contiguous(&[&x, &values, &indices])?;
+    // A 0-d input is one element along dim 0 (or -1).
+    let d = if x.rank() == 0 && (dim == 0 || dim == -1) {
+        0
+    } else {
+        norm_dim(dim, x.rank())?
+    };
+    let n = x.sizes.get(d).copied().unwrap_or(1);
+    if k < 0 || k as usize > n {
+        return Err(format!("k = {k} is out of range for a dim of {n} elements"));
+    }
+    let mut want = x.sizes.clone();
+    if let Some(s) = want.get_mut(d) {
+        *s = k as usize;
+    }
+    let (kl, dl) = (lit(k as usize), lit(d));
+    let mut stmts = Vec::new();
+    for out in [&values, &indices] {
+        require_rank(out, want.len())?;
+        if x.dynamic {
+            let sizes = ctx.sizes(&x);
+            let err = super::shape::shape_mismatch(ctx);
+            let r = lit(want.len());
+            stmts.push(quote! {
+                let mut os = [0usize; #r];
+                os.copy_from_slice(#sizes);
+                if os[#dl] < #kl {
+                    return Err(#err);
+                }
+                os[#dl] = #kl;
+            });
+            stmts.push(ctx.set_sizes(out, quote!(&os)));
+        } else {
+            require_sizes(out, &want)?;
+        }
+    }
+    let sizes = ctx.sizes(&x);
+    let (xi, s) = ctx.read(&x)?;
+    stmts.push(s);
+    let (v, s) = ctx.write(&values)?;
+    stmts.push(s);
+    let (i, s) = ctx.write(&indices)?;
+    stmts.push(s);
+    stmts.push(quote!(::ptec_runtime::kernels::reduce::topk(#xi, #sizes, #dl, #kl, #largest, #v, #i);));
+    Ok(quote!(#(#stmts)*))
 }
 
 /// `argmax.out(self, dim?, keepdim, out)`: `dim` None flattens the input.

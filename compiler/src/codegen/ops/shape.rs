@@ -210,14 +210,7 @@ pub(super) fn map_sizes(ctx: &OpCtx<'_>, x: &TArg, out: &TArg, dims: &[Dim]) -> 
         require_sizes(out, &want)?;
         return Ok(ctx.set_sizes(out, usize_slice(&want)));
     }
-    if out.rank() != want.len() {
-        return Err(format!(
-            "output value {} has rank {}, expected {}",
-            out.value,
-            out.rank(),
-            want.len()
-        ));
-    }
+    require_rank(out, want.len())?;
     let xs = ctx.sizes(x);
     let items = dims.iter().map(|d| match *d {
         Dim::Fixed(n) => lit(n),
@@ -921,14 +914,7 @@ fn emit_slice(
             ctx.set_sizes(out, usize_slice(&want))
         }
         _ => {
-            if out.rank() != x.rank() {
-                return Err(format!(
-                    "output value {} has rank {}, expected {}",
-                    out.value,
-                    out.rank(),
-                    x.rank()
-                ));
-            }
+            require_rank(out, x.rank())?;
             let (xs, r, dl) = (ctx.sizes(x), lit(x.rank()), lit(d));
             let (s, e, st) = (opt_expr(&start), opt_expr(&end), i64_lit(step));
             let k = kernels();
