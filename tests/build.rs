@@ -52,6 +52,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("xnnpack_deconv", "fixtures/xnnpack_deconv.bpte", None, 1e-4, 1e-4),
     ("grid_sample", "fixtures/grid_sample.bpte", None, 1e-4, 1e-4),
     ("topk", "fixtures/topk.bpte", None, 1e-4, 1e-5),
+    ("pads", "fixtures/pads.bpte", None, 1e-4, 1e-5),
     ("video", "fixtures/video.bpte", None, 1e-4, 1e-4),
     ("xnnpack_video", "fixtures/xnnpack_video.bpte", None, 1e-4, 1e-4),
     // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).
@@ -112,16 +113,6 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         None,
         1e-4,
         1e-4,
-    ),
-    // export_llama's model families (make_fixtures.py's LLM_FAMILIES).
-    ("llm_moe", "fixtures/llm_moe.bpte", None, 1e-4, 1e-4),
-    ("xnnpack_llm_moe", "fixtures/xnnpack_llm_moe.bpte", None, 1e-4, 1e-4),
-    (
-        "xnnpack_llm_moe_8da4w",
-        "fixtures/xnnpack_llm_moe_8da4w.bpte",
-        None,
-        0.0,
-        0.05,
     ),
 ];
 
@@ -227,6 +218,26 @@ fn main() {
                 modules.push(module);
             }
         }
+    }
+    // export_llama's model families (make_fixtures.py's LLM_FAMILIES), at
+    // their manifest's tolerances.
+    let fixtures: serde_json::Value =
+        serde_json::from_slice(&std::fs::read("fixtures/manifest.json").expect("fixtures/manifest.json"))
+            .expect("manifest JSON");
+    println!("cargo:rerun-if-changed=fixtures/manifest.json");
+    let families = fixtures["fixtures"].as_object().expect("fixtures");
+    let families: Vec<&String> = families
+        .keys()
+        .filter(|n| n.starts_with("llm_") || n.starts_with("xnnpack_llm_"))
+        .collect();
+    assert!(families.len() >= 18, "{families:?}");
+    for name in families {
+        let f = &fixtures["fixtures"][name];
+        let (rtol, atol) = (f["rtol"].as_f64().expect("rtol"), f["atol"].as_f64().expect("atol"));
+        let module = format!("fixture_{name}");
+        let file = format!("fixtures/{name}.bpte");
+        generate(&module, Path::new(&file), None, rtol, atol, Mode::Default, &out);
+        modules.push(module);
     }
     let corpus = Path::new("../../shared/corpus");
     println!("cargo:rerun-if-changed={}", corpus.display());

@@ -245,6 +245,10 @@ pub(crate) mod llama {
     /// is_seq_at_dim_2, out)`: `custom_sdpa` over int8 operands, each row
     /// with its scale and zero point.
     pub(crate) const CUSTOM_QUANTIZED_SDPA: &str = "llama::custom_quantized_sdpa.out";
+    /// `gated_delta_rule(query, key, value, decay, beta, initial_state,
+    /// out, final_state)`: Qwen3.5's linear attention, a recurrent state
+    /// per head carried token by token.
+    pub(crate) const GATED_DELTA_RULE: &str = "llama::gated_delta_rule.out";
     /// The cache argument of both `update_cache` operators.
     pub(crate) const CACHE: usize = 1;
     /// The caches `sdpa_with_kv_cache` writes.

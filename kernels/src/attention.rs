@@ -57,6 +57,74 @@ pub fn update_cache<T: Copy>(
     Ok(())
 }
 
+/// `llama::gated_delta_rule` (Qwen3.5's linear attention): for each batch
+/// line and head, a state `S` of `dk × dv` (from `initial_state`) that
+/// every token `t` decays, corrects towards its value and reads:
+///
+/// `S *= decay[t]`; `S += k[t] ⊗ (beta[t] · (v[t] - Sᵀ k[t]))`;
+/// `out[t] = Sᵀ q[t]`,
+///
+/// where `decay` is one number per token (`[B, H, T]`) or one per key
+/// channel (`[B, H, T, dk]`). `q`, `k` are `[B, H, T, dk]`, `v` and `out`
+/// `[B, H, T, dv]`, `beta` `[B, H, T]`, the states `[B, H, dk, dv]`;
+/// `final_state` receives `S` after the last token. `sizes` is `q`'s live
+/// `[B, H, T, dk]`, `dv` the value width.
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_rule(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: &[f32],
+    beta: &[f32],
+    initial_state: &[f32],
+    sizes: &[usize],
+    dv: usize,
+    out: &mut [f32],
+    final_state: &mut [f32],
+) -> KernelResult {
+    let [b, h, t, dk] = dims4(sizes)?;
+    let channelwise = decay.len() == b * h * t * dk && dk != 1;
+    let fits = q.len() == b * h * t * dk
+        && k.len() == q.len()
+        && v.len() == b * h * t * dv
+        && (channelwise || decay.len() == b * h * t)
+        && beta.len() == b * h * t
+        && initial_state.len() == b * h * dk * dv
+        && final_state.len() == initial_state.len()
+        && out.len() == v.len();
+    if !fits {
+        return Err(KernelError::ShapeMismatch);
+    }
+    final_state.copy_from_slice(initial_state);
+    for line in 0..b * h {
+        let st = &mut final_state[line * dk * dv..(line + 1) * dk * dv];
+        for step in 0..t {
+            let row = line * t + step;
+            let (qt, kt) = (&q[row * dk..(row + 1) * dk], &k[row * dk..(row + 1) * dk]);
+            let (vt, ot) = (&v[row * dv..(row + 1) * dv], &mut out[row * dv..(row + 1) * dv]);
+            // Each value column of the state evolves on its own.
+            for c in 0..dv {
+                let mut mem = 0f32;
+                for i in 0..dk {
+                    let g = if channelwise { decay[row * dk + i] } else { decay[row] };
+                    let s = &mut st[i * dv + c];
+                    *s *= g;
+                    mem += *s * kt[i];
+                }
+                let delta = (vt[c] - mem) * beta[row];
+                let mut o = 0f32;
+                for i in 0..dk {
+                    let s = &mut st[i * dv + c];
+                    *s += kt[i] * delta;
+                    o += *s * qt[i];
+                }
+                ot[c] = o;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `llama::update_cache_with_indices`: `cache[b, indices[b, s]] =
 /// value[b, s]`. `indices` is `[batch, seq]`.
 pub fn update_cache_with_indices<T: Copy>(
@@ -98,7 +166,8 @@ pub struct Sdpa<'a> {
     pub cache_sizes: &'a [usize],
     /// The sequence position of the first query.
     pub start_pos: i64,
-    /// An additive float mask of `[seq, start_pos + seq]`.
+    /// An additive float mask of `[seq, cache_len]`: with one, every key
+    /// of the cache is attended and `start_pos` is unused.
     pub mask: Option<&'a [f32]>,
     /// The mask's sizes.
     pub mask_sizes: &'a [usize],
@@ -119,7 +188,7 @@ pub fn sdpa_scratch_len(cache_len: usize) -> usize {
 const SDPA_SPLIT_WORK: usize = 1 << 16;
 
 /// `llama::custom_sdpa`: for each batch line, head and query, softmax over
-/// the keys at positions `0..start_pos + seq` (only those up to the
+/// the keys at positions `0..start_pos + seq` (with a mask, the whole cache; only those up to the
 /// query's own position when causal) of `scale · q · k` (plus the mask),
 /// then the weighted sum of the values. Query head `h` reads kv head `h /
 /// (heads / kv_heads)` (grouped-query attention). Dot products are taken
@@ -147,7 +216,14 @@ pub fn custom_sdpa(
     {
         return Err(KernelError::ShapeMismatch);
     }
-    let start = window(args.start_pos, s, len)?;
+    // With a mask (never with is_causal) the keys are the whole cache and
+    // the start is unused, as in ExecuTorch: a ring-buffer cache's mask
+    // says which positions a query sees.
+    let start = match args.mask {
+        Some(_) if args.is_causal || s > len => return Err(KernelError::ShapeMismatch),
+        Some(_) => len - s,
+        None => window(args.start_pos, s, len)?,
+    };
     let keys = start + s;
     if scores.len() < keys {
         return Err(KernelError::ShapeMismatch);
@@ -680,6 +756,60 @@ mod tests {
     use crate::testing::Lcg;
     use std::{vec, vec::Vec};
 
+    /// The gated delta rule against its matrix form in f64 (a decay per
+    /// token and one per key channel), over several tokens.
+    #[test]
+    fn gated_delta_rule_matches_the_matrix_form() {
+        let mut r = Lcg(9);
+        let (b, h, t, dk, dv) = (2, 3, 5, 4, 6);
+        for channelwise in [false, true] {
+            let q = r.vec(b * h * t * dk);
+            let k = r.vec(b * h * t * dk);
+            let v = r.vec(b * h * t * dv);
+            let nd = if channelwise { b * h * t * dk } else { b * h * t };
+            let decay: Vec<f32> = r.vec(nd).iter().map(|x| 0.75 + 0.25 * x).collect();
+            let beta: Vec<f32> = r.vec(b * h * t).iter().map(|x| 0.5 + 0.5 * x).collect();
+            let s0 = r.vec(b * h * dk * dv);
+            let (mut out, mut s1) = (vec![0f32; v.len()], vec![0f32; s0.len()]);
+            gated_delta_rule(&q, &k, &v, &decay, &beta, &s0, &[b, h, t, dk], dv, &mut out, &mut s1).unwrap();
+            for line in 0..b * h {
+                let mut st: Vec<f64> = s0[line * dk * dv..][..dk * dv].iter().map(|&x| x as f64).collect();
+                for step in 0..t {
+                    let row = line * t + step;
+                    for i in 0..dk {
+                        let g = if channelwise { decay[row * dk + i] } else { decay[row] } as f64;
+                        st[i * dv..(i + 1) * dv].iter_mut().for_each(|s| *s *= g);
+                    }
+                    let kt = &k[row * dk..][..dk];
+                    for c in 0..dv {
+                        let mem: f64 = (0..dk).map(|i| st[i * dv + c] * kt[i] as f64).sum();
+                        let delta = (v[row * dv + c] as f64 - mem) * beta[row] as f64;
+                        (0..dk).for_each(|i| st[i * dv + c] += kt[i] as f64 * delta);
+                        let o: f64 = (0..dk).map(|i| st[i * dv + c] * q[row * dk + i] as f64).sum();
+                        assert!((out[row * dv + c] as f64 - o).abs() < 1e-5, "{channelwise} {row} {c}");
+                    }
+                }
+                for (x, y) in s1[line * dk * dv..][..dk * dv].iter().zip(&st) {
+                    assert!((*x as f64 - y).abs() < 1e-5);
+                }
+            }
+        }
+        let mut out = [0f32; 1];
+        let bad = gated_delta_rule(
+            &[0.0; 2],
+            &[0.0; 2],
+            &[0.0; 1],
+            &[1.0],
+            &[1.0],
+            &[0.0; 2],
+            &[1, 1, 1, 2],
+            1,
+            &mut out,
+            &mut [0.0; 3],
+        );
+        assert_eq!(bad, Err(KernelError::ShapeMismatch));
+    }
+
     /// The AVX-512 products give the portable ones' bits, for any number
     /// of keys (whole blocks of 16 and the rest) and head sizes.
     #[cfg(target_arch = "x86_64")]
@@ -829,7 +959,8 @@ mod tests {
         let k = rng.vec(b * len * kvh * d);
         let v = rng.vec(b * len * kvh * d);
         for (start, causal, masked) in [(0, true, false), (9, true, false), (5, false, false), (3, false, true)] {
-            let keys = start + s;
+            // With a mask, every key of the cache (the start is unused).
+            let keys = if masked { len } else { start + s };
             // A mask that hides every third key: the reference sees the
             // same by having those keys' scores at -inf.
             let mask: Vec<f32> = (0..s * keys)
@@ -1081,7 +1212,8 @@ mod tests {
         let q = rng.vec(s * h * d);
         let k = rng.vec(len * h * d);
         let v = rng.vec(len * h * d);
-        let keys = start + s;
+        // A mask covers the whole cache: here the causal one.
+        let keys = len;
         let mask: Vec<f32> = (0..s * keys)
             .map(|i| {
                 if i % keys <= start + i / keys {

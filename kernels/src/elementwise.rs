@@ -497,6 +497,22 @@ pub fn try_zip3<A: Copy, B: Copy, C: Copy, O>(
     res
 }
 
+/// `aten::glu`: `a · sigmoid(b)` where `a` and `b` are the first and the
+/// second half of a contiguous `x` of shape `sizes` along `dim` (of even
+/// length, checked by the caller); `out` has `x`'s shape with that dim
+/// halved.
+pub fn glu<F: crate::scalar::FloatMath>(x: &[F], sizes: &[usize], dim: usize, out: &mut [F]) {
+    let n = sizes[dim];
+    let inner: usize = sizes[dim + 1..].iter().product();
+    let half = n / 2 * inner;
+    for (o, src) in out.chunks_exact_mut(half).zip(x.chunks_exact(n * inner)) {
+        let (a, b) = src.split_at(half);
+        for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
+            *o = a * crate::scalar::sigmoid(b);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;

@@ -706,6 +706,53 @@ pub fn constant_pad_nd<T: Copy>(src: &[T], sizes: &[usize], pad: &[i64], value: 
     copy_box_map(src, sb, &ss[..r], dst, db, &ds[..r], &bs[..r], |v| v);
 }
 
+/// `aten::reflection_pad{1,2,3}d` (`reflect`) and
+/// `aten::replication_pad{1,2,3}d`: pads the last `pad.len() / 2` dims of
+/// a contiguous `src` of shape `sizes` (`pad` as PyTorch lists it, the last
+/// dim first, before then after), each output position reading the input
+/// position mirrored about the edge (the edge not repeated) or clamped to
+/// it. The caller checks the sizes: a reflected pad is shorter than its
+/// dim, a replicated dim is not empty.
+pub fn pad_indexed<T: Copy>(src: &[T], sizes: &[usize], pad: &[i64], reflect: bool, dst: &mut [T]) {
+    let (r, k) = (sizes.len(), pad.len() / 2);
+    let mut os = [0usize; MAX_RANK];
+    os[..r].copy_from_slice(sizes);
+    for j in 0..k {
+        let d = r - 1 - j;
+        os[d] = pad_output_size(sizes[d], pad[2 * j], pad[2 * j + 1]).unwrap_or(0);
+    }
+    let map = |d: usize, o: usize| -> usize {
+        let n = sizes[d] as i64;
+        let before = if d + k >= r { pad[2 * (r - 1 - d)] } else { 0 };
+        let i = o as i64 - before;
+        let i = if reflect {
+            let i = if i < 0 { -i } else { i };
+            if i >= n {
+                2 * (n - 1) - i
+            } else {
+                i
+            }
+        } else {
+            i.clamp(0, n - 1)
+        };
+        i as usize
+    };
+    let mut st = [0usize; MAX_RANK];
+    crate::num::contiguous_strides(sizes, &mut st);
+    let mut idx = [0usize; MAX_RANK];
+    for o in dst.iter_mut() {
+        let off: usize = (0..r).map(|d| map(d, idx[d]) * st[d]).sum();
+        *o = src[off];
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < os[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
 fn tri<T: Element>(src: &[T], sizes: &[usize], keep: impl Fn(i64) -> bool, dst: &mut [T]) {
     let r = sizes.len();
     let (rows, cols) = (sizes[r - 2], sizes[r - 1]);

@@ -39,6 +39,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::erf.out", erf),
     ("aten::erfinv.out", erfinv),
     ("aten::sigmoid.out", sigmoid),
+    ("aten::glu.out", glu),
     ("aten::relu.out", relu),
     ("aten::gelu.out", gelu),
     ("aten::elu.out", elu),
@@ -389,4 +390,28 @@ fn isnan(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 }
 fn isinf(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     float_test(ctx, "isinf")
+}
+
+/// `glu.out(self, dim, out)`: the first half of `self` along `dim` times
+/// the sigmoid of the second (float32 and float64).
+fn glu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, dim, out) = (ctx.tensor(0)?, ctx.int(1)?, ctx.tensor(2)?);
+    require_dtype(&x, &[Float, Double])?;
+    require_dtype(&out, &[x.dtype])?;
+    require_contiguous(&[&x, &out])?;
+    if x.dynamic || out.dynamic {
+        return Err(super::shape::no_dynamic(ctx));
+    }
+    let d = norm_dim(dim, x.rank())?;
+    if x.rank() == 0 || !x.sizes[d].is_multiple_of(2) {
+        return Err(format!("glu halves dim {d} of sizes {:?}, which is not even", x.sizes));
+    }
+    let mut want = x.sizes.clone();
+    want[d] /= 2;
+    require_sizes(&out, &want)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (sizes, dl) = (usize_slice(&x.sizes), lit(d));
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::elementwise::glu(#xi, #sizes, #dl, #o); })
 }

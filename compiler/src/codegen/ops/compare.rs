@@ -1,7 +1,8 @@
 //! Comparisons (`eq`, `ne`, `lt`, `le`, `gt`, `ge`), with a tensor or a
 //! scalar on the right; the result is written in the out tensor's dtype
 //! (bool in exported programs).
-use super::elementwise::{compute_type, emit_map, result_type, scalar_in};
+use super::elementwise::{compute_type, convert, emit_map, result_type, scalar_in};
+use super::prim::ScalarKind;
 use super::*;
 
 pub const OPS: &[(&str, Emitter)] = &[
@@ -23,7 +24,19 @@ fn compare(ctx: &mut OpCtx<'_>, op: TokenStream, scalar: bool) -> Result<TokenSt
     ctx.arity(4)?;
     let a = ctx.tensor(0)?;
     let out = ctx.tensor(2)?;
-    if scalar {
+    if scalar && ctx.scalar(1).is_err() {
+        // A scalar computed at run time (a position, say): converted once.
+        let (e, kind) = ctx.scalar_expr(1)?;
+        let (proto, from) = match kind {
+            ScalarKind::Int => (Scalar::Int(0), ScalarType::Long),
+            ScalarKind::Double => (Scalar::Double(0.0), ScalarType::Double),
+            ScalarKind::Bool => (Scalar::Bool(false), ScalarType::Bool),
+        };
+        let c = compute_type(result_type(&[&a], &[proto]));
+        let rhs = convert(e, from, c);
+        let map = emit_map(ctx, &[&a], &out, &[c], ScalarType::Bool, quote!(a #op rhs), false)?;
+        Ok(quote! { let rhs = #rhs; #map })
+    } else if scalar {
         let s = ctx.scalar(1)?;
         let c = compute_type(result_type(&[&a], &[s]));
         let sv = scalar_in(s, c);

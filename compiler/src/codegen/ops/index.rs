@@ -159,7 +159,7 @@ fn emit_put(
 ) -> Result<TokenStream, String> {
     let (vi, sv) = ctx.read(values)?;
     let (idx_stmts, idx) = emit_indices(ctx, indices)?;
-    let (k, sizes, vs) = (kernels(), usize_slice(&x.sizes), usize_slice(&values.sizes));
+    let (k, sizes, vs) = (kernels(), usize_slice(&x.sizes), ctx.sizes(values));
     let call = if accumulate {
         let add = add_closure(x.dtype);
         ctx.kernel_result(quote!(#k::index_put_accumulate(#dst, #sizes, #idx, #vi, #vs, #add)))
@@ -173,11 +173,12 @@ fn emit_put(
 /// shape.
 fn check_put(ctx: &OpCtx<'_>, x: &TArg, indices: &[Option<TArg>], values: &TArg) -> Result<(), String> {
     require_same(&[x, values])?;
-    require_static(ctx, &[x, values])?;
-    for t in indices.iter().flatten() {
-        require_index(ctx, t)?;
-    }
+    require_static(ctx, &[x])?;
     let want = indexed_sizes(&x.sizes, indices)?;
+    // Varying indices or values: the kernel checks their live shapes.
+    if values.dynamic || indices.iter().flatten().any(|t| t.dynamic) {
+        return Ok(());
+    }
     match ptec_runtime::kernels::elementwise::broadcast_sizes(&want, &values.sizes) {
         Some((s, r)) if s[..r] == want[..] => Ok(()),
         _ => Err(format!(

@@ -1,10 +1,10 @@
 //! The `llama::` operators of ExecuTorch's LLM export: KV-cache updates,
 //! which write their cache in place (see `names::written_in_place`), and
-//! attention over the cache. Semantics follow `extension/llm/custom_ops`
+//! attention over the cache, and Qwen3.5's gated delta rule. Semantics follow `extension/llm/custom_ops`
 //! (`op_update_cache.cpp`, `op_sdpa.cpp`).
 use super::*;
 use crate::names::llama::{
-    CUSTOM_QUANTIZED_SDPA, CUSTOM_SDPA, SDPA_WITH_KV_CACHE, UPDATE_CACHE, UPDATE_CACHE_WITH_INDICES,
+    CUSTOM_QUANTIZED_SDPA, CUSTOM_SDPA, GATED_DELTA_RULE, SDPA_WITH_KV_CACHE, UPDATE_CACHE, UPDATE_CACHE_WITH_INDICES,
 };
 
 pub const OPS: &[(&str, Emitter)] = &[
@@ -13,7 +13,59 @@ pub const OPS: &[(&str, Emitter)] = &[
     (CUSTOM_SDPA, custom_sdpa),
     (SDPA_WITH_KV_CACHE, sdpa_with_kv_cache),
     (CUSTOM_QUANTIZED_SDPA, custom_quantized_sdpa),
+    (GATED_DELTA_RULE, gated_delta_rule),
 ];
+
+/// `gated_delta_rule(query, key, value, decay, beta, initial_state, out,
+/// final_state)`: the sequence length may vary; the heads of the query
+/// and of the key must be as many (the model repeats them before).
+fn gated_delta_rule(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let ts: Vec<TArg> = (0..8).map(|i| ctx.tensor(i)).collect::<Result<_, _>>()?;
+    let [q, k, v, decay, beta, s0, out, s1] = &ts[..] else {
+        unreachable!()
+    };
+    require_contiguous(&ts.iter().collect::<Vec<_>>())?;
+    for t in &ts {
+        require_dtype(t, &[ScalarType::Float])?;
+    }
+    let bound4 = |t: &TArg| -> Result<[usize; 4], String> {
+        <[usize; 4]>::try_from(&t.sizes[..]).map_err(|_| format!("value {} has sizes {:?}, not 4-d", t.value, t.sizes))
+    };
+    let ([b, h, tl, dk], [.., dv]) = (bound4(q)?, bound4(v)?);
+    if bound4(k)? != [b, h, tl, dk] {
+        return Err(format!(
+            "query of sizes {:?} and key of {:?}: the heads of both must be as many",
+            q.sizes, k.sizes
+        ));
+    }
+    if bound4(s0)? != [b, h, dk, dv] || s1.sizes != s0.sizes || s0.dynamic || s1.dynamic {
+        return Err(format!(
+            "states of sizes {:?} and {:?}, expected [{b}, {h}, {dk}, {dv}]",
+            s0.sizes, s1.sizes
+        ));
+    }
+    if decay.rank() != 3 && decay.rank() != 4 || beta.rank() != 3 {
+        return Err(format!("decay of sizes {:?} and beta of {:?}", decay.sizes, beta.sizes));
+    }
+    // The output follows the query's live sizes, with the value's width.
+    let qs = ctx.sizes(q);
+    let set = super::shape::set_out_sizes(ctx, out, quote!(&[qs[0], qs[1], qs[2], #dv]));
+    let mut stmts = vec![quote! { let qs: &[usize] = #qs; #set }];
+    let mut names = Vec::new();
+    for t in [q, k, v, decay, beta, s0] {
+        let (n, s) = ctx.read(t)?;
+        stmts.push(s);
+        names.push(n);
+    }
+    let (o, so) = ctx.write(out)?;
+    let (f, sf) = ctx.write(s1)?;
+    stmts.extend([so, sf]);
+    let dvl = lit(dv);
+    let call =
+        ctx.kernel_result(quote!(::ptec_runtime::kernels::attention::gated_delta_rule(#(#names,)* qs, #dvl, #o, #f)));
+    Ok(quote! { #(#stmts)* #call })
+}
 
 /// The run-time (or constant) integer argument `i`, as an `i64` expression.
 fn int_expr(ctx: &OpCtx<'_>, i: usize) -> Result<TokenStream, String> {

@@ -38,6 +38,12 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::flip.out", flip),
     ("aten::roll.out", roll),
     ("aten::constant_pad_nd.out", constant_pad_nd),
+    ("aten::reflection_pad1d.out", reflection_pad),
+    ("aten::reflection_pad2d.out", reflection_pad),
+    ("aten::reflection_pad3d.out", reflection_pad),
+    ("aten::replication_pad1d.out", replication_pad),
+    ("aten::replication_pad2d.out", replication_pad),
+    ("aten::replication_pad3d.out", replication_pad),
     ("aten::tril.out", tril),
     ("aten::triu.out", triu),
     ("aten::pixel_shuffle.out", pixel_shuffle),
@@ -780,36 +786,69 @@ fn emit_split(
     let mut all: Vec<&TArg> = outs.iter().collect();
     all.push(x);
     require_same(&all)?;
-    if all.iter().any(|t| t.dynamic) {
-        return Err(no_dynamic(ctx));
-    }
     if outs.len() != parts.len() {
         return Err(format!("{} outputs for {} parts", outs.len(), parts.len()));
     }
-    if parts.iter().sum::<usize>() != x.sizes[d] {
+    // With a varying input the split dim must hold the parts at run time;
+    // the other dims follow the input's live sizes.
+    let total: usize = parts.iter().sum();
+    if total != x.sizes[d] && !x.dynamic {
         return Err(format!(
             "split sizes {parts:?} do not add up to {} along dim {d}",
             x.sizes[d]
         ));
     }
-    for (t, &n) in outs.iter().zip(parts) {
-        let mut want = x.sizes.clone();
-        if squeeze {
-            want.remove(d);
-        } else {
-            want[d] = n;
+    let mut stmts = Vec::new();
+    if x.dynamic {
+        let (xs, err, r) = (ctx.sizes(x), shape_mismatch(ctx), lit(x.rank()));
+        let (dl, tl) = (lit(d), lit(total));
+        stmts.push(quote! {
+            let xs: &[usize] = #xs;
+            if xs[#dl] != #tl {
+                return Err(#err);
+            }
+        });
+        for (t, &n) in outs.iter().zip(parts) {
+            require_rank(t, if squeeze { x.rank() - 1 } else { x.rank() })?;
+            let nl = lit(n);
+            let fix = if squeeze {
+                let r1 = lit(x.rank() - 1);
+                quote! {
+                    let mut os = [0usize; #r1];
+                    for (o, &s) in os.iter_mut().zip(xs[..#dl].iter().chain(&xs[#dl + 1..])) {
+                        *o = s;
+                    }
+                }
+            } else {
+                quote! {
+                    let mut os = [0usize; #r];
+                    os.copy_from_slice(xs);
+                    os[#dl] = #nl;
+                }
+            };
+            let set = set_out_sizes(ctx, t, quote!(&os[..]));
+            stmts.push(quote! { { #fix #set } });
         }
-        require_sizes(t, &want)?;
+    } else {
+        for (t, &n) in outs.iter().zip(parts) {
+            let mut want = x.sizes.clone();
+            if squeeze {
+                want.remove(d);
+            } else {
+                want[d] = n;
+            }
+            require_sizes(t, &want)?;
+        }
     }
     let (xi, s1) = ctx.read(x)?;
-    let mut stmts = vec![s1];
+    stmts.push(s1);
     let mut names = Vec::new();
     for t in outs {
         let (n, s) = ctx.write(t)?;
         stmts.push(s);
         names.push(n);
     }
-    let (k, sizes, dl, ps) = (kernels(), usize_slice(&x.sizes), lit(d), usize_slice(parts));
+    let (k, sizes, dl, ps) = (kernels(), ctx.sizes(x), lit(d), usize_slice(parts));
     stmts.push(quote!(#k::split_with_sizes_copy(#xi, #sizes, #dl, #ps, &mut [#(#names),*]);));
     Ok(quote!(#(#stmts)*))
 }
@@ -1219,6 +1258,45 @@ fn constant_pad_nd(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     Ok(quote! { #s1 #s2 #k::constant_pad_nd(#xi, #sizes, &[#(#pl),*], #v, #o); })
 }
 
+/// `reflection_pad{1,2,3}d.out(self, padding, out)` and
+/// `replication_pad{1,2,3}d`: `padding` of 2, 4 or 6 entries pads as many
+/// trailing dims, each by a reflection (shorter than the dim) or a
+/// replication (of a dim that is not empty) of the input's edge.
+fn indexed_pad(ctx: &mut OpCtx<'_>, reflect: bool) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, pad, out) = (ctx.tensor(0)?, ctx.int_list(1)?, ctx.tensor(2)?);
+    require_same(&[&x, &out])?;
+    require_contiguous(&[&x, &out])?;
+    if x.dynamic || out.dynamic {
+        return Err(no_dynamic(ctx));
+    }
+    let k = pad.len() / 2;
+    if !(1..=3).contains(&k) || pad.len() != 2 * k || x.rank() < k {
+        return Err(format!("padding {pad:?} for a tensor of sizes {:?}", x.sizes));
+    }
+    for j in 0..k {
+        let n = x.sizes[x.rank() - 1 - j] as i64;
+        let (a, b) = (pad[2 * j], pad[2 * j + 1]);
+        let ok = if reflect { a.max(b) < n && a.min(b) > -n } else { n > 0 };
+        if !ok {
+            return Err(format!("padding {pad:?} does not fit the input of sizes {:?}", x.sizes));
+        }
+    }
+    require_sizes(&out, &padded_sizes(&x.sizes, &pad)?)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (kk, sizes) = (kernels(), usize_slice(&x.sizes));
+    let pl = pad.iter().map(|&p| i64_lit(p));
+    Ok(quote! { #s1 #s2 #kk::pad_indexed(#xi, #sizes, &[#(#pl),*], #reflect, #o); })
+}
+
+fn reflection_pad(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    indexed_pad(ctx, true)
+}
+fn replication_pad(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    indexed_pad(ctx, false)
+}
+
 /// `tril.out(self, diagonal, out)` and `triu`.
 fn triangle(ctx: &mut OpCtx<'_>, kernel: &str) -> Result<TokenStream, String> {
     ctx.arity(4)?;
@@ -1454,10 +1532,22 @@ fn fill_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// `scalar_tensor.out(s, out)`.
 fn scalar_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(3)?;
-    let (value, out) = (ctx.scalar(0)?, ctx.tensor(1)?);
+    let out = ctx.tensor(1)?;
     if out.numel() != 1 || out.dynamic {
         return Err(format!("scalar_tensor output of sizes {:?}", out.sizes));
     }
+    let Ok(value) = ctx.scalar(0) else {
+        // A scalar computed at run time.
+        let (e, kind) = ctx.scalar_expr(0)?;
+        let from = match kind {
+            super::prim::ScalarKind::Int => ScalarType::Long,
+            super::prim::ScalarKind::Double => ScalarType::Double,
+            super::prim::ScalarKind::Bool => ScalarType::Bool,
+        };
+        let v = super::elementwise::convert(e, from, out.dtype);
+        let (o, s) = ctx.write(&out)?;
+        return Ok(quote! { #s #o[0] = #v; });
+    };
     emit_fill_sized(
         ctx,
         &vec![IntArg::Const(1); out.rank()],
@@ -1521,8 +1611,53 @@ fn arange(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// `arange.start_out(start, end, step, out)`.
 fn arange_start(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(5)?;
-    let (start, end, step, out) = (ctx.scalar(0)?, ctx.scalar(1)?, ctx.scalar(2)?, ctx.tensor(3)?);
-    emit_arange(ctx, start, end, step, &out)
+    let out = ctx.tensor(3)?;
+    match (ctx.scalar(0), ctx.scalar(1), ctx.scalar(2)) {
+        (Ok(start), Ok(end), Ok(step)) => emit_arange(ctx, start, end, step, &out),
+        _ => emit_arange_runtime(ctx, [0, 1, 2], &out),
+    }
+}
+
+/// Emits `arange(start, end, step)` with arguments (the values at argument
+/// indices `args`) of which some are computed at run time: the length is
+/// too, within `out`'s bound.
+fn emit_arange_runtime(ctx: &mut OpCtx<'_>, args: [usize; 3], out: &TArg) -> Result<TokenStream, String> {
+    use super::prim::ScalarKind;
+    require_contiguous(&[out])?;
+    require_rank(out, 1)?;
+    if out.dtype == ScalarType::Bool {
+        return Err("arange into a bool tensor".into());
+    }
+    let mut operands = Vec::new();
+    for i in args {
+        operands.push(ctx.scalar_expr(i)?);
+    }
+    let ints = operands.iter().all(|(_, k)| *k != ScalarKind::Double) && !out.dtype.is_float();
+    let as_ty = |(e, kind): &(TokenStream, ScalarKind)| match (ints, kind) {
+        (true, ScalarKind::Bool) => quote!((#e as i64)),
+        (true, _) => quote!((#e)),
+        (false, ScalarKind::Double) => quote!((#e)),
+        (false, ScalarKind::Bool) => quote!((#e as u8 as f64)),
+        (false, ScalarKind::Int) => quote!((#e as f64)),
+    };
+    let [a, b, c] = [as_ty(&operands[0]), as_ty(&operands[1]), as_ty(&operands[2])];
+    let err = shape_mismatch(ctx);
+    let k = kernels();
+    let (len, fill) = if ints {
+        (quote!(#k::arange_len_i64(#a, #b, #c)), quote!(arange_i64(#a, #c, o)))
+    } else {
+        (quote!(#k::arange_len(#a, #b, #c)), quote!(arange(#a, #c, o)))
+    };
+    let set = set_out_sizes(ctx, out, quote!(&[len]));
+    let (o, s) = ctx.write(out)?;
+    Ok(quote! {
+        let Some(len) = #len else {
+            return Err(#err);
+        };
+        #set
+        #s
+        { let o = #o; #k::#fill; }
+    })
 }
 
 #[cfg(test)]

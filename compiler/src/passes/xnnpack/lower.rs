@@ -25,7 +25,7 @@ use super::blob::{
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
-use crate::names::aten::{ADD, CLAMP, PERMUTE_COPY};
+use crate::names::aten::{ADD, CLAMP, CONVOLUTION, PERMUTE_COPY};
 use crate::names::{
     conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, DECONV2D_NHWC, DEPTHWISE_CONV2D_NHWC,
     GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
@@ -553,15 +553,25 @@ impl<'a> CallLowering<'a> {
     }
 
     fn node(&mut self, i: usize, node: &XNode) -> Step {
-        // With a varying input, only nodes whose kernels follow the live
-        // shape are lowered; shapes checked against the bound above
-        // would not hold for the others.
+        // With a varying input, only nodes whose lowering follows the live
+        // shape are lowered (a convolution through aten's, a reshape
+        // inferring its varying dim); shapes checked against the bound
+        // above would not hold for the others.
         let dynamic_convert = matches!(
             node.op,
             Op::Unary { op: UnaryOp::Convert, out, .. }
                 if matches!(self.g.values[out].quant, Some(Quantized { params: QParams::Dynamic { .. }, .. }))
         );
-        if self.dynamic && !matches!(node.op, Op::FullyConnected { .. }) && !dynamic_convert {
+        let follows_live = matches!(
+            node.op,
+            Op::FullyConnected { .. }
+                | Op::Binary { .. }
+                | Op::Unary { .. }
+                | Op::Reshape { .. }
+                | Op::Transpose { .. }
+                | Op::Conv2d { .. }
+        );
+        if self.dynamic && !follows_live && !dynamic_convert {
             return Err(self.node_unsupported(
                 i,
                 node,
@@ -637,6 +647,9 @@ impl<'a> CallLowering<'a> {
                     ..
                 } = conv;
                 let g = self.conv_geometry(i, node, *depthwise, conv)?;
+                if self.dynamic && !self.is_quantized(node) {
+                    return self.dynamic_conv(i, node, *depthwise, conv, g.groups);
+                }
                 let (x, w) = (self.dims(*input), self.dims(*filter));
                 // The geometry the call's emitter will find for the
                 // filter in XNNPACK's layout (ungrouped, or depthwise with
@@ -868,8 +881,21 @@ impl<'a> CallLowering<'a> {
                         format!("reshape of {x:?} to {new_shape:?} does not give the output's dims {o:?}"),
                     ));
                 }
-                let (si, shape) = (self.slot(*input), self.int_list(o));
-                let so = self.slot(*out);
+                // A varying input: XNNPACK's 0 (at most one) is inferred
+                // from the live element count, as view_copy's -1 is.
+                let shape = if self.dynamic && new_shape.contains(&0) {
+                    let items = new_shape
+                        .iter()
+                        .map(|&s| {
+                            let v = if s == 0 { -1 } else { s as i64 };
+                            self.push(Value::Int(v))
+                        })
+                        .collect();
+                    self.push(Value::IntList(items))
+                } else {
+                    self.int_list(o)
+                };
+                let (si, so) = (self.slot(*input), self.slot(*out));
                 self.aten("aten::view_copy.out", vec![si, shape], so);
                 Ok(())
             }
@@ -1046,6 +1072,61 @@ impl<'a> CallLowering<'a> {
         })?;
         self.expect_dims(i, node, *out, &[win.batch, win.out_h, win.out_w, x[3]])?;
         Ok(win)
+    }
+
+    /// A float convolution whose input varies: aten's, which follows the
+    /// live sizes, on NCHW images (the image goes there and back), with
+    /// the filter rearranged into PyTorch's layout on each run.
+    fn dynamic_conv(&mut self, i: usize, node: &XNode, depthwise: bool, conv: &ConvParams, groups: usize) -> Step {
+        let (input, filter, out) = (&conv.input, &conv.filter, &conv.out);
+        let (padding, stride, dilation) = (&conv.padding, &conv.stride, &conv.dilation);
+        let [top, right, bottom, left] = *padding;
+        if top != bottom || left != right {
+            return Err(self.node_unsupported(
+                i,
+                node,
+                format!("a convolution with uneven padding {padding:?} in a subgraph with a dynamic input"),
+            ));
+        }
+        let (x, w, o) = (
+            self.dims(*input).to_vec(),
+            self.dims(*filter).to_vec(),
+            self.dims(*out).to_vec(),
+        );
+        let nchw = |d: &[usize]| vec![d[0], d[3], d[1], d[2]];
+        let si = self.slot(*input);
+        let nchw_in = self.temp(nchw(&x));
+        let to_nchw = self.int_list(&[0, 3, 1, 2]);
+        self.aten(PERMUTE_COPY, vec![si, to_nchw], nchw_in);
+        // XNNPACK's [1, kH, kW, O] (depthwise) or [O, kH, kW, I] to
+        // PyTorch's [O, I, kH, kW]: a static tensor.
+        let perm = if depthwise { [3, 0, 1, 2] } else { [0, 3, 1, 2] };
+        let weight = push_tensor(
+            self.m,
+            ScalarType::Float,
+            perm.iter().map(|&p| w[p]).collect(),
+            Placement::Unplanned,
+        );
+        let (sf, to_oihw) = (self.slot(*filter), self.int_list(&perm));
+        self.aten(PERMUTE_COPY, vec![sf, to_oihw], weight);
+        let nchw_out = self.temp(nchw(&o));
+        let args = vec![
+            nchw_in,
+            weight,
+            self.opt_slot(conv.bias),
+            self.int_list(stride),
+            self.int_list(&[top, left]),
+            self.int_list(dilation),
+            self.push(Value::Bool(false)),
+            self.int_list(&[0, 0]),
+            self.int(groups),
+        ];
+        self.aten(CONVOLUTION, args, nchw_out);
+        let clamped = if has_clamp(node) { self.temp(nchw(&o)) } else { nchw_out };
+        self.finish_clamp(node, nchw_out, clamped);
+        let (so, to_nhwc) = (self.slot(*out), self.int_list(&[0, 2, 3, 1]));
+        self.aten(PERMUTE_COPY, vec![clamped, to_nhwc], so);
+        Ok(())
     }
 
     /// The geometry of a convolution node, checked against its values.

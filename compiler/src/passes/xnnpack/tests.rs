@@ -273,6 +273,35 @@ fn nodes_become_kernel_calls_over_the_call_arguments() {
 }
 
 #[test]
+fn a_varying_input_makes_the_intermediates_vary() {
+    // sigmoid(x) + x with x of a dynamic shape (bounded by its sizes):
+    // the intermediate varies too, and each kernel follows the live sizes.
+    let values = [
+        V(0, &[2, 3], 0, 0, INPUT),
+        V(1, &[2, 3], 0, NONE, 0),
+        V(2, &[2, 3], 0, 1, OUTPUT),
+    ];
+    let nodes = [
+        N::Unary(fb::NodeUnion::XNNSigmoid, 0, 1),
+        N::Binary(fb::NodeUnion::XNNAdd, 1, 0, 2),
+    ];
+    let bytes = blob(&values, &nodes, &[], &[], fb::Datatype::fp32);
+    let mut p = program(bytes.len(), &[&[2, 3], &[2, 3]]);
+    for v in &mut p.methods[0].values {
+        if let Value::Tensor(t) = v {
+            t.dynamism = Dynamism::DynamicBound;
+        }
+    }
+    lower_xnnpack_delegates(&mut p, &bytes).unwrap();
+    let m = &p.methods[0];
+    assert_eq!(ops(m), ["aten::sigmoid.out", "aten::add.out"]);
+    let Instruction::Kernel { args, .. } = &m.instructions[0] else {
+        unreachable!()
+    };
+    assert_eq!(m.values[args[1]].as_tensor().unwrap().dynamism, Dynamism::DynamicBound);
+}
+
+#[test]
 fn a_constant_weight_is_kept_packed_in_a_buffer_of_its_own() {
     let weights: Vec<u8> = (0..12).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let p = lower_with(
