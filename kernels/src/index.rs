@@ -133,6 +133,44 @@ pub fn gather<T: Copy, I: Element>(
     })
 }
 
+/// `aten::masked_scatter`: `out` is a contiguous `x` of shape `sizes`
+/// whose elements where `mask` is true take `source`'s elements in order
+/// (row-major). `mask` is read with `mask_strides` (0 along broadcast
+/// dims). Fewer source elements than true mask entries is an error.
+pub fn masked_scatter<T: Copy>(
+    x: &[T],
+    sizes: &[usize],
+    mask: &[bool],
+    mask_strides: &[usize],
+    source: &[T],
+    out: &mut [T],
+) -> KernelResult {
+    let n = numel(sizes);
+    let last: usize = sizes
+        .iter()
+        .zip(mask_strides)
+        .map(|(s, m)| s.saturating_sub(1) * m)
+        .sum();
+    if x.len() < n || out.len() < n || mask_strides.len() != sizes.len() || (n > 0 && mask.len() <= last) {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let mut next = 0usize;
+    for_each_index(sizes, |lin, idx| {
+        let m: usize = idx[..sizes.len()].iter().zip(mask_strides).map(|(i, s)| i * s).sum();
+        out[lin] = if mask[m] {
+            let v = *source.get(next).ok_or(KernelError::IndexOutOfRange {
+                index: next as i64,
+                size: source.len(),
+            })?;
+            next += 1;
+            v
+        } else {
+            x[lin]
+        };
+        Ok(())
+    })
+}
+
 /// Shared scatter loop: for each element `i` of the index, combines
 /// `dst[i with dim := index[i]]` with the source value for `i`.
 fn scatter_impl<T: Copy, I: Element>(

@@ -504,6 +504,53 @@ pub fn topk<T: Element>(
     }
 }
 
+/// The `p`-norm of the differences `a[k] - b[k]`, as `aten::cdist` takes
+/// it: a count of the non-zero ones for p = 0, their largest magnitude for
+/// p = ∞.
+fn distance<F: crate::scalar::FloatMath>(a: &[F], b: &[F], p: f64) -> F {
+    let diffs = a.iter().zip(b).map(|(&x, &y)| (x - y).abs_());
+    let zero = F::from_f64_(0.0);
+    if p == 0.0 {
+        F::from_f64_(diffs.filter(|d| *d != zero).count() as f64)
+    } else if p == f64::INFINITY {
+        diffs.fold(zero, |m, d| if d > m || d.is_nan_() { d } else { m })
+    } else if p == 1.0 {
+        diffs.fold(zero, |s, d| s + d)
+    } else if p == 2.0 {
+        diffs.fold(zero, |s, d| s + d * d).sqrt_()
+    } else {
+        let e = F::from_f64_(p);
+        diffs.fold(zero, |s, d| s + d.pow_(e)).pow_(F::from_f64_(1.0 / p))
+    }
+}
+
+/// `aten::_cdist_forward`: `out[b, i, j]` is the `p`-norm distance between
+/// row `i` of `x1` (`[batch, rows1, m]`) and row `j` of `x2` (`[batch,
+/// rows2, m]`), summed in the rows' order.
+pub fn cdist<F: crate::scalar::FloatMath>(x1: &[F], x2: &[F], dims: [usize; 4], p: f64, out: &mut [F]) {
+    let [batch, r1, r2, m] = dims;
+    for b in 0..batch {
+        for i in 0..r1 {
+            let a = &x1[(b * r1 + i) * m..][..m];
+            for j in 0..r2 {
+                out[(b * r1 + i) * r2 + j] = distance(a, &x2[(b * r2 + j) * m..][..m], p);
+            }
+        }
+    }
+}
+
+/// `aten::_pdist_forward`: the `p`-norm distances between the rows of `x`
+/// (`[n, m]`), pairs `(i, j)` with `i < j` in row-major order.
+pub fn pdist<F: crate::scalar::FloatMath>(x: &[F], n: usize, m: usize, p: f64, out: &mut [F]) {
+    let mut k = 0;
+    for i in 0..n {
+        for j in i + 1..n {
+            out[k] = distance(&x[i * m..][..m], &x[j * m..][..m], p);
+            k += 1;
+        }
+    }
+}
+
 /// `aten::any.dims` / `any.dim` / `any`: true if some element is non-zero
 /// (NaN counts as true). Any input dtype, bool output.
 pub fn any<T: Element>(x: &[T], sizes: &[usize], dims: &[usize], out: &mut [bool]) {

@@ -10,7 +10,42 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::_to_copy.out", to_copy),
     ("aten::copy_", copy_inplace),
     ("aten::copy.out", copy_out),
+    ("aten::native_dropout.out", native_dropout),
 ];
+
+/// `native_dropout.out(input, p, train?, out0, out1)`: outside training
+/// (or with p = 0) the input and an all-true mask; in training with p = 1,
+/// zeros and an all-false mask. Training with 0 < p < 1 draws random
+/// numbers, which a compiled program cannot reproduce: refused.
+fn native_dropout(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(6)?;
+    let (x, p, out, mask) = (ctx.tensor(0)?, ctx.double(1)?, ctx.tensor(3)?, ctx.tensor(4)?);
+    let train = if ctx.is_null(2)? { false } else { ctx.bool(2)? };
+    require_dtype(&mask, &[ScalarType::Bool])?;
+    let keep = !train || p == 0.0;
+    if !keep && p != 1.0 {
+        return Err(format!(
+            "dropout with p = {p} in training draws random numbers; export the model in eval mode"
+        ));
+    }
+    let c = compute_type(x.dtype);
+    let body = if keep { quote!(a) } else { quote!(a * (0 as _)) };
+    let values = if keep {
+        emit_convert(ctx, &x, &out)?
+    } else {
+        emit_map(ctx, &[&x], &out, &[c], c, body, false)?
+    };
+    let masks = emit_map(
+        ctx,
+        &[&x],
+        &mask,
+        &[c],
+        ScalarType::Bool,
+        quote!({ let _ = a; #keep }),
+        false,
+    )?;
+    Ok(quote! { #values #masks })
+}
 
 /// Copies `x` into `out` converting dtype and dim order.
 pub fn emit_convert(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg) -> Result<TokenStream, String> {

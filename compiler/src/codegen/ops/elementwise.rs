@@ -36,6 +36,16 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::bitwise_or.Scalar_out", bitor_scalar),
     ("aten::bitwise_xor.Tensor_out", bitxor),
     ("aten::bitwise_xor.Scalar_out", bitxor_scalar),
+    ("aten::bitwise_left_shift.Tensor_out", lshift),
+    ("aten::bitwise_left_shift.Tensor_Scalar_out", lshift_scalar),
+    ("aten::bitwise_right_shift.Tensor_out", rshift),
+    ("aten::bitwise_right_shift.Tensor_Scalar_out", rshift_scalar),
+    // Python's `<<` and `>>` on tensors (ExecuTorch's runtime has no
+    // kernels for these).
+    ("aten::__lshift__.Tensor_out", lshift),
+    ("aten::__lshift__.Scalar_out", lshift_scalar),
+    ("aten::__rshift__.Tensor_out", rshift),
+    ("aten::__rshift__.Scalar_out", rshift_scalar),
     ("aten::logical_and.out", logical_and),
     ("aten::logical_or.out", logical_or),
     ("aten::logical_xor.out", logical_xor),
@@ -679,9 +689,25 @@ fn bitwise(ctx: &mut OpCtx<'_>, op: &str, scalar: bool) -> Result<TokenStream, S
     if category(common) == 2 {
         return Err(format!("bitwise_{op} is not defined for floating-point tensors"));
     }
+    let shift = op.ends_with("shift");
+    if shift && common == Bool {
+        return Err(format!("bitwise_{op} is not defined for bool tensors"));
+    }
+    // Shifts as PyTorch's CPU kernels: by a negative amount or by the
+    // width or more, a left shift gives 0 and a right shift the sign fill
+    // (0 for uint8).
+    let ty = rust_type(common).expect("integer dtype");
     let body = match op {
         "and" => quote!(a & b),
         "or" => quote!(a | b),
+        "left_shift" => quote! {{
+            let s = b as i64;
+            if s < 0 || s >= #ty::BITS as i64 { 0 } else { ((a as u64) << s) as #ty }
+        }},
+        "right_shift" => quote! {{
+            let (s, max) = (b as i64, #ty::BITS as i64 - (#ty::MIN != 0) as i64);
+            if s < 0 || s >= max { a.checked_shr(max as u32).unwrap_or(0) } else { a >> s }
+        }},
         _ => quote!(a ^ b),
     };
     match (b, s) {
@@ -713,6 +739,18 @@ fn bitor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 }
 fn bitor_scalar(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     bitwise(ctx, "or", true)
+}
+fn lshift(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    bitwise(ctx, "left_shift", false)
+}
+fn lshift_scalar(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    bitwise(ctx, "left_shift", true)
+}
+fn rshift(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    bitwise(ctx, "right_shift", false)
+}
+fn rshift_scalar(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    bitwise(ctx, "right_shift", true)
 }
 fn bitxor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     bitwise(ctx, "xor", false)

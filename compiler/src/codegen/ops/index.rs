@@ -18,6 +18,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::scatter_add.out", scatter_add),
     ("aten::masked_fill.Scalar_out", masked_fill_scalar),
     ("aten::masked_fill.Tensor_out", masked_fill_tensor),
+    ("aten::masked_scatter.out", masked_scatter),
 ];
 
 fn kernels() -> TokenStream {
@@ -454,6 +455,35 @@ fn masked_fill_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         quote!(if b { c } else { a }),
         false,
     )
+}
+
+/// `masked_scatter.out(self, mask, source, out)`: `self` with the elements
+/// where `mask` (broadcast to `self`'s shape) is true taken from `source`
+/// in order.
+fn masked_scatter(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(5)?;
+    let (x, mask, source, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?, ctx.tensor(3)?);
+    check_masked_fill(&x, &mask, &out)?;
+    require_same(&[&x, &source])?;
+    require_contiguous(&[&x, &mask, &source, &out])?;
+    require_static(ctx, &[&x, &mask, &source, &out])?;
+    let b = ptec_runtime::kernels::elementwise::broadcast_sizes(&x.sizes, &mask.sizes);
+    if b.is_none_or(|(s, r)| s[..r] != x.sizes[..]) {
+        return Err(format!(
+            "a mask of sizes {:?} does not broadcast to {:?}",
+            mask.sizes, x.sizes
+        ));
+    }
+    require_sizes(&out, &x.sizes)?;
+    let mut st = [0usize; ptec_runtime::kernels::MAX_RANK];
+    ptec_runtime::kernels::elementwise::broadcast_strides(&x.sizes, &mask.sizes, &mut st);
+    let (xi, s1) = ctx.read(&x)?;
+    let (mi, s2) = ctx.read(&mask)?;
+    let (si, s3) = ctx.read(&source)?;
+    let (o, s4) = ctx.write(&out)?;
+    let (k, sizes, ms) = (kernels(), usize_slice(&x.sizes), usize_slice(&st[..x.rank()]));
+    let call = ctx.kernel_result(quote!(#k::masked_scatter(#xi, #sizes, #mi, #ms, #si, #o)));
+    Ok(quote! { #s1 #s2 #s3 #s4 #call })
 }
 
 #[cfg(test)]

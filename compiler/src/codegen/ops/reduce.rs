@@ -18,6 +18,8 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::max.dim_max", max_dim),
     ("aten::min.dim_min", min_dim),
     ("aten::topk.values", topk),
+    ("aten::_cdist_forward.out", cdist),
+    ("aten::_pdist_forward.out", pdist),
     ("aten::argmax.out", argmax),
     ("aten::argmin.out", argmin),
     ("aten::any.out", any_dim),
@@ -393,6 +395,69 @@ fn topk(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     stmts.push(s);
     stmts.push(quote!(::ptec_runtime::kernels::reduce::topk(#xi, #sizes, #dl, #kl, #largest, #v, #i);));
     Ok(quote!(#(#stmts)*))
+}
+
+/// A `p` of a distance: not negative (∞ allowed).
+fn norm_order(p: f64) -> Result<f64, String> {
+    if p >= 0.0 {
+        Ok(p)
+    } else {
+        Err(format!("distances take p >= 0, not {p}"))
+    }
+}
+
+/// `_cdist_forward.out(x1, x2, p, compute_mode?, out)`: `[*, r1, m]` and
+/// `[*, r2, m]` (the same batch dims) to `[*, r1, r2]`, each distance
+/// summed directly (PyTorch's matrix-product form for p = 2 over more
+/// than 25 rows rounds otherwise, within a few ulps).
+fn cdist(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(6)?;
+    let (x1, x2, p, out) = (
+        ctx.tensor(0)?,
+        ctx.tensor(1)?,
+        norm_order(ctx.double(2)?)?,
+        ctx.tensor(4)?,
+    );
+    require_dtype(&x1, &[Float, Double])?;
+    require_same_dtype(&x1, &x2)?;
+    require_same_dtype(&x1, &out)?;
+    require_contiguous(&[&x1, &x2, &out])?;
+    if x1.dynamic || x2.dynamic || out.dynamic {
+        return Err(super::shape::no_dynamic(ctx));
+    }
+    let r = x1.rank();
+    if r < 2 || x2.rank() != r || x1.sizes[..r - 2] != x2.sizes[..r - 2] || x1.sizes[r - 1] != x2.sizes[r - 1] {
+        return Err(format!("cdist of sizes {:?} and {:?}", x1.sizes, x2.sizes));
+    }
+    let mut want = x1.sizes.clone();
+    want[r - 1] = x2.sizes[r - 2];
+    require_sizes(&out, &want)?;
+    let batch: usize = x1.sizes[..r - 2].iter().product();
+    let dims = usize_slice(&[batch, x1.sizes[r - 2], x2.sizes[r - 2], x1.sizes[r - 1]]);
+    let (a, s1) = ctx.read(&x1)?;
+    let (b, s2) = ctx.read(&x2)?;
+    let (o, s3) = ctx.write(&out)?;
+    let pl = f64_lit(p);
+    Ok(quote! { #s1 #s2 #s3 ::ptec_runtime::kernels::reduce::cdist(#a, #b, *#dims, #pl, #o); })
+}
+
+/// `_pdist_forward.out(self, p, out)`: `[n, m]` to the `n (n - 1) / 2`
+/// distances between its rows.
+fn pdist(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, p, out) = (ctx.tensor(0)?, norm_order(ctx.double(1)?)?, ctx.tensor(2)?);
+    require_dtype(&x, &[Float, Double])?;
+    require_same_dtype(&x, &out)?;
+    require_contiguous(&[&x, &out])?;
+    if x.dynamic || out.dynamic || x.rank() != 2 {
+        return Err(format!("pdist of a tensor of sizes {:?} (2-d and static)", x.sizes));
+    }
+    let (n, m) = (x.sizes[0], x.sizes[1]);
+    require_sizes(&out, &[n * n.saturating_sub(1) / 2])?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (nl, ml, pl) = (lit(n), lit(m), f64_lit(p));
+    Ok(quote! { #s1 #s2 ::ptec_runtime::kernels::reduce::pdist(#xi, #nl, #ml, #pl, #o); })
 }
 
 /// `argmax.out(self, dim?, keepdim, out)`: `dim` None flattens the input.

@@ -38,6 +38,8 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::flip.out", flip),
     ("aten::roll.out", roll),
     ("aten::constant_pad_nd.out", constant_pad_nd),
+    ("aten::diagonal_copy.out", diagonal_copy),
+    ("aten::unfold_copy.out", unfold_copy),
     ("aten::reflection_pad1d.out", reflection_pad),
     ("aten::reflection_pad2d.out", reflection_pad),
     ("aten::reflection_pad3d.out", reflection_pad),
@@ -455,15 +457,104 @@ fn as_strided_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         }
     }
     let want: Vec<usize> = size.iter().map(|&n| n as usize).collect();
-    require_sizes(&out, &want)?;
-    let (xi, s1) = ctx.read(&x)?;
-    let (o, s2) = ctx.write(&out)?;
-    let (k, base, sizes) = (kernels(), lit(offset as usize), usize_slice(&want));
+    emit_strided(ctx, &x, &out, offset as usize, &want, &stride)
+}
+
+/// Emits the copy into `out` (of sizes `sizes`) of the elements of `x`
+/// at `offset + Σ index · stride`, checked in range by the caller.
+fn emit_strided(
+    ctx: &mut OpCtx<'_>,
+    x: &TArg,
+    out: &TArg,
+    offset: usize,
+    sizes: &[usize],
+    stride: &[i64],
+) -> Result<TokenStream, String> {
+    require_sizes(out, sizes)?;
+    let (xi, s1) = ctx.read(x)?;
+    let (o, s2) = ctx.write(out)?;
+    let (k, base, sizes) = (kernels(), lit(offset), usize_slice(sizes));
     let strides = stride.iter().map(|&s| {
         let l = proc_macro2::Literal::isize_suffixed(s as isize);
         quote!(#l)
     });
     Ok(quote! { #s1 #s2 #k::strided_copy_signed(#xi, #base, #sizes, &[#(#strides),*], #o); })
+}
+
+/// Row-major strides of `sizes`, in elements.
+fn row_major(sizes: &[usize]) -> Vec<i64> {
+    let mut st = vec![1i64; sizes.len()];
+    for d in (0..sizes.len().saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * sizes[d + 1] as i64;
+    }
+    st
+}
+
+/// `diagonal_copy.out(self, offset, dim1, dim2, out)`: the diagonal of
+/// dims `dim1` and `dim2` (above the main one by `offset`), as a last dim.
+fn diagonal_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(6)?;
+    let (x, offset, dim1, dim2, out) = (ctx.tensor(0)?, ctx.int(1)?, ctx.int(2)?, ctx.int(3)?, ctx.tensor(4)?);
+    require_same(&[&x, &out])?;
+    require_contiguous(&[&x])?;
+    if x.dynamic || out.dynamic {
+        return Err(no_dynamic(ctx));
+    }
+    let (d1, d2) = (norm_dim(dim1, x.rank())?, norm_dim(dim2, x.rank())?);
+    if d1 == d2 || x.rank() < 2 {
+        return Err(format!(
+            "diagonal of dims {dim1} and {dim2} of a tensor of rank {}",
+            x.rank()
+        ));
+    }
+    let st = row_major(&x.sizes);
+    let (n1, n2) = (x.sizes[d1] as i64, x.sizes[d2] as i64);
+    let (len, first) = if offset >= 0 {
+        ((n1.min(n2 - offset)).max(0), offset * st[d2])
+    } else {
+        ((n2.min(n1 + offset)).max(0), -offset * st[d1])
+    };
+    let keep = (0..x.rank()).filter(|&d| d != d1 && d != d2);
+    let mut sizes: Vec<usize> = keep.clone().map(|d| x.sizes[d]).collect();
+    let mut strides: Vec<i64> = keep.map(|d| st[d]).collect();
+    sizes.push(len as usize);
+    strides.push(st[d1] + st[d2]);
+    let first = if len == 0 || x.numel() == 0 { 0 } else { first as usize };
+    emit_strided(ctx, &x, &out, first, &sizes, &strides)
+}
+
+/// `unfold_copy.out(self, dimension, size, step, out)`: the windows of
+/// `size` elements every `step` along `dimension`, as a last dim.
+fn unfold_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(6)?;
+    let (x, dim, size, step, out) = (ctx.tensor(0)?, ctx.int(1)?, ctx.int(2)?, ctx.int(3)?, ctx.tensor(4)?);
+    require_same(&[&x, &out])?;
+    require_contiguous(&[&x])?;
+    if x.dynamic || out.dynamic {
+        return Err(no_dynamic(ctx));
+    }
+    // A 0-d tensor unfolds as one of one element.
+    let (xs, d) = if x.rank() == 0 {
+        (vec![1], 0)
+    } else {
+        (x.sizes.clone(), norm_dim(dim, x.rank())?)
+    };
+    let n = xs[d] as i64;
+    if step <= 0 || size < 0 || size > n {
+        return Err(format!("unfold of {size} every {step} along a dim of {n}"));
+    }
+    let st = row_major(&xs);
+    let mut sizes = xs.clone();
+    let mut strides = st.clone();
+    sizes[d] = ((n - size) / step + 1) as usize;
+    strides[d] = st[d] * step;
+    if x.rank() == 0 {
+        sizes.clear();
+        strides.clear();
+    }
+    sizes.push(size as usize);
+    strides.push(st[d]);
+    emit_strided(ctx, &x, &out, 0, &sizes, &strides)
 }
 
 /// A copy whose output sizes are a dim map of the input's (same elements in
