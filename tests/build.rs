@@ -54,6 +54,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("topk", "fixtures/topk.bpte", None, 1e-4, 1e-5),
     ("pads", "fixtures/pads.bpte", None, 1e-4, 1e-5),
     ("more_ops", "fixtures/more_ops.bpte", None, 1e-4, 1e-5),
+    ("selections", "fixtures/selections.bpte", None, 1e-4, 1e-5),
     ("video", "fixtures/video.bpte", None, 1e-4, 1e-4),
     ("xnnpack_video", "fixtures/xnnpack_video.bpte", None, 1e-4, 1e-4),
     // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).

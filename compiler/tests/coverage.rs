@@ -17,3 +17,19 @@ fn coverage_table_is_current() {
         "README does not state the coverage ({covered} of the {total})"
     );
 }
+
+/// Every portable operator ptec does not compile says why, and no reason
+/// is kept for one it compiles.
+#[test]
+fn every_operator_left_out_says_why() {
+    let supported: std::collections::BTreeSet<&str> = ptec::coverage::supported_operators().collect();
+    for op in ptec::coverage::portable_operators() {
+        let why = ptec::coverage::left_out_reason(op);
+        assert_eq!(
+            supported.contains(op),
+            why.is_none(),
+            "{op}: compiled {}, reason {why:?}",
+            supported.contains(op)
+        );
+    }
+}

@@ -171,6 +171,100 @@ pub fn masked_scatter<T: Copy>(
     })
 }
 
+/// Calls `f(linear index, offset in a, offset in b)` for every element of
+/// `sizes`, in row-major order, with `a` and `b` read through strides
+/// `sa` and `sb` (0 along broadcast dims).
+fn for_each_pair(sizes: &[usize], sa: &[usize], sb: &[usize], mut f: impl FnMut(usize, usize, usize)) {
+    let _ = for_each_index(sizes, |lin, idx| {
+        let (mut oa, mut ob) = (0, 0);
+        for d in 0..sizes.len() {
+            oa += idx[d] * sa[d];
+            ob += idx[d] * sb[d];
+        }
+        f(lin, oa, ob);
+        Ok(())
+    });
+}
+
+/// The number of elements `aten::masked_select` takes: true entries of
+/// `mask` over the broadcast shape `sizes` (`mask` read with `mask_strides`).
+pub fn masked_count(sizes: &[usize], mask: &[bool], mask_strides: &[usize]) -> usize {
+    let mut n = 0;
+    for_each_pair(sizes, mask_strides, mask_strides, |_, m, _| n += mask[m] as usize);
+    n
+}
+
+/// `aten::masked_select`: the elements of `x` (read with `x_strides` over
+/// the broadcast shape `sizes`) where `mask` is true, in row-major order;
+/// `out` holds [`masked_count`] of them.
+pub fn masked_select<T: Copy>(
+    x: &[T],
+    x_strides: &[usize],
+    mask: &[bool],
+    mask_strides: &[usize],
+    sizes: &[usize],
+    out: &mut [T],
+) {
+    let mut k = 0;
+    for_each_pair(sizes, x_strides, mask_strides, |_, xo, m| {
+        if mask[m] {
+            out[k] = x[xo];
+            k += 1;
+        }
+    });
+}
+
+/// The number of non-zero elements of `x` (NaN counts).
+pub fn count_nonzero<T: Element>(x: &[T]) -> usize {
+    let z = T::default();
+    x.iter().filter(|&&v| v != z).count()
+}
+
+/// `aten::nonzero`: for each non-zero element of a contiguous `x` of shape
+/// `sizes`, in row-major order, its index (`sizes.len()` coordinates).
+/// `out` holds [`count_nonzero`] rows of them, row-major or, with
+/// `column_major`, as PyTorch lays them out (coordinate `d` of row `i` at
+/// `d * count + i`).
+pub fn nonzero<T: Element>(x: &[T], sizes: &[usize], column_major: bool, out: &mut [i64]) {
+    let (r, z) = (sizes.len(), T::default());
+    let count = count_nonzero(x);
+    let mut row = 0;
+    let _ = for_each_index(sizes, |lin, idx| {
+        if x[lin] != z {
+            for d in 0..r {
+                out[if column_major { d * count + row } else { row * r + d }] = idx[d] as i64;
+            }
+            row += 1;
+        }
+        Ok(())
+    });
+}
+
+/// The length of `aten::repeat_interleave(repeats)`: the sum of
+/// `repeats`, or an error for a negative one.
+pub fn repeat_count<I: Element>(repeats: &[I]) -> Result<usize, KernelError> {
+    repeats.iter().try_fold(0usize, |n, &r| {
+        let r = r.to_i64();
+        if r < 0 {
+            Err(KernelError::IndexOutOfRange { index: r, size: 0 })
+        } else {
+            Ok(n + r as usize)
+        }
+    })
+}
+
+/// `aten::repeat_interleave.Tensor`: each index `i` of `repeats`,
+/// `repeats[i]` times, into `out` ([`repeat_count`] long).
+pub fn repeat_interleave<I: Element>(repeats: &[I], out: &mut [I]) {
+    let mut k = 0;
+    for (i, &r) in repeats.iter().enumerate() {
+        for _ in 0..r.to_i64().max(0) {
+            out[k] = I::from_i64(i as i64);
+            k += 1;
+        }
+    }
+}
+
 /// Shared scatter loop: for each element `i` of the index, combines
 /// `dst[i with dim := index[i]]` with the source value for `i`.
 fn scatter_impl<T: Copy, I: Element>(

@@ -114,14 +114,17 @@ pub fn compare(output: usize, got: &Value<'_>, want: &Value<'_>, tol: Tolerance)
             let exact = !g.dtype.is_float();
             let mut count = 0;
             let mut first = [None; REPORTED_MISMATCHES];
+            // Element by element in row-major order, each read where its
+            // tensor's dim order stores it.
             for i in 0..w.numel() {
+                let (gi, wi) = (g.storage_index(i), w.storage_index(i));
                 let ok = if exact {
-                    match (g.get_i64(i), w.get_i64(i)) {
+                    match (g.get_i64(gi), w.get_i64(wi)) {
                         (Some(a), Some(b)) => a == b,
                         _ => false,
                     }
                 } else {
-                    match (g.get_f64(i), w.get_f64(i)) {
+                    match (g.get_f64(gi), w.get_f64(wi)) {
                         (Some(a), Some(b)) => close(a, b, tol),
                         _ => false,
                     }
@@ -130,8 +133,8 @@ pub fn compare(output: usize, got: &Value<'_>, want: &Value<'_>, tol: Tolerance)
                     if count < REPORTED_MISMATCHES {
                         first[count] = Some(ElementMismatch {
                             index: i,
-                            expected: w.get_f64(i).unwrap_or(f64::NAN),
-                            got: g.get_f64(i).unwrap_or(f64::NAN),
+                            expected: w.get_f64(wi).unwrap_or(f64::NAN),
+                            got: g.get_f64(gi).unwrap_or(f64::NAN),
                         });
                     }
                     count += 1;
@@ -212,6 +215,25 @@ mod tests {
         assert!(close(f64::INFINITY, f64::INFINITY, t));
         assert!(!close(f64::NEG_INFINITY, f64::INFINITY, t));
         assert!(!close(1e300, f64::INFINITY, t));
+    }
+
+    #[test]
+    fn tensors_compare_by_element_whatever_their_dim_orders() {
+        // [[1, 2, 3], [4, 5, 6]] row-major, and column-major (dim order [1, 0]).
+        let rows = [1i64, 2, 3, 4, 5, 6];
+        let cols = [1i64, 4, 2, 5, 3, 6];
+        let want = Value::Tensor(TensorRef::from_slice(&[2, 3], &rows));
+        let mut t = TensorRef::from_slice(&[2, 3], &cols);
+        t.dim_order = &[1, 0];
+        let tol = Tolerance { rtol: 0.0, atol: 0.0 };
+        assert_eq!(compare(0, &Value::Tensor(t), &want, tol), Ok(()));
+        // The same bytes read in the default order differ.
+        let plain = Value::Tensor(TensorRef::from_slice(&[2, 3], &cols));
+        assert!(compare(0, &plain, &want, tol).is_err());
+        assert_eq!(
+            (0..6).map(|i| t.storage_index(i)).collect::<std::vec::Vec<_>>(),
+            [0, 2, 4, 1, 3, 5]
+        );
     }
 
     #[test]

@@ -92,6 +92,27 @@ impl<'a> TensorRef<'a> {
         self.sizes.iter().product()
     }
 
+    /// The storage position of the element at row-major position
+    /// `logical` (the same unless the dim order is not the default; a dim
+    /// order that is not a permutation of the dims reads as the default).
+    pub fn storage_index(&self, logical: usize) -> usize {
+        let r = self.sizes.len();
+        let identity = self.dim_order.iter().enumerate().all(|(k, &d)| d as usize == k);
+        if identity || r > 16 || self.dim_order.len() != r || self.dim_order.iter().any(|&d| d as usize >= r) {
+            return logical;
+        }
+        let mut coord = [0usize; 16];
+        let mut rem = logical;
+        for d in (0..r).rev() {
+            let n = self.sizes[d].max(1);
+            coord[d] = rem % n;
+            rem /= n;
+        }
+        self.dim_order
+            .iter()
+            .fold(0, |off, &d| off * self.sizes[d as usize] + coord[d as usize])
+    }
+
     /// The data as `T`, which must be the tensor's element type.
     pub fn as_slice<T: Pod>(&self) -> Result<&'a [T], Error> {
         match T::DTYPE {

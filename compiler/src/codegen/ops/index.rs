@@ -19,6 +19,9 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::masked_fill.Scalar_out", masked_fill_scalar),
     ("aten::masked_fill.Tensor_out", masked_fill_tensor),
     ("aten::masked_scatter.out", masked_scatter),
+    ("aten::masked_select.out", masked_select),
+    ("aten::nonzero.out", nonzero),
+    ("aten::repeat_interleave.Tensor_out", repeat_interleave),
 ];
 
 fn kernels() -> TokenStream {
@@ -484,6 +487,83 @@ fn masked_scatter(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (k, sizes, ms) = (kernels(), usize_slice(&x.sizes), usize_slice(&st[..x.rank()]));
     let call = ctx.kernel_result(quote!(#k::masked_scatter(#xi, #sizes, #mi, #ms, #si, #o)));
     Ok(quote! { #s1 #s2 #s3 #s4 #call })
+}
+
+/// `masked_select.out(self, mask, out)`: the elements of `self` where
+/// `mask` is true (both broadcast to one shape), as many as the mask says
+/// at run time, within `out`'s bound.
+fn masked_select(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, mask, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
+    check_masked_fill(&x, &mask, &out)?;
+    require_contiguous(&[&x, &mask, &out])?;
+    require_static(ctx, &[&x, &mask])?;
+    require_rank(&out, 1)?;
+    let (b, r) = ptec_runtime::kernels::elementwise::broadcast_sizes(&x.sizes, &mask.sizes)
+        .ok_or_else(|| format!("sizes {:?} and a mask of {:?} do not broadcast", x.sizes, mask.sizes))?;
+    let sizes = &b[..r];
+    let strides = |t: &TArg| {
+        let mut st = [0usize; ptec_runtime::kernels::MAX_RANK];
+        ptec_runtime::kernels::elementwise::broadcast_strides(sizes, &t.sizes, &mut st);
+        usize_slice(&st[..r])
+    };
+    let (xs, ms, bs) = (strides(&x), strides(&mask), usize_slice(sizes));
+    let (xi, s1) = ctx.read(&x)?;
+    let (mi, s2) = ctx.read(&mask)?;
+    let k = kernels();
+    let set = set_out_sizes(ctx, &out, quote!(&[#k::masked_count(#bs, #mi, #ms)]));
+    let (o, s3) = ctx.write(&out)?;
+    Ok(quote! { #s1 #s2 #set #s3 #k::masked_select(#xi, #xs, #mi, #ms, #bs, #o); })
+}
+
+/// `nonzero.out(self, out)`: one row of indices per non-zero element, as
+/// many as there are at run time, within `out`'s bound; `out` row-major or
+/// in the column-major dim order PyTorch gives it.
+fn nonzero(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(3)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    require_contiguous(&[&x])?;
+    require_dtype(&out, &[ScalarType::Long])?;
+    require_rank(&out, 2)?;
+    let column_major = match &out.dim_order[..] {
+        [0, 1] => false,
+        [1, 0] => true,
+        other => return Err(format!("output dim order {other:?}")),
+    };
+    if out.sizes[1] != x.rank() {
+        return Err(format!(
+            "output of sizes {:?} for an input of rank {}",
+            out.sizes,
+            x.rank()
+        ));
+    }
+    let (xi, s1) = ctx.read(&x)?;
+    let (k, xs, r) = (kernels(), ctx.sizes(&x), lit(x.rank()));
+    let set = set_out_sizes(ctx, &out, quote!(&[#k::count_nonzero(#xi), #r]));
+    let (o, s2) = ctx.write(&out)?;
+    Ok(quote! { #s1 #set #s2 #k::nonzero(#xi, #xs, #column_major, #o); })
+}
+
+/// `repeat_interleave.Tensor_out(repeats, output_size?, out)`: each index
+/// of the 1-d `repeats` as many times as it says, in order.
+fn repeat_interleave(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (repeats, out) = (ctx.tensor(0)?, ctx.tensor(2)?);
+    require_index_dtype(&repeats)?;
+    require_same(&[&repeats, &out])?;
+    require_static(ctx, &[&repeats])?;
+    if repeats.rank() != 1 {
+        return Err(format!("repeats of sizes {:?}, not 1-d", repeats.sizes));
+    }
+    require_rank(&out, 1)?;
+    let (ri, s1) = ctx.read(&repeats)?;
+    let (k, ins) = (kernels(), lit(ctx.instruction));
+    let count = quote! {
+        let n = #k::repeat_count(#ri).map_err(|error| ::ptec_runtime::Error::Kernel { instruction: #ins, error })?;
+    };
+    let set = set_out_sizes(ctx, &out, quote!(&[n]));
+    let (o, s2) = ctx.write(&out)?;
+    Ok(quote! { #s1 #count #set #s2 #k::repeat_interleave(#ri, #o); })
 }
 
 #[cfg(test)]
