@@ -55,6 +55,13 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("pads", "fixtures/pads.bpte", None, 1e-4, 1e-5),
     ("more_ops", "fixtures/more_ops.bpte", None, 1e-4, 1e-5),
     ("selections", "fixtures/selections.bpte", None, 1e-4, 1e-5),
+    (
+        "xnnpack_dynamic_ops",
+        "fixtures/xnnpack_dynamic_ops.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
     ("video", "fixtures/video.bpte", None, 1e-4, 1e-4),
     ("xnnpack_video", "fixtures/xnnpack_video.bpte", None, 1e-4, 1e-4),
     // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).

@@ -569,6 +569,7 @@ impl<'a> CallLowering<'a> {
                 | Op::Unary { .. }
                 | Op::Reshape { .. }
                 | Op::Transpose { .. }
+                | Op::Concat { .. }
                 | Op::Conv2d { .. }
         );
         if self.dynamic && !follows_live && !dynamic_convert {
