@@ -276,6 +276,15 @@ fn scatter_impl<T: Copy, I: Element>(
     mut value: impl FnMut(&[usize; MAX_RANK]) -> T,
     mut combine: impl FnMut(T, T) -> T,
 ) -> KernelResult {
+    // Live (dynamic) index sizes are checked here; static ones by the
+    // compiler.
+    let fits = index_sizes.len() == sizes.len()
+        && (0..sizes.len()).all(|d| d == dim || index_sizes[d] <= sizes[d])
+        && index.len() >= numel(index_sizes)
+        && dst.len() >= numel(sizes);
+    if !fits {
+        return Err(KernelError::ShapeMismatch);
+    }
     let mut st = [0usize; MAX_RANK];
     contiguous_strides(sizes, &mut st);
     let n = sizes.get(dim).copied().unwrap_or(1);
@@ -318,7 +327,21 @@ pub fn scatter<T: Copy, I: Element>(
     src: &[T],
     src_sizes: &[usize],
 ) -> KernelResult {
+    src_covers(index_sizes, src, src_sizes)?;
     scatter_impl(dst, sizes, dim, index, index_sizes, src_value(src, src_sizes), |_, v| v)
+}
+
+/// A source of `src_sizes` (and as many elements) at least as large as
+/// the index in every dim.
+fn src_covers<T>(index_sizes: &[usize], src: &[T], src_sizes: &[usize]) -> KernelResult {
+    let fits = src_sizes.len() == index_sizes.len()
+        && index_sizes.iter().zip(src_sizes).all(|(i, s)| i <= s)
+        && src.len() >= numel(src_sizes);
+    if fits {
+        Ok(())
+    } else {
+        Err(KernelError::ShapeMismatch)
+    }
 }
 
 /// `aten::scatter.value(dim, index, value)`: like [`scatter`] with a
@@ -349,6 +372,7 @@ pub fn scatter_add<T: Copy, I: Element>(
     src_sizes: &[usize],
     add: impl FnMut(T, T) -> T,
 ) -> KernelResult {
+    src_covers(index_sizes, src, src_sizes)?;
     scatter_impl(dst, sizes, dim, index, index_sizes, src_value(src, src_sizes), add)
 }
 

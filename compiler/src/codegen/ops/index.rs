@@ -355,26 +355,36 @@ enum Source {
 fn emit_scatter(ctx: &mut OpCtx<'_>, source: Source) -> Result<TokenStream, String> {
     ctx.arity(6)?;
     let (x, dim, index, out) = (ctx.tensor(0)?, ctx.int(1)?, ctx.tensor(2)?, ctx.tensor(4)?);
-    require_index(ctx, &index)?;
+    require_index_dtype(&index)?;
     let d = norm_dim(dim, x.rank())?;
     let src = match source {
         Source::Tensor { .. } => {
             let s = ctx.tensor(3)?;
             require_same(&[&x, &s])?;
-            require_static(ctx, &[&s])?;
             Some(s)
         }
         Source::Value(_) => None,
     };
-    check_scatter_index(&x, d, &index, src.as_ref())?;
-    let (sizes, dl, is) = (usize_slice(&x.sizes), lit(d), usize_slice(&index.sizes));
+    // A varying index or source: the kernel checks the live sizes.
+    if index.dynamic || src.as_ref().is_some_and(|s| s.dynamic) {
+        if index.rank() != x.rank() || src.as_ref().is_some_and(|s| s.rank() != x.rank()) {
+            return Err(format!(
+                "scatter into rank {} with an index of rank {}",
+                x.rank(),
+                index.rank()
+            ));
+        }
+    } else {
+        check_scatter_index(&x, d, &index, src.as_ref())?;
+    }
+    let (sizes, dl, is) = (usize_slice(&x.sizes), lit(d), ctx.sizes(&index));
     let k = kernels();
     emit_copy_then(ctx, &x, &out, |ctx, o| {
         let (ii, s1) = ctx.read(&index)?;
         let (stmt, call) = match (&source, &src) {
             (Source::Tensor { add }, Some(src)) => {
                 let (si, s2) = ctx.read(src)?;
-                let ss = usize_slice(&src.sizes);
+                let ss = ctx.sizes(src);
                 let call = if *add {
                     let f = add_closure(x.dtype);
                     quote!(#k::scatter_add(#o, #sizes, #dl, #ii, #is, #si, #ss, #f))
