@@ -1337,16 +1337,36 @@ fn constant_pad_nd(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(5)?;
     let (x, pad, value, out) = (ctx.tensor(0)?, ctx.int_list(1)?, ctx.scalar(2)?, ctx.tensor(3)?);
     require_same(&[&x, &out])?;
-    if x.dynamic || out.dynamic {
-        return Err(no_dynamic(ctx));
-    }
-    require_sizes(&out, &padded_sizes(&x.sizes, &pad)?)?;
+    // With the bound's sizes; a varying input's are padded at run time.
+    let bound = padded_sizes(&x.sizes, &pad)?;
+    let (k, sizes) = (kernels(), ctx.sizes(&x));
+    let set = if x.dynamic {
+        require_rank(&out, x.rank())?;
+        let (r, err) = (lit(x.rank()), shape_mismatch(ctx));
+        let pl = pad.iter().map(|&p| i64_lit(p));
+        let set = set_out_sizes(ctx, &out, quote!(&os[..]));
+        quote! {
+            let mut os = [0usize; #r];
+            os.copy_from_slice(#sizes);
+            let pad: &[i64] = &[#(#pl),*];
+            for j in 0..pad.len() / 2 {
+                let d = #r - 1 - j;
+                match #k::pad_output_size(os[d], pad[2 * j], pad[2 * j + 1]) {
+                    Some(n) => os[d] = n,
+                    None => return Err(#err),
+                }
+            }
+            #set
+        }
+    } else {
+        require_sizes(&out, &bound)?;
+        quote!()
+    };
     let v = scalar_value(value, out.dtype);
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
-    let (k, sizes) = (kernels(), usize_slice(&x.sizes));
     let pl = pad.iter().map(|&p| i64_lit(p));
-    Ok(quote! { #s1 #s2 #k::constant_pad_nd(#xi, #sizes, &[#(#pl),*], #v, #o); })
+    Ok(quote! { #set #s1 #s2 #k::constant_pad_nd(#xi, #sizes, &[#(#pl),*], #v, #o); })
 }
 
 /// `reflection_pad{1,2,3}d.out(self, padding, out)` and

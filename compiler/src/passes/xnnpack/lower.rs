@@ -571,6 +571,8 @@ impl<'a> CallLowering<'a> {
                 | Op::Transpose { .. }
                 | Op::Concat { .. }
                 | Op::Conv2d { .. }
+                | Op::BatchMatMul { .. }
+                | Op::Pad { .. }
         );
         if self.dynamic && !follows_live && !dynamic_convert {
             return Err(self.node_unsupported(
@@ -999,6 +1001,9 @@ impl<'a> CallLowering<'a> {
                     )
                 })?;
                 self.expect_dims(i, node, *out, &want)?;
+                if self.dynamic {
+                    return self.dynamic_batch_matmul(i, node, [*a, *b, *out], *transpose_b);
+                }
                 let args = vec![
                     self.slot(*a),
                     self.slot(*b),
@@ -1073,6 +1078,31 @@ impl<'a> CallLowering<'a> {
         })?;
         self.expect_dims(i, node, *out, &[win.batch, win.out_h, win.out_w, x[3]])?;
         Ok(win)
+    }
+
+    /// A batch matrix multiply whose operands vary: aten's `bmm`, which
+    /// follows the live sizes, over 3-d operands of one batch (a
+    /// transposed right operand transposed first).
+    fn dynamic_batch_matmul(&mut self, i: usize, node: &XNode, [a, b, out]: [usize; 3], transpose_b: bool) -> Step {
+        let (da, db) = (self.dims(a).to_vec(), self.dims(b).to_vec());
+        if da.len() != 3 || db.len() != 3 || da[0] != db[0] {
+            return Err(self.node_unsupported(
+                i,
+                node,
+                format!("a batch matrix multiply of {da:?} and {db:?} (not 3-d of one batch) in a subgraph with a dynamic input"),
+            ));
+        }
+        let sb = if transpose_b {
+            let t = self.temp(vec![db[0], db[2], db[1]]);
+            let (sb, perm) = (self.slot(b), self.int_list(&[0, 2, 1]));
+            self.aten(PERMUTE_COPY, vec![sb, perm], t);
+            t
+        } else {
+            self.slot(b)
+        };
+        let (sa, so) = (self.slot(a), self.slot(out));
+        self.aten("aten::bmm.out", vec![sa, sb], so);
+        Ok(())
     }
 
     /// A float convolution whose input varies: aten's, which follows the
