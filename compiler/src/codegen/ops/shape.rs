@@ -837,9 +837,6 @@ fn stack(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let mut all: Vec<&TArg> = inputs.iter().collect();
     all.push(&out);
     require_same(&all)?;
-    if all.iter().any(|t| t.dynamic) {
-        return Err(no_dynamic(ctx));
-    }
     let Some(first) = inputs.first() else {
         return Err("stack expects a non-empty list of tensors".into());
     };
@@ -849,8 +846,31 @@ fn stack(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let d = norm_dim(dim, first.rank() + 1)?;
     let mut want = first.sizes.clone();
     want.insert(d, inputs.len());
-    require_sizes(&out, &want)?;
     let mut stmts = Vec::new();
+    if inputs.iter().any(|t| t.dynamic) {
+        // Varying inputs: all of one live shape, which sets the output's.
+        require_rank(&out, want.len())?;
+        let shapes: Vec<TokenStream> = inputs.iter().map(|t| ctx.sizes(t)).collect();
+        let (err, r, dl, n) = (shape_mismatch(ctx), lit(want.len()), lit(d), lit(inputs.len()));
+        let set = set_out_sizes(ctx, &out, quote!(&os[..]));
+        stmts.push(quote! {
+            let shapes: &[&[usize]] = &[#(#shapes),*];
+            if shapes.iter().any(|s| *s != shapes[0]) {
+                return Err(#err);
+            }
+            let mut os = [0usize; #r];
+            for (k, o) in os.iter_mut().enumerate() {
+                *o = match k.cmp(&#dl) {
+                    ::core::cmp::Ordering::Less => shapes[0][k],
+                    ::core::cmp::Ordering::Equal => #n,
+                    ::core::cmp::Ordering::Greater => shapes[0][k - 1],
+                };
+            }
+            #set
+        });
+    } else {
+        require_sizes(&out, &want)?;
+    }
     let mut names = Vec::new();
     for t in &inputs {
         let (n, s) = ctx.read(t)?;
@@ -859,7 +879,7 @@ fn stack(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     let (o, s) = ctx.write(&out)?;
     stmts.push(s);
-    let (k, sizes, dl) = (kernels(), usize_slice(&first.sizes), lit(d));
+    let (k, sizes, dl) = (kernels(), ctx.sizes(first), lit(d));
     stmts.push(quote!(#k::stack(&[#(#names),*], #sizes, #dl, #o);));
     Ok(quote!(#(#stmts)*))
 }
