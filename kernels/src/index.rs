@@ -99,6 +99,14 @@ fn for_each_index(sizes: &[usize], mut f: impl FnMut(usize, &[usize; MAX_RANK]) 
     Ok(())
 }
 
+/// A `gather`/`scatter` index of `index_sizes` (and `index_len`
+/// elements) fits a tensor of `sizes`: the same rank, no larger off `dim`.
+fn index_fits(sizes: &[usize], dim: usize, index_len: usize, index_sizes: &[usize]) -> bool {
+    index_sizes.len() == sizes.len()
+        && (0..sizes.len()).all(|d| d == dim || index_sizes[d] <= sizes[d])
+        && index_len >= numel(index_sizes)
+}
+
 /// `aten::gather(dim, index)`: `out` has the index's shape;
 /// `out[i] = src[i with coordinate dim replaced by index[i]]`. The index
 /// has the input's rank with `index_sizes[d] <= sizes[d]` for `d != dim`.
@@ -111,12 +119,7 @@ pub fn gather<T: Copy, I: Element>(
     out: &mut [T],
 ) -> KernelResult {
     // Live (dynamic) sizes are checked here; static ones by the compiler.
-    let fits = index_sizes.len() == sizes.len()
-        && (0..sizes.len()).all(|d| d == dim || index_sizes[d] <= sizes[d])
-        && index.len() >= numel(index_sizes)
-        && out.len() >= numel(index_sizes)
-        && src.len() >= numel(sizes);
-    if !fits {
+    if !index_fits(sizes, dim, index.len(), index_sizes) || out.len() < numel(index_sizes) || src.len() < numel(sizes) {
         return Err(KernelError::ShapeMismatch);
     }
     let mut st = [0usize; MAX_RANK];
@@ -222,12 +225,11 @@ pub fn count_nonzero<T: Element>(x: &[T]) -> usize {
 
 /// `aten::nonzero`: for each non-zero element of a contiguous `x` of shape
 /// `sizes`, in row-major order, its index (`sizes.len()` coordinates).
-/// `out` holds [`count_nonzero`] rows of them, row-major or, with
+/// `out` holds their `count` ([`count_nonzero`]) rows, row-major or, with
 /// `column_major`, as PyTorch lays them out (coordinate `d` of row `i` at
 /// `d * count + i`).
-pub fn nonzero<T: Element>(x: &[T], sizes: &[usize], column_major: bool, out: &mut [i64]) {
+pub fn nonzero<T: Element>(x: &[T], sizes: &[usize], count: usize, column_major: bool, out: &mut [i64]) {
     let (r, z) = (sizes.len(), T::default());
-    let count = count_nonzero(x);
     let mut row = 0;
     let _ = for_each_index(sizes, |lin, idx| {
         if x[lin] != z {
@@ -278,11 +280,7 @@ fn scatter_impl<T: Copy, I: Element>(
 ) -> KernelResult {
     // Live (dynamic) index sizes are checked here; static ones by the
     // compiler.
-    let fits = index_sizes.len() == sizes.len()
-        && (0..sizes.len()).all(|d| d == dim || index_sizes[d] <= sizes[d])
-        && index.len() >= numel(index_sizes)
-        && dst.len() >= numel(sizes);
-    if !fits {
+    if !index_fits(sizes, dim, index.len(), index_sizes) || dst.len() < numel(sizes) {
         return Err(KernelError::ShapeMismatch);
     }
     let mut st = [0usize; MAX_RANK];

@@ -27,13 +27,13 @@ fn compare(ctx: &mut OpCtx<'_>, op: TokenStream, scalar: bool) -> Result<TokenSt
     if scalar && ctx.scalar(1).is_err() {
         // A scalar computed at run time (a position, say): converted once.
         let (e, kind) = ctx.scalar_expr(1)?;
-        let (proto, from) = match kind {
-            ScalarKind::Int => (Scalar::Int(0), ScalarType::Long),
-            ScalarKind::Double => (Scalar::Double(0.0), ScalarType::Double),
-            ScalarKind::Bool => (Scalar::Bool(false), ScalarType::Bool),
+        let proto = match kind {
+            ScalarKind::Int => Scalar::Int(0),
+            ScalarKind::Double => Scalar::Double(0.0),
+            ScalarKind::Bool => Scalar::Bool(false),
         };
         let c = compute_type(result_type(&[&a], &[proto]));
-        let rhs = convert(e, from, c);
+        let rhs = convert(e, kind.dtype(), c);
         let map = emit_map(ctx, &[&a], &out, &[c], ScalarType::Bool, quote!(a #op rhs), false)?;
         Ok(quote! { let rhs = #rhs; #map })
     } else if scalar {

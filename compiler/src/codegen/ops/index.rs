@@ -549,9 +549,9 @@ fn nonzero(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     let (xi, s1) = ctx.read(&x)?;
     let (k, xs, r) = (kernels(), ctx.sizes(&x), lit(x.rank()));
-    let set = set_out_sizes(ctx, &out, quote!(&[#k::count_nonzero(#xi), #r]));
+    let set = set_out_sizes(ctx, &out, quote!(&[count, #r]));
     let (o, s2) = ctx.write(&out)?;
-    Ok(quote! { #s1 #set #s2 #k::nonzero(#xi, #xs, #column_major, #o); })
+    Ok(quote! { #s1 let count = #k::count_nonzero(#xi); #set #s2 #k::nonzero(#xi, #xs, count, #column_major, #o); })
 }
 
 /// `repeat_interleave.Tensor_out(repeats, output_size?, out)`: each index

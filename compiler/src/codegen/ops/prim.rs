@@ -50,6 +50,16 @@ pub enum ScalarKind {
 }
 
 impl ScalarKind {
+    /// The tensor dtype of a scalar of this kind (PyTorch's int64 and
+    /// float64).
+    pub fn dtype(self) -> ScalarType {
+        match self {
+            ScalarKind::Int => ScalarType::Long,
+            ScalarKind::Double => ScalarType::Double,
+            ScalarKind::Bool => ScalarType::Bool,
+        }
+    }
+
     fn of(v: &Value) -> Option<ScalarKind> {
         match v {
             Value::Int(_) => Some(ScalarKind::Int),

@@ -1670,12 +1670,7 @@ fn scalar_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let Ok(value) = ctx.scalar(0) else {
         // A scalar computed at run time.
         let (e, kind) = ctx.scalar_expr(0)?;
-        let from = match kind {
-            super::prim::ScalarKind::Int => ScalarType::Long,
-            super::prim::ScalarKind::Double => ScalarType::Double,
-            super::prim::ScalarKind::Bool => ScalarType::Bool,
-        };
-        let v = super::elementwise::convert(e, from, out.dtype);
+        let v = super::elementwise::convert(e, kind.dtype(), out.dtype);
         let (o, s) = ctx.write(&out)?;
         return Ok(quote! { #s #o[0] = #v; });
     };
