@@ -4,7 +4,8 @@ use crate::error::{ErrorKind, Errors, Location, Result};
 use crate::format::to_source;
 use crate::ir::{DataSource, TestValue};
 use crate::passes::transform;
-use crate::read::load;
+use crate::plan::plan_temporaries;
+use crate::read::{parse, Loaded};
 use crate::verify::verify_program;
 use proc_macro2::TokenStream;
 
@@ -24,9 +25,21 @@ pub fn compile_program(bytes: &[u8], data: &[&[u8]], options: &Options) -> Resul
     std::panic::catch_unwind(|| {
         let mut loaded = load(bytes, data)?;
         transform(&mut loaded, bytes, options)?;
+        plan_temporaries(&mut loaded)?;
         generate(&loaded, bytes, data, options)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
+}
+
+/// Reads and verifies `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`),
+/// resolving external tensors against the `.ptd` files in `data_files`:
+/// the first two stages.
+pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
+    let loaded = parse(bytes, data_files)?;
+    if let Some(p) = &loaded.program {
+        verify_program(p, &loaded.suites)?;
+    }
+    Ok(loaded)
 }
 
 /// The error that a panic in the compiler becomes.
@@ -151,6 +164,7 @@ pub fn compile_with_cases_to_source(
             verify_program(p, &loaded.suites)?;
         }
         transform(&mut loaded, bytes, options)?;
+        plan_temporaries(&mut loaded)?;
         let mut all_data = data.to_vec();
         all_data.push(cases.bytes);
         let mut options = options.clone();

@@ -443,3 +443,54 @@ pub enum TestValue {
     /// A double-precision float.
     Double(f64),
 }
+
+/// The operator (`namespace::name.overload`) and arguments of a kernel
+/// call; None for other instructions.
+pub(crate) fn kernel_name<'a>(m: &Method, ins: &'a Instruction) -> Option<(String, &'a [usize])> {
+    match ins {
+        Instruction::Kernel { op, args } => Some((m.operators.get(*op)?.full_name(), args)),
+        _ => None,
+    }
+}
+
+/// Alignment of what the passes place in their buffers (a cache line; SIMD
+/// loads never straddle one at a tensor's start).
+pub(crate) const PLAN_ALIGN: u64 = 64;
+
+/// A planned buffer a pass adds to a method.
+#[derive(Default)]
+pub(crate) struct AddedBuffer {
+    /// Its memory id, once something needs it.
+    id: Option<usize>,
+    pub(crate) size: u64,
+}
+
+impl AddedBuffer {
+    /// The memory id, appending the buffer to the method's plan on first
+    /// use (after the reserved entry 0).
+    pub(crate) fn id(&mut self, m: &mut Method) -> usize {
+        *self.id.get_or_insert_with(|| {
+            if m.buffer_sizes.is_empty() {
+                m.buffer_sizes.push(0);
+            }
+            m.buffer_sizes.push(0);
+            m.buffer_sizes.len() - 1
+        })
+    }
+
+    /// Bytes of their own, at the end, for one value for the whole run
+    /// (and from run to run).
+    pub(crate) fn reserve(&mut self, m: &mut Method, bytes: u64) -> Placement {
+        let buffer = self.id(m);
+        let offset = self.size;
+        self.size = offset + bytes.div_ceil(PLAN_ALIGN) * PLAN_ALIGN;
+        Placement::Planned { buffer, offset }
+    }
+
+    /// Writes the buffer's final size into the method's plan.
+    pub(crate) fn install(&self, m: &mut Method) {
+        if let Some(id) = self.id {
+            m.buffer_sizes[id] = self.size;
+        }
+    }
+}

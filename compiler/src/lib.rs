@@ -26,11 +26,12 @@ mod names;
 mod passes;
 mod plan;
 mod read;
+mod shapes;
 mod verify;
 
 pub use codegen::{generate, Generated, Options};
 pub use compile::{
-    compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, prepared_file,
+    compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, load, prepared_file,
     prepared_include, read_file, write_if_changed, ForeignCases, Source,
 };
 pub use error::{Diagnostic, ErrorKind, Errors, Location, Result};
@@ -41,7 +42,7 @@ pub use passes::{lower_delegates, transform};
 /// The tolerance generated tests compare outputs with; its default is the
 /// front ends' (`rtol = 1e-4, atol = 1e-5`).
 pub use ptec_runtime::harness::Tolerance;
-pub use read::{load, Loaded};
+pub use read::Loaded;
 
 /// The readers one by one, for the fuzz targets; not a stable API.
 #[doc(hidden)]

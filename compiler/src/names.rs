@@ -3,6 +3,9 @@
 //! look for and write: one place shared by the pass that makes a call and
 //! the emitter that reads it.
 
+/// The backend id ExecuTorch gives its XNNPACK delegate.
+pub const XNNPACK_BACKEND_ID: &str = "XnnpackBackend";
+
 /// aten operators the passes look for or write.
 pub(crate) mod aten {
     pub(crate) const ADD: &str = "aten::add.out";

@@ -234,3 +234,42 @@ fn the_checker_sees_cycles() {
     .unwrap();
     assert!(cycles(&graph(src)).is_empty());
 }
+
+/// The compiler's stages, in the order `compile` runs them: a stage may use
+/// the ones before it, never one after.
+const STAGES: [&str; 6] = ["read", "verify", "passes", "plan", "codegen", "format"];
+
+/// Modules every stage may use (the vocabulary below them all) and that use
+/// no stage themselves.
+const SHARED: [&str; 5] = ["ir", "error", "names", "options", "analysis"];
+
+/// The edges of `edges` that break the stage order: a stage using a later
+/// one, or shared vocabulary using a stage.
+fn out_of_order(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<(String, String)> {
+    let top = |m: &str| m.split("::").next().unwrap_or("").to_string();
+    let rank = |m: &str| STAGES.iter().position(|s| *s == top(m));
+    let mut bad = Vec::new();
+    for (from, targets) in edges {
+        for to in targets {
+            let wrong = match (rank(from), rank(to)) {
+                (Some(a), Some(b)) => b > a,
+                (None, Some(_)) => SHARED.contains(&top(from).as_str()),
+                _ => false,
+            };
+            if wrong {
+                bad.push((from.clone(), to.clone()));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn stages_use_only_earlier_stages() {
+    let edges = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    for stage in STAGES {
+        assert!(edges.contains_key(stage), "no module `{stage}`");
+    }
+    let bad = out_of_order(&edges);
+    assert!(bad.is_empty(), "imports against the stage order (from, to): {bad:#?}");
+}

@@ -1,7 +1,6 @@
 //! Code for one method: its state (arena, live sizes, run-time scalars,
 //! instruction counter), one function per instruction, `execute`/`step`,
 //! the dynamic interface (`set_input`/`output`) and the typed function.
-use super::fold::Folds;
 use super::resources::delegate_body;
 use super::Ctx;
 use crate::codegen::ops::{
@@ -9,7 +8,8 @@ use crate::codegen::ops::{
 };
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
-use crate::plan::layout::{layout_prepared, Home, MethodLayout, Occupancy};
+use crate::plan::layout::{Home, MethodLayout};
+use crate::plan::{plan_method, MethodPlan};
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
@@ -163,29 +163,11 @@ fn typed_array(t: &Tensor) -> Option<TokenStream> {
 }
 
 pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<MethodCode, Vec<Diagnostic>> {
-    let prepared = match &ctx.prepared {
-        Some(_) => super::prepare::prepared_at_compile_time(m),
-        None => Default::default(),
-    };
-    let layout = layout_prepared(m, prepared)?;
-    let mut folds = Folds::of(m, &layout, |rows, n, k| {
-        ptec_runtime::kernels::gemm::gemm_scratch_len(rows, n, k) > 0
-    });
-    if let Some(p) = &ctx.prepared {
-        folds.pack_at_compile_time(&layout, p).map_err(|detail| {
-            vec![Diagnostic::new(
-                ErrorKind::BadPlacement { detail },
-                Location::method(&m.name),
-            )]
-        })?;
-    }
-    // What the folds left untouched takes no bytes.
-    let layout = {
-        let mut layout = layout;
-        layout.squeeze(m, |v| !folds.bypassed(v));
-        layout
-    };
-    let occupancy = Occupancy::of(m, &layout, |n| folds.elided(n), |v| folds.bypassed(v));
+    let MethodPlan {
+        layout,
+        folds,
+        occupancy,
+    } = plan_method(m, ctx.prepared.as_ref())?;
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);
     let mut errors = Vec::new();

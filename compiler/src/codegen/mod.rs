@@ -4,11 +4,8 @@
 //! The module holds the embedded constants, one struct for the program with
 //! a state per method, the typed function of each method and an
 //! implementation of `ptec_runtime::Model` (the dynamic interface).
-pub(crate) mod compact;
-pub(crate) mod fold;
 mod method;
 pub(crate) mod ops;
-pub(crate) mod prepare;
 mod resources;
 mod tests;
 
@@ -135,9 +132,9 @@ pub struct Ctx<'a> {
     pub n_delegates: usize,
     /// The constants the compiler prepares (see [`prepare`]); `None` in
     /// external-weights mode, where the first run prepares them.
-    pub prepared: Option<prepare::PreparedData<'a>>,
+    pub prepared: Option<crate::plan::prepare::PreparedData<'a>>,
     /// Every read of file data the generated code makes (see [`compact`]).
-    pub reads: std::cell::RefCell<compact::Reads>,
+    pub reads: std::cell::RefCell<crate::plan::compact::Reads>,
 }
 
 impl Ctx<'_> {
@@ -242,16 +239,6 @@ impl Ctx<'_> {
     }
 }
 
-/// The bytes of a file the program was read from (none for the blocks the
-/// compiler makes, which are not such files).
-pub(crate) fn source_bytes<'a>(source: DataSource, program_bytes: &'a [u8], data: &[&'a [u8]]) -> &'a [u8] {
-    match source {
-        DataSource::Program => program_bytes,
-        DataSource::External(k) => data.get(k).copied().unwrap_or(&[]),
-        DataSource::Embedded | DataSource::PrepareOnly => &[],
-    }
-}
-
 /// Checks what generated code will rely on about embedded data: every
 /// constant lies in its file and is aligned for its element type (the file
 /// is embedded 64-byte aligned), and bool constants hold only 0 and 1.
@@ -266,7 +253,7 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
                 _ => continue,
             };
             let at = Location::method(&m.name).value(i).offset(d.offset);
-            let bytes = source_bytes(d.source, program_bytes, data);
+            let bytes = crate::plan::source_bytes(d.source, program_bytes, data);
             let Some(b) = bytes.get(d.offset..d.offset.saturating_add(d.len)) else {
                 errors.push(Diagnostic::new(
                     ErrorKind::OutsideData {
@@ -374,13 +361,13 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     } else {
         // A first generation learns what the code reads; the second runs on
         // the program with its data compacted to that.
-        let first = ctx_of(program, Some(prepare::PreparedData::layout_only()));
+        let first = ctx_of(program, Some(crate::plan::prepare::PreparedData::layout_only()));
         generate_methods(&first)?;
         let reads = first.reads.take();
-        let c = compact::compact(program, suites, &reads, program_bytes, data)
+        let c = crate::plan::compact::compact(program, suites, &reads, program_bytes, data)
             .map_err(|detail| Errors::one(ErrorKind::BadPlacement { detail }, Location::default()))?;
         (compacted_program, compacted_suites) = (c.program, c.suites);
-        let prepared = prepare::PreparedData::compacted(c.embedded, c.prepare_only);
+        let prepared = crate::plan::prepare::PreparedData::compacted(c.embedded, c.prepare_only);
         let ctx = ctx_of(&compacted_program, Some(prepared));
         let methods = generate_methods(&ctx)?;
         if ctx.reads.borrow().iter().any(|&(s, _)| s == DataSource::PrepareOnly) {

@@ -29,8 +29,7 @@ use crate::analysis::uses::Uses;
 use crate::ir::*;
 use crate::names::aten::{ADD, BATCH_NORM, CLAMP, CONVOLUTION, HARDTANH, MEAN, PERMUTE_COPY, RELU};
 use crate::names::{folded, AVG_POOL2D_NHWC, GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC};
-use crate::passes::rewrite::{kernel_call, kernel_name, push_f32_tensor, push_int_list, push_value};
-use crate::plan::AddedBuffer;
+use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
 use std::collections::{HashMap, HashSet};
 
@@ -692,7 +691,7 @@ mod tests {
     fn fixture() -> (Method, Method) {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/channels_last.pte");
         let bytes = std::fs::read(path).unwrap();
-        let mut program = crate::read::load(&bytes, &[]).unwrap().program.unwrap();
+        let mut program = crate::load(&bytes, &[]).unwrap().program.unwrap();
         let before = program.methods[0].clone();
         let m = &mut program.methods[0];
         convert_method(m);

@@ -24,7 +24,7 @@ use crate::ir::*;
 use crate::names::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::names::CONV2D_FOLDED_CHAIN as CHAIN;
 use crate::passes::channels_last::{image, int, number, residual_add_after, usizes};
-use crate::passes::rewrite::{kernel_call, kernel_name};
+use crate::passes::rewrite::kernel_call;
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
 
 /// Smallest result between two convolutions worth a chain: below it the

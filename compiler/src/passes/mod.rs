@@ -5,9 +5,10 @@
 //! 2. [`channels_last`]: convolution regions run on NHWC images, with
 //!    batch norms and clamps folded into the convolutions;
 //! 3. [`conv_chains`]: residual adds fold into the convolution before them,
-//!    and runs of 1×1 convolutions become one chained call;
-//! 4. [`temporaries`](crate::plan::temporaries): what the passes added
-//!    gets bytes where the program's plan is free.
+//!    and runs of 1×1 convolutions become one chained call.
+//!
+//! The tensors the passes add have no bytes yet: the next stage, `plan`,
+//! gives them some.
 pub(crate) mod channels_last;
 pub(crate) mod conv_chains;
 pub(crate) mod rewrite;
@@ -37,7 +38,7 @@ pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result
             crate::analysis::alias::check_relaid(old, new)?;
         }
     }
-    each_method(program, suites, crate::plan::temporaries::plan_temporaries)
+    Ok(())
 }
 
 /// Compiles the delegate calls ptec knows how to compile into kernel

@@ -50,12 +50,3 @@ pub(crate) fn kernel_call(m: &mut Method, full_name: &str, args: Vec<usize>) -> 
     };
     Instruction::Kernel { op: index, args }
 }
-
-/// The operator (`namespace::name.overload`) and arguments of a kernel
-/// call; None for other instructions.
-pub(crate) fn kernel_name<'a>(m: &Method, ins: &'a Instruction) -> Option<(String, &'a [usize])> {
-    match ins {
-        Instruction::Kernel { op, args } => Some((m.operators.get(*op)?.full_name(), args)),
-        _ => None,
-    }
-}

@@ -300,7 +300,7 @@ impl Occupancy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::fold::Folds;
+    use crate::plan::fold::Folds;
 
     use crate::analysis::test_methods::{bytes, calls};
 
@@ -374,12 +374,7 @@ mod tests {
         // weights and no result of their own.
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
         let bytes = std::fs::read(path).unwrap();
-        let m = crate::read::load(&bytes, &[])
-            .unwrap()
-            .program
-            .unwrap()
-            .methods
-            .remove(0);
+        let m = crate::load(&bytes, &[]).unwrap().program.unwrap().methods.remove(0);
         let layout = layout_method(&m).unwrap();
         let plan = m.buffer_sizes[1] as usize;
         let folds = Folds::of(&m, &layout, |_, _, _| false);

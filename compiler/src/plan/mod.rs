@@ -1,53 +1,31 @@
-//! Memory beyond ExecuTorch's plan: bytes for the temporaries the passes
-//! add ([`temporaries`]), the arena's untouched bytes cut out ([`squeeze`])
-//! and each value's home in the generated code's arena ([`layout`]).
+//! Planning, the stage between the passes and code generation: where every
+//! byte lives.
+//!
+//! - [`plan_temporaries`]: the tensors the passes added get bytes where
+//!   ExecuTorch's plan is free ([`temporaries`]);
+//! - [`plan_method`]: each method's [`MethodPlan`]: every value's home in
+//!   its arena ([`layout`]), what folds into what and the weights packed
+//!   ahead of time ([`fold`], with the constants the compiler prepares,
+//!   [`prepare`]), and the arena bytes only folded values held cut out
+//!   ([`squeeze`]);
+//! - [`compact`]: the file bytes generated code reads, moved into one
+//!   block.
+pub(crate) mod compact;
+pub(crate) mod fold;
 pub(crate) mod layout;
+pub(crate) mod prepare;
 pub(crate) mod squeeze;
 pub(crate) mod temporaries;
 
-use crate::ir::*;
+use crate::error::{Diagnostic, ErrorKind, Location, Result};
+use crate::ir::{DataSource, Method};
+use crate::read::Loaded;
+use crate::verify::verify_program;
+use fold::Folds;
+use layout::{layout_prepared, MethodLayout, Occupancy};
+use prepare::PreparedData;
 
-/// Alignment of what the passes place in their buffers (a cache line; SIMD
-/// loads never straddle one at a tensor's start).
-pub(crate) const ALIGN: u64 = 64;
-
-/// A planned buffer a pass adds to a method.
-#[derive(Default)]
-pub(crate) struct AddedBuffer {
-    /// Its memory id, once something needs it.
-    id: Option<usize>,
-    pub(crate) size: u64,
-}
-
-impl AddedBuffer {
-    /// The memory id, appending the buffer to the method's plan on first
-    /// use (after the reserved entry 0).
-    pub(crate) fn id(&mut self, m: &mut Method) -> usize {
-        *self.id.get_or_insert_with(|| {
-            if m.buffer_sizes.is_empty() {
-                m.buffer_sizes.push(0);
-            }
-            m.buffer_sizes.push(0);
-            m.buffer_sizes.len() - 1
-        })
-    }
-
-    /// Bytes of their own, at the end, for one value for the whole run
-    /// (and from run to run).
-    pub(crate) fn reserve(&mut self, m: &mut Method, bytes: u64) -> Placement {
-        let buffer = self.id(m);
-        let offset = self.size;
-        self.size = offset + bytes.div_ceil(ALIGN) * ALIGN;
-        Placement::Planned { buffer, offset }
-    }
-
-    /// Writes the buffer's final size into the method's plan.
-    pub(crate) fn install(&self, m: &mut Method) {
-        if let Some(id) = self.id {
-            m.buffer_sizes[id] = self.size;
-        }
-    }
-}
+pub(crate) use crate::ir::PLAN_ALIGN as ALIGN;
 
 /// The lowest multiple of [`ALIGN`] at which `size` bytes fit below `limit`
 /// clear of the byte ranges `busy` (start, end).
@@ -61,4 +39,69 @@ pub(crate) fn lowest_fit(mut busy: Vec<(u64, u64)>, size: u64, limit: u64) -> Op
         offset = offset.max(hi.div_ceil(ALIGN) * ALIGN);
     }
     (offset.checked_add(size)? <= limit).then_some(offset)
+}
+
+/// The bytes of a file the program was read from (none for the blocks the
+/// compiler makes, which are not such files).
+pub(crate) fn source_bytes<'a>(source: DataSource, program_bytes: &'a [u8], data: &[&'a [u8]]) -> &'a [u8] {
+    match source {
+        DataSource::Program => program_bytes,
+        DataSource::External(k) => data.get(k).copied().unwrap_or(&[]),
+        DataSource::Embedded | DataSource::PrepareOnly => &[],
+    }
+}
+
+/// Where everything of one method lives, decided before any code is
+/// emitted: after this, the bytes of every value are fixed. (Each
+/// instruction's own scratch, which only its emitter knows, goes after the
+/// plan, where no value lives.)
+pub(crate) struct MethodPlan {
+    /// Each value's home and the arena's size, with what the folds left
+    /// untouched cut out.
+    pub(crate) layout: MethodLayout,
+    /// What folds into what, and the weights packed ahead of time.
+    pub(crate) folds: Folds,
+    /// Which arena bytes each instruction leaves free, for its scratch.
+    pub(crate) occupancy: Occupancy,
+}
+
+/// Plans method `m`. With `prepared` (the constants' bytes, known at compile
+/// time) the compiler prepares filters and packs weights now; without (in
+/// external-weights mode) the first run does.
+pub(crate) fn plan_method(m: &Method, prepared: Option<&PreparedData<'_>>) -> Result<MethodPlan, Vec<Diagnostic>> {
+    let at_compile_time = match prepared {
+        Some(_) => prepare::prepared_at_compile_time(m),
+        None => Default::default(),
+    };
+    let mut layout = layout_prepared(m, at_compile_time)?;
+    let mut folds = Folds::of(m, &layout, |rows, n, k| {
+        ptec_runtime::kernels::gemm::gemm_scratch_len(rows, n, k) > 0
+    });
+    if let Some(p) = prepared {
+        folds.pack_at_compile_time(&layout, p).map_err(|detail| {
+            vec![Diagnostic::new(
+                ErrorKind::BadPlacement { detail },
+                Location::method(&m.name),
+            )]
+        })?;
+    }
+    // What the folds left untouched takes no bytes.
+    layout.squeeze(m, |v| !folds.bypassed(v));
+    let occupancy = Occupancy::of(m, &layout, |n| folds.elided(n), |v| folds.bypassed(v));
+    Ok(MethodPlan {
+        layout,
+        folds,
+        occupancy,
+    })
+}
+
+/// Gives bytes to the tensors the passes added (see [`temporaries`]), then
+/// verifies the program; a `.ptd` file, which holds no program, is left as
+/// it is.
+pub(crate) fn plan_temporaries(loaded: &mut Loaded) -> Result<()> {
+    let Some(program) = loaded.program.as_mut() else {
+        return Ok(());
+    };
+    program.methods.iter_mut().for_each(temporaries::plan_temporaries);
+    verify_program(program, &loaded.suites)
 }

@@ -7,7 +7,7 @@
 use crate::analysis::alias::Aliases;
 use crate::analysis::lives::{lives, Life};
 use crate::ir::*;
-use crate::plan::{lowest_fit, AddedBuffer, ALIGN};
+use crate::plan::{lowest_fit, ALIGN};
 
 /// Plans the method's unplanned static tensors that its instructions use,
 /// other than its inputs and outputs (which the caller may provide); the

@@ -2,11 +2,13 @@
 //!
 //! [`container`] finds what a file is and where its parts are; [`program`]
 //! reads a program's flatbuffer, [`bundle`] a bundle's test cases, [`ptd`]
-//! a `.ptd` file's tensors. [`load`] does all that and verifies the result.
+//! a `.ptd` file's tensors, [`xnnpack`] an XNNPACK delegate's blob. [`parse`] does all that; the driver verifies
+//! the result next.
 pub(crate) mod bundle;
 pub(crate) mod container;
 pub(crate) mod program;
 pub(crate) mod ptd;
+pub(crate) mod xnnpack;
 
 use crate::error::Result;
 use crate::ir::*;
@@ -14,9 +16,8 @@ use crate::read::bundle::{read_bp04, read_bp08};
 use crate::read::container::detect;
 use crate::read::program::read_program;
 use crate::read::ptd::read_ptd;
-use crate::verify::verify_program;
 
-/// A file, read and verified.
+/// A file, read.
 #[derive(Clone, Debug)]
 pub struct Loaded {
     /// What kind of file it is.
@@ -29,9 +30,10 @@ pub struct Loaded {
     pub tensor_data: Option<ExternalFile>,
 }
 
-/// Reads and verifies `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`), resolving
-/// external tensors against the `.ptd` files in `data_files`.
-pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
+/// Reads `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`), resolving external
+/// tensors against the `.ptd` files in `data_files`. The program is not
+/// verified yet: see `crate::load`.
+pub fn parse(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
     let kind = detect(bytes)?;
     let external = data_files
         .iter()
@@ -50,9 +52,6 @@ pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
         }
         FileKind::TensorData => (None, Vec::new(), Some(read_ptd(bytes, 0)?)),
     };
-    if let Some(p) = &program {
-        verify_program(p, &suites)?;
-    }
     Ok(Loaded {
         kind,
         program,

@@ -1,6 +1,6 @@
 //! Matrix products: `addmm`, `mm`, `bmm`, `linear`.
 use super::*;
-use crate::codegen::fold::PackedWeight;
+use crate::plan::fold::PackedWeight;
 
 pub const OPS: &[(&str, Emitter)] = &[
     ("aten::addmm.out", addmm),

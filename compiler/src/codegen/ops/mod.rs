@@ -7,10 +7,10 @@
 //! views of tensor data. It returns the statements of the instruction's
 //! body, or a message saying what is wrong with the arguments; the caller
 //! turns that into an error located at the method and instruction.
-use crate::codegen::fold::Folds;
-use crate::codegen::prepare::PreparedData;
 use crate::ir::*;
+use crate::plan::fold::Folds;
 use crate::plan::layout::{overlaps, Home, MethodLayout, Occupancy};
+use crate::plan::prepare::PreparedData;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
 

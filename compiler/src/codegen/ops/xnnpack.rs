@@ -761,7 +761,7 @@ fn batch_matmul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(3)?);
     let transposed = ctx.bool(2)?;
     f32_static(&[&a, &b, &out])?;
-    let want = crate::passes::xnnpack::batch_matmul_sizes(&a.sizes, &b.sizes, transposed)
+    let want = crate::shapes::batch_matmul_sizes(&a.sizes, &b.sizes, transposed)
         .ok_or_else(|| format!("batch matrix multiply of {:?} and {:?}", a.sizes, b.sizes))?;
     require_sizes(&out, &want)?;
     let rank = want.len();

@@ -19,9 +19,6 @@
 //! Shapes are checked here, against the node's parameters, so that a
 //! malformed subgraph is reported at its node; the emitters check their
 //! arguments again when the code is generated.
-use super::blob::{
-    read_graph, BinaryOp, ConvParams, Graph, NamedSources, Op, QElem, QParams, Quantized, UnaryOp, ValueKind, XNode,
-};
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
@@ -31,7 +28,10 @@ use crate::names::{
     GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
 };
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_tensor, push_value};
-use crate::plan::AddedBuffer;
+use crate::read::xnnpack::{
+    read_graph, BinaryOp, ConvParams, Graph, NamedSources, Op, QElem, QParams, Quantized, UnaryOp, ValueKind, XNode,
+};
+use crate::shapes::{batch_matmul_sizes, broadcast, contiguous_strides};
 use ptec_runtime::kernels::gemm::packed_len;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window2d};
 
@@ -212,7 +212,7 @@ impl<'a> CallLowering<'a> {
     /// read the inputs: an output planned over an input's bytes (or over
     /// another output's) would corrupt them, so such a call is refused.
     fn outputs_apart(&self) -> Step {
-        let arg = |x: &crate::passes::xnnpack::blob::XValue| match x.kind {
+        let arg = |x: &crate::read::xnnpack::XValue| match x.kind {
             ValueKind::Input { arg } => Some((false, arg)),
             ValueKind::Output { arg } => Some((true, arg)),
             _ => None,
@@ -1326,68 +1326,4 @@ fn channels_last_softmax(g: &Graph) -> Option<usize> {
 
 fn has_clamp(node: &XNode) -> bool {
     node.min > f32::NEG_INFINITY || node.max < f32::INFINITY
-}
-
-/// NumPy broadcasting of two shapes (aligned at the last dim).
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let at = |s: &[usize], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
-    (0..rank)
-        .map(|d| match (at(a, d), at(b, d)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Row-major strides (in elements) of a shape.
-fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; dims.len()];
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * dims[d + 1];
-    }
-    s
-}
-
-/// Output dims of a batch matrix multiply: `[batch.., m, n]`.
-pub(crate) fn batch_matmul_sizes(a: &[usize], b: &[usize], transpose_b: bool) -> Option<Vec<usize>> {
-    if a.len() < 2 || b.len() < 2 {
-        return None;
-    }
-    let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
-    let (kb, n) = if transpose_b {
-        (b[b.len() - 1], b[b.len() - 2])
-    } else {
-        (b[b.len() - 2], b[b.len() - 1])
-    };
-    if k != kb {
-        return None;
-    }
-    let mut out = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])?;
-    out.extend([m, n]);
-    Some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shapes() {
-        assert_eq!(broadcast(&[2, 1, 4], &[3, 1]), Some(vec![2, 3, 4]));
-        assert_eq!(broadcast(&[2, 3], &[4, 3]), None);
-        assert_eq!(broadcast(&[], &[5]), Some(vec![5]));
-        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
-        assert_eq!(
-            batch_matmul_sizes(&[4, 128, 64], &[4, 64, 128], false),
-            Some(vec![4, 128, 128])
-        );
-        assert_eq!(
-            batch_matmul_sizes(&[2, 1, 5, 3], &[4, 7, 3], true),
-            Some(vec![2, 4, 5, 7])
-        );
-        assert_eq!(batch_matmul_sizes(&[5, 3], &[4, 3], false), None);
-    }
 }

@@ -2,7 +2,8 @@
 //!
 //! Most programs exported for CPU put their work in `DelegateCall`s to the
 //! backend `XnnpackBackend`, whose processed blob is a serialized XNNPACK
-//! subgraph. This pass reads and verifies each such blob ([`blob`]) and
+//! subgraph. This pass takes each such blob, read and verified by
+//! [`crate::read::xnnpack`], and
 //! replaces the call by kernel calls over new values of the method
 //! ([`lower`]): the subgraph's nodes become instructions of the same IR that
 //! the rest of the compiler already turns into straight-line Rust, with
@@ -12,14 +13,11 @@
 //! The pass runs between loading and code generation when
 //! [`Options::lower_xnnpack`](crate::Options) is set (the default); a
 //! front end that wants delegate calls left in place turns it off.
-pub mod blob;
 mod lower;
 
-pub(crate) use lower::batch_matmul_sizes;
 pub use lower::lower_xnnpack_delegates;
 
-/// The backend id ExecuTorch gives its XNNPACK delegate.
-pub const BACKEND_ID: &str = "XnnpackBackend";
+pub use crate::names::XNNPACK_BACKEND_ID as BACKEND_ID;
 
 #[cfg(test)]
 mod tests;

@@ -542,13 +542,13 @@ fn convolutions_become_folded_calls_that_absorb_the_residual_add() {
     use crate::passes::channels_last::int;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/xnnpack_conv.pte");
     let bytes = std::fs::read(path).unwrap();
-    let mut program = crate::read::load(&bytes, &[]).unwrap().program.unwrap();
+    let mut program = crate::load(&bytes, &[]).unwrap().program.unwrap();
     lower_xnnpack_delegates(&mut program, &bytes).unwrap();
     let lowered = program.methods[0].clone();
     let folded_calls = |m: &Method| -> Vec<Vec<usize>> {
         m.instructions
             .iter()
-            .filter_map(|i| crate::passes::rewrite::kernel_name(m, i))
+            .filter_map(|i| crate::ir::kernel_name(m, i))
             .filter(|(name, _)| name == folded::NAME)
             .map(|(_, args)| args.to_vec())
             .collect()

@@ -13,7 +13,6 @@
 //! the first run prepares them as before.
 use crate::ir::*;
 use crate::names::{conv2d_nhwc, folded, fully_connected, qd8_fully_connected, qs8, CONV2D_FOLDED_CHAIN};
-use crate::passes::rewrite::kernel_name;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 

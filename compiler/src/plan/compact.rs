@@ -284,7 +284,7 @@ mod tests {
     /// The byte ranges in `file` of the weights the compiler prepares kept
     /// tensors from (see `prepare::kept_arguments`).
     fn preparation_sources(file: &[u8]) -> Vec<(usize, usize)> {
-        let mut loaded = crate::read::load(file, &[]).unwrap();
+        let mut loaded = crate::load(file, &[]).unwrap();
         crate::transform(&mut loaded, file, &crate::Options::new("x")).unwrap();
         let mut ranges = Vec::new();
         for m in &loaded.program.unwrap().methods {
@@ -293,7 +293,7 @@ mod tests {
                     continue;
                 };
                 let name = m.operators[*op].full_name();
-                for (kept, sources) in crate::codegen::prepare::kept_arguments(&name, args.len()) {
+                for (kept, sources) in crate::plan::prepare::kept_arguments(&name, args.len()) {
                     let kept_is_tensor = matches!(m.values.get(args[kept]), Some(Value::Tensor(_)));
                     // The weight comes first.
                     match m.values.get(args[sources[0]]) {

@@ -15,7 +15,6 @@ use super::prepare::PreparedData;
 use crate::analysis::alias::Aliases;
 use crate::analysis::uses::Uses;
 use crate::ir::*;
-use crate::passes::rewrite::kernel_name;
 use crate::plan::layout::{overlaps, Home, MethodLayout};
 use std::collections::{HashMap, HashSet};
 
@@ -316,7 +315,7 @@ mod tests {
     fn mlp() -> Method {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
         let bytes = std::fs::read(path).unwrap();
-        let loaded = crate::read::load(&bytes, &[]).unwrap();
+        let loaded = crate::load(&bytes, &[]).unwrap();
         loaded.program.unwrap().methods[0].clone()
     }
 

@@ -400,7 +400,7 @@ fn bad(at: &Location, within: Option<String>, offset: usize, kind: ErrorKind) ->
 
 fn invalid(detail: impl Into<String>) -> ErrorKind {
     ErrorKind::BadDelegate {
-        backend: super::BACKEND_ID,
+        backend: crate::names::XNNPACK_BACKEND_ID,
         detail: detail.into(),
     }
 }
