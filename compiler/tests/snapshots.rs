@@ -1,45 +1,81 @@
 //! Snapshots of generated code for small programs, so every change to the
-//! output is reviewed (`cargo insta review`). The same code is compiled and
-//! run by the `ptec-tests` crate.
-use std::path::PathBuf;
+//! output is reviewed as a diff. They are the modules of the
+//! `ptec-snapshots` crate (`tests/output`), so they also build; the same
+//! code is run by the `ptec-tests` crate. After a deliberate change,
+//! `PTEC_BLESS=1 cargo test -p ptec --test snapshots` rewrites them.
+use std::path::{Path, PathBuf};
 
-fn generate(name: &str) -> String {
+fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
         .join(name);
-    let bytes = std::fs::read(&path).unwrap();
-    // Fixed include paths keep the snapshot independent of the checkout,
-    // and the constants out of it (as the CLI writes them).
-    let mut options = ptec::Options::new(name);
-    options.prepared_path = Some(ptec::prepared_include(std::path::Path::new(name)));
-    ptec::compile_to_string(&bytes, &[], &options).unwrap()
+    std::fs::read(&path).unwrap()
+}
+
+/// Checks that `path` holds `contents`; with `PTEC_BLESS` set, makes it so.
+fn assert_file(path: &Path, contents: &[u8]) {
+    if std::env::var_os("PTEC_BLESS").is_some() {
+        std::fs::write(path, contents).unwrap();
+        return;
+    }
+    let old = std::fs::read(path).unwrap_or_default();
+    if old == contents {
+        return;
+    }
+    // The first line that differs, to point the reviewer at it.
+    let (old, new) = (String::from_utf8_lossy(&old), String::from_utf8_lossy(contents));
+    let line = old.lines().zip(new.lines()).position(|(a, b)| a != b).unwrap_or(0);
+    panic!(
+        "{} is out of date (first difference at line {}):\n  was: {:?}\n  now: {:?}\nrerun with PTEC_BLESS=1 to accept",
+        path.display(),
+        line + 1,
+        old.lines().nth(line).unwrap_or(""),
+        new.lines().nth(line).unwrap_or("")
+    );
+}
+
+/// Compiles fixture `file` as module `module` of the snapshot crate: its
+/// code, and its constants beside it (as the CLI writes them).
+fn snapshot(file: &str, module: &str, external_weights: bool) {
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/output/src");
+    let rs = out.join(format!("{module}.rs"));
+    // Fixed include paths keep the snapshot independent of the checkout.
+    let mut options = ptec::Options::new(file);
+    options.external_weights = external_weights;
+    if !external_weights {
+        options.prepared_path = Some(ptec::prepared_include(&rs));
+    }
+    let source = ptec::compile_to_source(&fixture(file), &[], &options).unwrap();
+    assert_file(&rs, source.code.as_bytes());
+    let prepared = ptec::prepared_file(&rs);
+    if source.prepared.is_empty() {
+        assert!(!prepared.exists(), "{} is left over", prepared.display());
+    } else {
+        assert_file(&prepared, &source.prepared);
+    }
 }
 
 #[test]
 fn mlp() {
-    insta::assert_snapshot!(generate("mlp.pte"));
+    snapshot("mlp.pte", "mlp", false);
 }
 
 #[test]
 fn cond() {
-    insta::assert_snapshot!(generate("cond.pte"));
+    snapshot("cond.pte", "cond", false);
 }
 
 #[test]
 fn dynamic() {
-    insta::assert_snapshot!(generate("dynamic.pte"));
+    snapshot("dynamic.pte", "dynamic", false);
 }
 
 #[test]
 fn multi_method() {
-    insta::assert_snapshot!(generate("multi_method.pte"));
+    snapshot("multi_method.pte", "multi_method", false);
 }
 
 #[test]
 fn mlp_external_weights() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp.pte");
-    let bytes = std::fs::read(&path).unwrap();
-    let mut options = ptec::Options::new("mlp.pte");
-    options.external_weights = true;
-    insta::assert_snapshot!(ptec::compile_to_string(&bytes, &[], &options).unwrap());
+    snapshot("mlp.pte", "mlp_external_weights", true);
 }

@@ -252,6 +252,19 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     let data_expr = |s: DataSource, offset: usize| ctx.data_expr(s, offset);
     let mut ins_fns = Vec::new();
     let mut has_jumps = false;
+    // Instructions with no code of their own get no function: frees, jumps
+    // (their test is in `run_at`) and what folded into another.
+    let has_fn = |n: usize, ins: &Instruction| match ins {
+        Instruction::Kernel { .. } => folds.elided(n).is_none(),
+        Instruction::Delegate { .. } | Instruction::Move { .. } => true,
+        Instruction::JumpFalse { .. } | Instruction::Free { .. } => false,
+    };
+    let mut folded_into: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for n in 0..m.instructions.len() {
+        if let Some(by) = folds.elided(n) {
+            folded_into.entry(by).or_default().push(n);
+        }
+    }
     for (n, ins) in m.instructions.iter().enumerate() {
         let fname = format_ident!("i{}", n);
         let at = at.clone().instruction(n);
@@ -267,8 +280,8 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 ));
             }
         }
-        if let Some(by) = folds.elided(n) {
-            doc.push(format!(" Done by instruction {by}, into which ptec folded it."));
+        for folded in folded_into.get(&n).into_iter().flatten() {
+            doc.push(format!(" Also does instruction {folded}, which ptec folded into it."));
         }
         let body: Result<TokenStream, Diagnostic> = match ins {
             Instruction::Kernel { .. } if folds.elided(n).is_some() => Ok(quote!()),
@@ -319,7 +332,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         };
         match body {
             Ok(body) => {
-                if !matches!(ins, Instruction::JumpFalse { .. }) {
+                if has_fn(n, ins) {
                     ins_fns.push(quote! {
                         #(#[doc = #doc])*
                         #[inline]
@@ -386,6 +399,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                 let c = cond_expr(m, &layout, &rt, *cond, n, &data_expr);
                 quote!(#nl => { if #c { #next } else { #dest } })
             }
+            _ if !has_fn(n, ins) => quote!(#nl => { #next }),
             _ => {
                 let f = format_ident!("i{}", n);
                 quote!(#nl => { self.#f(#rs_arg)?; #next })
@@ -407,7 +421,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             .instructions
             .iter()
             .enumerate()
-            .filter(|(_, i)| !matches!(i, Instruction::Free { .. }))
+            .filter(|&(n, i)| has_fn(n, i))
             .map(|(n, _)| format_ident!("i{}", n));
         quote! { #(self.#calls(#rs_arg)?;)* Ok(()) }
     };
@@ -457,17 +471,14 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     };
     let n_in = lit(m.inputs.len());
     let n_out = lit(m.outputs.len());
-    let allow = super::allow_lints();
     let fits = super::fits_target(&format!("the memory of method `{}`", m.name), arena_total);
     let items = quote! {
         #fits
 
-        #allow
         struct #state_ident {
             #(#fields,)*
         }
 
-        #allow
         impl #state_ident {
             #thread_scratch
 

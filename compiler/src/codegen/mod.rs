@@ -100,8 +100,9 @@ pub fn default_struct_name(source_name: &str) -> String {
 }
 
 /// Lints generated code does not answer to: it is complete for every
-/// program, used or not, and written for clarity of generation.
-pub fn allow_lints() -> TokenStream {
+/// program, used or not, and written for clarity of generation. Said once,
+/// on the module that holds it all.
+fn allow_lints() -> TokenStream {
     quote! {
         #[allow(
             dead_code,
@@ -444,9 +445,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         .collect();
     let zero_impls = methods.iter().map(|m| {
         let s = &m.state_ident;
-        let allow = allow_lints();
         quote! {
-            #allow
             impl #s {
                 fn zeroed() -> Self {
                     // SAFETY: every field of a method state is an integer,
@@ -462,7 +461,6 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         options.source_name,
         crate::VERSION
     );
-    let allow = allow_lints();
     let gen = ctx.generics();
     let (rs_mut, rs_ref, rs_ref_after) = (
         ctx.self_rs(true, false),
@@ -504,7 +502,6 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
             #(#fields,)*
         }
 
-        #allow
         impl #gen #struct_ident #gen {
             /// The program's methods.
             pub const METHODS: &'static [::ptec_runtime::MethodMeta] = &[#(#metas),*];
@@ -521,7 +518,6 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
 
         #tests_module
 
-        #allow
         impl #gen ::ptec_runtime::Model for #struct_ident #gen {
             fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
                 Self::METHODS
@@ -562,6 +558,17 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
                 }
             }
         }
+    };
+    // Everything in one private module, so that one `#[allow]` covers it;
+    // its public items are the caller's, as if written in place.
+    let allow = allow_lints();
+    let module = format_ident!("__ptec_{}", struct_name.to_lowercase());
+    let tokens = quote! {
+        #allow
+        mod #module {
+            #tokens
+        }
+        pub use #module::*;
     };
     Ok(Generated {
         tokens,
@@ -626,11 +633,9 @@ fn prepared_static(ctx: &Ctx<'_>, options: &Options, bytes: &[u8]) -> TokenStrea
             quote!(*#lit)
         }
     };
-    let allow = allow_lints();
     let fits = fits_target("the embedded data", bytes.len());
     quote! {
         #fits
-        #allow
         static #ident: ::ptec_runtime::mem::Aligned<[u8; #n]> = ::ptec_runtime::mem::Aligned(#data);
     }
 }
@@ -682,11 +687,9 @@ fn data_statics(
             )
         };
         let n = crate::codegen::ops::lit(len);
-        let allow = allow_lints();
         let fits = fits_target(&format!("`{path}`"), len);
         statics.push(quote! {
             #fits
-            #allow
             static #ident: ::ptec_runtime::mem::Aligned<[u8; #n]> = ::ptec_runtime::mem::Aligned(*include_bytes!(#path));
         });
     }
@@ -697,9 +700,7 @@ fn data_statics(
 /// `Default`, `boxed` and in-place initialisation.
 fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStream]) -> TokenStream {
     let st = &ctx.struct_ident;
-    let allow = allow_lints();
     quote! {
-        #allow
         impl #st {
             /// A new instance, built on the stack.
             pub fn new() -> Self {
@@ -716,7 +717,6 @@ fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStre
         }
 
         ::ptec_runtime::__if_alloc! {
-            #allow
             impl #st {
                 /// A new instance, built directly on the heap (no large stack
                 /// frame however big the planned memory is).
@@ -755,7 +755,6 @@ fn construction_with_resources(
 ) -> (TokenStream, TokenStream) {
     let st = &ctx.struct_ident;
     let r = ctx.resources_ident();
-    let allow = allow_lints();
     let (params, args) = resources::constructor_params(ctx, file_checks.len());
     let n_files = crate::codegen::ops::lit(file_checks.len());
     let files_const = if ctx.runtime_files {
@@ -777,7 +776,6 @@ fn construction_with_resources(
         " A new instance, built directly on the heap, given {needs}; an error too when the heap cannot hold it."
     );
     let construction = quote! {
-        #allow
         impl<'r> #st<'r> {
             #files_const
 
@@ -791,7 +789,6 @@ fn construction_with_resources(
         }
 
         ::ptec_runtime::__if_alloc! {
-            #allow
             impl<'r> #st<'r> {
                 #[doc = #boxed_doc]
                 pub fn boxed(#params) -> ::core::result::Result<::ptec_runtime::Boxed<Self>, ::ptec_runtime::Error> {

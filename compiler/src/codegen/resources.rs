@@ -110,7 +110,6 @@ pub fn delegate_body(
 pub fn resources_items(ctx: &Ctx<'_>, file_checks: &[TokenStream]) -> TokenStream {
     let r = ctx.resources_ident();
     let st = &ctx.struct_ident;
-    let allow = super::allow_lints();
     let n_files = lit(file_checks.len());
     let n_delegates = lit(ctx.n_delegates);
     let (params, _) = constructor_params(ctx, file_checks.len());
@@ -171,12 +170,10 @@ pub fn resources_items(ctx: &Ctx<'_>, file_checks: &[TokenStream]) -> TokenStrea
     };
     quote! {
         /// What the program was given at construction.
-        #allow
         struct #r<'r> {
             #(#fields,)*
         }
 
-        #allow
         impl<'r> #r<'r> {
             /// Checks the files against the ones compiled against and
             /// initialises every delegate with its backend.

@@ -118,11 +118,9 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64,
     };
     let count = lit(n);
     let (rt, at) = (f64_lit(rtol), f64_lit(atol));
-    let allow = super::allow_lints();
     quote! {
             /// The bundled test cases of the program, runnable through the
             /// dynamic interface.
-            #allow
             pub mod bundled {
                 use super::*;
 
