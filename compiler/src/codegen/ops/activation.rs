@@ -401,7 +401,7 @@ fn glu(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     require_dtype(&out, &[x.dtype])?;
     require_contiguous(&[&x, &out])?;
     if x.dynamic || out.dynamic {
-        return Err(super::shape::no_dynamic(ctx));
+        return Err(super::checks::no_dynamic(ctx));
     }
     let d = norm_dim(dim, x.rank())?;
     if x.rank() == 0 || !x.sizes[d].is_multiple_of(2) {

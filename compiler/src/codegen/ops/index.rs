@@ -2,8 +2,9 @@
 //! `index_put`), `index_select`, `gather`, `embedding`, the scatters and
 //! `masked_fill`. Index values are checked by the kernels at run time
 //! (an out-of-range index is a `KernelError`); shapes are checked here.
+use super::checks::{no_dynamic, require_same, scalar_value, set_out_sizes, shape_mismatch};
 use super::elementwise::{compute_type, emit_map, scalar_in};
-use super::shape::{emit_copy_then, no_dynamic, require_same, scalar_value, set_out_sizes, shape_mismatch};
+use super::shape::emit_copy_then;
 use super::*;
 
 pub const OPS: &[(&str, Emitter)] = &[

@@ -50,7 +50,7 @@ fn gated_delta_rule(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     // The output follows the query's live sizes, with the value's width.
     let qs = ctx.sizes(q);
-    let set = super::shape::set_out_sizes(ctx, out, quote!(&[qs[0], qs[1], qs[2], #dv]));
+    let set = super::checks::set_out_sizes(ctx, out, quote!(&[qs[0], qs[1], qs[2], #dv]));
     let mut stmts = vec![quote! { let qs: &[usize] = #qs; #set }];
     let mut names = Vec::new();
     for t in [q, k, v, decay, beta, s0] {

@@ -15,6 +15,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
 
 mod activation;
+mod checks;
 mod compare;
 mod conv;
 mod copy;

@@ -371,7 +371,7 @@ fn topk(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         require_rank(out, want.len())?;
         if x.dynamic {
             let sizes = ctx.sizes(&x);
-            let err = super::shape::shape_mismatch(ctx);
+            let err = super::checks::shape_mismatch(ctx);
             let r = lit(want.len());
             stmts.push(quote! {
                 let mut os = [0usize; #r];
@@ -423,7 +423,7 @@ fn cdist(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     require_same_dtype(&x1, &out)?;
     require_contiguous(&[&x1, &x2, &out])?;
     if x1.dynamic || x2.dynamic || out.dynamic {
-        return Err(super::shape::no_dynamic(ctx));
+        return Err(super::checks::no_dynamic(ctx));
     }
     let r = x1.rank();
     if r < 2 || x2.rank() != r || x1.sizes[..r - 2] != x2.sizes[..r - 2] || x1.sizes[r - 1] != x2.sizes[r - 1] {
