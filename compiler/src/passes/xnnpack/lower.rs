@@ -637,152 +637,8 @@ impl<'a> CallLowering<'a> {
                 self.kernel(fully_connected::NAME, args);
                 Ok(())
             }
-            Op::Conv2d { depthwise, conv } => {
-                let ConvParams {
-                    input,
-                    filter,
-                    bias,
-                    out,
-                    padding,
-                    stride,
-                    dilation,
-                    groups,
-                    ..
-                } = conv;
-                let g = self.conv_geometry(i, node, *depthwise, conv)?;
-                if self.dynamic && !self.is_quantized(node) {
-                    return self.dynamic_conv(i, node, *depthwise, conv, g.groups);
-                }
-                let (x, w) = (self.dims(*input), self.dims(*filter));
-                // The geometry the call's emitter will find for the
-                // filter in XNNPACK's layout (ungrouped, or depthwise with
-                // more than one channel).
-                let as_folded = Conv2dNhwc::folded(FilterLayout::Xnnpack, x, w, *stride, *padding, *dilation, g.groups);
-                if as_folded == Some(g) && self.is_constant(*filter) && bias.is_none_or(|b| self.is_constant(b)) {
-                    // The call the channels-last pass makes of an aten
-                    // convolution: the passes after this one fuse residual
-                    // adds and chains of such calls.
-                    let groups = g.groups;
-                    let [weight, bias] = [self.slot(*filter), self.opt_slot(*bias)];
-                    let null = self.null();
-                    let args = folded::Args {
-                        x: self.slot(*input),
-                        weight,
-                        bias,
-                        bn: [null; 5],
-                        padding: self.int_list(padding),
-                        stride: self.int_list(stride),
-                        dilation: self.int_list(dilation),
-                        groups: self.int(groups),
-                        min: self.double(node.min),
-                        max: self.double(node.max),
-                        residual: null,
-                        kept: self.kept_packing(*filter, g.folded_len()),
-                        layout: self.push(Value::Int(folded::layout_code(FilterLayout::Xnnpack))),
-                        out: self.slot(*out),
-                    };
-                    self.kernel(folded::NAME, args.to_vec());
-                    return Ok(());
-                }
-                let mut args = vec![
-                    self.slot(*input),
-                    self.slot(*filter),
-                    self.opt_slot(*bias),
-                    self.int_list(padding),
-                    self.int_list(stride),
-                    self.int_list(dilation),
-                ];
-                if !depthwise {
-                    args.push(self.int(*groups));
-                }
-                args.extend([self.double(node.min), self.double(node.max)]);
-                if !depthwise {
-                    let kept = if *groups == 1 {
-                        self.kept_packing(*filter, g.packed_filter_len())
-                    } else {
-                        self.null()
-                    };
-                    args.push(kept);
-                }
-                args.push(self.slot(*out));
-                let name = if *depthwise {
-                    DEPTHWISE_CONV2D_NHWC
-                } else {
-                    conv2d_nhwc::NAME
-                };
-                self.kernel(name, args);
-                Ok(())
-            }
-            Op::Deconv2d { conv, adjustment } => {
-                let ConvParams {
-                    input,
-                    filter,
-                    bias,
-                    out,
-                    padding,
-                    kernel,
-                    stride,
-                    dilation,
-                    groups,
-                    group_input_channels,
-                    group_output_channels,
-                } = conv;
-                let (gi, go) = (*group_input_channels, *group_output_channels);
-                let geometry = Deconv2dNhwc::new(
-                    self.dims(*input),
-                    *kernel,
-                    *stride,
-                    *dilation,
-                    *padding,
-                    *adjustment,
-                    *groups,
-                    gi,
-                    go,
-                );
-                let g = geometry.ok_or_else(|| {
-                    self.node_error(
-                        i,
-                        node,
-                        format!(
-                            "input dims {:?}, kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, adjustment {adjustment:?}, {groups} groups of {gi} -> {go} channels do not fit",
-                            self.dims(*input)
-                        ),
-                    )
-                })?;
-                let want = [groups * go, kernel[0], kernel[1], gi];
-                if self.dims(*filter) != want {
-                    return Err(self.node_error(
-                        i,
-                        node,
-                        format!("filter dims {:?}, expected {want:?}", self.dims(*filter)),
-                    ));
-                }
-                if let Some(b) = bias {
-                    if self.g.values[*b].numel() != groups * go {
-                        return Err(self.node_error(
-                            i,
-                            node,
-                            format!("the bias does not have {} elements", groups * go),
-                        ));
-                    }
-                }
-                self.expect_dims(i, node, *out, &g.output_sizes())?;
-                let args = vec![
-                    self.slot(*input),
-                    self.slot(*filter),
-                    self.opt_slot(*bias),
-                    self.int_list(padding),
-                    self.int_list(stride),
-                    self.int_list(dilation),
-                    self.int_list(adjustment),
-                    self.int(*groups),
-                    self.double(node.min),
-                    self.double(node.max),
-                    self.slot(*out),
-                ];
-                self.kernel(DECONV2D_NHWC, args);
-                Ok(())
-            }
+            Op::Conv2d { depthwise, conv } => self.conv2d(i, node, *depthwise, conv),
+            Op::Deconv2d { conv, adjustment } => self.deconv2d(i, node, conv, *adjustment),
             Op::Pool2d {
                 max,
                 input,
@@ -1014,6 +870,153 @@ impl<'a> CallLowering<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// A convolution node: on NHWC images with XNNPACK's filter layout, or
+    /// through aten's with a varying input.
+    fn conv2d(&mut self, i: usize, node: &XNode, depthwise: bool, conv: &ConvParams) -> Step {
+        let ConvParams {
+            input,
+            filter,
+            bias,
+            out,
+            padding,
+            stride,
+            dilation,
+            groups,
+            ..
+        } = conv;
+        let g = self.conv_geometry(i, node, depthwise, conv)?;
+        if self.dynamic && !self.is_quantized(node) {
+            return self.dynamic_conv(i, node, depthwise, conv, g.groups);
+        }
+        let (x, w) = (self.dims(*input), self.dims(*filter));
+        // The geometry the call's emitter will find for the
+        // filter in XNNPACK's layout (ungrouped, or depthwise with
+        // more than one channel).
+        let as_folded = Conv2dNhwc::folded(FilterLayout::Xnnpack, x, w, *stride, *padding, *dilation, g.groups);
+        if as_folded == Some(g) && self.is_constant(*filter) && bias.is_none_or(|b| self.is_constant(b)) {
+            // The call the channels-last pass makes of an aten
+            // convolution: the passes after this one fuse residual
+            // adds and chains of such calls.
+            let groups = g.groups;
+            let [weight, bias] = [self.slot(*filter), self.opt_slot(*bias)];
+            let null = self.null();
+            let args = folded::Args {
+                x: self.slot(*input),
+                weight,
+                bias,
+                bn: [null; 5],
+                padding: self.int_list(padding),
+                stride: self.int_list(stride),
+                dilation: self.int_list(dilation),
+                groups: self.int(groups),
+                min: self.double(node.min),
+                max: self.double(node.max),
+                residual: null,
+                kept: self.kept_packing(*filter, g.folded_len()),
+                layout: self.push(Value::Int(folded::layout_code(FilterLayout::Xnnpack))),
+                out: self.slot(*out),
+            };
+            self.kernel(folded::NAME, args.to_vec());
+            return Ok(());
+        }
+        let mut args = vec![
+            self.slot(*input),
+            self.slot(*filter),
+            self.opt_slot(*bias),
+            self.int_list(padding),
+            self.int_list(stride),
+            self.int_list(dilation),
+        ];
+        if !depthwise {
+            args.push(self.int(*groups));
+        }
+        args.extend([self.double(node.min), self.double(node.max)]);
+        if !depthwise {
+            let kept = if *groups == 1 {
+                self.kept_packing(*filter, g.packed_filter_len())
+            } else {
+                self.null()
+            };
+            args.push(kept);
+        }
+        args.push(self.slot(*out));
+        let name = if depthwise {
+            DEPTHWISE_CONV2D_NHWC
+        } else {
+            conv2d_nhwc::NAME
+        };
+        self.kernel(name, args);
+        Ok(())
+    }
+
+    /// A transposed convolution node, on NHWC images.
+    fn deconv2d(&mut self, i: usize, node: &XNode, conv: &ConvParams, adjustment: [usize; 2]) -> Step {
+        let ConvParams {
+            input,
+            filter,
+            bias,
+            out,
+            padding,
+            kernel,
+            stride,
+            dilation,
+            groups,
+            group_input_channels,
+            group_output_channels,
+        } = conv;
+        let (gi, go) = (*group_input_channels, *group_output_channels);
+        let geometry = Deconv2dNhwc::new(
+            self.dims(*input),
+            *kernel,
+            *stride,
+            *dilation,
+            *padding,
+            adjustment,
+            *groups,
+            gi,
+            go,
+        );
+        let g = geometry.ok_or_else(|| {
+        self.node_error(
+            i,
+            node,
+            format!(
+                "input dims {:?}, kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?}, adjustment {adjustment:?}, {groups} groups of {gi} -> {go} channels do not fit",
+                self.dims(*input)
+            ),
+        )
+    })?;
+        let want = [groups * go, kernel[0], kernel[1], gi];
+        if self.dims(*filter) != want {
+            return Err(self.node_error(
+                i,
+                node,
+                format!("filter dims {:?}, expected {want:?}", self.dims(*filter)),
+            ));
+        }
+        if let Some(b) = bias {
+            if self.g.values[*b].numel() != groups * go {
+                return Err(self.node_error(i, node, format!("the bias does not have {} elements", groups * go)));
+            }
+        }
+        self.expect_dims(i, node, *out, &g.output_sizes())?;
+        let args = vec![
+            self.slot(*input),
+            self.slot(*filter),
+            self.opt_slot(*bias),
+            self.int_list(padding),
+            self.int_list(stride),
+            self.int_list(dilation),
+            self.int_list(&adjustment),
+            self.int(*groups),
+            self.double(node.min),
+            self.double(node.max),
+            self.slot(*out),
+        ];
+        self.kernel(DECONV2D_NHWC, args);
+        Ok(())
     }
 
     /// The inner and output sizes `(k, n)` of a fully connected node,
