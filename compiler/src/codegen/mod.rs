@@ -432,8 +432,6 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     let field_names: Vec<&Ident> = methods.iter().map(|m| &m.field).collect();
     let metas = methods.iter().map(|m| &m.meta);
     let typed = methods.iter().map(|m| &m.typed_fn);
-    let idx: Vec<TokenStream> = (0..methods.len()).map(crate::codegen::ops::lit).collect();
-    let n_methods = crate::codegen::ops::lit(methods.len());
     let abi = ptec_runtime::ABI_VERSION;
     let zeroed: Vec<TokenStream> = methods
         .iter()
@@ -462,11 +460,6 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         crate::VERSION
     );
     let gen = ctx.generics();
-    let (rs_mut, rs_ref, rs_ref_after) = (
-        ctx.self_rs(true, false),
-        ctx.self_rs(false, false),
-        ctx.self_rs(false, true),
-    );
     let rs_field = if ctx.has_resources() {
         let r = ctx.resources_ident();
         quote!(rs: #r<'r>,)
@@ -478,6 +471,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     } else {
         (construction_plain(&ctx, &field_names, &zeroed), quote!())
     };
+    let model_impl = model_impl(&ctx, &field_names);
     let tokens = quote! {
         const _: () = ::ptec_runtime::check_abi(#abi);
 
@@ -518,46 +512,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
 
         #tests_module
 
-        impl #gen ::ptec_runtime::Model for #struct_ident #gen {
-            fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
-                Self::METHODS
-            }
-
-            fn set_input(&mut self, method: usize, index: usize, value: ::ptec_runtime::Value<'_>) -> ::core::result::Result<(), ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.set_input(index, value),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-
-            fn execute(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.execute(#rs_mut),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-
-            fn step(&mut self, method: usize) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.step(#rs_mut),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-
-            fn output(&self, method: usize, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => self.#field_names.output(index #rs_ref_after),)*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-
-            fn reset(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
-                match method {
-                    #(#idx => { self.#field_names.init(#rs_ref); Ok(()) })*
-                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
-                }
-            }
-        }
+        #model_impl
     };
     // Everything in one private module, so that one `#[allow]` covers it;
     // its public items are the caller's, as if written in place.
@@ -807,4 +762,59 @@ fn construction_with_resources(
         }
     };
     (construction, resources::resources_items(ctx, file_checks))
+}
+
+/// The program's implementation of `ptec_runtime::Model`: each call
+/// dispatched to the state of the method it names.
+fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
+    let (st, gen) = (&ctx.struct_ident, ctx.generics());
+    let idx: Vec<TokenStream> = (0..field_names.len()).map(crate::codegen::ops::lit).collect();
+    let n_methods = crate::codegen::ops::lit(field_names.len());
+    let (rs_mut, rs_ref, rs_ref_after) = (
+        ctx.self_rs(true, false),
+        ctx.self_rs(false, false),
+        ctx.self_rs(false, true),
+    );
+    quote! {
+    impl #gen ::ptec_runtime::Model for #st #gen {
+        fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
+            Self::METHODS
+        }
+
+        fn set_input(&mut self, method: usize, index: usize, value: ::ptec_runtime::Value<'_>) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+            match method {
+                #(#idx => self.#field_names.set_input(index, value),)*
+                _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+            }
+        }
+
+        fn execute(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+            match method {
+                #(#idx => self.#field_names.execute(#rs_mut),)*
+                _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+            }
+        }
+
+        fn step(&mut self, method: usize) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
+            match method {
+                #(#idx => self.#field_names.step(#rs_mut),)*
+                _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+            }
+        }
+
+        fn output(&self, method: usize, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error> {
+            match method {
+                #(#idx => self.#field_names.output(index #rs_ref_after),)*
+                _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+            }
+        }
+
+        fn reset(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+            match method {
+                #(#idx => { self.#field_names.init(#rs_ref); Ok(()) })*
+                _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+            }
+        }
+    }
+    }
 }
