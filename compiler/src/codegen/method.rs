@@ -8,7 +8,8 @@ use crate::codegen::ops::{
 };
 use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
-use crate::plan::layout::{Home, MethodLayout};
+use crate::plan::fold::Folds;
+use crate::plan::layout::{Home, MethodLayout, Occupancy};
 use crate::plan::{plan_method, MethodPlan};
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
@@ -175,81 +176,26 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     let state_ident = format_ident!("{}{}State", ctx.struct_ident, camel(&mident));
     let field = format_ident!("m_{}", mident);
 
-    // State fields (the arena's size is known once every instruction has
-    // said how much scratch it needs).
-    let mut fields = vec![quote!(pc: usize)];
-    let mut init = Vec::new();
-    for (i, v) in m.values.iter().enumerate() {
-        if let Value::Tensor(t) = v {
-            if t.dynamism != Dynamism::Static {
-                let f = sizes_field(i);
-                let r = lit(t.sizes.len());
-                let bound = usize_slice(&t.sizes);
-                fields.push(quote!(#f: [usize; #r]));
-                init.push(quote!(self.#f.copy_from_slice(#bound);));
-            }
-            if let (Placement::Mutable { initial, .. }, Home::Arena { offset }) = (&t.placement, layout.homes[i]) {
-                let data = ctx.data_expr(initial.source, initial.offset);
-                let (s, e) = (lit(initial.offset), lit(initial.offset + initial.len));
-                let (d, de) = (lit(offset), lit(offset + initial.len));
-                init.push(quote!(self.arena.0[#d..#de].copy_from_slice(&#data[#s..#e]);));
-            }
-        }
-        if rt[i] {
-            let f = scalar_field(i);
-            let ty = scalar_ty(v).expect("runtime scalars are scalars");
-            let val = scalar_lit(v);
-            fields.push(quote!(#f: #ty));
-            init.push(quote!(self.#f = #val;));
-        }
-    }
+    let (mut fields, init) = state_fields(ctx, m, &layout, &rt);
 
-    // What a call writes in place without an initial state (a KV cache)
-    // starts empty again on reset.
-    for v in crate::analysis::lives::held(m) {
-        let placed =
-            matches!(m.values.get(v), Some(Value::Tensor(t)) if matches!(t.placement, Placement::Planned { .. }));
-        if let (true, Some((Home::Arena { offset }, n))) = (placed, layout.range(m, v)) {
-            let (d, de) = (lit(offset), lit(offset + n));
-            init.push(quote!(self.arena.0[#d..#de].fill(0);));
-        }
-    }
-
-    // Without their constants at compile time (external-weights mode),
-    // weights are packed on the first run, not at construction: building a
-    // program stays free of work proportional to its weights, and reset
-    // keeps them.
-    let mut packing = Vec::new();
-    if folds.packed_len > 0 {
-        let n = lit(folds.packed_len);
-        fields.push(quote!(packed: ::ptec_runtime::mem::Packed<#n>));
-        fields.push(quote!(packed_ready: bool));
-        for w in folds.packed() {
-            let Home::Data { source, offset } = layout.homes[w.value] else {
-                continue;
-            };
-            let data = ctx.data_expr(source, offset);
-            let (off, elements) = (lit(offset), lit(w.k * w.n));
-            let (at, end) = (lit(w.offset), lit(w.offset + w.len));
-            let (k, n, trans) = (lit(w.k), lit(w.n), w.trans);
-            // The view cannot fail (the compiler checked the constant lies
-            // in its file); if it did, the product would use `b` unpacked.
-            packing.push(quote! {
-                if let Ok(b) = ::ptec_runtime::mem::constant::<f32>(&#data, #off, #elements) {
-                    ::ptec_runtime::kernels::gemm::pack(b, #k, #n, #trans, &mut self.packed.0[#at..#end]);
-                }
-            });
-        }
-    }
+    let packing = packing(ctx, &layout, &folds, &mut fields);
 
     // One function per instruction.
     let (rs_mut, rs_ref) = (ctx.rs_param(true), ctx.rs_param(false));
     let (rs_arg, rs_arg_after) = (ctx.rs_arg(false), ctx.rs_arg(true));
-    let mut scratch = 0usize;
-    // Bytes of one thread's share of the thread scratch (see
-    // `OpCtx::thread_scratch_f32`).
-    let mut thread_share = 0usize;
     let data_expr = |s: DataSource, offset: usize| ctx.data_expr(s, offset);
+    let emit = Emit {
+        ctx,
+        index,
+        m,
+        layout: &layout,
+        folds: &folds,
+        occupancy: &occupancy,
+        rt: &rt,
+        data_expr: &data_expr,
+        scratch: Default::default(),
+        thread_share: Default::default(),
+    };
     let mut ins_fns = Vec::new();
     let mut has_jumps = false;
     // Instructions with no code of their own get no function: frees, jumps
@@ -268,67 +214,13 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     for (n, ins) in m.instructions.iter().enumerate() {
         let fname = format_ident!("i{}", n);
         let at = at.clone().instruction(n);
-        let mut doc = vec![format!(" Instruction {n}: {}", describe(m, ins))];
-        if let Some(frames) = m.stacktraces.as_ref().and_then(|s| s.get(n)) {
-            if let Some(f) = frames.first() {
-                doc.push(format!(
-                    " at {}:{} in {}: {}",
-                    f.filename,
-                    f.lineno,
-                    f.name,
-                    f.context.trim()
-                ));
-            }
-        }
-        for folded in folded_into.get(&n).into_iter().flatten() {
-            doc.push(format!(" Also does instruction {folded}, which ptec folded into it."));
-        }
-        let body: Result<TokenStream, Diagnostic> = match ins {
-            Instruction::Kernel { .. } if folds.elided(n).is_some() => Ok(quote!()),
-            Instruction::Kernel { op, args } => {
-                let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
-                match ops::lookup(&name) {
-                    None => Err(Diagnostic::new(
-                        ErrorKind::UnsupportedOperator { name: name.clone() },
-                        at.clone(),
-                    )),
-                    Some(emit) => {
-                        let mut oc = OpCtx::new(
-                            m,
-                            &layout,
-                            n,
-                            name.clone(),
-                            args,
-                            &data_expr,
-                            &rt,
-                            &folds,
-                            &occupancy,
-                            ctx.prepared.as_ref(),
-                        );
-                        let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
-                        scratch = scratch.max(oc.scratch_bytes);
-                        thread_share = thread_share.max(oc.thread_share_bytes);
-                        r.map_err(|detail| {
-                            Diagnostic::new(
-                                ErrorKind::BadArguments {
-                                    operator: name.clone(),
-                                    detail,
-                                },
-                                at.clone(),
-                            )
-                        })
-                    }
-                }
-            }
-            Instruction::Delegate { delegate, args } => delegate_body(ctx, index, m, &layout, &rt, n, *delegate, args)
-                .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
-            Instruction::Move { from, to } => move_body(m, &layout, &rt, *from, *to, &data_expr)
-                .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
+        let doc = instruction_doc(m, n, ins, &folded_into);
+        let body = match ins {
             Instruction::JumpFalse { .. } => {
                 has_jumps = true;
                 Ok(quote!())
             }
-            Instruction::Free { .. } => Ok(quote!()),
+            _ => emit.body(n, ins, &at),
         };
         match body {
             Ok(body) => {
@@ -344,12 +236,13 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
                     });
                 }
             }
-            Err(d) => errors.push(d),
+            Err(d) => errors.push(*d),
         }
     }
     if !errors.is_empty() {
         return Err(errors);
     }
+    let (scratch, thread_share) = (emit.scratch.get(), emit.thread_share.get());
     // The thread scratch goes after the plan and every instruction's own
     // scratch.
     let thread_scratch_offset = layout
@@ -948,4 +841,181 @@ fn typed_fn(
             Ok(#ret)
         }
     }
+}
+
+/// The method state's fields beside its arena (the instruction counter,
+/// live sizes, run-time scalars) and the statements that initialise them
+/// and the arena (mutable tensors' initial data; what a call writes in
+/// place without an initial state, such as a KV cache, zeroed).
+fn state_fields(ctx: &Ctx<'_>, m: &Method, layout: &MethodLayout, rt: &[bool]) -> (Vec<TokenStream>, Vec<TokenStream>) {
+    // State fields (the arena's size is known once every instruction has
+    // said how much scratch it needs).
+    let mut fields = vec![quote!(pc: usize)];
+    let mut init = Vec::new();
+    for (i, v) in m.values.iter().enumerate() {
+        if let Value::Tensor(t) = v {
+            if t.dynamism != Dynamism::Static {
+                let f = sizes_field(i);
+                let r = lit(t.sizes.len());
+                let bound = usize_slice(&t.sizes);
+                fields.push(quote!(#f: [usize; #r]));
+                init.push(quote!(self.#f.copy_from_slice(#bound);));
+            }
+            if let (Placement::Mutable { initial, .. }, Home::Arena { offset }) = (&t.placement, layout.homes[i]) {
+                let data = ctx.data_expr(initial.source, initial.offset);
+                let (s, e) = (lit(initial.offset), lit(initial.offset + initial.len));
+                let (d, de) = (lit(offset), lit(offset + initial.len));
+                init.push(quote!(self.arena.0[#d..#de].copy_from_slice(&#data[#s..#e]);));
+            }
+        }
+        if rt[i] {
+            let f = scalar_field(i);
+            let ty = scalar_ty(v).expect("runtime scalars are scalars");
+            let val = scalar_lit(v);
+            fields.push(quote!(#f: #ty));
+            init.push(quote!(self.#f = #val;));
+        }
+    }
+
+    // What a call writes in place without an initial state (a KV cache)
+    // starts empty again on reset.
+    for v in crate::analysis::lives::held(m) {
+        let placed =
+            matches!(m.values.get(v), Some(Value::Tensor(t)) if matches!(t.placement, Placement::Planned { .. }));
+        if let (true, Some((Home::Arena { offset }, n))) = (placed, layout.range(m, v)) {
+            let (d, de) = (lit(offset), lit(offset + n));
+            init.push(quote!(self.arena.0[#d..#de].fill(0);));
+        }
+    }
+    (fields, init)
+}
+
+/// Statements packing the products' constant weights on the first run,
+/// with the state fields they need added to `fields`.
+fn packing(ctx: &Ctx<'_>, layout: &MethodLayout, folds: &Folds, fields: &mut Vec<TokenStream>) -> Vec<TokenStream> {
+    // Without their constants at compile time (external-weights mode),
+    // weights are packed on the first run, not at construction: building a
+    // program stays free of work proportional to its weights, and reset
+    // keeps them.
+    let mut packing = Vec::new();
+    if folds.packed_len > 0 {
+        let n = lit(folds.packed_len);
+        fields.push(quote!(packed: ::ptec_runtime::mem::Packed<#n>));
+        fields.push(quote!(packed_ready: bool));
+        for w in folds.packed() {
+            let Home::Data { source, offset } = layout.homes[w.value] else {
+                continue;
+            };
+            let data = ctx.data_expr(source, offset);
+            let (off, elements) = (lit(offset), lit(w.k * w.n));
+            let (at, end) = (lit(w.offset), lit(w.offset + w.len));
+            let (k, n, trans) = (lit(w.k), lit(w.n), w.trans);
+            // The view cannot fail (the compiler checked the constant lies
+            // in its file); if it did, the product would use `b` unpacked.
+            packing.push(quote! {
+                if let Ok(b) = ::ptec_runtime::mem::constant::<f32>(&#data, #off, #elements) {
+                    ::ptec_runtime::kernels::gemm::pack(b, #k, #n, #trans, &mut self.packed.0[#at..#end]);
+                }
+            });
+        }
+    }
+    packing
+}
+
+/// What the code of one instruction needs of its method.
+struct Emit<'a> {
+    ctx: &'a Ctx<'a>,
+    index: usize,
+    m: &'a Method,
+    layout: &'a MethodLayout,
+    folds: &'a Folds,
+    occupancy: &'a Occupancy,
+    rt: &'a [bool],
+    data_expr: &'a dyn Fn(DataSource, usize) -> TokenStream,
+    /// The most scratch bytes an instruction needs, and the most bytes of
+    /// one thread's share of the thread scratch (see
+    /// `OpCtx::thread_scratch_f32`).
+    scratch: std::cell::Cell<usize>,
+    thread_share: std::cell::Cell<usize>,
+}
+
+impl Emit<'_> {
+    /// The body of instruction `n`'s function (empty for one without code
+    /// of its own).
+    fn body(&self, n: usize, ins: &Instruction, at: &Location) -> Result<TokenStream, Box<Diagnostic>> {
+        let m = self.m;
+        let body = match ins {
+            Instruction::Kernel { .. } if self.folds.elided(n).is_some() => Ok(quote!()),
+            Instruction::Kernel { op, args } => {
+                let name = m.operators.get(*op).map(Operator::full_name).unwrap_or_default();
+                match ops::lookup(&name) {
+                    None => Err(Diagnostic::new(
+                        ErrorKind::UnsupportedOperator { name: name.clone() },
+                        at.clone(),
+                    )),
+                    Some(emit) => {
+                        let mut oc = OpCtx::new(
+                            m,
+                            self.layout,
+                            n,
+                            name.clone(),
+                            args,
+                            self.data_expr,
+                            self.rt,
+                            self.folds,
+                            self.occupancy,
+                            self.ctx.prepared.as_ref(),
+                        );
+                        let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
+                        self.scratch.set(self.scratch.get().max(oc.scratch_bytes));
+                        self.thread_share
+                            .set(self.thread_share.get().max(oc.thread_share_bytes));
+                        r.map_err(|detail| {
+                            Diagnostic::new(
+                                ErrorKind::BadArguments {
+                                    operator: name.clone(),
+                                    detail,
+                                },
+                                at.clone(),
+                            )
+                        })
+                    }
+                }
+            }
+            Instruction::Delegate { delegate, args } => {
+                delegate_body(self.ctx, self.index, m, self.layout, self.rt, n, *delegate, args)
+                    .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone()))
+            }
+            Instruction::Move { from, to } => move_body(m, self.layout, self.rt, *from, *to, self.data_expr)
+                .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone())),
+            Instruction::JumpFalse { .. } | Instruction::Free { .. } => Ok(quote!()),
+        };
+        body.map_err(Box::new)
+    }
+}
+
+/// The doc lines of instruction `n`'s function: what it is, where in the
+/// model's source, and what was folded into it.
+fn instruction_doc(
+    m: &Method,
+    n: usize,
+    ins: &Instruction,
+    folded_into: &std::collections::BTreeMap<usize, Vec<usize>>,
+) -> Vec<String> {
+    let mut doc = vec![format!(" Instruction {n}: {}", describe(m, ins))];
+    if let Some(frames) = m.stacktraces.as_ref().and_then(|s| s.get(n)) {
+        if let Some(f) = frames.first() {
+            doc.push(format!(
+                " at {}:{} in {}: {}",
+                f.filename,
+                f.lineno,
+                f.name,
+                f.context.trim()
+            ));
+        }
+    }
+    for folded in folded_into.get(&n).into_iter().flatten() {
+        doc.push(format!(" Also does instruction {folded}, which ptec folded into it."));
+    }
+    doc
 }
