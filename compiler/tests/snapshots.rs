@@ -10,9 +10,9 @@ fn generate(name: &str) -> String {
     let bytes = std::fs::read(&path).unwrap();
     // Fixed include paths keep the snapshot independent of the checkout,
     // and the constants out of it (as the CLI writes them).
-    let mut options = ptec::Options::new(name);
-    options.prepared_path = Some(ptec::prepared_include(std::path::Path::new(name)));
-    ptec::compile_to_string(&bytes, &[], &options).unwrap()
+    let options = ptec::Options::new().output_file(name);
+    let input = ptec::Input::new(bytes, name);
+    ptec::compile(&input, &options).unwrap().to_source().unwrap()
 }
 
 #[test]
@@ -39,7 +39,7 @@ fn multi_method() {
 fn mlp_external_weights() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mlp.pte");
     let bytes = std::fs::read(&path).unwrap();
-    let mut options = ptec::Options::new("mlp.pte");
-    options.external_weights = true;
-    insta::assert_snapshot!(ptec::compile_to_string(&bytes, &[], &options).unwrap());
+    let options = ptec::Options::new().external_weights(true);
+    let input = ptec::Input::new(bytes, "mlp.pte");
+    insta::assert_snapshot!(ptec::compile(&input, &options).unwrap().to_source().unwrap());
 }

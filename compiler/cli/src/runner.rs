@@ -123,8 +123,9 @@ pub fn absolute(p: &Path) -> PathBuf {
 /// Fails for a program whose delegates need backends from the user: the
 /// runner crate has none to give (`tool` names the command, `instead` says
 /// what to do).
-pub fn refuse_user_backends(bytes: &[u8], data: &[&[u8]], tool: &str, instead: &str) -> Result<()> {
-    let mut loaded = ptec::load(bytes, data)?;
+pub fn refuse_user_backends(input: &ptec::Input<'_>, tool: &str, instead: &str) -> Result<()> {
+    let bytes = input.program_bytes();
+    let mut loaded = ptec::load(bytes, &input.data_bytes())?;
     // Delegates ptec compiles itself need no user backend.
     ptec::lower_delegates(&mut loaded, bytes, true)?;
     match loaded.program.iter().flat_map(|p| p.backend_ids()).next() {
@@ -185,14 +186,10 @@ impl RunnerCrate {
     }
 
     /// Writes generated code as `src/file`, with its prepared constants
-    /// beside it (compiled with `Options::prepared_path` set to
-    /// [`ptec::prepared_include`]`(file)`).
-    pub fn write_source(&self, file: &str, source: &ptec::Source) -> std::result::Result<(), String> {
+    /// beside it (compiled with [`ptec::Options::output_file`]`(file)`).
+    pub fn write_source(&self, file: &str, source: &ptec::Output) -> std::result::Result<(), String> {
         let path = self.dir.path().join("src").join(file);
-        source
-            .write(&path)
-            .map(|_| ())
-            .map_err(|e| format!("{}: {e}", path.display()))
+        source.write(&path).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// Builds the executable in release mode into `target` and returns the
