@@ -161,11 +161,13 @@ impl RunnerCrate {
         std::fs::create_dir_all(dir.path().join("src")).map_err(|e| e.to_string())?;
         let source = runtime_source();
         let (dependency, offline) = match &source {
-            RuntimeSource::Path(dir) => (format!("{{ path = {:?} }}", dir.display().to_string()), true),
-            RuntimeSource::Registry => (format!("\"={}\"", env!("CARGO_PKG_VERSION")), false),
+            RuntimeSource::Path(dir) => (format!("path = {:?}", dir.display().to_string()), true),
+            RuntimeSource::Registry => (format!("version = \"={}\"", env!("CARGO_PKG_VERSION")), false),
         };
+        // `bench` for `ptec bench`'s executables; `ptec check`'s take it
+        // too, so a target directory they share builds one runtime.
         let manifest = format!(
-            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {dependency}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n"
+            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {{ {dependency}, features = [\"bench\"] }}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n"
         );
         std::fs::write(dir.path().join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
         // The source tree's lock file pins the runtime's dependencies, so an
