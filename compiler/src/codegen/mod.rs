@@ -246,7 +246,7 @@ pub struct Generated {
     /// The module's items.
     pub tokens: TokenStream,
     /// The constants the code embeds (see [`DataSource::Embedded`]), for the
-    /// file at [`Options::prepared_path`] (when set; the code embeds them
+    /// file at [`Options::output_file`] (when set; the code embeds them
     /// otherwise): the bytes of the program's files its code reads, then the
     /// constants the compiler prepared.
     /// Empty when there are none: the code then reads no such file.
