@@ -249,6 +249,13 @@ pub enum ErrorKind {
         /// The I/O error's message.
         detail: String,
     },
+    /// An option a front end was given is unknown or has a bad value.
+    BadOption {
+        /// The option's name.
+        name: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A bug in ptec (it panicked, or broke an invariant); please report it
     /// with the file.
     Internal {
@@ -302,6 +309,7 @@ impl fmt::Display for ErrorKind {
             Unsupported { detail } => write!(f, "unsupported: {detail}"),
             BadArguments { operator, detail } => write!(f, "`{operator}`: {detail}"),
             Io { path, detail } => write!(f, "{path}: {detail}"),
+            BadOption { name, detail } => write!(f, "option `{name}`: {detail}"),
             Internal { detail } => write!(f, "internal compiler error (a bug in ptec, please report it): {detail}"),
         }
     }

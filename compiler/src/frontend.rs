@@ -1,162 +1,96 @@
-//! What the `include_pte!` macro and build scripts call: argument parsing
-//! and path resolution around [`compile`](crate::compile), so every front end
-//! generates the same code for the same file.
-use crate::codegen::Options;
-use crate::compile::{compile, compile_to_source, prepared_include, read_file, Source};
-use crate::error::Errors;
+//! The front ends in the library: the expansion of `include_pte!` (its
+//! arguments parsed by [`Options::set`], as the command line's flags are)
+//! and the [`Builder`] of build scripts, both around [`compile`], so every
+//! front end generates the same code for the same file.
+use crate::compile::{compile, Input};
+use crate::error::{Errors, Result};
+use crate::options::Options;
 use proc_macro2::{Span, TokenStream};
 use std::path::{Path, PathBuf};
 
-/// What a front end asks for besides the files.
-#[derive(Clone, Debug, Default)]
-pub struct Settings {
-    /// Name of the program struct.
-    pub name: Option<String>,
-    /// Generate the bundle's test cases with these `(rtol, atol)`.
-    pub tests: Option<(f64, f64)>,
-    /// Read the weights at run time instead of embedding them.
-    pub external_weights: bool,
-    /// Leave calls of the XNNPACK delegate to a user backend instead of
-    /// compiling them (see [`Options::lower_xnnpack`]).
-    pub keep_xnnpack_delegates: bool,
-    /// Run aten convolutions NCHW, operation by operation, instead of on
-    /// NHWC images with batch norms folded in (see
-    /// [`Options::channels_last`]).
-    pub keep_nchw: bool,
-}
-
-/// Compiles `file` (with `.ptd` files `data`) for embedding from anywhere:
-/// paths in the generated `include_bytes!` are absolute, the constants are
-/// written into the tokens (as `include_pte!` needs: a macro has no file of
-/// its own to put them in), and the code names the input files so that
-/// Cargo rebuilds when they change (see [`Options::track_inputs`]).
-pub fn compile_path(file: &Path, data: &[PathBuf], settings: &Settings) -> Result<(TokenStream, Options), Errors> {
-    let (bytes, datas, mut options) = read_inputs(file, data, settings, None)?;
-    options.track_inputs = true;
-    let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
-    let tokens = compile(&bytes, &refs, &options)?;
-    Ok((tokens, options))
-}
-
-/// [`compile_path`] as a source file; `prepared_path` as
-/// [`Options::prepared_path`].
-pub fn source_path(
-    file: &Path,
-    data: &[PathBuf],
-    settings: &Settings,
-    prepared_path: Option<String>,
-) -> Result<(Source, Options), Errors> {
-    let (bytes, datas, options) = read_inputs(file, data, settings, prepared_path)?;
-    let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
-    Ok((compile_to_source(&bytes, &refs, &options)?, options))
-}
-
-/// A program file's bytes, its `.ptd` files' bytes, and how to compile it.
-type Inputs = (Vec<u8>, Vec<Vec<u8>>, Options);
-
-/// The files' bytes and the options of [`compile_path`].
-fn read_inputs(
-    file: &Path,
-    data: &[PathBuf],
-    settings: &Settings,
-    prepared_path: Option<String>,
-) -> Result<Inputs, Errors> {
-    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let bytes = read_file(file)?;
-    let datas = data.iter().map(|d| read_file(d)).collect::<Result<Vec<_>, _>>()?;
-    let mut options = Options::new(abs(file).display().to_string());
-    options.data_paths = data.iter().map(|d| abs(d).display().to_string()).collect();
-    options.struct_name = settings.name.clone();
-    options.tests = settings.tests;
-    options.external_weights = settings.external_weights;
-    options.lower_xnnpack = !settings.keep_xnnpack_delegates;
-    options.channels_last = !settings.keep_nchw;
-    options.prepared_path = prepared_path;
-    Ok((bytes, datas, options))
-}
-
-/// Arguments of `include_pte!("model.pte", name = Model, data = ["w.ptd"],
-/// weights = external, tests, rtol = 1e-4, atol = 1e-5)`.
+/// Arguments of `include_pte!("model.pte", data = ["w.ptd"], key = value,
+/// flag, ...)`: the path, the `.ptd` files, and every other argument an
+/// option of [`Options::set`].
 struct MacroArgs {
     path: syn::LitStr,
-    name: Option<String>,
     data: Vec<syn::LitStr>,
-    tests: bool,
-    rtol: f64,
-    atol: f64,
-    external_weights: bool,
+    options: Options,
+}
+
+/// The text [`Options::set`] reads from a macro argument's value: an
+/// identifier (`Mlp`, `external`) or a literal (`1e-4`, `false`, `"Mlp"`).
+fn value_text(input: syn::parse::ParseStream) -> syn::Result<(String, Span)> {
+    if input.peek(syn::Lit) {
+        let lit: syn::Lit = input.parse()?;
+        let text = match &lit {
+            syn::Lit::Str(s) => s.value(),
+            syn::Lit::Bool(b) => b.value.to_string(),
+            syn::Lit::Float(f) => f.base10_digits().to_string(),
+            syn::Lit::Int(i) => i.base10_digits().to_string(),
+            other => {
+                return Err(syn::Error::new(
+                    other.span(),
+                    "expected an identifier, a number or `true`/`false`",
+                ))
+            }
+        };
+        Ok((text, lit.span()))
+    } else {
+        let id: syn::Ident = input.parse()?;
+        Ok((id.to_string(), id.span()))
+    }
 }
 
 impl syn::parse::Parse for MacroArgs {
     fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
         let path: syn::LitStr = input.parse()?;
-        let default = ptec_runtime::harness::Tolerance::default();
         let mut args = MacroArgs {
             path,
-            name: None,
             data: Vec::new(),
-            tests: false,
-            rtol: default.rtol,
-            atol: default.atol,
-            external_weights: false,
+            options: Options::new(),
         };
         while input.parse::<syn::Token![,]>().is_ok() {
             if input.is_empty() {
                 break;
             }
             let key: syn::Ident = input.parse()?;
-            match key.to_string().as_str() {
-                "tests" => args.tests = true,
-                "name" => {
-                    input.parse::<syn::Token![=]>()?;
-                    let id: syn::Ident = input.parse()?;
-                    args.name = Some(id.to_string());
-                }
-                "data" => {
-                    input.parse::<syn::Token![=]>()?;
-                    let content;
-                    syn::bracketed!(content in input);
-                    let list = content.parse_terminated(|p| p.parse::<syn::LitStr>(), syn::Token![,])?;
-                    args.data = list.into_iter().collect();
-                }
-                "weights" => {
-                    input.parse::<syn::Token![=]>()?;
-                    let mode: syn::Ident = input.parse()?;
-                    args.external_weights = match mode.to_string().as_str() {
-                        "embedded" => false,
-                        "external" => true,
-                        other => {
-                            return Err(syn::Error::new(
-                                mode.span(),
-                                format!("unknown weights mode `{other}`: expected `embedded` or `external`"),
-                            ))
-                        }
-                    };
-                }
-                "rtol" | "atol" => {
-                    input.parse::<syn::Token![=]>()?;
-                    let v: syn::LitFloat = input.parse()?;
-                    let v: f64 = v.base10_parse()?;
-                    if key == "rtol" {
-                        args.rtol = v;
-                    } else {
-                        args.atol = v;
-                    }
-                }
-                other => {
-                    return Err(syn::Error::new(
-                        key.span(),
-                        format!("unknown argument `{other}`: expected `name = Ident`, `data = [\"file.ptd\"]`, `weights = embedded|external`, `tests`, `rtol = f`, `atol = f`"),
-                    ))
-                }
+            let name = key.to_string();
+            if name == "data" {
+                input.parse::<syn::Token![=]>()?;
+                let content;
+                syn::bracketed!(content in input);
+                let list = content.parse_terminated(|p| p.parse::<syn::LitStr>(), syn::Token![,])?;
+                args.data = list.into_iter().collect();
+                continue;
             }
+            if !Options::knows(&name) {
+                return Err(syn::Error::new(
+                    key.span(),
+                    format!(
+                        "unknown argument `{name}`: expected `data = [\"file.ptd\"]` or an option ({})",
+                        Options::names()
+                    ),
+                ));
+            }
+            let value = if input.parse::<syn::Token![=]>().is_ok() {
+                Some(value_text(input)?)
+            } else {
+                None
+            };
+            let span = value.as_ref().map_or(key.span(), |(_, s)| *s);
+            args.options
+                .set(&name, value.as_ref().map(|(v, _)| v.as_str()))
+                .map_err(|e| syn::Error::new(span, e.to_string()))?;
         }
         Ok(args)
     }
 }
 
 /// The expansion of `include_pte!`: paths relative to `manifest_dir`; every
-/// error becomes a `compile_error!` on the path literal.
+/// error becomes a `compile_error!` on the path literal. The paths in the
+/// generated `include_bytes!` are absolute, the constants are written into
+/// the tokens (a macro has no file of its own to put them in), and the
+/// code names the input files so that Cargo rebuilds when they change.
 pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
     let args: MacroArgs = match syn::parse2(input) {
         Ok(a) => a,
@@ -164,7 +98,6 @@ pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
     };
     let span: Span = args.path.span();
     let file = manifest_dir.join(args.path.value());
-    let data: Vec<PathBuf> = args.data.iter().map(|d| manifest_dir.join(d.value())).collect();
     if !file.exists() {
         return syn::Error::new(
             span,
@@ -176,32 +109,36 @@ pub fn expand_macro(input: TokenStream, manifest_dir: &Path) -> TokenStream {
         )
         .to_compile_error();
     }
-    let settings = Settings {
-        name: args.name.clone(),
-        tests: args.tests.then_some((args.rtol, args.atol)),
-        external_weights: args.external_weights,
-        keep_xnnpack_delegates: false,
-        keep_nchw: false,
-    };
-    match compile_path(&file, &data, &settings) {
-        Ok((tokens, _)) => tokens,
+    let data: Vec<PathBuf> = args.data.iter().map(|d| manifest_dir.join(d.value())).collect();
+    let options = args.options.track_inputs(true);
+    match open(&file, &data).and_then(|input| compile(&input, &options)) {
+        Ok(output) => output.tokens().clone(),
         Err(e) => syn::Error::new(span, format!("ptec: {}: {e}", args.path.value())).to_compile_error(),
     }
 }
 
+/// The [`Input`] of a program file and its `.ptd` files, named in the
+/// generated code by their absolute paths.
+fn open(file: &Path, data: &[PathBuf]) -> Result<Input<'static>> {
+    data.iter().try_fold(Input::open(file)?, |input, d| input.open_data(d))
+}
+
 /// Build-script front end: compiles a program into `OUT_DIR`, rewriting the
-/// file only when its contents change.
+/// files only when their contents change.
 ///
 /// ```no_run
 /// // build.rs
 /// ptec::Builder::new("models/mlp.pte").name("Mlp").generate("mlp.rs").unwrap();
 /// // src/lib.rs: mod mlp { include!(concat!(env!("OUT_DIR"), "/mlp.rs")); }
 /// ```
+///
+/// It takes every [`Options`]: one by one through its setters, all at once
+/// with [`Builder::options`], or by name with [`Builder::set`].
 #[derive(Clone, Debug)]
 pub struct Builder {
     file: PathBuf,
     data: Vec<PathBuf>,
-    settings: Settings,
+    options: Options,
     out_dir: Option<PathBuf>,
 }
 
@@ -212,7 +149,7 @@ impl Builder {
         Builder {
             file: file.into(),
             data: Vec::new(),
-            settings: Settings::default(),
+            options: Options::new(),
             out_dir: None,
         }
     }
@@ -223,38 +160,47 @@ impl Builder {
         self
     }
 
-    /// The name of the generated struct.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.settings.name = Some(name.into());
+    /// Compile with these options (replacing those set so far).
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
         self
     }
 
-    /// Also generate the bundle's test cases with these tolerances.
-    pub fn tests(mut self, rtol: f64, atol: f64) -> Self {
-        self.settings.tests = Some((rtol, atol));
-        self
+    /// [`Options::set`]: an option by name, as the macro and the command
+    /// line spell it.
+    pub fn set(mut self, key: &str, value: Option<&str>) -> Result<Self> {
+        self.options.set(key, value)?;
+        Ok(self)
     }
 
-    /// External-weights mode: the generated program embeds no weights and
-    /// is given the files at construction (see `FILES` in the generated
-    /// code).
-    pub fn external_weights(mut self, external: bool) -> Self {
-        self.settings.external_weights = external;
-        self
+    /// [`Options::name`].
+    pub fn name(self, name: impl Into<String>) -> Self {
+        self.with(|o| o.name(name))
     }
 
-    /// Whether calls of ExecuTorch's XNNPACK delegate are compiled into the
-    /// program (the default) or left to a user backend registered at run
-    /// time.
-    pub fn lower_xnnpack(mut self, lower: bool) -> Self {
-        self.settings.keep_xnnpack_delegates = !lower;
-        self
+    /// [`Options::tests`].
+    pub fn tests(self, rtol: f64, atol: f64) -> Self {
+        self.with(|o| o.tests(rtol, atol))
     }
 
-    /// Whether aten convolutions run on NHWC images with batch norms and
-    /// clamps folded in (the default), or NCHW as the program says.
-    pub fn channels_last(mut self, on: bool) -> Self {
-        self.settings.keep_nchw = !on;
+    /// [`Options::external_weights`].
+    pub fn external_weights(self, external: bool) -> Self {
+        self.with(|o| o.external_weights(external))
+    }
+
+    /// [`Options::lower_xnnpack`].
+    pub fn lower_xnnpack(self, lower: bool) -> Self {
+        self.with(|o| o.lower_xnnpack(lower))
+    }
+
+    /// [`Options::channels_last`].
+    pub fn channels_last(self, on: bool) -> Self {
+        self.with(|o| o.channels_last(on))
+    }
+
+    /// This builder, its options changed by `change`.
+    fn with(mut self, change: impl FnOnce(Options) -> Options) -> Self {
+        self.options = change(std::mem::take(&mut self.options));
         self
     }
 
@@ -264,8 +210,10 @@ impl Builder {
         self
     }
 
-    /// Generates `file_name` in the output directory; returns its path.
-    pub fn generate(&self, file_name: &str) -> Result<PathBuf, String> {
+    /// Generates `file_name` in the output directory, with the constants
+    /// the code reads beside it (see [`Output::write`](crate::Output::write));
+    /// returns its path.
+    pub fn generate(&self, file_name: &str) -> std::result::Result<PathBuf, String> {
         let dir = match &self.out_dir {
             Some(d) => d.clone(),
             None => PathBuf::from(
@@ -278,9 +226,11 @@ impl Builder {
             println!("cargo:rerun-if-changed={}", d.display());
         }
         let path = dir.join(file_name);
-        let (source, _) = source_path(&self.file, &self.data, &self.settings, Some(prepared_include(&path)))
-            .map_err(|e| format!("{}: {e}", self.file.display()))?;
-        source.write(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let options = self.options.clone().output_file(&path);
+        open(&self.file, &self.data)
+            .and_then(|input| compile(&input, &options))
+            .and_then(|output| output.write(&path))
+            .map_err(|e: Errors| format!("{}: {e}", self.file.display()))?;
         Ok(path)
     }
 }

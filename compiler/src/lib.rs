@@ -1,47 +1,75 @@
 //! ptec: an ahead-of-time compiler from ExecuTorch programs to Rust.
 //!
-//! One library behind three front ends (the `ptec` command line, the
-//! `include_pte!` macro and the [`Builder`] for build scripts), so they
-//! accept, reject and generate exactly the same things. Its stages, each a
-//! module, in the order [`compile`] runs them:
+//! One library behind three front ends, so they accept, reject and
+//! generate exactly the same things: the `ptec` command line, the
+//! `include_pte!` macro (crate `ptec-macros`) and the [`Builder`] for build
+//! scripts. Each takes the same [`Options`], and all call [`compile`]:
 //!
-//! 1. `read`: file bytes → the [`ir`] ([`load`]), verified (`verify`);
-//! 2. `passes`: IR → IR ([`transform`]), consulting `analysis` (uses,
-//!    lives, values that share bytes);
-//! 3. `plan`: bytes for what the passes added, each value's home;
-//! 4. `codegen`: the IR → Rust tokens, one emitter per operator;
-//! 5. `format`: tokens → a source file ([`to_source`]).
+//! ```no_run
+//! let input = ptec::Input::open("mlp.pte")?;
+//! let output = ptec::compile(&input, &ptec::Options::new().name("Mlp"))?;
+//! output.write("src/mlp.rs")?;
+//! # Ok::<(), ptec::Errors>(())
+//! ```
 //!
-//! `frontend` holds the path handling the macro and the [`Builder`] share.
+//! The compiler's stages, each a module, in the order [`compile`] runs
+//! them (none is part of the stable API):
+//!
+//! 1. `read`: file bytes → the IR;
+//! 2. `verify`: what the rest relies on, checked (after reading and after
+//!    every pass);
+//! 3. `passes`: IR → IR, consulting `analysis` (uses, lives, values that
+//!    share bytes);
+//! 4. `plan`: where every byte lives (temporaries, each value's home,
+//!    folds, prepared constants, compaction);
+//! 5. `codegen`: the IR and its plan → Rust tokens, one emitter per
+//!    operator;
+//! 6. `format`: tokens → a source file.
+//!
+//! A stage uses only those before it and the shared vocabulary below them
+//! all (`ir`, `error`, `names`, `shapes`, `options`, `analysis`).
+//! `options` holds the options and their one parser; `frontend` the
+//! macro's expansion and the [`Builder`]; `compile` runs the stages.
 #![warn(missing_docs)]
 mod analysis;
 mod codegen;
 mod compile;
+#[doc(hidden)]
 pub mod coverage;
-pub mod error;
+mod error;
 mod format;
 mod frontend;
+#[doc(hidden)]
 pub mod ir;
 mod names;
+mod options;
 mod passes;
 mod plan;
 mod read;
 mod shapes;
 mod verify;
 
-pub use codegen::{generate, Generated, Options};
-pub use compile::{
-    compile, compile_program, compile_to_source, compile_to_string, compile_with_cases_to_source, load, prepared_file,
-    prepared_include, read_file, write_if_changed, ForeignCases, Source,
-};
+pub use compile::{compile, Input, Output};
 pub use error::{Diagnostic, ErrorKind, Errors, Location, Result};
-pub use format::to_source;
-pub use frontend::{compile_path, expand_macro, source_path, Builder, Settings};
-pub use passes::xnnpack::BACKEND_ID as XNNPACK_BACKEND_ID;
-pub use passes::{lower_delegates, transform};
+pub use frontend::Builder;
+pub use options::Options;
 /// The tolerance generated tests compare outputs with; its default is the
 /// front ends' (`rtol = 1e-4, atol = 1e-5`).
 pub use ptec_runtime::harness::Tolerance;
+
+// The stages one by one, for the command line's `inspect`, the macro, the
+// fuzz targets and tests: not a stable API.
+#[doc(hidden)]
+pub use codegen::{generate, Generated};
+#[doc(hidden)]
+pub use compile::load;
+#[doc(hidden)]
+pub use frontend::expand_macro;
+#[doc(hidden)]
+pub use passes::xnnpack::BACKEND_ID as XNNPACK_BACKEND_ID;
+#[doc(hidden)]
+pub use passes::{lower_delegates, transform};
+#[doc(hidden)]
 pub use read::Loaded;
 
 /// The readers one by one, for the fuzz targets; not a stable API.

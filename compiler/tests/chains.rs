@@ -28,10 +28,10 @@ fn number_after(code: &str, key: &str) -> usize {
 
 #[test]
 fn chains_share_one_thread_scratch_at_the_arena_end() {
-    let options = ptec::Options::new("conv_chains");
-    let code = ptec::compile_to_source(&fixture("conv_chains.pte"), &[], &options)
+    let input = ptec::Input::new(fixture("conv_chains.pte"), "conv_chains");
+    let code = ptec::compile(&input, &ptec::Options::new())
+        .and_then(|o| o.to_source())
         .unwrap()
-        .code
         .replace(char::is_whitespace, "");
     let calls: Vec<&str> = code.split("conv2d_folded_chain(").skip(1).collect();
     assert_eq!(calls.len(), 2, "one chain per inverted residual block");
@@ -65,10 +65,10 @@ fn a_block_whose_expansion_is_viewed_forms_no_chain() {
     // also read, after the block, through a flatten planned at its bytes:
     // a chain keeps the expansion in band buffers only, so none may form,
     // and the expansion is written in full (NCHW, for the view's reader).
-    let options = ptec::Options::new("aliased_chain");
-    let code = ptec::compile_to_source(&fixture("aliased_chain.pte"), &[], &options)
-        .unwrap()
-        .code;
+    let input = ptec::Input::new(fixture("aliased_chain.pte"), "aliased_chain");
+    let code = ptec::compile(&input, &ptec::Options::new())
+        .and_then(|o| o.to_source())
+        .unwrap();
     assert_eq!(code.matches("conv2d_folded_chain(").count(), 0);
     assert!(code.contains("conv2d_folded("), "the convolutions still run NHWC");
 }

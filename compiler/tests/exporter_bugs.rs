@@ -27,8 +27,8 @@ fn exporter_bugs_are_refused() {
         let name = path.file_stem().unwrap().to_str().unwrap();
         let want = refusal_of(&manifest, name);
         let bytes = std::fs::read(&path).unwrap();
-        let options = ptec::Options::new(path.display().to_string());
-        let Err(e) = ptec::compile(&bytes, &[], &options) else {
+        let input = ptec::Input::new(bytes, path.display().to_string());
+        let Err(e) = ptec::compile(&input, &ptec::Options::new()) else {
             panic!("{name}: compiled, but ExecuTorch's exporter gets it wrong; want a refusal saying {want:?}");
         };
         let text = e.to_string();

@@ -47,7 +47,10 @@ fn init_zeroes_exactly_the_kv_caches() {
         let caches = cache_ranges(&bytes);
         // Two layers, a key and a value cache each.
         assert_eq!(caches.len(), 4, "{name}: {caches:?}");
-        let code = ptec::compile_to_string(&bytes, &[], &ptec::Options::new(name)).unwrap();
+        let input = ptec::Input::new(&bytes, name);
+        let code = ptec::compile(&input, &ptec::Options::new())
+            .and_then(|o| o.to_source())
+            .unwrap();
         let init = code
             .split("fn init(")
             .nth(1)

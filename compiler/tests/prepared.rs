@@ -21,10 +21,22 @@ fn arenas(code: &str) -> Vec<usize> {
         .collect()
 }
 
-fn compile(name: &str, external: bool) -> ptec::Source {
-    let mut options = ptec::Options::new(name);
-    options.external_weights = external;
-    ptec::compile_to_source(&fixture(name), &[], &options).unwrap()
+/// A fixture's generated code and the constants it reads.
+struct Compiled {
+    code: String,
+    prepared: Vec<u8>,
+    /// How many leading bytes of `prepared` are the files' bytes.
+    files_len: usize,
+}
+
+fn compile(name: &str, external: bool) -> Compiled {
+    let options = ptec::Options::new().external_weights(external);
+    let output = ptec::compile(&ptec::Input::new(fixture(name), name), &options).unwrap();
+    Compiled {
+        code: output.to_source().unwrap(),
+        prepared: output.prepared().to_vec(),
+        files_len: output.files_len(),
+    }
 }
 
 #[test]

@@ -27,8 +27,8 @@ fn exercise(bytes: &[u8], what: &str) -> bool {
     let r = catch_unwind(AssertUnwindSafe(|| match ptec::load(bytes, &[]) {
         Ok(loaded) => {
             if loaded.program.is_some() {
-                let options = ptec::Options::new("/nonexistent/program.pte");
-                if let Err(e) = ptec::compile(bytes, &[], &options) {
+                let input = ptec::Input::new(bytes, "/nonexistent/program.pte");
+                if let Err(e) = ptec::compile(&input, &ptec::Options::new()) {
                     assert!(!matches!(e.first().kind, ptec::ErrorKind::Internal { .. }), "{e}");
                 }
             }
@@ -143,8 +143,7 @@ fn blob_corruptions_are_handled(name: &str) {
         l.program.as_mut().unwrap().methods[0].delegates[0].processed.len = cut;
         let r = catch_unwind(AssertUnwindSafe(|| match ptec::lower_delegates(&mut l, &bytes, true) {
             Ok(()) => {
-                let options = ptec::Options::new("/nonexistent/program.pte");
-                if let Err(e) = ptec::generate(&l, &bytes, &[], &options) {
+                if let Err(e) = ptec::generate(&l, &bytes, &[], &ptec::Options::new()) {
                     assert!(!matches!(e.first().kind, ptec::ErrorKind::Internal { .. }), "{e}");
                 }
                 lowered += 1;

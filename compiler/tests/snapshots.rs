@@ -40,18 +40,17 @@ fn snapshot(file: &str, module: &str, external_weights: bool) {
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/output/src");
     let rs = out.join(format!("{module}.rs"));
     // Fixed include paths keep the snapshot independent of the checkout.
-    let mut options = ptec::Options::new(file);
-    options.external_weights = external_weights;
+    let mut options = ptec::Options::new().external_weights(external_weights);
     if !external_weights {
-        options.prepared_path = Some(ptec::prepared_include(&rs));
+        options = options.output_file(&rs);
     }
-    let source = ptec::compile_to_source(&fixture(file), &[], &options).unwrap();
-    assert_file(&rs, source.code.as_bytes());
-    let prepared = ptec::prepared_file(&rs);
-    if source.prepared.is_empty() {
+    let output = ptec::compile(&ptec::Input::new(fixture(file), file), &options).unwrap();
+    assert_file(&rs, output.to_source().unwrap().as_bytes());
+    let prepared = rs.with_extension("prepared");
+    if output.prepared().is_empty() {
         assert!(!prepared.exists(), "{} is left over", prepared.display());
     } else {
-        assert_file(&prepared, &source.prepared);
+        assert_file(&prepared, output.prepared());
     }
 }
 

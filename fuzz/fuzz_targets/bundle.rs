@@ -14,9 +14,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(loaded) = ptec::load(data, &[]) {
         if !loaded.suites.is_empty() {
-            let mut options = ptec::Options::new("/fuzz/input.bpte");
-            options.tests = Some((1e-3, 1e-5));
-            common::no_internal(ptec::compile(data, &[], &options));
+            let input = ptec::Input::new(data, "/fuzz/input.bpte");
+            let options = ptec::Options::new().tests(1e-3, 1e-5);
+            common::no_internal(ptec::compile(&input, &options));
         }
     }
 });

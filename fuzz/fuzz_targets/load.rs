@@ -9,5 +9,6 @@ use libfuzzer_sys::fuzz_target;
 mod common;
 
 fuzz_target!(|data: &[u8]| {
-    common::no_internal(ptec::compile(data, &[], &ptec::Options::new("/fuzz/input.pte")));
+    let input = ptec::Input::new(data, "/fuzz/input.pte");
+    common::no_internal(ptec::compile(&input, &ptec::Options::new()));
 });

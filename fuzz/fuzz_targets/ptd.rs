@@ -13,8 +13,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     if ptec::load(PROGRAM, &[data]).is_ok() {
-        let mut options = ptec::Options::new("/fuzz/external_weights.pte");
-        options.data_paths.push("/fuzz/input.ptd".into());
-        common::no_internal(ptec::compile(PROGRAM, &[data], &options));
+        let input = ptec::Input::new(PROGRAM, "/fuzz/external_weights.pte").data(data, "/fuzz/input.ptd");
+        common::no_internal(ptec::compile(&input, &ptec::Options::new()));
     }
 });

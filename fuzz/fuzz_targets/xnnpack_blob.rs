@@ -63,7 +63,7 @@ fuzz_target!(|data: &[u8]| {
         offset,
         len: blob.len(),
     };
-    let options = ptec::Options::new("/fuzz/input.pte");
+    let options = ptec::Options::new();
     if ptec::transform(&mut loaded, &file, &options).is_ok() {
         let _ = ptec::generate(&loaded, &file, &[], &options);
     }

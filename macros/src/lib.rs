@@ -10,10 +10,14 @@
 //! ```
 //!
 //! The path is relative to the crate's `CARGO_MANIFEST_DIR`. Optional
-//! arguments: `name = Ident` (the struct's name), `data = ["w.ptd"]`
-//! (external tensor data), `tests` with `rtol = f` / `atol = f` (for a
-//! bundle: generate its test cases). Every error is a compile error on the
-//! path literal. The constants the code reads are written into the
+//! arguments: `data = ["w.ptd"]` (external tensor data), and every option
+//! of `ptec::Options`, spelled as `ptec::Options::set` reads them (the
+//! `ptec` command line's flags go through the same parser): `name = Ident`
+//! (the struct's name), `tests` with `rtol = f` / `atol = f` (for a bundle:
+//! generate its test cases), `weights = embedded|external`,
+//! `lower_xnnpack = false` (leave XNNPACK delegate calls to a user
+//! backend), `channels_last = false` (run convolutions NCHW). Every error
+//! is a compile error. The constants the code reads are written into the
 //! expansion; the program (and `.ptd` files) are named in unused
 //! `include_bytes!`s, which keep them out of the binary but make Cargo
 //! rebuild when they change. The generated code needs the `ptec-runtime`

@@ -6,8 +6,7 @@
 //! arguments as `et_runner`; this module adds what only ptec knows: the
 //! generation time, the build time and the executable's size.
 use crate::runner::{absolute, refuse_user_backends, target_dir, RunnerCrate};
-use ptec::Options;
-use ptec::{compile_to_source, prepared_include, read_file};
+use ptec::{compile, Input, Options};
 use ptec_runtime::bench::BenchOptions;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -129,22 +128,14 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     let path = absolute(&req.path);
     let shown = req.path.display().to_string();
     progress(&format!("compiling {shown}"));
-    let bytes = read_file(&path).map_err(|e| e.to_string())?;
-    let datas = req
-        .data
-        .iter()
-        .map(|d| read_file(&absolute(d)))
-        .collect::<ptec::Result<Vec<_>>>()
+    let input = Input::open(&path)
+        .and_then(|p| req.data.iter().try_fold(p, |p, d| p.open_data(d)))
         .map_err(|e| e.to_string())?;
-    let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
-    let mut options = Options::new(path.display().to_string());
-    options.data_paths = req.data.iter().map(|d| absolute(d).display().to_string()).collect();
-    options.struct_name = Some("Program".into());
-    options.prepared_path = Some(prepared_include(std::path::Path::new("program.rs")));
-    refuse_user_backends(&bytes, &refs, "bench", "time it from your own code with the backend")
+    let options = Options::new().name("Program").output_file("program.rs");
+    refuse_user_backends(&input, "bench", "time it from your own code with the backend")
         .map_err(|e| format!("{shown}: {e}"))?;
     let t0 = Instant::now();
-    let source = compile_to_source(&bytes, &refs, &options).map_err(|e| format!("{shown}: {e}"))?;
+    let source = compile(&input, &options).map_err(|e| format!("{shown}: {e}"))?;
     let gen_ms = t0.elapsed().as_secs_f64() * 1e3;
 
     let krate = RunnerCrate::new("ptec-bench-run", "opt-level = 3\ndebug = false")?;

@@ -6,9 +6,7 @@
 //! `target/ptec-check`, or `PTEC_CHECK_TARGET_DIR`), so only the generated
 //! code is compiled again.
 use crate::runner::{absolute, refuse_user_backends, target_dir, RunnerCrate};
-use ptec::Options;
-use ptec::{compile_to_source, compile_with_cases_to_source, prepared_include, read_file, ForeignCases};
-use ptec::{ErrorKind, Errors, Location};
+use ptec::{compile, ErrorKind, Errors, Input, Location, Options};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -66,39 +64,23 @@ pub fn check(
         let path = absolute(&input.path);
         progress(&format!("compiling {}", input.path.display()));
         let generated = (|| {
-            let bytes = read_file(&path)?;
-            let datas = input
-                .data
-                .iter()
-                .map(|d| read_file(&absolute(d)))
-                .collect::<ptec::Result<Vec<_>>>()?;
-            let refs: Vec<&[u8]> = datas.iter().map(|d| d.as_slice()).collect();
+            let mut program = input.data.iter().try_fold(Input::open(&path)?, |p, d| p.open_data(d))?;
             refuse_user_backends(
-                &bytes,
-                &refs,
+                &program,
                 "check",
                 "run its bundled cases from your own code with the backend",
             )?;
-            let mut options = Options::new(path.display().to_string());
-            options.data_paths = input.data.iter().map(|d| absolute(d).display().to_string()).collect();
-            options.tests = Some((input.rtol, input.atol));
-            options.struct_name = Some("Program".into());
-            options.prepared_path = Some(prepared_include(std::path::Path::new(&format!("m{i}.rs"))));
-            let source = match &input.cases {
-                None => compile_to_source(&bytes, &refs, &options)?,
-                Some(cases) => {
-                    let cases = absolute(cases);
-                    let cases_bytes = read_file(&cases)?;
-                    let foreign = ForeignCases {
-                        bytes: &cases_bytes,
-                        path: &cases.display().to_string(),
-                    };
-                    compile_with_cases_to_source(&bytes, &refs, foreign, &options)?
-                }
-            };
+            if let Some(cases) = &input.cases {
+                program = program.open_cases(cases)?;
+            }
+            let options = Options::new()
+                .tests(input.rtol, input.atol)
+                .name("Program")
+                .output_file(format!("m{i}.rs"));
+            let source = compile(&program, &options)?;
             // Without cases there is nothing to run (a .pte, or a bundle
             // whose suites are empty), and no `bundled` module to run them.
-            if source.cases == 0 {
+            if source.cases() == 0 {
                 return Err(Errors::one(
                     ErrorKind::BadTestCase {
                         detail: format!(

@@ -18,12 +18,6 @@ struct Cli {
     compile: CompileArgs,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Weights {
-    Embedded,
-    External,
-}
-
 #[derive(Args)]
 struct CompileArgs {
     /// The program (.pte) or bundle (.bpte, .bp) to compile.
@@ -41,17 +35,48 @@ struct CompileArgs {
     /// `embedded`: the weights are compiled into the binary. `external`: the
     /// program is given the .pte (and .ptd files) at construction and reads
     /// them in place (memory-mapped with `ptec_runtime::Blob::open`).
-    #[arg(long, value_enum, default_value = "embedded")]
-    weights: Weights,
+    #[arg(long, value_parser = ["embedded", "external"], default_value = "embedded")]
+    weights: String,
     /// For a bundle: also generate its test cases (a `bundled` module with one #[test] per case).
     #[arg(long)]
     tests: bool,
     /// Relative tolerance of generated tests.
-    #[arg(long, default_value_t = ptec::Tolerance::default().rtol)]
-    rtol: f64,
+    #[arg(long, default_value_t = ptec::Tolerance::default().rtol.to_string())]
+    rtol: String,
     /// Absolute tolerance of generated tests.
-    #[arg(long, default_value_t = ptec::Tolerance::default().atol)]
-    atol: f64,
+    #[arg(long, default_value_t = ptec::Tolerance::default().atol.to_string())]
+    atol: String,
+    /// `false`: leave calls of ExecuTorch's XNNPACK delegate to a user
+    /// backend registered at run time instead of compiling them.
+    #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "true")]
+    lower_xnnpack: String,
+    /// `false`: run aten convolutions NCHW, as the program says, instead
+    /// of on NHWC images with batch norms and clamps folded in.
+    #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "true")]
+    channels_last: String,
+}
+
+impl CompileArgs {
+    /// The options, read by the parser `include_pte!`'s arguments go
+    /// through too.
+    fn options(&self) -> ptec::Result<ptec::Options> {
+        let mut options = ptec::Options::new();
+        let tests = if self.tests { "true" } else { "false" };
+        let mut flags = vec![
+            ("weights", self.weights.as_str()),
+            ("rtol", self.rtol.as_str()),
+            ("atol", self.atol.as_str()),
+            ("tests", tests),
+            ("lower-xnnpack", self.lower_xnnpack.as_str()),
+            ("channels-last", self.channels_last.as_str()),
+        ];
+        // Without a name the struct is named after the file.
+        flags.extend(self.name.as_deref().map(|n| ("name", n)));
+        for (key, value) in flags {
+            options.set(key, Some(value))?;
+        }
+        Ok(options)
+    }
 }
 
 #[derive(Subcommand)]
@@ -249,29 +274,28 @@ fn compile(a: &CompileArgs) -> Result<(), String> {
     let Some(file) = &a.file else {
         return Err("no input file: `ptec MODEL.pte -o model.rs`, or see `ptec --help`".into());
     };
-    let bytes = read(file)?;
-    let data_bytes = a.data.iter().map(|p| read(p)).collect::<Result<Vec<_>, _>>()?;
-    let refs: Vec<&[u8]> = data_bytes.iter().map(|d| d.as_slice()).collect();
-    let mut options = ptec::Options::new(include_path(file, &a.output));
-    options.source_name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    options.data_paths = a.data.iter().map(|d| include_path(d, &a.output)).collect();
-    options.struct_name = a.name.clone();
-    options.tests = a.tests.then_some((a.rtol, a.atol));
-    options.external_weights = a.weights == Weights::External;
+    let mut options = a.options().map_err(|e| e.to_string())?;
+    let mut input = ptec::Input::new(read(file)?, include_path(file, &a.output)).source_name(
+        file.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    for d in &a.data {
+        input = input.data(read(d)?, include_path(d, &a.output));
+    }
     // The constants go beside the output (`model.rs` → `model.prepared`),
     // or, on standard output, into the code itself.
-    let out = Path::new(&a.output);
     if a.output != "-" {
-        options.prepared_path = Some(ptec::prepared_include(out));
+        options = options.output_file(&a.output);
     }
-    let source = ptec::compile_to_source(&bytes, &refs, &options).map_err(|e| format!("{}: {e}", file.display()))?;
+    let output = ptec::compile(&input, &options).map_err(|e| format!("{}: {e}", file.display()))?;
     if a.output == "-" {
-        print!("{}", source.code);
+        print!(
+            "{}",
+            output.to_source().map_err(|e| format!("{}: {e}", file.display()))?
+        );
     } else {
-        source.write(out).map_err(|e| format!("{}: {e}", a.output))?;
+        output.write(&a.output).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -123,8 +123,9 @@ pub fn absolute(p: &Path) -> PathBuf {
 /// Fails for a program whose delegates need backends from the user: the
 /// runner crate has none to give (`tool` names the command, `instead` says
 /// what to do).
-pub fn refuse_user_backends(bytes: &[u8], data: &[&[u8]], tool: &str, instead: &str) -> Result<()> {
-    let mut loaded = ptec::load(bytes, data)?;
+pub fn refuse_user_backends(input: &ptec::Input<'_>, tool: &str, instead: &str) -> Result<()> {
+    let bytes = input.program_bytes();
+    let mut loaded = ptec::load(bytes, &input.data_bytes())?;
     // Delegates ptec compiles itself need no user backend.
     ptec::lower_delegates(&mut loaded, bytes, true)?;
     match loaded.program.iter().flat_map(|p| p.backend_ids()).next() {
@@ -160,11 +161,13 @@ impl RunnerCrate {
         std::fs::create_dir_all(dir.path().join("src")).map_err(|e| e.to_string())?;
         let source = runtime_source();
         let (dependency, offline) = match &source {
-            RuntimeSource::Path(dir) => (format!("{{ path = {:?} }}", dir.display().to_string()), true),
-            RuntimeSource::Registry => (format!("\"={}\"", env!("CARGO_PKG_VERSION")), false),
+            RuntimeSource::Path(dir) => (format!("path = {:?}", dir.display().to_string()), true),
+            RuntimeSource::Registry => (format!("version = \"={}\"", env!("CARGO_PKG_VERSION")), false),
         };
+        // `bench` for `ptec bench`'s executables; `ptec check`'s take it
+        // too, so a target directory they share builds one runtime.
         let manifest = format!(
-            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {dependency}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n"
+            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {{ {dependency}, features = [\"bench\"] }}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n"
         );
         std::fs::write(dir.path().join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
         // The source tree's lock file pins the runtime's dependencies, so an
@@ -185,14 +188,10 @@ impl RunnerCrate {
     }
 
     /// Writes generated code as `src/file`, with its prepared constants
-    /// beside it (compiled with `Options::prepared_path` set to
-    /// [`ptec::prepared_include`]`(file)`).
-    pub fn write_source(&self, file: &str, source: &ptec::Source) -> std::result::Result<(), String> {
+    /// beside it (compiled with [`ptec::Options::output_file`]`(file)`).
+    pub fn write_source(&self, file: &str, source: &ptec::Output) -> std::result::Result<(), String> {
         let path = self.dir.path().join("src").join(file);
-        source
-            .write(&path)
-            .map(|_| ())
-            .map_err(|e| format!("{}: {e}", path.display()))
+        source.write(&path).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// Builds the executable in release mode into `target` and returns the

@@ -11,73 +11,12 @@ mod tests;
 
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
+use crate::options::Options;
 use crate::read::Loaded;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 pub use method::method_ident;
-
-/// How to generate a module.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Name of the program struct; by default the file stem in CamelCase.
-    pub struct_name: Option<String>,
-    /// The path the generated `include_bytes!` reads the program file from
-    /// (relative to the generated file, or absolute).
-    pub program_path: String,
-    /// The same for each `.ptd` file, in the order they were loaded.
-    pub data_paths: Vec<String>,
-    /// The file name shown in the `@generated` header.
-    pub source_name: String,
-    /// For a bundle: also generate the `bundled` module of test cases, with
-    /// these `(rtol, atol)` for its `#[test]`s.
-    pub tests: Option<(f64, f64)>,
-    /// External-weights mode: embed no file data; the program is given the
-    /// `.pte` (and `.ptd` files) at construction and reads them in place.
-    pub external_weights: bool,
-    /// The path the generated `include_bytes!` reads the program's
-    /// constants from (relative to the generated file, or absolute): those
-    /// its code reads and those the compiler prepared; the caller writes
-    /// [`Generated::prepared`] there. `None`: they are embedded in the code
-    /// itself, as a byte-string literal.
-    pub prepared_path: Option<String>,
-    /// Name the input files in `include_bytes!`s the code does not use, so
-    /// that Cargo rebuilds when they change (for `include_pte!`, whose code
-    /// otherwise names no file).
-    pub track_inputs: bool,
-    /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
-    /// (the `passes::xnnpack` pass); when off they are left as delegate calls.
-    pub lower_xnnpack: bool,
-    /// Run aten convolutions on NHWC images, with batch norms and clamps
-    /// folded in (the `passes::channels_last` pass); when off they run NCHW,
-    /// operation by operation, as the program says.
-    pub channels_last: bool,
-}
-
-impl Options {
-    /// The defaults for the program read from `program_path` (as the
-    /// generated `include_bytes!` names it): embedded weights, no tests,
-    /// XNNPACK lowered, convolutions channels-last.
-    pub fn new(program_path: impl Into<String>) -> Self {
-        let program_path = program_path.into();
-        let source_name = std::path::Path::new(&program_path)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| program_path.clone());
-        Options {
-            struct_name: None,
-            program_path,
-            data_paths: Vec::new(),
-            source_name,
-            tests: None,
-            external_weights: false,
-            prepared_path: None,
-            track_inputs: false,
-            lower_xnnpack: true,
-            channels_last: true,
-        }
-    }
-}
 
 /// A struct name from a file stem: `mobilenet_v2` → `MobilenetV2`.
 pub fn default_struct_name(source_name: &str) -> String {
@@ -295,7 +234,7 @@ pub struct Generated {
     /// The module's items.
     pub tokens: TokenStream,
     /// The constants the code embeds (see [`DataSource::Embedded`]), for the
-    /// file at [`Options::prepared_path`] (when set; the code embeds them
+    /// file at [`Options::output_file`] (when set; the code embeds them
     /// otherwise): the bytes of the program's files its code reads, then the
     /// constants the compiler prepared.
     /// Empty when there are none: the code then reads no such file.
@@ -515,7 +454,8 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         #model_impl
     };
     // Everything in one private module, so that one `#[allow]` covers it;
-    // its public items are the caller's, as if written in place.
+    // its public items are the caller's, as if written in place (a caller
+    // that uses none of them is not told so).
     let allow = allow_lints();
     let module = format_ident!("__ptec_{}", struct_name.to_lowercase());
     let tokens = quote! {
@@ -523,6 +463,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         mod #module {
             #tokens
         }
+        #[allow(unused_imports)]
         pub use #module::*;
     };
     Ok(Generated {

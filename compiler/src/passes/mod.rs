@@ -14,9 +14,9 @@ pub(crate) mod conv_chains;
 pub(crate) mod rewrite;
 pub mod xnnpack;
 
-use crate::codegen::Options;
 use crate::error::Result;
 use crate::ir::{Program, TestSuite};
+use crate::options::Options;
 use crate::read::Loaded;
 use crate::verify::verify_program;
 

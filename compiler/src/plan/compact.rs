@@ -285,7 +285,7 @@ mod tests {
     /// tensors from (see `prepare::kept_arguments`).
     fn preparation_sources(file: &[u8]) -> Vec<(usize, usize)> {
         let mut loaded = crate::load(file, &[]).unwrap();
-        crate::transform(&mut loaded, file, &crate::Options::new("x")).unwrap();
+        crate::transform(&mut loaded, file, &crate::Options::new()).unwrap();
         let mut ranges = Vec::new();
         for m in &loaded.program.unwrap().methods {
             for ins in &m.instructions {
@@ -319,8 +319,8 @@ mod tests {
             "xnnpack_ops.bpte",
         ] {
             let file = std::fs::read(format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-            let embedded = crate::compile_to_source(&file, &[], &crate::Options::new(name)).unwrap();
-            let files_part = &embedded.prepared[..embedded.files_len];
+            let embedded = crate::compile(&crate::Input::new(&file, name), &crate::Options::new()).unwrap();
+            let files_part = &embedded.prepared()[..embedded.files_len()];
             let sources = preparation_sources(&file);
             assert!(!sources.is_empty(), "{name}: no weights to prepare from");
             for (a, b) in sources {
@@ -335,9 +335,9 @@ mod tests {
                 );
             }
             assert!(
-                embedded.files_len < file.len() / 2,
+                embedded.files_len() < file.len() / 2,
                 "{name}: {} of the file's {} bytes embedded",
-                embedded.files_len,
+                embedded.files_len(),
                 file.len()
             );
         }

@@ -15,7 +15,7 @@
     clippy::pedantic
 )]
 mod __ptec_dynamic {
-    const _: () = ::ptec_runtime::check_abi(2u32);
+    const _: () = ::ptec_runtime::check_abi("0.1.0");
     const _: () = ::core::assert!(
         116u64 <= isize::MAX as u64,
         "ptec: the embedded data takes 116 bytes, more than this target's address space holds"
@@ -644,4 +644,5 @@ mod __ptec_dynamic {
         }
     }
 }
+#[allow(unused_imports)]
 pub use __ptec_dynamic::*;

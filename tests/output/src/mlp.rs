@@ -15,7 +15,7 @@
     clippy::pedantic
 )]
 mod __ptec_mlp {
-    const _: () = ::ptec_runtime::check_abi(2u32);
+    const _: () = ::ptec_runtime::check_abi("0.1.0");
     const _: () = ::core::assert!(
         3496u64 <= isize::MAX as u64,
         "ptec: the embedded data takes 3496 bytes, more than this target's address space holds"
@@ -485,4 +485,5 @@ mod __ptec_mlp {
         }
     }
 }
+#[allow(unused_imports)]
 pub use __ptec_mlp::*;

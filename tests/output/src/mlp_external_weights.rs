@@ -15,7 +15,7 @@
     clippy::pedantic
 )]
 mod __ptec_mlp {
-    const _: () = ::ptec_runtime::check_abi(2u32);
+    const _: () = ::ptec_runtime::check_abi("0.1.0");
     const _: () = ::core::assert!(
         1152u64 <= isize::MAX as u64,
         "ptec: the memory of method `forward` takes 1152 bytes, more than this target's address space holds"
@@ -514,4 +514,5 @@ mod __ptec_mlp {
         }
     }
 }
+#[allow(unused_imports)]
 pub use __ptec_mlp::*;

@@ -15,7 +15,7 @@
     clippy::pedantic
 )]
 mod __ptec_multimethod {
-    const _: () = ::ptec_runtime::check_abi(2u32);
+    const _: () = ::ptec_runtime::check_abi("0.1.0");
     const _: () = ::core::assert!(
         172u64 <= isize::MAX as u64,
         "ptec: the embedded data takes 172 bytes, more than this target's address space holds"
@@ -1120,4 +1120,5 @@ mod __ptec_multimethod {
         }
     }
 }
+#[allow(unused_imports)]
 pub use __ptec_multimethod::*;

@@ -1,0 +1,275 @@
+//! What to generate: the one set of options every front end takes, and the
+//! one parser of their textual form (the macro's `key = value` arguments,
+//! the command line's `--key value` flags).
+use crate::error::{ErrorKind, Errors, Location, Result};
+use ptec_runtime::harness::Tolerance;
+
+/// How to compile a program, the same for every front end.
+///
+/// Build it with the setters, or from text with [`Options::set`], which
+/// is how `include_pte!` and the `ptec` command line read theirs:
+///
+/// ```
+/// let mut options = ptec::Options::new().name("Mlp").lower_xnnpack(false);
+/// options.set("weights", Some("external")).unwrap();
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// Name of the program struct; by default the file stem in CamelCase.
+    pub(crate) struct_name: Option<String>,
+    /// The path the generated `include_bytes!` reads the program file from
+    /// (relative to the generated file, or absolute); from the
+    /// [`Input`](crate::Input).
+    pub(crate) program_path: String,
+    /// The same for each `.ptd` file, in the order they were loaded.
+    pub(crate) data_paths: Vec<String>,
+    /// The file name shown in the `@generated` header.
+    pub(crate) source_name: String,
+    /// For a bundle: also generate the `bundled` module of test cases, with
+    /// these `(rtol, atol)` for its `#[test]`s.
+    pub(crate) tests: Option<(f64, f64)>,
+    /// The tolerance `tests` takes when switched on by [`Options::set`],
+    /// which may see `rtol` and `atol` before `tests`.
+    tolerance: (f64, f64),
+    /// External-weights mode: embed no file data; the program is given the
+    /// `.pte` (and `.ptd` files) at construction and reads them in place.
+    pub(crate) external_weights: bool,
+    /// The path the generated `include_bytes!` reads the program's
+    /// constants from (relative to the generated file, or absolute): those
+    /// its code reads and those the compiler prepared; the caller writes
+    /// [`Generated::prepared`](crate::Generated::prepared) there. `None`:
+    /// they are embedded in the code itself, as a byte-string literal.
+    pub(crate) prepared_path: Option<String>,
+    /// Name the input files in `include_bytes!`s the code does not use, so
+    /// that Cargo rebuilds when they change (for `include_pte!`, whose code
+    /// otherwise names no file).
+    pub(crate) track_inputs: bool,
+    /// Compile calls of ExecuTorch's XNNPACK delegate into kernel calls
+    /// (the `passes::xnnpack` pass); when off they are left as delegate calls.
+    pub(crate) lower_xnnpack: bool,
+    /// Run aten convolutions on NHWC images, with batch norms and clamps
+    /// folded in (the `passes::channels_last` pass); when off they run NCHW,
+    /// operation by operation, as the program says.
+    pub(crate) channels_last: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let t = Tolerance::default();
+        Options {
+            struct_name: None,
+            program_path: String::new(),
+            data_paths: Vec::new(),
+            source_name: String::new(),
+            tests: None,
+            tolerance: (t.rtol, t.atol),
+            external_weights: false,
+            prepared_path: None,
+            track_inputs: false,
+            lower_xnnpack: true,
+            channels_last: true,
+        }
+    }
+}
+
+/// The options [`Options::set`] knows, with the values they take: the
+/// macro's and the command line's spellings, and their error messages.
+const NAMES: &[(&str, &str)] = &[
+    ("name", "an identifier"),
+    ("tests", "nothing, `true` or `false`"),
+    ("rtol", "a number"),
+    ("atol", "a number"),
+    ("weights", "`embedded` or `external`"),
+    ("lower_xnnpack", "`true` or `false`"),
+    ("channels_last", "`true` or `false`"),
+];
+
+impl Options {
+    /// The defaults: the struct named after the file, embedded weights, no
+    /// tests, XNNPACK delegates lowered, convolutions channels-last.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The name of the generated program struct (by default the file's stem
+    /// in CamelCase: `mobilenet_v2.pte` → `MobilenetV2`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.struct_name = Some(name.into());
+        self
+    }
+
+    /// For a bundle: also generate its test cases (a `bundled` module with
+    /// one `#[test]` per case), comparing outputs with these tolerances
+    /// (the front ends' defaults are `rtol = 1e-4`, `atol = 1e-5`).
+    pub fn tests(mut self, rtol: f64, atol: f64) -> Self {
+        self.tolerance = (rtol, atol);
+        self.tests = Some(self.tolerance);
+        self
+    }
+
+    /// External-weights mode: the generated program embeds no weights and
+    /// is given the files at construction (see `FILES` in the generated
+    /// code), reading them in place.
+    pub fn external_weights(mut self, external: bool) -> Self {
+        self.external_weights = external;
+        self
+    }
+
+    /// Whether calls of ExecuTorch's XNNPACK delegate are compiled into the
+    /// program (the default) or left to a user backend registered at run
+    /// time.
+    pub fn lower_xnnpack(mut self, lower: bool) -> Self {
+        self.lower_xnnpack = lower;
+        self
+    }
+
+    /// Whether aten convolutions run on NHWC images with batch norms and
+    /// clamps folded in (the default), or NCHW as the program says.
+    pub fn channels_last(mut self, on: bool) -> Self {
+        self.channels_last = on;
+        self
+    }
+
+    /// The generated code will be written to `file` (by
+    /// [`Output::write`](crate::Output::write)): the constants it reads go
+    /// to a file beside it, `model.rs` → `model.prepared`, which it
+    /// includes. Without this they are written into the code itself.
+    pub fn output_file(mut self, file: impl AsRef<std::path::Path>) -> Self {
+        self.prepared_path = Some(prepared_include(file.as_ref()));
+        self
+    }
+
+    /// Name the input files in `include_bytes!`s the code does not use, so
+    /// that Cargo rebuilds when they change: for `include_pte!`, whose code
+    /// otherwise names no file.
+    #[doc(hidden)]
+    pub fn track_inputs(mut self, on: bool) -> Self {
+        self.track_inputs = on;
+        self
+    }
+
+    /// Whether [`Options::set`] knows `key`.
+    pub(crate) fn knows(key: &str) -> bool {
+        let key = key.replace('-', "_");
+        NAMES.iter().any(|(n, _)| *n == key)
+    }
+
+    /// The names [`Options::set`] knows, for messages: `` `name`, `tests`, ...``.
+    pub(crate) fn names() -> String {
+        let names: Vec<String> = NAMES.iter().map(|(n, _)| format!("`{n}`")).collect();
+        names.join(", ")
+    }
+
+    /// Sets the option `key` from its textual form, as `include_pte!`'s
+    /// arguments and the command line's flags spell it (`-` and `_` alike):
+    ///
+    /// | key | value |
+    /// |-----|-------|
+    /// | `name` | the struct's name |
+    /// | `tests` | none or `true`: generate the bundle's tests; `false`: don't |
+    /// | `rtol`, `atol` | the tests' tolerances |
+    /// | `weights` | `embedded` or `external` ([`Options::external_weights`]) |
+    /// | `lower_xnnpack` | `true` or `false` ([`Options::lower_xnnpack`]) |
+    /// | `channels_last` | `true` or `false` ([`Options::channels_last`]) |
+    ///
+    /// A flag given no value (`tests`, `lower_xnnpack`) is switched on.
+    pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<()> {
+        let key = key.replace('-', "_");
+        let Some(&(name, expected)) = NAMES.iter().find(|(n, _)| *n == key) else {
+            return Err(bad_option(
+                &key,
+                format!("no such option (the options are {})", Self::names()),
+            ));
+        };
+        let bad = || bad_option(name, format!("expected {expected}, got `{}`", value.unwrap_or("")));
+        let flag = || match value {
+            None | Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(_) => Err(bad()),
+        };
+        let number = || value.and_then(|v| v.parse::<f64>().ok()).ok_or_else(bad);
+        match name {
+            "name" => self.struct_name = Some(value.filter(|v| !v.is_empty()).ok_or_else(bad)?.to_string()),
+            "tests" => self.tests = flag()?.then_some(self.tolerance),
+            "rtol" => self.tolerance.0 = number()?,
+            "atol" => self.tolerance.1 = number()?,
+            "weights" => {
+                self.external_weights = match value {
+                    Some("embedded") => false,
+                    Some("external") => true,
+                    _ => return Err(bad()),
+                }
+            }
+            "lower_xnnpack" => self.lower_xnnpack = flag()?,
+            "channels_last" => self.channels_last = flag()?,
+            _ => unreachable!("every name in NAMES is handled"),
+        }
+        // The tolerances apply to tests switched on before them too.
+        if self.tests.is_some() {
+            self.tests = Some(self.tolerance);
+        }
+        Ok(())
+    }
+}
+
+fn bad_option(name: &str, detail: String) -> Errors {
+    Errors::one(
+        ErrorKind::BadOption {
+            name: name.to_string(),
+            detail,
+        },
+        Location::default(),
+    )
+}
+
+/// Where the constants of the generated file `path` go, as the compiler
+/// prepared them: beside it, `model.rs` → `model.prepared`.
+pub(crate) fn prepared_file(path: &std::path::Path) -> std::path::PathBuf {
+    path.with_extension("prepared")
+}
+
+/// What `include_bytes!` in the file generated at `path` names its
+/// constants by: their file's name, beside it.
+pub(crate) fn prepared_include(path: &std::path::Path) -> String {
+    prepared_file(path)
+        .file_name()
+        .map_or_else(|| "prepared".into(), |n| n.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Options;
+
+    #[test]
+    fn set_reads_every_option_in_any_order() {
+        let mut o = Options::new();
+        for (k, v) in [
+            ("rtol", Some("0.5")),
+            ("tests", None),
+            ("atol", Some("1e-3")),
+            ("weights", Some("external")),
+            ("lower-xnnpack", Some("false")),
+            ("channels_last", Some("false")),
+            ("name", Some("Net")),
+        ] {
+            o.set(k, v).unwrap();
+        }
+        assert_eq!(o.tests, Some((0.5, 1e-3)));
+        assert!(o.external_weights && !o.lower_xnnpack && !o.channels_last);
+        assert_eq!(o.struct_name.as_deref(), Some("Net"));
+        o.set("tests", Some("false")).unwrap();
+        assert_eq!(o.tests, None);
+    }
+
+    #[test]
+    fn set_names_what_it_refuses() {
+        let mut o = Options::new();
+        let e = o.set("weight", Some("external")).unwrap_err().to_string();
+        assert!(e.contains("`weight`") && e.contains("`weights`"), "{e}");
+        let e = o.set("weights", Some("inline")).unwrap_err().to_string();
+        assert!(e.contains("`embedded` or `external`") && e.contains("`inline`"), "{e}");
+        assert!(o.set("rtol", None).is_err());
+        assert!(o.set("channels_last", Some("yes")).is_err());
+    }
+}
