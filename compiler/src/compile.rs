@@ -275,6 +275,14 @@ impl Output {
     pub fn files_len(&self) -> usize {
         self.generated.files_len
     }
+
+    /// What each instruction of method `method` does, in a few words, in
+    /// the numbering of the compiled program (which `step` follows).
+    #[doc(hidden)]
+    pub fn instructions(&self, method: &str) -> Option<&[String]> {
+        let (_, names) = self.generated.instructions.iter().find(|(m, _)| m == method)?;
+        Some(names)
+    }
 }
 
 fn hex_digest(bytes: &[u8]) -> String {

@@ -33,6 +33,8 @@ pub struct MethodCode {
     pub items: TokenStream,
     pub meta: TokenStream,
     pub typed_fn: TokenStream,
+    /// What each instruction does, in a few words (see [`short_name`]).
+    pub instructions: Vec<String>,
 }
 
 pub fn scalar_ty(v: &Value) -> Option<TokenStream> {
@@ -452,6 +454,12 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         }
     };
     let typed_fn = typed_fn(m, &layout, &rt, index, &mident, &field, ctx);
+    let instructions = m
+        .instructions
+        .iter()
+        .enumerate()
+        .map(|(n, ins)| short_name(m, n, ins, &folds))
+        .collect();
     Ok(MethodCode {
         arena_bytes: arena_total,
         state_ident,
@@ -459,7 +467,24 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         items,
         meta,
         typed_fn,
+        instructions,
     })
+}
+
+/// Instruction `n` in a few words, for profiles: its operator, or its kind,
+/// and the instruction it was folded into.
+pub fn short_name(m: &Method, n: usize, ins: &Instruction, folds: &Folds) -> String {
+    let what = match ins {
+        Instruction::Kernel { op, .. } => m.operators.get(*op).map(Operator::full_name).unwrap_or_default(),
+        Instruction::Delegate { delegate, .. } => format!("delegate {delegate}"),
+        Instruction::Move { .. } => "move".into(),
+        Instruction::JumpFalse { .. } => "jump".into(),
+        Instruction::Free { .. } => "free".into(),
+    };
+    match folds.elided(n) {
+        Some(by) => format!("{what} (folded into {by})"),
+        None => what,
+    }
 }
 
 fn describe(m: &Method, ins: &Instruction) -> String {

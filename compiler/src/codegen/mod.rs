@@ -244,6 +244,10 @@ pub struct Generated {
     pub files_len: usize,
     /// Test cases of the generated `bundled` module (0 when there is none).
     pub cases: usize,
+    /// Each method's name and what each of its instructions does, in a few
+    /// words: for profiles, which count the instructions of the compiled
+    /// program.
+    pub instructions: Vec<(String, Vec<String>)>,
 }
 
 /// Generates the module of a loaded program. `program_bytes` and `data` are
@@ -363,6 +367,13 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         })
         .collect();
 
+    let instructions = ctx
+        .program
+        .methods
+        .iter()
+        .zip(&methods)
+        .map(|(m, code)| (m.name.clone(), code.instructions.clone()))
+        .collect();
     let state_items = methods.iter().map(|m| &m.items);
     let fields = methods.iter().map(|m| {
         let (f, s) = (&m.field, &m.state_ident);
@@ -471,6 +482,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         prepared,
         files_len,
         cases: suites.iter().map(|s| s.cases.len()).sum(),
+        instructions,
     })
 }
 
