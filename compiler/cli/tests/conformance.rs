@@ -42,7 +42,9 @@ const REQUIRED: &[&str] = &[
 mod common;
 use common::corpus;
 
+/// Every corpus program built and run: minutes, left to the full run.
 #[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
 fn corpus_bundles_reproduce_pytorch() {
     let Some(root) = corpus() else {
         return;
