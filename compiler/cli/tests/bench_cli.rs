@@ -1,7 +1,8 @@
 //! `ptec bench` from the command line: one JSON line with et_runner's keys
 //! and ptec's, a planned size equal to the program's plan, outputs that,
 //! given a bundled case's input, are that case's expected output, and a
-//! per-instruction profile.
+//! per-instruction profile. Each run builds a program in release mode: the
+//! fast set keeps two, the rest are in the slow set (docs/testing.md).
 use ptec::ir::TestValue;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,8 @@
 //! without a bundle, run the test cases of the same model's portable bundle. Prints a table case → pass / fail /
 //! unsupported and the `N passed, M failed` line.
 //!
-//! `cargo test -p ptec-cli --test conformance -- --nocapture` shows the table.
+//! `cargo test -p ptec-cli --test conformance -- --ignored --nocapture`
+//! shows the table (the test is in the slow set, docs/testing.md).
 use ptec_cli::check::{check, CheckInput, CheckStatus};
 
 /// Cases that must compile and pass. Grows as operators and delegates land;
