@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times ptec against ExecuTorch on the bench corpus, in one run:
 #
-#   bench/run.sh [--iters N] [--et-iters N] [--rounds N] [--threads N] [--et-dir DIR] [--no-gemm] [MODEL.bpte...]
+#   bench/run.sh [--iters N] [--et-iters N] [--rounds N] [--threads N] [--et-dir DIR] [--no-gemm] [--json FILE] [MODEL.bpte...]
 #
 # For each model (default: ../shared/corpus/bench/*.bpte) it times
 #   - ExecuTorch's portable/optimized kernels on MODEL.bpte   (et_runner)
@@ -23,6 +23,8 @@
 # throughput N threads get at once (gemm_bench --cores) is printed before
 # and after the rounds: on a shared host it moves from run to run.
 # Then the GEMM micro-benchmark (GFLOP/s against the measured FMA peak).
+# --json FILE keeps every run's JSON line, tagged with tool, name and round
+# (bench/report.sh makes the README's table from it).
 #
 # et_runner is built by ../shared/anchors/executorch-runner/build.sh into
 # --et-dir (default: $CARGO_TARGET_DIR or target, /et-runner); a directory
@@ -37,6 +39,7 @@ rounds=3
 threads=1
 et_dir="$target/et-runner"
 gemm=1
+json=""
 models=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,7 +49,8 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --et-dir) et_dir="$2"; shift 2 ;;
     --no-gemm) gemm=0; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    --json) json="$2"; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -127,6 +131,7 @@ for r in $(seq 1 "$rounds"); do
 done
 
 cores after
+[ -z "$json" ] || cp "$results" "$json"
 echo
 echo "median latency over $rounds round(s) of $iters iterations, $threads thread(s); ratios < 1: ptec is faster"
 python3 - "$results" <<'PY'

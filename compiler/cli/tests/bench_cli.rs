@@ -1,7 +1,8 @@
 //! `ptec bench` from the command line: one JSON line with et_runner's keys
 //! and ptec's, a planned size equal to the program's plan, outputs that,
 //! given a bundled case's input, are that case's expected output, and a
-//! per-instruction profile.
+//! per-instruction profile. Each run builds a program in release mode: the
+//! fast set keeps two, the rest are in the slow set (docs/testing.md).
 use ptec::ir::TestValue;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,7 @@ fn reports_et_runner_keys_and_the_planned_size() {
 }
 
 #[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
 fn ab_bands_times_each_iteration_both_ways() {
     let attention = fixture("attention.pte");
     let args = [
@@ -134,6 +136,7 @@ fn ab_bands_times_each_iteration_both_ways() {
 }
 
 #[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
 fn given_a_cases_input_dumps_its_expected_output() {
     let bundle = fixture("mlp.bpte");
     let bytes = std::fs::read(&bundle).unwrap();
@@ -209,6 +212,7 @@ fn bad_arguments_are_errors_not_crashes() {
 /// execution must be given its inputs again: the last of several
 /// executions still computes the case's expected outputs.
 #[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
 fn every_execution_gets_its_inputs_afresh() {
     let bundle = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zoo/default/hf_bert_xnnpack.bpte");
     let bytes = std::fs::read(&bundle).unwrap();

@@ -4,7 +4,8 @@
 //! without a bundle, run the test cases of the same model's portable bundle. Prints a table case → pass / fail /
 //! unsupported and the `N passed, M failed` line.
 //!
-//! `cargo test -p ptec-cli --test conformance -- --nocapture` shows the table.
+//! `cargo test -p ptec-cli --test conformance -- --ignored --nocapture`
+//! shows the table (the test is in the slow set, docs/testing.md).
 use ptec_cli::check::{check, CheckInput, CheckStatus};
 
 /// Cases that must compile and pass. Grows as operators and delegates land;
@@ -42,7 +43,9 @@ const REQUIRED: &[&str] = &[
 mod common;
 use common::corpus;
 
+/// Every corpus program built and run: minutes, left to the full run.
 #[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
 fn corpus_bundles_reproduce_pytorch() {
     let Some(root) = corpus() else {
         return;

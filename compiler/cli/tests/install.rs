@@ -44,6 +44,7 @@ fn run_clean(program: &Path, args: &[&str], dir: &Path, home: &Path) -> Output {
 }
 
 #[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
 fn installed_with_a_clean_home_check_and_bench_work_outside_the_repository() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");

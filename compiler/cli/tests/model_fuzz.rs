@@ -16,8 +16,8 @@ fn seeds() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/models/seeds")
 }
 
-#[test]
-fn model_fuzz_seed_set_reproduces_pytorch() {
+/// The seed set, checked for its size and its refusals' names.
+fn seed_set() -> Vec<Listed> {
     let dir = seeds();
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
@@ -35,7 +35,7 @@ fn model_fuzz_seed_set_reproduces_pytorch() {
             "expected_refusals.json names {file}, which is not in the seed set"
         );
     }
-    let listed: Vec<Listed> = programs
+    programs
         .iter()
         .map(|p| {
             let file = p["file"].as_str().unwrap();
@@ -47,6 +47,23 @@ fn model_fuzz_seed_set_reproduces_pytorch() {
                 refusal: refusals.get(file).cloned(),
             }
         })
-        .collect();
-    check_listed("model fuzz seed set", &listed);
+        .collect()
+}
+
+/// Builds all 120 programs in release mode (minutes): the full run's.
+#[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
+fn model_fuzz_seed_set_reproduces_pytorch() {
+    check_listed("model fuzz seed set", &seed_set());
+}
+
+/// The first few seeds, portable and XNNPACK, in the default run.
+#[test]
+fn a_few_model_fuzz_seeds_reproduce_pytorch() {
+    let listed = seed_set();
+    let few = &listed[..6];
+    for flavour in ["_portable.bpte", "_xnnpack.bpte"] {
+        assert!(few.iter().any(|l| l.path.to_string_lossy().ends_with(flavour)));
+    }
+    check_listed("model fuzz seeds", few);
 }

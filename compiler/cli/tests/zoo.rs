@@ -10,14 +10,14 @@ mod listed;
 use listed::{check_listed, Listed};
 use std::path::PathBuf;
 
-#[test]
-fn zoo_default_list_reproduces_pytorch() {
+/// The default list.
+fn zoo_list() -> Vec<Listed> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/zoo/default");
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
     let programs = manifest["programs"].as_array().unwrap();
     assert!(programs.len() >= 20, "only {} zoo programs", programs.len());
-    let listed: Vec<Listed> = programs
+    programs
         .iter()
         .map(|p| Listed {
             path: dir.join(p["file"].as_str().unwrap()),
@@ -26,11 +26,33 @@ fn zoo_default_list_reproduces_pytorch() {
             cases: Some(2),
             refusal: (p["result"] == "refused").then(|| p["reason"].as_str().unwrap().to_string()),
         })
-        .collect();
+        .collect()
+}
+
+/// Builds every program in release mode (many minutes): the full run's.
+#[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
+fn zoo_default_list_reproduces_pytorch() {
+    let listed = zoo_list();
     let (passed, _) = check_listed("zoo default list", &listed);
     assert!(
-        passed * 10 >= programs.len() * 8,
+        passed * 10 >= listed.len() * 8,
         "only {passed} of {} zoo programs pass",
-        programs.len()
+        listed.len()
     );
+}
+
+/// A transformer and a convolutional network, both ways, in the default
+/// run.
+#[test]
+fn a_few_zoo_programs_reproduce_pytorch() {
+    let few: Vec<Listed> = zoo_list()
+        .into_iter()
+        .filter(|l| {
+            let file = l.path.file_name().unwrap().to_string_lossy();
+            file.starts_with("hf_bert_") || file.starts_with("tv_regnet_")
+        })
+        .collect();
+    assert_eq!(few.len(), 4);
+    check_listed("zoo programs", &few);
 }

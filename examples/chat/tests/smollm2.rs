@@ -3,6 +3,10 @@
 //! and ExecuTorch's runtime's greedy tokens and logits on the same `.pte`.
 //! Needs setup.sh's folder; where `PTEC_REQUIRE_CHAT` is set (CI), its
 //! absence fails.
+//!
+//! The session's own behaviour on the real model (sampling, a second turn,
+//! a full context) is in the slow set: `ptec-llm`'s tests check the same
+//! on a tiny model in the fast one.
 #[cfg(not(chat_model))]
 #[test]
 fn the_model_is_set_up() {
@@ -194,6 +198,7 @@ mod model {
     }
 
     #[test]
+    #[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
     fn a_seed_reproduces_sampled_text_and_the_stream_is_the_text() {
         let r = refs();
         let prompt = ids(&r["cases"][1]["ids"]);
@@ -238,6 +243,7 @@ mod model {
     }
 
     #[test]
+    #[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
     fn a_second_turn_feeds_only_the_new_message() {
         let r = refs();
         let (session, template) = fp32();
@@ -267,6 +273,7 @@ mod model {
     }
 
     #[test]
+    #[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
     fn a_full_context_ends_the_answer_and_refuses_what_cannot_fit() {
         let (session, template) = q4();
         let mut chat = Chat::new(session, template);
