@@ -154,7 +154,7 @@ out = [
     "the ratio is ptec's time over ExecuTorch's within each round, its median over rounds "
     "(below 1× ptec is faster; steadier than the times on a busy machine).",
     "",
-    "| program | ExecuTorch | ptec | threads | ptec | ExecuTorch | ptec / ExecuTorch | rounds ptec was faster |",
+    "| program | ExecuTorch runs | ptec runs | threads | ptec time | ExecuTorch time | ptec / ExecuTorch | rounds ptec was faster |",
     "| --- | --- | --- | --- | --- | --- | --- | --- |",
 ]
 out += ["| " + " | ".join(r) + " |" for r in rows]
