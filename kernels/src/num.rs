@@ -170,3 +170,43 @@ impl core::ops::Deref for Sizes {
         self.as_slice()
     }
 }
+
+/// `libm::sqrt`, except under Miri, where libm's x86 `sqrtsd` (inline
+/// assembly) cannot run: there std's, which Miri models. Both are
+/// correctly rounded, so the bits are the same.
+#[inline(always)]
+pub(crate) fn sqrt(x: f64) -> f64 {
+    #[cfg(all(miri, feature = "std"))]
+    {
+        extern crate std;
+        std::primitive::f64::sqrt(x)
+    }
+    #[cfg(not(all(miri, feature = "std")))]
+    libm::sqrt(x)
+}
+
+/// `libm::sqrtf`, or std's under Miri (see [`sqrt`]).
+#[inline(always)]
+pub(crate) fn sqrtf(x: f32) -> f32 {
+    #[cfg(all(miri, feature = "std"))]
+    {
+        extern crate std;
+        std::primitive::f32::sqrt(x)
+    }
+    #[cfg(not(all(miri, feature = "std")))]
+    libm::sqrtf(x)
+}
+
+/// `libm::fmaf`, or std's under Miri, where libm's CPU detection
+/// (`cpuid`) and `vfmadd` cannot run. Both round once, so the bits are the
+/// same.
+#[inline(always)]
+pub(crate) fn fmaf(x: f32, y: f32, z: f32) -> f32 {
+    #[cfg(all(miri, feature = "std"))]
+    {
+        extern crate std;
+        std::primitive::f32::mul_add(x, y, z)
+    }
+    #[cfg(not(all(miri, feature = "std")))]
+    libm::fmaf(x, y, z)
+}
