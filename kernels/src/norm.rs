@@ -16,9 +16,9 @@ use core::any::TypeId;
 #[inline(always)]
 fn acc_sqrt<A: AccFloat>(x: A) -> A {
     if TypeId::of::<A>() == TypeId::of::<f32>() {
-        A::from_f32(crate::num::sqrtf(x.to_f64() as f32))
+        A::from_f32(libm::sqrtf(x.to_f64() as f32))
     } else {
-        A::from_f64(crate::num::sqrt(x.to_f64()))
+        A::from_f64(libm::sqrt(x.to_f64()))
     }
 }
 

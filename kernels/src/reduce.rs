@@ -593,7 +593,7 @@ pub fn var<T: Element, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], cor
 pub fn std<T: Element, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], correction: f64, out: &mut [O]) {
     let p = ReducePlan::new(sizes, dims);
     let n = p.red_numel() as f64;
-    p.for_each_output(|i, base| out[i] = O::from_f64(crate::num::sqrt(var_one(&p, x, base, n, correction).0)));
+    p.for_each_output(|i, base| out[i] = O::from_f64(libm::sqrt(var_one(&p, x, base, n, correction).0)));
 }
 
 /// `aten::var_mean.correction`: variance (as [`var`]) and mean.
@@ -681,7 +681,7 @@ pub fn norm<T: Element, O: Element>(x: &[T], sizes: &[usize], dims: &[usize], p_
     let p = ReducePlan::new(sizes, dims);
     p.for_each_output(|i, base| {
         let r = if p_ord == 2.0 {
-            crate::num::sqrt(p.fold(x, base, 0.0f64, |a, v| a + v.to_f64() * v.to_f64()))
+            libm::sqrt(p.fold(x, base, 0.0f64, |a, v| a + v.to_f64() * v.to_f64()))
         } else if p_ord == 1.0 {
             p.fold(x, base, 0.0f64, |a, v| a + libm::fabs(v.to_f64()))
         } else if p_ord == f64::INFINITY {

@@ -1093,7 +1093,7 @@ fn erfinv_f64(y: f64) -> f64 {
         p = 1.501_409_41 + p * w;
         p * y
     } else {
-        let w = crate::num::sqrt(w) - 3.0;
+        let w = libm::sqrt(w) - 3.0;
         let mut p = -0.000_200_214_257;
         p = 0.000_100_950_558 + p * w;
         p = 0.001_349_343_22 + p * w;

@@ -543,7 +543,7 @@ pub fn fully_connected(
                     for (r0, take, inputs, zero_points, row_scales) in &groups[..count] {
                         let sums = fast.sums(inputs, &zero_points.map(|z| ks * z as f32), w, s);
                         for i in 0..*take {
-                            put(r0 + i, c, &[clamp(crate::num::fmaf(sums[i], row_scales[i], b))]);
+                            put(r0 + i, c, &[clamp(libm::fmaf(sums[i], row_scales[i], b))]);
                         }
                     }
                 }
@@ -565,21 +565,21 @@ pub fn fully_connected(
                 let y = match *weights {
                     Weights::Channelwise8 { w, scales } => {
                         let acc = simd::centred8(xq, &w[c * k..][..k], zero_point);
-                        crate::num::fmaf(acc as f32 * scale, scales[c], b)
+                        libm::fmaf(acc as f32 * scale, scales[c], b)
                     }
                     Weights::Channelwise4 { w, scales } if k.is_multiple_of(2) => {
                         let acc = simd::centred4(xq, &w[c * k / 2..][..k / 2], zero_point);
-                        crate::num::fmaf(acc as f32 * scale, scales[c], b)
+                        libm::fmaf(acc as f32 * scale, scales[c], b)
                     }
                     Weights::Channelwise4 { w, scales } => {
                         let acc = centred_dot(xq, zero_point, |i| nibble(w, c * k + i));
-                        crate::num::fmaf(acc as f32 * scale, scales[c], b)
+                        libm::fmaf(acc as f32 * scale, scales[c], b)
                     }
                     Weights::Blockwise4 { w, scales, .. } => {
                         let s = &scales[c * blocks..][..blocks];
                         let sum = blockwise_sum(order, xq, zero_point, |i| nibble(w, c * k + i), s, group, ks);
                         match order {
-                            BlockwiseOrder::Partials => crate::num::fmaf(sum, scale, b),
+                            BlockwiseOrder::Partials => libm::fmaf(sum, scale, b),
                             BlockwiseOrder::Blocks => sum * scale + b,
                         }
                     }
@@ -719,7 +719,7 @@ fn blockwise_sum(
                     m[(i % 8) / 2] += xq[i] as i32 * w(i);
                 }
                 for (lane, &mj) in lanes.iter_mut().zip(&m) {
-                    *lane = crate::num::fmaf(mj as f32, s, *lane);
+                    *lane = libm::fmaf(mj as f32, s, *lane);
                 }
             }
             (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
@@ -729,7 +729,7 @@ fn blockwise_sum(
             for (b, s) in blocks {
                 let acc = (b * group..(b + 1) * group)
                     .fold(0i32, |acc, i| acc.wrapping_add((xq[i] as i32 + 128) * 16 * w(i)));
-                sum = crate::num::fmaf(acc as f32, s / 16.0, sum);
+                sum = libm::fmaf(acc as f32, s / 16.0, sum);
             }
             sum
         }
@@ -1280,7 +1280,7 @@ mod tests {
                 let acc: i32 = (0..4)
                     .map(|i| (q8[i] as i32 - q.zero_point) * w[c * 4 + i] as i32)
                     .sum();
-                let want = crate::num::fmaf(acc as f32 * q.scale, [0.5, 0.25][c], [1.0, -1.0][c]);
+                let want = libm::fmaf(acc as f32 * q.scale, [0.5, 0.25][c], [1.0, -1.0][c]);
                 assert_eq!(out[r * 2 + c], want);
             }
         }
@@ -1402,7 +1402,7 @@ mod tests {
                     };
                     let partials = {
                         let sum = blockwise_sum(BlockwiseOrder::Partials, &xq, q.zero_point, wc, s, group, ks);
-                        crate::num::fmaf(sum, q.scale, bias[c])
+                        libm::fmaf(sum, q.scale, bias[c])
                     };
                     // XNNPACK's VNNI kernels, written out: `u8` inputs,
                     // weights times 16, scales over 16, a sum a block.
@@ -1412,7 +1412,7 @@ mod tests {
                             let acc: i32 = (b * group..(b + 1) * group)
                                 .map(|i| (xq[i] as u8 ^ 0x80) as i32 * (16 * wc(i)))
                                 .sum();
-                            sum = crate::num::fmaf(acc as f32, sb.to_f32() * 0.0625, sum);
+                            sum = libm::fmaf(acc as f32, sb.to_f32() * 0.0625, sum);
                         }
                         sum * q.scale + bias[c]
                     };
@@ -1488,7 +1488,7 @@ mod tests {
                         let acc: i64 = (0..k)
                             .map(|i| (xq[i] as i64 - q.zero_point as i64) * weight(c, i) as i64)
                             .sum();
-                        want.push(crate::num::fmaf(acc as i32 as f32 * q.scale, scales[c], bias[c]).clamp(-50.0, 50.0));
+                        want.push(libm::fmaf(acc as i32 as f32 * q.scale, scales[c], bias[c]).clamp(-50.0, 50.0));
                     }
                 }
                 let weights = if four {
