@@ -23,9 +23,14 @@ pub(crate) enum Isa {
 
 impl Isa {
     /// The best this CPU runs: detected at run time with the `std` feature,
-    /// else what the compile-time target features allow.
+    /// else what the compile-time target features allow. Always
+    /// [`Isa::Portable`] under Miri, which runs neither inline assembly nor
+    /// most vector intrinsics: there the portable paths are what it checks.
     #[inline(always)]
     pub(crate) fn detect() -> Isa {
+        if cfg!(miri) {
+            return Isa::Portable;
+        }
         #[cfg(all(feature = "std", target_arch = "x86_64"))]
         {
             if std::is_x86_feature_detected!("avx512f") {
@@ -67,6 +72,10 @@ pub(crate) fn has_avx2_fma() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn has_avx512_vnni() -> bool {
+    // The portable paths only, under Miri (see `Isa::detect`).
+    if cfg!(miri) {
+        return false;
+    }
     #[cfg(feature = "std")]
     {
         std::is_x86_feature_detected!("avx512f")
@@ -199,7 +208,7 @@ mod tests {
     /// aarch64 builds with NEON run it; other non-x86 builds are portable.
     #[test]
     fn neon_on_aarch64() {
-        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        #[cfg(all(not(miri), target_arch = "aarch64", target_feature = "neon"))]
         assert_eq!(Isa::detect(), Isa::Neon);
         #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
         assert_eq!(Isa::detect(), Isa::Portable);

@@ -277,7 +277,8 @@ mod pool {
 
     /// The CPU this thread runs on, where the system tells.
     fn current_cpu() -> usize {
-        #[cfg(target_os = "linux")]
+        // Miri does not model CPUs (nor this call).
+        #[cfg(all(target_os = "linux", not(miri)))]
         {
             // SAFETY: no arguments; fails with -1.
             let cpu = unsafe { libc::sched_getcpu() };
@@ -674,17 +675,18 @@ pub(crate) mod tests {
     #[test]
     fn every_part_runs_once_on_any_number_of_threads() {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-        for threads in [1, 2, 3] {
+        for threads in [1, 2, 3, 8] {
             set_threads(threads);
             for parts in [0, 1, 2, 7, 100] {
                 let hits: Vec<AtomicUsize> = (0..parts).map(|_| AtomicUsize::new(0)).collect();
-                for _ in 0..50 {
+                let rounds = if cfg!(miri) { 3 } else { 50 };
+                for _ in 0..rounds {
                     run_parts(parts, &|i| {
                         hits[i].fetch_add(1, Ordering::Relaxed);
                     });
                 }
                 assert!(
-                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 50),
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == rounds),
                     "{threads} threads, {parts} parts"
                 );
             }
@@ -702,7 +704,9 @@ pub(crate) mod tests {
             set_threads(threads);
             let sum = AtomicUsize::new(0);
             let mut want = 0;
-            for job in 0..20_000usize {
+            // Fewer under Miri, which interprets each (its many seeds vary
+            // the interleavings instead).
+            for job in 0..if cfg!(miri) { 200 } else { 20_000usize } {
                 let parts = 1 + job % 4;
                 run_parts(parts, &|i| {
                     sum.fetch_add(job * 4 + i, Ordering::Relaxed);
@@ -736,6 +740,7 @@ pub(crate) mod tests {
     /// The kernels that split their work give the same bits on one thread
     /// and on two.
     #[test]
+    #[cfg_attr(miri, ignore = "its products are too large to interpret; ThreadSanitizer runs it")]
     fn split_kernels_match_one_thread() {
         use crate::gemm::{gemm_packed, pack, packed_len};
         use crate::nhwc::{depthwise_conv2d_nhwc, Conv2dNhwc};
@@ -1101,6 +1106,65 @@ pub(crate) mod tests {
             0,
             "nothing past part 1's buffers"
         );
+    }
+
+    /// Many small and large split kernels back to back from several
+    /// caller threads at once, on 2 and 8 threads: one caller holds the
+    /// pool while the others run their parts themselves, and they trade
+    /// it as jobs end. Every result has one thread's bits.
+    #[test]
+    #[cfg_attr(miri, ignore = "too large to interpret; ThreadSanitizer runs it")]
+    fn concurrent_callers_get_one_threads_bits() {
+        use crate::gemm::{gemm_packed, pack, packed_len, Epilogue};
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let rng = |seed: u64, n: usize| crate::testing::Lcg(seed).vec(n);
+        // Products too small to split, split by rows, and split by tiles.
+        let products: Vec<_> = [(3, 8, 8), (64, 48, 32), (100, 70, 300), (49, 160, 96), (5, 300, 64)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (m, n, k))| {
+                let mut packed = std::vec![0.0; packed_len(k, n)];
+                pack(&rng(2 * i as u64 + 1, k * n), k, n, false, &mut packed);
+                (m, n, k, rng(2 * i as u64 + 2, m * k), packed)
+            })
+            .collect();
+        let product = |i: usize| {
+            let (m, n, k, a, packed) = &products[i];
+            let mut c = std::vec![0.0f32; m * n];
+            gemm_packed(*m, *n, *k, a, *k, packed, &Epilogue::NONE, &mut c, *n);
+            c.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        // A memory-bound map in bands, of 1 and of 64 rows of 1024.
+        let bands = |rows: usize| {
+            let mut v = rng(rows as u64, rows * 1024);
+            for_each_band(&mut v, rows, 1024, 1, true, &|_, piece| {
+                piece.iter_mut().for_each(|x| *x = x.mul_add(3.0, 0.5).sin())
+            });
+            v.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        set_threads(1);
+        let want: Vec<_> = (0..products.len()).map(product).collect();
+        let want_bands = [bands(1), bands(64)];
+        for threads in [2, 8] {
+            set_threads(threads);
+            std::thread::scope(|s| {
+                for caller in 0..4 {
+                    let (want, want_bands, product, bands) = (&want, &want_bands, &product, &bands);
+                    s.spawn(move || {
+                        for round in 0..200 {
+                            let i = (caller + round) % want.len();
+                            assert!(product(i) == want[i], "{threads} threads, caller {caller}, product {i}");
+                            let b = round % 2;
+                            assert!(
+                                bands([1, 64][b]) == want_bands[b],
+                                "{threads} threads, caller {caller}, bands {b}"
+                            );
+                        }
+                    });
+                }
+            });
+        }
+        set_threads(1);
     }
 
     #[test]

@@ -58,6 +58,11 @@ impl<'a> Blob<'a> {
         let file = std::fs::File::open(path).map_err(|_| Error::Load {
             what: "cannot open the file",
         })?;
+        // Miri cannot map a file (it stops, rather than failing the call):
+        // there the bytes are read, as when mapping fails.
+        if cfg!(miri) {
+            return Blob::load(&mut crate::FileLoader::from_file(file)?);
+        }
         // SAFETY: the mapping is read-only; the documented condition above
         // (no concurrent truncation or rewrite) is the caller's.
         match unsafe { memmap2::Mmap::map(&file) } {
@@ -105,10 +110,13 @@ impl<'a> Blob<'a> {
             let start = (base + offset.min(m.len())).next_multiple_of(page);
             let end = (base + offset.saturating_add(len).min(m.len())) / page * page;
             if end > start {
+                // Derived from the mapping's pointer, not cast from an
+                // address, so that it keeps the mapping's provenance.
+                let first = m.as_ptr().wrapping_add(start - base) as *mut libc::c_void;
                 // SAFETY: the pages lie inside this read-only shared file
                 // mapping; MADV_DONTNEED on it drops them from memory and
                 // later reads fault the same bytes back from the file.
-                unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+                unsafe { libc::madvise(first, end - start, libc::MADV_DONTNEED) };
             }
         }
         #[cfg(not(all(feature = "std", unix)))]
@@ -165,12 +173,16 @@ pub fn content_hash(bytes: &[u8]) -> u64 {
     hash_chunks(bytes, |_, _| {})
 }
 
+/// Bytes [`hash_chunks`] reads between calls: a multiple of the 32-byte
+/// block, so chunks end on block boundaries. Smaller under Miri, so that
+/// its tests cross chunks on sizes it interprets in seconds (the hash does
+/// not depend on it).
+const CHUNK: usize = if cfg!(miri) { 4 << 10 } else { 4 << 20 };
+
 /// [`content_hash`], calling `done(offset, len)` after each chunk of
 /// `bytes` it has read.
 fn hash_chunks(bytes: &[u8], mut done: impl FnMut(usize, usize)) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    // A multiple of the 32-byte block: chunks end on block boundaries.
-    const CHUNK: usize = 4 << 20;
     let mix = |h: u64, w: u64| (h ^ w).wrapping_mul(K).rotate_left(29);
     let mut lanes = [K, K ^ 1, K ^ 2, K ^ 3];
     let whole = bytes.len() / 32 * 32;
@@ -231,10 +243,10 @@ mod tests {
             }
             h ^ (h >> 31)
         }
-        let big: alloc::vec::Vec<u8> = (0..(9 << 20) + 77u32)
+        let big: alloc::vec::Vec<u8> = (0..(2 * CHUNK + CHUNK / 4) as u32 + 77)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
-        for len in [0, 31, 32, 4 << 20, (4 << 20) + 5, big.len()] {
+        for len in [0, 31, 32, CHUNK, CHUNK + 5, big.len()] {
             let mut seen = alloc::vec::Vec::new();
             let h = hash_chunks(&big[..len], |at, n| seen.push((at, n)));
             assert_eq!(h, one_pass(&big[..len]), "{len} bytes");

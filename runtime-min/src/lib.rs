@@ -14,6 +14,7 @@
 //! [`new_boxed`]; `bench` (off by default, implies `std`) adds `bench`.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
