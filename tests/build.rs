@@ -62,6 +62,13 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    (
+        "xnnpack_dynamic_pools",
+        "fixtures/xnnpack_dynamic_pools.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
     ("video", "fixtures/video.bpte", None, 1e-4, 1e-4),
     ("xnnpack_video", "fixtures/xnnpack_video.bpte", None, 1e-4, 1e-4),
     // Eager PyTorch's quantized model, to 4 quanta (of 0.0064).

@@ -9,10 +9,12 @@ pub const XNNPACK_BACKEND_ID: &str = "XnnpackBackend";
 /// aten operators the passes look for or write.
 pub(crate) mod aten {
     pub(crate) const ADD: &str = "aten::add.out";
+    pub(crate) const AVG_POOL2D: &str = "aten::avg_pool2d.out";
     pub(crate) const BATCH_NORM: &str = "aten::_native_batch_norm_legit_no_training.out";
     pub(crate) const CLAMP: &str = "aten::clamp.out";
     pub(crate) const CONVOLUTION: &str = "aten::convolution.out";
     pub(crate) const HARDTANH: &str = "aten::hardtanh.out";
+    pub(crate) const MAX_POOL2D_WITH_INDICES: &str = "aten::max_pool2d_with_indices.out";
     pub(crate) const MEAN: &str = "aten::mean.out";
     pub(crate) const PERMUTE_COPY: &str = "aten::permute_copy.out";
     pub(crate) const RELU: &str = "aten::relu.out";

@@ -22,7 +22,7 @@
 use super::BACKEND_ID;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
-use crate::names::aten::{ADD, CLAMP, CONVOLUTION, PERMUTE_COPY};
+use crate::names::aten::{ADD, AVG_POOL2D, CLAMP, CONVOLUTION, MAX_POOL2D_WITH_INDICES, MEAN, PERMUTE_COPY};
 use crate::names::{
     conv2d_nhwc, folded, fully_connected, AVG_POOL2D_NHWC, BATCH_MATMUL, DECONV2D_NHWC, DEPTHWISE_CONV2D_NHWC,
     GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC, PRELU,
@@ -573,6 +573,8 @@ impl<'a> CallLowering<'a> {
                 | Op::Conv2d { .. }
                 | Op::BatchMatMul { .. }
                 | Op::Pad { .. }
+                | Op::Pool2d { .. }
+                | Op::GlobalAvgPool { .. }
         );
         if self.dynamic && !follows_live && !dynamic_convert {
             return Err(self.node_unsupported(
@@ -648,7 +650,18 @@ impl<'a> CallLowering<'a> {
                 stride,
                 dilation,
             } => {
-                self.pool_window(i, node)?;
+                let win = self.pool_window(i, node)?;
+                if self.dynamic {
+                    let [top, right, bottom, left] = *padding;
+                    if top != bottom || left != right {
+                        return Err(self.node_unsupported(
+                            i,
+                            node,
+                            format!("pooling with uneven padding {padding:?} in a subgraph with a dynamic input"),
+                        ));
+                    }
+                    return self.dynamic_pool(i, node, *max, [*input, *out], &win);
+                }
                 let mut args = vec![
                     self.slot(*input),
                     self.int_list(kernel),
@@ -671,6 +684,9 @@ impl<'a> CallLowering<'a> {
                 let o = self.dims(*out);
                 if o.iter().product::<usize>() != n * c || o.last() != Some(&c) {
                     self.expect_dims(i, node, *out, &[n, 1, 1, c])?;
+                }
+                if self.dynamic {
+                    return self.dynamic_global_avg_pool(i, node, *input, *out);
                 }
                 let args = vec![
                     self.slot(*input),
@@ -1105,6 +1121,79 @@ impl<'a> CallLowering<'a> {
         };
         let (sa, so) = (self.slot(a), self.slot(out));
         self.aten("aten::bmm.out", vec![sa, sb], so);
+        Ok(())
+    }
+
+    /// A pooling node whose input varies: aten's pooling, which follows
+    /// the live sizes, on NCHW images (there and back, as for a
+    /// convolution). XNNPACK leaves padding out of an average, so
+    /// `count_include_pad` is false.
+    fn dynamic_pool(&mut self, i: usize, node: &XNode, max: bool, [input, out]: [usize; 2], win: &Window2d) -> Step {
+        let (kernel, stride) = ([win.kernel_h, win.kernel_w], [win.stride_h, win.stride_w]);
+        let padding = [win.pad_top, win.pad_left];
+        // aten's average pooling takes at most half the window as padding.
+        if !max && (2 * padding[0] > kernel[0] || 2 * padding[1] > kernel[1]) {
+            return Err(self.node_unsupported(
+                i,
+                node,
+                format!("average pooling with padding {padding:?} over more than half the window {kernel:?} in a subgraph with a dynamic input"),
+            ));
+        }
+        let (x, o) = (self.dims(input).to_vec(), self.dims(out).to_vec());
+        let nchw = |d: &[usize]| vec![d[0], d[3], d[1], d[2]];
+        let si = self.slot(input);
+        let nchw_in = self.temp(nchw(&x));
+        let to_nchw = self.int_list(&[0, 3, 1, 2]);
+        self.aten(PERMUTE_COPY, vec![si, to_nchw], nchw_in);
+        let nchw_out = self.temp(nchw(&o));
+        let window = [
+            nchw_in,
+            self.int_list(&kernel),
+            self.int_list(&stride),
+            self.int_list(&padding),
+        ];
+        let ceil_mode = self.push(Value::Bool(false));
+        if max {
+            let indices = self.temp_of(ScalarType::Long, nchw(&o));
+            let mut args = window.to_vec();
+            let dilation = self.int_list(&[win.dilation_h, win.dilation_w]);
+            args.extend([dilation, ceil_mode, nchw_out, indices, nchw_out]);
+            self.kernel(MAX_POOL2D_WITH_INDICES, args);
+        } else {
+            let mut args = window.to_vec();
+            args.extend([ceil_mode, self.push(Value::Bool(false)), self.null()]);
+            self.aten(AVG_POOL2D, args, nchw_out);
+        }
+        let clamped = if has_clamp(node) { self.temp(nchw(&o)) } else { nchw_out };
+        self.finish_clamp(node, nchw_out, clamped);
+        let (so, to_nhwc) = (self.slot(out), self.int_list(&[0, 2, 3, 1]));
+        self.aten(PERMUTE_COPY, vec![clamped, to_nhwc], so);
+        Ok(())
+    }
+
+    /// A global average pool whose input varies: aten's mean over the
+    /// spatial dims of the NHWC image, which follows the live sizes.
+    fn dynamic_global_avg_pool(&mut self, i: usize, node: &XNode, input: usize, out: usize) -> Step {
+        let keepdim = match self.dims(out).len() {
+            4 => true,
+            2 => false,
+            _ => {
+                return Err(self.node_unsupported(
+                    i,
+                    node,
+                    format!(
+                        "a global average pool into dims {:?} in a subgraph with a dynamic input",
+                        self.dims(out)
+                    ),
+                ))
+            }
+        };
+        let (si, spatial) = (self.slot(input), self.int_list(&[1, 2]));
+        let keep = self.push(Value::Bool(keepdim));
+        let dtype = self.null();
+        let (dst, o) = self.clamp_target(node, out);
+        self.aten(MEAN, vec![si, spatial, keep, dtype], dst);
+        self.finish_clamp(node, dst, o);
         Ok(())
     }
 
