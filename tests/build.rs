@@ -130,6 +130,10 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    // LLaVA's three methods (image pads computed at run time, a text
+    // decoder over embeddings), portable and through XNNPACK.
+    ("llava", "fixtures/llava.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_llava", "fixtures/xnnpack_llava.bpte", None, 1e-4, 1e-4),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at

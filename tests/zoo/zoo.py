@@ -705,6 +705,11 @@ def report(rows):
         "EfficientNet-B1 to B7, ConvNeXt-S/B/L, ViT-L/H, Swin-S/B), which widen and deepen graphs "
         "already here. Torchvision's MViT and Swin3D, and ExecuTorch's Llama (see the LLM fixtures), "
         "are not in the lists.\n\n"
+        "ExecuTorch's vision-language models are fixtures rather than zoo entries: LLaVA, the one whose "
+        "multi-method export the wheel ships (`examples/models/llava`: image encoder, token embedding, "
+        "text decoder), compiles portably and through XNNPACK and matches eager PyTorch and ExecuTorch's "
+        "runtime method by method and over a whole turn; SmolVLM, InternVL3 and Llama 3.2 Vision do not "
+        "export from the wheel's examples (see [llm-families.md](llm-families.md#vision-language-llava)).\n\n"
         + "".join(f"- {len(m)} models on {d}, ptec {c}, {cpu}\n" for (d, c, cpu), m in runs.items())
         + f"\n{summary(rows)}\n\n{table(rows)}\n"
     )

@@ -109,41 +109,50 @@ pub(super) fn padded_sizes(sizes: &[usize], pad: &[i64]) -> Result<Vec<usize>, S
     Ok(out)
 }
 
-/// `constant_pad_nd.out(self, pad, value, out)`.
+/// `constant_pad_nd.out(self, pad, value, out)`. A varying input, or pads
+/// computed at run time (LLaVA pads an image of varying size to its crop
+/// size), give the output's sizes at run time, within its bound.
 pub(super) fn constant_pad_nd(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(5)?;
-    let (x, pad, value, out) = (ctx.tensor(0)?, ctx.int_list(1)?, ctx.scalar(2)?, ctx.tensor(3)?);
+    let (x, pads, value, out) = (ctx.tensor(0)?, int_list_arg(ctx, 1)?, ctx.scalar(2)?, ctx.tensor(3)?);
     require_same(&[&x, &out])?;
-    // With the bound's sizes; a varying input's are padded at run time.
-    let bound = padded_sizes(&x.sizes, &pad)?;
     let (k, sizes) = (kernels(), ctx.sizes(&x));
-    let set = if x.dynamic {
-        require_rank(&out, x.rank())?;
-        let (r, err) = (lit(x.rank()), shape_mismatch(ctx));
-        let pl = pad.iter().map(|&p| i64_lit(p));
-        let set = set_out_sizes(ctx, &out, quote!(&os[..]));
-        quote! {
-            let mut os = [0usize; #r];
-            os.copy_from_slice(#sizes);
-            let pad: &[i64] = &[#(#pl),*];
-            for j in 0..pad.len() / 2 {
-                let d = #r - 1 - j;
-                match #k::pad_output_size(os[d], pad[2 * j], pad[2 * j + 1]) {
-                    Some(n) => os[d] = n,
-                    None => return Err(#err),
-                }
-            }
-            #set
+    let constant: Option<Vec<i64>> = pads.iter().map(IntArg::constant).collect();
+    let set = match constant {
+        Some(pad) if !x.dynamic => {
+            require_sizes(&out, &padded_sizes(&x.sizes, &pad)?)?;
+            quote!()
         }
-    } else {
-        require_sizes(&out, &bound)?;
-        quote!()
+        _ => {
+            if !pads.len().is_multiple_of(2) || pads.len() / 2 > x.rank() {
+                return Err(format!("{} pads for a tensor of rank {}", pads.len(), x.rank()));
+            }
+            require_rank(&out, x.rank())?;
+            let (r, err) = (lit(x.rank()), shape_mismatch(ctx));
+            let set = set_out_sizes(ctx, &out, quote!(&os[..]));
+            quote! {
+                let mut os = [0usize; #r];
+                os.copy_from_slice(#sizes);
+                for j in 0..pad.len() / 2 {
+                    let d = #r - 1 - j;
+                    match #k::pad_output_size(os[d], pad[2 * j], pad[2 * j + 1]) {
+                        Some(n) => os[d] = n,
+                        None => return Err(#err),
+                    }
+                }
+                #set
+            }
+        }
     };
     let v = scalar_value(value, out.dtype);
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
-    let pl = pad.iter().map(|&p| i64_lit(p));
-    Ok(quote! { #set #s1 #s2 #k::constant_pad_nd(#xi, #sizes, &[#(#pl),*], #v, #o); })
+    let (n, pl) = (lit(pads.len()), pads.iter().map(IntArg::expr));
+    Ok(quote! {
+        let pad: [i64; #n] = [#(#pl),*];
+        #set #s1 #s2
+        #k::constant_pad_nd(#xi, #sizes, &pad, #v, #o);
+    })
 }
 
 /// `reflection_pad{1,2,3}d.out(self, padding, out)` and
