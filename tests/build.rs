@@ -134,6 +134,15 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     // decoder over embeddings), portable and through XNNPACK.
     ("llava", "fixtures/llava.bpte", None, 1e-4, 1e-4),
     ("xnnpack_llava", "fixtures/xnnpack_llava.bpte", None, 1e-4, 1e-4),
+    // The wheel's recipe (int8 encoder, 8da4w decoder, 8-bit embedding),
+    // against ExecuTorch's runtime.
+    (
+        "xnnpack_llava_recipe",
+        "fixtures/xnnpack_llava_recipe.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at
