@@ -55,6 +55,8 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("pads", "fixtures/pads.bpte", None, 1e-4, 1e-5),
     ("more_ops", "fixtures/more_ops.bpte", None, 1e-4, 1e-5),
     ("selections", "fixtures/selections.bpte", None, 1e-4, 1e-5),
+    // Indices read from the inputs (tests/tests/api/model_api.rs).
+    ("dynamic_scatter", "fixtures/dynamic_scatter.bpte", None, 1e-4, 1e-5),
     (
         "xnnpack_dynamic_ops",
         "fixtures/xnnpack_dynamic_ops.bpte",

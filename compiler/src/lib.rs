@@ -31,6 +31,9 @@
 //! `options` holds the options and their one parser; `frontend` the
 //! macro's expansion and the [`Builder`]; `compile` runs the stages.
 #![warn(missing_docs)]
+// The compiler only writes `unsafe` into generated code (tokens, each
+// block with its SAFETY comment: `format::safety_comments`).
+#![forbid(unsafe_code)]
 mod analysis;
 mod codegen;
 mod compile;

@@ -243,15 +243,19 @@ pub fn nonzero<T: Element>(x: &[T], sizes: &[usize], count: usize, column_major:
 }
 
 /// The length of `aten::repeat_interleave(repeats)`: the sum of
-/// `repeats`, or an error for a negative one.
+/// `repeats`, or an error for a negative one or a sum no `usize` holds
+/// (counts come from the data: a sum that wrapped would size the output
+/// short of what [`repeat_interleave`] writes).
 pub fn repeat_count<I: Element>(repeats: &[I]) -> Result<usize, KernelError> {
     repeats.iter().try_fold(0usize, |n, &r| {
         let r = r.to_i64();
         if r < 0 {
-            Err(KernelError::IndexOutOfRange { index: r, size: 0 })
-        } else {
-            Ok(n + r as usize)
+            return Err(KernelError::IndexOutOfRange { index: r, size: 0 });
         }
+        usize::try_from(r)
+            .ok()
+            .and_then(|r| n.checked_add(r))
+            .ok_or(KernelError::ShapeMismatch)
     })
 }
 
@@ -847,6 +851,20 @@ mod tests {
             ),
             Err(KernelError::ShapeMismatch)
         );
+    }
+
+    /// Counts from an input (tests/tests/api/model_api.rs found the sum
+    /// overflowing) are an error, never a wrapped length.
+    #[test]
+    fn repeat_counts_that_overflow_are_an_error() {
+        assert_eq!(repeat_count(&[2i64, 3]), Ok(5));
+        assert_eq!(
+            repeat_count(&[-1i64]),
+            Err(KernelError::IndexOutOfRange { index: -1, size: 0 })
+        );
+        assert_eq!(repeat_count(&[i64::MAX, i64::MAX, 2]), Err(KernelError::ShapeMismatch));
+        // A count past a 32-bit usize is too long there, not truncated.
+        assert_eq!(repeat_count(&[i64::MAX]).is_ok(), usize::BITS == 64);
     }
 
     #[test]

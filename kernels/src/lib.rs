@@ -23,6 +23,7 @@
 //! the element-wise drivers apply.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub use cpu::{aarch64_features, Aarch64Features};
 pub use half::{bf16, f16};

@@ -21,20 +21,28 @@
     deprecated,
     mismatched_lifetime_syntaxes
 )]
+// flatc's output (below) has `unsafe` blocks without SAFETY comments; it
+// is not edited by hand, so the lint is allowed there alone.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[rustfmt::skip]
+#[allow(clippy::undocumented_unsafe_blocks)]
 #[path = "generated/bundled_program_bp04/bundled_program_bp04_generated.rs"]
 mod bp04_generated;
 #[rustfmt::skip]
+#[allow(clippy::undocumented_unsafe_blocks)]
 #[path = "generated/bundled_program_bp08/bundled_program_bp08_generated.rs"]
 mod bp08_generated;
 #[rustfmt::skip]
+#[allow(clippy::undocumented_unsafe_blocks)]
 #[path = "generated/flat_tensor/flat_tensor_generated.rs"]
 mod flat_tensor_generated;
 #[rustfmt::skip]
+#[allow(clippy::undocumented_unsafe_blocks)]
 #[path = "generated/program/program_generated.rs"]
 mod program_generated;
 #[rustfmt::skip]
+#[allow(clippy::undocumented_unsafe_blocks)]
 #[path = "generated/xnnpack/xnnpack_generated.rs"]
 mod xnnpack_generated;
 

@@ -3,6 +3,11 @@
 //! `bundled::tests` runs the bundle's cases against PyTorch's outputs.
 include!(concat!(env!("OUT_DIR"), "/generated_modules.rs"));
 
+// Here rather than a test binary of its own, which would build the
+// generated modules again.
+#[path = "api/model_api.rs"]
+mod model_api;
+
 #[cfg(not(ptec_corpus))]
 #[test]
 fn corpus_cases() {

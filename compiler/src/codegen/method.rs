@@ -625,19 +625,27 @@ fn set_input_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: u
                 return quote!(#kl => Err(::ptec_runtime::Error::WrongTag { index: #kl, expected: ::ptec_runtime::Tag::Tensor, got: value.tag() }),);
             };
             let off = lit(offset);
-            let sizes_check = if t.dynamism == Dynamism::Static {
+            // The sizes are checked before their product is taken (sizes
+            // within the bound cannot overflow it), and nothing is written
+            // until every check has passed: a refused input changes nothing.
+            let (sizes_check, sizes_set) = if t.dynamism == Dynamism::Static {
                 let s = usize_slice(&t.sizes);
-                quote! { if t.sizes != #s { return Err(::ptec_runtime::Error::WrongSizes { index: #kl }); } }
+                (
+                    quote! { if t.sizes != #s { return Err(::ptec_runtime::Error::WrongSizes { index: #kl }); } },
+                    quote!(),
+                )
             } else {
                 let f = sizes_field(vi);
                 let b = usize_slice(&t.sizes);
-                quote! {
-                    let bound: &[usize] = #b;
-                    if t.sizes.len() != bound.len() || t.sizes.iter().zip(bound).any(|(s, b)| s > b) {
-                        return Err(::ptec_runtime::Error::WrongSizes { index: #kl });
-                    }
-                    self.#f.copy_from_slice(t.sizes);
-                }
+                (
+                    quote! {
+                        let bound: &[usize] = #b;
+                        if t.sizes.len() != bound.len() || t.sizes.iter().zip(bound).any(|(s, b)| s > b) {
+                            return Err(::ptec_runtime::Error::WrongSizes { index: #kl });
+                        }
+                    },
+                    quote!(self.#f.copy_from_slice(t.sizes);),
+                )
             };
             let bool_check = if t.dtype == ScalarType::Bool {
                 quote!(::ptec_runtime::mem::check_bools(t.data, #kl)?;)
@@ -656,12 +664,13 @@ fn set_input_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: u
                     if t.dim_order != [#(#order),*] {
                         return Err(::ptec_runtime::Error::WrongDimOrder { index: #kl });
                     }
+                    #sizes_check
                     let n = t.sizes.iter().product::<usize>() * #es;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength { index: #kl, expected: n, got: t.data.len() });
                     }
                     #bool_check
-                    #sizes_check
+                    #sizes_set
                     self.arena.0[#off..#off + n].copy_from_slice(t.data);
                     Ok(())
                 }

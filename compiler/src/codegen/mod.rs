@@ -409,6 +409,12 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         options.source_name,
         crate::VERSION
     );
+    // Send and Sync are deliberate (docs/soundness.md).
+    let threads_doc = if ctx.n_delegates > 0 {
+        " It is neither `Send` nor `Sync`: it holds the backends of its delegates (`&mut dyn Backend`), which need not be either, so it stays on the thread that made it."
+    } else {
+        " It is `Send` and `Sync`: it owns its memory or borrows read-only files, nothing in it changes behind `&self`, and the kernels' thread pool serves callers on any thread."
+    };
     let gen = ctx.generics();
     let rs_field = if ctx.has_resources() {
         let r = ctx.resources_ident();
@@ -441,6 +447,8 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         /// that the first run prepares in external-weights mode), then call
         /// a method's typed function or drive it through
         /// `ptec_runtime::Model`.
+        ///
+        #[doc = #threads_doc]
         pub struct #struct_ident #gen {
             #rs_field
             #(#fields,)*

@@ -473,13 +473,16 @@ const GEMV_ROWS: usize = 4;
 unsafe fn rows_times_linear_avx2(p: &Gemm<'_>, c: &mut [f32]) {
     let (m, n, k) = (p.m, p.n, p.k);
     let b = &p.b[..n * k];
-    // SAFETY (all four): AVX2 and FMA by the caller.
     match m {
+        // SAFETY: AVX2 and FMA by the caller; the rows are slices of `a`.
         2 => unsafe { rows_times_weight_avx2::<2, 1>(p, &p.a[..2 * k], b, c) },
+        // SAFETY: as above.
         3 => unsafe { rows_times_weight_avx2::<3, 1>(p, &p.a[..3 * k], b, c) },
         _ => {
             for i in 0..m {
                 let (a, c) = (&p.a[i * k..(i + 1) * k], &mut c[i * n..(i + 1) * n]);
+                // SAFETY: AVX2 and FMA by the caller; one row of `a` and
+                // of `c`, slices checked by their indexing.
                 unsafe { rows_times_weight_avx2::<1, 2>(p, a, b, c) }
             }
         }

@@ -91,6 +91,7 @@ impl Out {
             ldc: self.ldc,
             // SAFETY: inside the residual (just checked).
             res: if has_res {
+                // SAFETY: inside the residual (just checked).
                 unsafe { self.res.add(offset) }
             } else {
                 self.res

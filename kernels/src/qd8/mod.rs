@@ -459,10 +459,11 @@ pub fn fully_connected(
     };
     // Each output reads its weight row once, for every row of inputs;
     // `put(r, c, ys)` writes row `r`'s outputs `c..c + ys.len()`.
-    // SAFETY (of every `put` and one-row write below): a call writes only
-    // columns `c0..c1` of rows `0..rows` of `out` (`rows · n` floats),
-    // which the caller gives it alone.
+    // A call writes only columns `c0..c1` of rows `0..rows` of `out`
+    // (`rows · n` floats), which the caller gives it alone.
     let columns = |c0: usize, c1: usize, out: *mut f32| {
+        // SAFETY: `put(r, c, ys)` writes row `r`'s outputs `c..c +
+        // ys.len()`, inside the columns this call was given (above).
         let put = &mut |r: usize, c: usize, ys: &[f32]| unsafe {
             core::ptr::copy_nonoverlapping(ys.as_ptr(), out.add(r * n + c), ys.len())
         };
@@ -1074,7 +1075,7 @@ mod simd {
         let mut lanes = firsts.map(|f| _mm_setr_ps(f, 0.0, 0.0, 0.0));
         // A bf16 is the top half of its f32.
         let top = _mm_set1_epi32(0xffff_0000u32 as i32);
-        // SAFETY (the loads): chunk `c` reads bytes 32c.. of `w` (below k /
+        // SAFETY: the loads: chunk `c` reads bytes 32c.. of `w` (below k /
         // 2) and 64c.. of each row (below k); block `b` reads sums 4b..4b
         // + 4 (below 4 · blocks) and scales b, b + 1 (below blocks).
         unsafe {

@@ -2,6 +2,7 @@
 //! `std` and `alloc` features. Built alone (`cargo build -p
 //! ptec-no-std-check`) so no other package turns those features on.
 #![no_std]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod mlp {
     ptec_macros::include_pte!("../fixtures/mlp.pte");

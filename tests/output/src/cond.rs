@@ -153,17 +153,17 @@ mod __ptec_cond {
                             index: 0usize,
                         });
                     }
+                    if t.sizes != &[3usize, 4usize] {
+                        return Err(::ptec_runtime::Error::WrongSizes {
+                            index: 0usize,
+                        });
+                    }
                     let n = t.sizes.iter().product::<usize>() * 4usize;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength {
                             index: 0usize,
                             expected: n,
                             got: t.data.len(),
-                        });
-                    }
-                    if t.sizes != &[3usize, 4usize] {
-                        return Err(::ptec_runtime::Error::WrongSizes {
-                            index: 0usize,
                         });
                     }
                     self.arena.0[192usize..192usize + n].copy_from_slice(t.data);
@@ -192,17 +192,17 @@ mod __ptec_cond {
                             index: 1usize,
                         });
                     }
+                    if t.sizes != &[3usize, 4usize] {
+                        return Err(::ptec_runtime::Error::WrongSizes {
+                            index: 1usize,
+                        });
+                    }
                     let n = t.sizes.iter().product::<usize>() * 4usize;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength {
                             index: 1usize,
                             expected: n,
                             got: t.data.len(),
-                        });
-                    }
-                    if t.sizes != &[3usize, 4usize] {
-                        return Err(::ptec_runtime::Error::WrongSizes {
-                            index: 1usize,
                         });
                     }
                     self.arena.0[144usize..144usize + n].copy_from_slice(t.data);
@@ -245,9 +245,11 @@ mod __ptec_cond {
         #[inline]
         fn i0(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 192usize, 12usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 96usize, 1usize)
             };
@@ -263,9 +265,11 @@ mod __ptec_cond {
         #[inline]
         fn i1(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 96usize, 1usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [bool] = unsafe {
                 ::ptec_runtime::mem::view_bool_mut(base, 240usize, 1usize)
             };
@@ -289,9 +293,11 @@ mod __ptec_cond {
         #[inline]
         fn i3(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 192usize, 12usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 48usize, 12usize)
             };
@@ -312,12 +318,15 @@ mod __ptec_cond {
         #[inline]
         fn i4(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 48usize, 12usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 144usize, 12usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out3: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 0usize, 12usize)
             };
@@ -341,6 +350,7 @@ mod __ptec_cond {
         #[inline]
         fn i5(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: both ranges lie in the arena (ptec's plan) and no view of the destination is alive.
             unsafe { ::ptec_runtime::mem::copy_within(base, 0usize, 96usize, 48usize) };
             Ok(())
         }
@@ -348,9 +358,11 @@ mod __ptec_cond {
         #[inline]
         fn i7(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 192usize, 12usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 0usize, 12usize)
             };
@@ -371,12 +383,15 @@ mod __ptec_cond {
         #[inline]
         fn i8(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 0usize, 12usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 144usize, 12usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out3: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 48usize, 12usize)
             };
@@ -400,6 +415,7 @@ mod __ptec_cond {
         #[inline]
         fn i9(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 48usize, 12usize)
             };
@@ -408,6 +424,7 @@ mod __ptec_cond {
                 0usize,
                 1usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out3: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 0usize, 12usize)
             };
@@ -431,12 +448,14 @@ mod __ptec_cond {
         #[inline]
         fn i10(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: both ranges lie in the arena (ptec's plan) and no view of the destination is alive.
             unsafe { ::ptec_runtime::mem::copy_within(base, 0usize, 96usize, 48usize) };
             Ok(())
         }
     }
     impl CondForwardState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
@@ -447,6 +466,8 @@ mod __ptec_cond {
     /// that the first run prepares in external-weights mode), then call
     /// a method's typed function or drive it through
     /// `ptec_runtime::Model`.
+    ///
+    /// It is `Send` and `Sync`: it owns its memory or borrows read-only files, nothing in it changes behind `&self`, and the kernels' thread pool serves callers on any thread.
     pub struct Cond {
         m_forward: CondForwardState,
     }
@@ -541,8 +562,10 @@ mod __ptec_cond {
         ::core::result::Result < ::ptec_runtime::Boxed < Self >, ::ptec_runtime::Error >
         { ::ptec_runtime::try_new_boxed:: < Self > () } }
     }
+    // SAFETY: all-zero bytes are a valid value of the struct, and init_in_place initialises every method's state in place.
     unsafe impl ::ptec_runtime::InitInPlace for Cond {
         unsafe fn init_in_place(slot: *mut Self) {
+            // SAFETY: the caller hands a zero-filled slot, which is a valid value of Self.
             let s = unsafe { &mut *slot };
             s.m_forward.init();
         }

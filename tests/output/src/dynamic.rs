@@ -126,20 +126,20 @@ mod __ptec_dynamic {
                             index: 0usize,
                         });
                     }
-                    let n = t.sizes.iter().product::<usize>() * 4usize;
-                    if t.data.len() != n {
-                        return Err(::ptec_runtime::Error::WrongDataLength {
-                            index: 0usize,
-                            expected: n,
-                            got: t.data.len(),
-                        });
-                    }
                     let bound: &[usize] = &[16usize, 6usize];
                     if t.sizes.len() != bound.len()
                         || t.sizes.iter().zip(bound).any(|(s, b)| s > b)
                     {
                         return Err(::ptec_runtime::Error::WrongSizes {
                             index: 0usize,
+                        });
+                    }
+                    let n = t.sizes.iter().product::<usize>() * 4usize;
+                    if t.data.len() != n {
+                        return Err(::ptec_runtime::Error::WrongDataLength {
+                            index: 0usize,
+                            expected: n,
+                            got: t.data.len(),
                         });
                     }
                     self.s3.copy_from_slice(t.sizes);
@@ -197,6 +197,12 @@ mod __ptec_dynamic {
         #[inline]
         fn i1(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            if (&self.s3[..])[1] != 6usize {
+                return Err(::ptec_runtime::Error::Kernel {
+                    instruction: 1usize,
+                    error: ::ptec_runtime::kernels::KernelError::ShapeMismatch,
+                });
+            }
             {
                 let new_sizes: &[usize] = &[(&self.s3[..])[0usize], 4usize];
                 let bound: &[usize] = &[16usize, 4usize];
@@ -215,6 +221,7 @@ mod __ptec_dynamic {
                 96usize,
                 4usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(
                     base,
@@ -227,6 +234,7 @@ mod __ptec_dynamic {
                 0usize,
                 24usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out4: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -234,6 +242,7 @@ mod __ptec_dynamic {
                     ::ptec_runtime::mem::numel(&self.s8),
                 )
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let scratch5: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -301,6 +310,7 @@ mod __ptec_dynamic {
                 &self.s8[..],
                 &mut st0,
             );
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(
                     base,
@@ -308,6 +318,7 @@ mod __ptec_dynamic {
                     ::ptec_runtime::mem::numel(&self.s8),
                 )
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -347,6 +358,7 @@ mod __ptec_dynamic {
                     k += 1;
                 }
             }
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(
                     base,
@@ -354,6 +366,7 @@ mod __ptec_dynamic {
                     ::ptec_runtime::mem::numel(&self.s11),
                 )
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 640usize, 4usize)
             };
@@ -406,6 +419,7 @@ mod __ptec_dynamic {
                 &[],
                 &mut st1,
             );
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(
                     base,
@@ -418,6 +432,7 @@ mod __ptec_dynamic {
                 112usize,
                 1usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out3: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -444,6 +459,7 @@ mod __ptec_dynamic {
     }
     impl DynamicForwardState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
@@ -454,6 +470,8 @@ mod __ptec_dynamic {
     /// that the first run prepares in external-weights mode), then call
     /// a method's typed function or drive it through
     /// `ptec_runtime::Model`.
+    ///
+    /// It is `Send` and `Sync`: it owns its memory or borrows read-only files, nothing in it changes behind `&self`, and the kernels' thread pool serves callers on any thread.
     pub struct Dynamic {
         m_forward: DynamicForwardState,
     }
@@ -551,8 +569,10 @@ mod __ptec_dynamic {
         ::core::result::Result < ::ptec_runtime::Boxed < Self >, ::ptec_runtime::Error >
         { ::ptec_runtime::try_new_boxed:: < Self > () } }
     }
+    // SAFETY: all-zero bytes are a valid value of the struct, and init_in_place initialises every method's state in place.
     unsafe impl ::ptec_runtime::InitInPlace for Dynamic {
         unsafe fn init_in_place(slot: *mut Self) {
+            // SAFETY: the caller hands a zero-filled slot, which is a valid value of Self.
             let s = unsafe { &mut *slot };
             s.m_forward.init();
         }

@@ -4,6 +4,10 @@
 //! `PTEC_BLESS=1 cargo test -p ptec --test snapshots`.
 //!
 //! The files are ptec's output exactly as the CLI writes it, not rustfmt's.
+//!
+//! Every `unsafe` block of generated code states its invariant in a
+//! `SAFETY` comment (issue 59), which this lint checks here.
+#![deny(clippy::undocumented_unsafe_blocks)]
 #[rustfmt::skip]
 pub mod cond;
 #[rustfmt::skip]

@@ -113,17 +113,17 @@ mod __ptec_mlp {
                             index: 0usize,
                         });
                     }
+                    if t.sizes != &[4usize, 16usize] {
+                        return Err(::ptec_runtime::Error::WrongSizes {
+                            index: 0usize,
+                        });
+                    }
                     let n = t.sizes.iter().product::<usize>() * 4usize;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength {
                             index: 0usize,
                             expected: n,
                             got: t.data.len(),
-                        });
-                    }
-                    if t.sizes != &[4usize, 16usize] {
-                        return Err(::ptec_runtime::Error::WrongSizes {
-                            index: 0usize,
                         });
                     }
                     self.arena.0[896usize..896usize + n].copy_from_slice(t.data);
@@ -177,6 +177,7 @@ mod __ptec_mlp {
                 4480usize,
                 32usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 896usize, 64usize)
             };
@@ -185,9 +186,11 @@ mod __ptec_mlp {
                 2432usize,
                 512usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out4: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 192usize, 128usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let scratch5: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -236,6 +239,7 @@ mod __ptec_mlp {
                 5888usize,
                 10usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 192usize, 128usize)
             };
@@ -244,9 +248,11 @@ mod __ptec_mlp {
                 4608usize,
                 320usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out4: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 704usize, 40usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let scratch5: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -289,9 +295,11 @@ mod __ptec_mlp {
             rs: &mut MlpResources<'_>,
         ) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 704usize, 40usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 0usize, 40usize)
             };
@@ -310,6 +318,7 @@ mod __ptec_mlp {
     }
     impl MlpForwardState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
@@ -337,6 +346,8 @@ mod __ptec_mlp {
     /// that the first run prepares in external-weights mode), then call
     /// a method's typed function or drive it through
     /// `ptec_runtime::Model`.
+    ///
+    /// It is `Send` and `Sync`: it owns its memory or borrows read-only files, nothing in it changes behind `&self`, and the kernels' thread pool serves callers on any thread.
     pub struct Mlp<'r> {
         rs: MlpResources<'r>,
         m_forward: MlpForwardState,
@@ -422,6 +433,7 @@ mod __ptec_mlp {
         " A new instance, built directly on the heap, given the files in [`Self::FILES`], read in place (e.g. `ptec_runtime::Blob::open`); an error too when the heap cannot hold it."]
         pub fn boxed(files : [::ptec_runtime::Blob < 'r >; 1usize]) ->
         ::core::result::Result < ::ptec_runtime::Boxed < Self >, ::ptec_runtime::Error >
+        // SAFETY: the method states are valid all-zero, and `rs` is written before anything reads it.
         { let rs = MlpResources::new(files) ?; unsafe {
         ::ptec_runtime::try_new_boxed_with:: < Self > (| p | {
         ::core::ptr::addr_of_mut!((* p).rs) .write(rs); (* ::core::ptr::addr_of_mut!((*

@@ -113,17 +113,17 @@ mod __ptec_multimethod {
                             index: 0usize,
                         });
                     }
+                    if t.sizes != &[2usize, 3usize] {
+                        return Err(::ptec_runtime::Error::WrongSizes {
+                            index: 0usize,
+                        });
+                    }
                     let n = t.sizes.iter().product::<usize>() * 4usize;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength {
                             index: 0usize,
                             expected: n,
                             got: t.data.len(),
-                        });
-                    }
-                    if t.sizes != &[2usize, 3usize] {
-                        return Err(::ptec_runtime::Error::WrongSizes {
-                            index: 0usize,
                         });
                     }
                     self.arena.0[112usize..112usize + n].copy_from_slice(t.data);
@@ -152,17 +152,17 @@ mod __ptec_multimethod {
                             index: 1usize,
                         });
                     }
+                    if t.sizes != &[1usize] {
+                        return Err(::ptec_runtime::Error::WrongSizes {
+                            index: 1usize,
+                        });
+                    }
                     let n = t.sizes.iter().product::<usize>() * 4usize;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength {
                             index: 1usize,
                             expected: n,
                             got: t.data.len(),
-                        });
-                    }
-                    if t.sizes != &[1usize] {
-                        return Err(::ptec_runtime::Error::WrongSizes {
-                            index: 1usize,
                         });
                     }
                     self.arena.0[144usize..144usize + n].copy_from_slice(t.data);
@@ -221,6 +221,7 @@ mod __ptec_multimethod {
                 64usize,
                 5usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 112usize, 6usize)
             };
@@ -229,9 +230,11 @@ mod __ptec_multimethod {
                 0usize,
                 15usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out4: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 64usize, 10usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let scratch5: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -271,12 +274,15 @@ mod __ptec_multimethod {
         #[inline]
         fn i2(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 64usize, 10usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 144usize, 1usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out3: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 0usize, 10usize)
             };
@@ -300,9 +306,11 @@ mod __ptec_multimethod {
         #[inline]
         fn i3(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 112usize, 6usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 64usize, 1usize)
             };
@@ -400,17 +408,17 @@ mod __ptec_multimethod {
                             index: 0usize,
                         });
                     }
+                    if t.sizes != &[2usize, 5usize] {
+                        return Err(::ptec_runtime::Error::WrongSizes {
+                            index: 0usize,
+                        });
+                    }
                     let n = t.sizes.iter().product::<usize>() * 4usize;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength {
                             index: 0usize,
                             expected: n,
                             got: t.data.len(),
-                        });
-                    }
-                    if t.sizes != &[2usize, 5usize] {
-                        return Err(::ptec_runtime::Error::WrongSizes {
-                            index: 0usize,
                         });
                     }
                     self.arena.0[64usize..64usize + n].copy_from_slice(t.data);
@@ -459,6 +467,7 @@ mod __ptec_multimethod {
                 160usize,
                 3usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 64usize, 10usize)
             };
@@ -467,9 +476,11 @@ mod __ptec_multimethod {
                 96usize,
                 15usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out4: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 112usize, 6usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let scratch5: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -509,9 +520,11 @@ mod __ptec_multimethod {
         #[inline]
         fn i2(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 112usize, 6usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 0usize, 6usize)
             };
@@ -747,26 +760,31 @@ mod __ptec_multimethod {
     }
     impl MultiMethodDecodeState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
     impl MultiMethodEncodeState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
     impl MultiMethodGetLatentDimState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
     impl MultiMethodGetScaleState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
     impl MultiMethodUsesCacheState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
@@ -777,6 +795,8 @@ mod __ptec_multimethod {
     /// that the first run prepares in external-weights mode), then call
     /// a method's typed function or drive it through
     /// `ptec_runtime::Model`.
+    ///
+    /// It is `Send` and `Sync`: it owns its memory or borrows read-only files, nothing in it changes behind `&self`, and the kernels' thread pool serves callers on any thread.
     pub struct MultiMethod {
         m_decode: MultiMethodDecodeState,
         m_encode: MultiMethodEncodeState,
@@ -991,8 +1011,10 @@ mod __ptec_multimethod {
         ::core::result::Result < ::ptec_runtime::Boxed < Self >, ::ptec_runtime::Error >
         { ::ptec_runtime::try_new_boxed:: < Self > () } }
     }
+    // SAFETY: all-zero bytes are a valid value of the struct, and init_in_place initialises every method's state in place.
     unsafe impl ::ptec_runtime::InitInPlace for MultiMethod {
         unsafe fn init_in_place(slot: *mut Self) {
+            // SAFETY: the caller hands a zero-filled slot, which is a valid value of Self.
             let s = unsafe { &mut *slot };
             s.m_decode.init();
             s.m_encode.init();

@@ -33,6 +33,22 @@ fn dims(ctx: &OpCtx<'_>, t: &TArg, i: usize) -> TokenStream {
     }
 }
 
+/// For a left operand whose rows may vary: the check that its live inner
+/// dimension is the `k` the product was compiled for. An input within its
+/// bound may have any size in every dim; without this, a short one was
+/// read past its end (a panic) instead of refused.
+fn inner_dim_check(ctx: &OpCtx<'_>, a: &TArg) -> TokenStream {
+    if !a.dynamic {
+        return quote!();
+    }
+    let (live, k, err) = (ctx.sizes(a), lit(a.sizes[1]), checks::shape_mismatch(ctx));
+    quote! {
+        if (#live)[1] != #k {
+            return Err(#err);
+        }
+    }
+}
+
 /// The product's scratch: none when it runs on the packed engine (`packed`:
 /// its right operand is a constant packed on the first run, and the call
 /// is a plain product, nothing scaled or added in first), which reads the
@@ -155,7 +171,7 @@ fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         return Err("addmm with a dynamic inner or right dimension is not supported".into());
     }
     let (m, k, n) = (dims(ctx, &a, 0), lit(a.sizes[1]), lit(b.sizes[1]));
-    let mut stmts = Vec::new();
+    let mut stmts = vec![inner_dim_check(ctx, &a)];
     if out.dynamic {
         stmts.push(ctx.set_sizes(&out, quote!(&[#m, #n])));
     }
@@ -193,7 +209,7 @@ fn mm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     }
     require_sizes(&out, &[a.sizes[0], b.sizes[1]])?;
     let (m, k, n) = (dims(ctx, &a, 0), lit(a.sizes[1]), lit(b.sizes[1]));
-    let mut stmts = vec![ctx.set_sizes(&out, quote!(&[#m, #n]))];
+    let mut stmts = vec![inner_dim_check(ctx, &a), ctx.set_sizes(&out, quote!(&[#m, #n]))];
     let (ai, s1) = ctx.read(&a)?;
     let (b_operand, s2, b_packed) = right_operand(ctx, 1, false, true)?;
     let (o, s3) = ctx.write(&out)?;

@@ -337,10 +337,10 @@ impl Block<'_> {
                 *s = self.image.wrapping_add((ih * win.in_w + first) * self.c);
             }
             let o = out.wrapping_add(oh * win.out_w * self.c);
-            // SAFETY: the pixels' windows lie inside the image, so every
-            // column a group reads is a pixel of the row; the outputs are
-            // within the row, lanes below C.
             if whole > 0 {
+                // SAFETY: the pixels' windows lie inside the image, so
+                // every column a group reads is a pixel of the row; the
+                // outputs are within the row, lanes below C.
                 unsafe { self.groups3(sweeps, &src, o, whole) }
             }
             if whole < outputs {
@@ -467,18 +467,21 @@ impl Block<'_> {
             Some(_) => (self.win.in_w as isize - first).clamp(lead as isize, columns as isize) as usize,
             None => lead,
         };
-        // SAFETY (all three loops): by the caller; ring columns below
-        // `columns`, input columns inside the row.
         for j in 0..lead {
+            // SAFETY: by the caller, ring columns below `columns` are in
+            // the ring.
             unsafe { self.zero_pixel(to.add(j * PIXEL)) };
         }
         if let Some(row) = from {
             let row = row.wrapping_offset(first * self.c as isize);
             for j in lead..inside {
+                // SAFETY: by the caller, ring columns below `columns` are
+                // in the ring and input columns `lead..inside` in the row.
                 unsafe { self.copy_pixel(to.add(j * PIXEL), row.add(j * self.c)) };
             }
         }
         for j in inside..columns {
+            // SAFETY: ring columns below `columns`, as above.
             unsafe { self.zero_pixel(to.add(j * PIXEL)) };
         }
     }

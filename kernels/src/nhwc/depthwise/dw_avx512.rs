@@ -31,12 +31,14 @@ pub(super) unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: 
     let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out.as_mut_ptr());
     let lo = _mm512_set1_ps(min);
     let hi = _mm512_set1_ps(max);
-    // SAFETY (every load and store below): rows and columns come from the
-    // checked window (`in_row`/`in_col`, or interior columns), so each
-    // pixel offset is below N·H·W (for outputs, below the rows of `out`,
-    // asserted above); channel offsets
-    // `c0 + lane` are below C by the masks; taps are below kH·kW.
+    // Every load and store below: rows and columns come from the checked
+    // window (`in_row`/`in_col`, or interior columns), so each pixel
+    // offset is below N·H·W (for outputs, below the rows of `out`,
+    // asserted above); channel offsets `c0 + lane` are below C by the
+    // masks; taps are below kH·kW.
     let bias_at = |c0: usize, m: __mmask16| match bias {
+        // SAFETY: lanes `c0 + lane` below C by the mask, and the bias holds
+        // C floats.
         Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)) },
         None => _mm512_setzero_ps(),
     };
@@ -90,6 +92,7 @@ pub(super) unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: 
                     // SAFETY: the pixels first_inner .. end_inner are
                     // interior.
                     ow = unsafe { dw_interior_avx512::<8>(&row, ow, end_inner) };
+                    // SAFETY: as above; `ow` has only moved within them.
                     ow = unsafe { dw_interior_avx512::<4>(&row, ow, end_inner) };
                     if ow > first_inner {
                         continue;
@@ -112,6 +115,9 @@ pub(super) unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: 
                         let xo = (n * win.in_h * win.in_w + pix) * c + c0;
                         let wo = tap * c + c0;
                         for (v, a) in acc.iter_mut().enumerate().take(blocks) {
+                            // SAFETY: the tap's pixel is in the checked
+                            // window, lanes below C by the mask (see the
+                            // top of the function).
                             unsafe {
                                 let xv = load16(masks[v], xp.add(xo + v * 16));
                                 let wv = load16(masks[v], wp.add(wo + v * 16));
@@ -121,6 +127,8 @@ pub(super) unsafe fn depthwise_avx512(d: &Depthwise<'_>, out: &mut [f32], rows: 
                     });
                     for (v, a) in acc.iter().enumerate().take(blocks) {
                         let r = _mm512_min_ps(_mm512_max_ps(*a, lo), hi);
+                        // SAFETY: an output pixel of the rows of `out`
+                        // (asserted above), lanes below C by the mask.
                         unsafe { store16(masks[v], op.add(out_row + ow * c + c0 + v * 16), r) };
                     }
                 }

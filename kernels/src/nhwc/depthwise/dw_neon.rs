@@ -85,17 +85,20 @@ impl Pixel<'_> {
     unsafe fn block<const V: usize>(&self, c0: usize) {
         let (d, c) = (self.d, self.d.c);
         let (xp, wp) = (d.x.as_ptr(), d.w.as_ptr());
-        // SAFETY (every load and store): the taps' pixels come from the
+        // Every load and store: the taps' pixels come from the
         // checked window (`for_each_tap`), so `(image + pix)·C` is below
         // N·H·W·C and `tap·C` below kH·kW·C, and the channels c0 + 4·V
         // are at most C (by the caller), as are the bias's.
         let mut acc: [float32x4_t; V] = core::array::from_fn(|v| match d.bias {
+            // SAFETY: channels c0 + 4·V at most C (above).
             Some(b) => unsafe { vld1q_f32(b.as_ptr().add(c0 + 4 * v)) },
             None => vdupq_n_f32(0.0),
         });
         for_each_tap(d.win, self.oh, self.ow, |pix, tap| {
             let (xo, wo) = ((self.image + pix) * c + c0, tap * c + c0);
             for (v, a) in acc.iter_mut().enumerate() {
+                // SAFETY: a tap of the checked window, channels below C
+                // (above).
                 unsafe {
                     let (xv, wv) = (vld1q_f32(xp.add(xo + 4 * v)), vld1q_f32(wp.add(wo + 4 * v)));
                     *a = vfmaq_f32(*a, xv, wv);
@@ -111,6 +114,7 @@ impl Pixel<'_> {
             } else {
                 a
             };
+            // SAFETY: `out` holds the pixel's C floats (by the caller).
             unsafe { vst1q_f32(self.out.add(c0 + 4 * v), r) };
         }
     }
