@@ -42,6 +42,7 @@ pub mod harness;
 mod loader;
 pub mod mem;
 mod meta;
+pub mod trace;
 mod value;
 
 pub use backend::{
@@ -162,6 +163,14 @@ pub trait Model {
     /// Restores the method's mutable state (buffers with an initial value)
     /// and its instruction counter.
     fn reset(&mut self, method: usize) -> Result<(), Error>;
+
+    /// Runs `method` as [`Model::execute`] does, reporting each instruction
+    /// to `tracer` (see [`trace`]). Only a program compiled with
+    /// `trace = true` can; the others return [`Error::NotTraced`].
+    fn execute_traced(&mut self, method: usize, tracer: &mut dyn trace::Tracer) -> Result<(), Error> {
+        let _ = (method, tracer);
+        Err(Error::NotTraced)
+    }
 }
 
 /// `Model` for a pointer to a program, forwarding each call.
@@ -185,6 +194,9 @@ macro_rules! forward_model {
             }
             fn reset(&mut self, method: usize) -> Result<(), Error> {
                 (**self).reset(method)
+            }
+            fn execute_traced(&mut self, method: usize, tracer: &mut dyn trace::Tracer) -> Result<(), Error> {
+                (**self).execute_traced(method, tracer)
             }
         }
     };
