@@ -119,7 +119,9 @@ impl core::fmt::Display for Error {
             Error::DataMismatch { what } => write!(f, "data does not match the compiled program: {what}"),
             Error::Load { what } => write!(f, "loading data failed: {what}"),
             Error::OutOfMemory { bytes } => write!(f, "allocating the program's {bytes} bytes failed"),
-            Error::NotTraced => f.write_str("this program was compiled without tracing; compile it with `trace = true`"),
+            Error::NotTraced => {
+                f.write_str("this program was compiled without tracing; compile it with `trace = true`")
+            }
         }
     }
 }

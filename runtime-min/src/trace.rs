@@ -358,10 +358,16 @@ impl<C: Clock> Tracer for Recorder<'_, C> {
 
     fn begin(&mut self, origin: Origin) {
         // Spans of another instruction are over.
-        if self.operator.is_some_and(|o| !same_instruction(o.origin, origin) || origin.delegate_node.is_some()) {
+        if self
+            .operator
+            .is_some_and(|o| !same_instruction(o.origin, origin) || origin.delegate_node.is_some())
+        {
             self.close_operator();
         }
-        if self.delegate.is_some_and(|o| !same_instruction(o.origin, origin) || origin.delegate_node.is_none()) {
+        if self
+            .delegate
+            .is_some_and(|o| !same_instruction(o.origin, origin) || origin.delegate_node.is_none())
+        {
             self.close_delegate();
         }
         self.instruction_start = self.clock.now();

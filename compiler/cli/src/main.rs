@@ -54,6 +54,11 @@ struct CompileArgs {
     /// of on NHWC images with batch norms and clamps folded in.
     #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "true")]
     channels_last: String,
+    /// `true`: also generate `execute_traced`, which reports each
+    /// instruction to a `ptec_runtime::trace::Tracer` (ETDump profiles and
+    /// debug outputs for ExecuTorch's devtools).
+    #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "false")]
+    trace: String,
 }
 
 impl CompileArgs {
@@ -69,6 +74,7 @@ impl CompileArgs {
             ("tests", tests),
             ("lower-xnnpack", self.lower_xnnpack.as_str()),
             ("channels-last", self.channels_last.as_str()),
+            ("trace", self.trace.as_str()),
         ];
         // Without a name the struct is named after the file.
         flags.extend(self.name.as_deref().map(|n| ("name", n)));
