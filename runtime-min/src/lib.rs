@@ -11,7 +11,8 @@
 //!
 //! `no_std` first: the `std` feature (default) adds file loading and
 //! run-time CPU feature detection in the kernels; `alloc` adds
-//! [`new_boxed`]; `bench` (off by default, implies `std`) adds `bench`.
+//! [`new_boxed`]; `bench` (off by default, implies `std`) adds `bench`;
+//! `etdump` (implies `alloc`) adds [`etdump`], the ETDump writer.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -38,6 +39,8 @@ pub mod bench;
 mod boxed;
 mod data;
 mod error;
+#[cfg(feature = "etdump")]
+pub mod etdump;
 pub mod harness;
 mod loader;
 pub mod mem;

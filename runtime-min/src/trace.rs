@@ -264,6 +264,12 @@ impl<'a, C: Clock> Recorder<'a, C> {
         self.dropped
     }
 
+    /// What was recorded, as an ETDump file (see [`crate::etdump`]).
+    #[cfg(feature = "etdump")]
+    pub fn to_etdump(&self) -> alloc::vec::Vec<u8> {
+        crate::etdump::write(self.events())
+    }
+
     /// Forgets what was recorded.
     pub fn clear(&mut self) {
         self.len = 0;
