@@ -332,6 +332,54 @@ impl<'a, C: Clock> Recorder<'a, C> {
     }
 }
 
+/// What [`record`] recorded: the events and the used debug buffer.
+#[cfg(feature = "std")]
+pub struct Recording {
+    pub events: std::vec::Vec<Event>,
+    pub debug: std::vec::Vec<u8>,
+}
+
+#[cfg(feature = "std")]
+impl Recording {
+    /// As an ETDump file.
+    #[cfg(feature = "etdump")]
+    pub fn to_etdump(&self) -> std::vec::Vec<u8> {
+        crate::etdump::write(&self.events)
+    }
+}
+
+/// Calls `run` with a [`Recorder`] (on the heap, with a debug buffer when
+/// `debug`) until what it records fits: buffers too small for it are
+/// doubled and `run` is called again from the start, so it must redo all
+/// it did (construct the program afresh, for a stateful one).
+#[cfg(feature = "std")]
+pub fn record<E>(
+    debug: bool,
+    mut run: impl FnMut(&mut Recorder<'_, StdClock>) -> Result<(), E>,
+) -> Result<Recording, E> {
+    use std::vec;
+    let (mut n_events, mut n_debug) = (1usize << 12, if debug { 1usize << 24 } else { 0 });
+    loop {
+        let mut events = vec![Event::Block; n_events];
+        let mut buffer = vec![0u8; n_debug];
+        let mut r = Recorder::new(StdClock::new(), &mut events);
+        if debug {
+            r = r.with_debug_buffer(&mut buffer);
+        }
+        run(&mut r)?;
+        if r.dropped() == 0 {
+            let (len, debug_len) = (r.len, r.debug_len);
+            events.truncate(len);
+            buffer.truncate(debug_len);
+            return Ok(Recording { events, debug: buffer });
+        }
+        n_events = n_events.saturating_mul(2);
+        // Whether the events or the tensors overflowed, both grow: a rerun
+        // is cheap next to a debugging session.
+        n_debug = n_debug.saturating_mul(2);
+    }
+}
+
 /// Whether `a` and `b` are the same ExecuTorch instruction.
 fn same_instruction(a: Origin, b: Origin) -> bool {
     a.chain == b.chain && a.instruction == b.instruction
@@ -552,6 +600,26 @@ mod tests {
         assert_eq!(&used[..12], crate::bytes_of(&a));
         assert!(used[12..64].iter().all(|&x| x == 0));
         assert_eq!(&used[64..], crate::bytes_of(&b));
+    }
+
+    #[test]
+    fn record_grows_its_buffers_until_everything_fits() {
+        let mut calls = 0;
+        let data = [0.5f32; 1000];
+        let rec = record(true, |r| {
+            calls += 1;
+            // More events than the first buffer holds, and 4 kB tensors.
+            for k in 0..5000 {
+                r.begin_execute("forward");
+                r.output(op(k), TensorRef::from_slice(&[1000], &data));
+                r.end_execute();
+            }
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert!(calls > 1);
+        assert_eq!(rec.events.len(), 15000);
+        assert_eq!(rec.debug.len(), 4999 * 4032 + 4000);
     }
 
     #[test]

@@ -179,6 +179,12 @@ struct BenchArgs {
     /// Meaningful with --threads > 1.
     #[arg(long)]
     ab_bands: bool,
+    /// Also run the timed iterations again, traced, and write their
+    /// profile to FILE as an ETDump, which ExecuTorch's Inspector reads
+    /// (operators named by their instruction in the .pte; see
+    /// docs/devtools.md).
+    #[arg(long, value_name = "FILE")]
+    etdump: Option<PathBuf>,
     /// Show cargo's output while building.
     #[arg(short, long)]
     verbose: bool,
@@ -211,6 +217,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     req.run.profile_top = a.profile_top as usize;
     req.run.threads = a.threads as usize;
     req.run.ab_bands = a.ab_bands;
+    req.run.etdump = a.etdump.as_ref().map(|f| f.display().to_string());
     req.native = !a.portable;
     req.verbose = a.verbose;
     let report = ptec_cli::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
