@@ -50,6 +50,7 @@ mod debug_event {
     pub const INSTRUCTION_ID: u16 = slot(1);
     pub const DEBUG_ENTRY: u16 = slot(2);
     pub const DELEGATE_DEBUG_ID_INT: u16 = slot(3);
+    pub const NAME: u16 = slot(5);
 }
 mod value {
     use super::slot;
@@ -129,10 +130,16 @@ fn write_run<'b>(b: &mut FlatBufferBuilder<'b>, name: WIPOffset<&'b str>, run: &
                 chain,
                 instruction,
                 delegate_id,
+                name,
                 tensor,
             } => {
                 let entry = write_tensor_value(b, &tensor);
+                // As ETDumpGen: a delegate's events are named by their id.
+                let name = delegate_id.is_none().then(|| b.create_string(name));
                 let t = b.start_table();
+                if let Some(n) = name {
+                    b.push_slot_always(debug_event::NAME, n);
+                }
                 b.push_slot(debug_event::CHAIN_INDEX, u64::from(chain), 0);
                 b.push_slot(debug_event::INSTRUCTION_ID, instruction, -1);
                 b.push_slot_always(debug_event::DEBUG_ENTRY, entry);
@@ -199,7 +206,7 @@ mod tests {
         r.begin_execute("forward");
         r.begin(o);
         r.end(o);
-        r.output(o, TensorRef::from_slice(&[1, 2], &x));
+        r.output(o, "aten::x.out", TensorRef::from_slice(&[1, 2], &x));
         r.end_execute();
         let bytes: &'static [u8] = std::boxed::Box::leak(write(r.events()).into_boxed_slice());
         // Size prefix, then the root offset and the identifier.
@@ -211,14 +218,13 @@ mod tests {
         // SAFETY: as in `field`.
         let root_t = unsafe { flatbuffers::Table::new(buf, root) };
         // SAFETY: as in `field`; run_data is a vector of tables.
-        let runs = unsafe {
-            root_t
-                .get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<flatbuffers::ForwardsUOffset<flatbuffers::Table>>>>(
-                    etdump::RUN_DATA,
-                    None,
-                )
-        }
-        .unwrap();
+        let runs =
+            unsafe {
+                root_t.get::<flatbuffers::ForwardsUOffset<
+                    flatbuffers::Vector<flatbuffers::ForwardsUOffset<flatbuffers::Table>>,
+                >>(etdump::RUN_DATA, None)
+            }
+            .unwrap();
         assert_eq!(runs.len(), 1);
         let run = runs.get(0);
         // SAFETY: as above.
@@ -237,27 +243,49 @@ mod tests {
         assert_eq!(events.len(), 3);
         let sub = |i: usize, slot: u16| {
             // SAFETY: as above.
-            unsafe { events.get(i).get::<flatbuffers::ForwardsUOffset<flatbuffers::Table>>(slot, None) }
+            unsafe {
+                events
+                    .get(i)
+                    .get::<flatbuffers::ForwardsUOffset<flatbuffers::Table>>(slot, None)
+            }
         };
         let debug_ev = sub(0, event::DEBUG_EVENT).unwrap();
         let op = sub(1, event::PROFILE_EVENT).unwrap();
         let exec = sub(2, event::PROFILE_EVENT).unwrap();
         // SAFETY: as above, for every read below.
         unsafe {
-            assert_eq!(op.get::<flatbuffers::ForwardsUOffset<&str>>(profile_event::NAME, None), Some("OPERATOR_CALL"));
+            assert_eq!(
+                op.get::<flatbuffers::ForwardsUOffset<&str>>(profile_event::NAME, None),
+                Some("OPERATOR_CALL")
+            );
             assert_eq!(op.get::<i32>(profile_event::INSTRUCTION_ID, Some(-1)), Some(3));
             assert_eq!(op.get::<u64>(profile_event::START_TIME, Some(0)), Some(10));
             assert_eq!(op.get::<u64>(profile_event::END_TIME, Some(0)), Some(15));
-            assert_eq!(exec.get::<flatbuffers::ForwardsUOffset<&str>>(profile_event::NAME, None), Some("Method::execute"));
+            assert_eq!(
+                exec.get::<flatbuffers::ForwardsUOffset<&str>>(profile_event::NAME, None),
+                Some("Method::execute")
+            );
             assert_eq!(exec.get::<i32>(profile_event::CHAIN_INDEX, Some(0)), Some(-1));
             assert_eq!(debug_ev.get::<i32>(debug_event::INSTRUCTION_ID, Some(-1)), Some(3));
-            let v = debug_ev.get::<flatbuffers::ForwardsUOffset<flatbuffers::Table>>(debug_event::DEBUG_ENTRY, None).unwrap();
+            assert_eq!(
+                debug_ev.get::<flatbuffers::ForwardsUOffset<&str>>(debug_event::NAME, None),
+                Some("aten::x.out")
+            );
+            let v = debug_ev
+                .get::<flatbuffers::ForwardsUOffset<flatbuffers::Table>>(debug_event::DEBUG_ENTRY, None)
+                .unwrap();
             assert_eq!(v.get::<i8>(value::VAL, Some(0)), Some(value::TYPE_TENSOR));
-            let t = v.get::<flatbuffers::ForwardsUOffset<flatbuffers::Table>>(value::TENSOR, None).unwrap();
+            let t = v
+                .get::<flatbuffers::ForwardsUOffset<flatbuffers::Table>>(value::TENSOR, None)
+                .unwrap();
             assert_eq!(t.get::<i8>(tensor::SCALAR_TYPE, Some(0)), Some(6));
-            let sizes = t.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<i64>>>(tensor::SIZES, None).unwrap();
+            let sizes = t
+                .get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<i64>>>(tensor::SIZES, None)
+                .unwrap();
             assert_eq!(sizes.iter().collect::<Vec<_>>(), [1, 2]);
-            let strides = t.get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<i64>>>(tensor::STRIDES, None).unwrap();
+            let strides = t
+                .get::<flatbuffers::ForwardsUOffset<flatbuffers::Vector<i64>>>(tensor::STRIDES, None)
+                .unwrap();
             assert_eq!(strides.iter().collect::<Vec<_>>(), [2, 1]);
             assert_eq!(t.get::<i64>(tensor::OFFSET, Some(0)), Some(0));
         }

@@ -56,9 +56,10 @@ pub trait Tracer {
     fn wants_outputs(&self) -> bool {
         false
     }
-    /// An output of the instruction at `origin`, just computed.
-    fn output(&mut self, origin: Origin, tensor: TensorRef<'_>) {
-        let _ = (origin, tensor);
+    /// An output of the instruction at `origin`, just computed; `name` is
+    /// its operator's (`aten::addmm.out`).
+    fn output(&mut self, origin: Origin, name: &'static str, tensor: TensorRef<'_>) {
+        let _ = (origin, name, tensor);
     }
 }
 
@@ -187,6 +188,9 @@ pub enum Event {
         chain: u32,
         instruction: i32,
         delegate_id: Option<u32>,
+        /// The operator's name (ExecuTorch's Inspector compares the outputs
+        /// of named events only).
+        name: &'static str,
         tensor: LoggedTensor,
     },
 }
@@ -453,7 +457,7 @@ impl<C: Clock> Tracer for Recorder<'_, C> {
         self.debug.is_some()
     }
 
-    fn output(&mut self, origin: Origin, tensor: TensorRef<'_>) {
+    fn output(&mut self, origin: Origin, name: &'static str, tensor: TensorRef<'_>) {
         let rank = tensor.sizes.len();
         if rank > MAX_RANK || tensor.dim_order.len() != rank {
             self.dropped += 1;
@@ -485,6 +489,7 @@ impl<C: Clock> Tracer for Recorder<'_, C> {
             chain: origin.chain,
             instruction: origin.instruction as i32,
             delegate_id: origin.delegate_node,
+            name,
             tensor: logged,
         });
     }
@@ -581,10 +586,10 @@ mod tests {
         let a = [1.0f32, 2.0, 3.0];
         let b = [4.0f32; 12];
         r.begin_execute("forward");
-        r.output(op(0), TensorRef::from_slice(&[3], &a));
-        r.output(op(1), TensorRef::from_slice(&[3, 4], &b));
+        r.output(op(0), "aten::a", TensorRef::from_slice(&[3], &a));
+        r.output(op(1), "aten::b", TensorRef::from_slice(&[3, 4], &b));
         // 64 + 48 bytes do not fit after 128: dropped.
-        r.output(op(2), TensorRef::from_slice(&[3, 4], &b));
+        r.output(op(2), "aten::c", TensorRef::from_slice(&[3, 4], &b));
         let offsets: Vec<_> = r
             .events()
             .iter()
@@ -611,7 +616,7 @@ mod tests {
             // More events than the first buffer holds, and 4 kB tensors.
             for k in 0..5000 {
                 r.begin_execute("forward");
-                r.output(op(k), TensorRef::from_slice(&[1000], &data));
+                r.output(op(k), "aten::a", TensorRef::from_slice(&[1000], &data));
                 r.end_execute();
             }
             Ok::<(), ()>(())

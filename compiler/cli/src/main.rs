@@ -1,6 +1,6 @@
 //! The `ptec` command line: a thin caller of the ptec library.
 use clap::{Args, Parser, Subcommand};
-use ptec_cli::check::{check, CheckInput, CheckStatus};
+use ptec_cli::check::{check_with_debug_outputs, CheckInput, CheckStatus};
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
@@ -118,6 +118,13 @@ enum Command {
         /// reproduce the bundled outputs too.
         #[arg(long, value_delimiter = ',', default_value = "1", value_parser = clap::value_parser!(u32).range(1..=16))]
         threads: Vec<u32>,
+        /// Run the first failing case (or, when all pass, the first) again
+        /// and write its profile and every instruction's outputs to FILE as
+        /// an ETDump, the outputs' bytes to the debug buffer beside it
+        /// (out.etdp → out.bin), for ExecuTorch's Inspector (see
+        /// docs/devtools.md). One bundle only.
+        #[arg(long, value_name = "FILE")]
+        debug_outputs: Option<PathBuf>,
         /// Show cargo's output while building.
         #[arg(short, long)]
         verbose: bool,
@@ -319,6 +326,7 @@ fn run_check(
     (rtol, atol): (f64, f64),
     cases: Option<&PathBuf>,
     threads: &[u32],
+    debug_outputs: Option<&std::path::Path>,
     verbose: bool,
 ) -> Result<bool, String> {
     let inputs: Vec<CheckInput> = files
@@ -332,7 +340,9 @@ fn run_check(
         })
         .collect();
     let threads: Vec<usize> = threads.iter().map(|&t| t as usize).collect();
-    let results = check(&inputs, &threads, verbose, |msg| eprintln!("ptec check: {msg}"))?;
+    let results = check_with_debug_outputs(&inputs, &threads, verbose, debug_outputs, |msg| {
+        eprintln!("ptec check: {msg}")
+    })?;
     let (mut passed, mut failed) = (0, 0);
     for r in &results {
         match &r.status {
@@ -372,13 +382,22 @@ fn main() -> ExitCode {
             atol,
             cases,
             threads,
+            debug_outputs,
             verbose,
             target_dir,
         }) => {
             if let Some(d) = target_dir {
                 ptec_cli::set_target_dir(d.clone());
             }
-            run_check(files, data, (*rtol, *atol), cases.as_ref(), threads, *verbose)
+            run_check(
+                files,
+                data,
+                (*rtol, *atol),
+                cases.as_ref(),
+                threads,
+                debug_outputs.as_deref(),
+                *verbose,
+            )
         }
         Some(Command::Bench(args)) => run_bench(args).map(|_| true),
         Some(Command::Coverage) => {

@@ -530,10 +530,14 @@ fn traced_items(
         // the last one's result: it is reported as that instruction's.
         let last = folded_into.get(&n).into_iter().flatten().copied().fold(n, usize::max);
         let o = origin(last);
+        let name = match &m.instructions[last] {
+            Instruction::Kernel { op, .. } => m.operators.get(*op).map(Operator::full_name).unwrap_or_default(),
+            _ => "DELEGATE_CALL".to_string(),
+        };
         let outputs: Vec<TokenStream> = values
             .iter()
             .filter_map(|&vi| tensor_ref(m, layout, vi))
-            .map(|t| quote!(tracer.output(#o, #t);))
+            .map(|t| quote!(tracer.output(#o, #name, #t);))
             .collect();
         if !outputs.is_empty() {
             let nl = lit(n);

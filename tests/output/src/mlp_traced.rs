@@ -360,6 +360,7 @@ mod __ptec_mlp {
                                 instruction: 2u32,
                                 delegate_node: ::core::option::Option::None,
                             },
+                            "aten::relu.out",
                             ::ptec_runtime::TensorRef {
                                 dtype: ::ptec_runtime::ScalarType::Float,
                                 sizes: &[4usize, 32usize],
@@ -376,6 +377,7 @@ mod __ptec_mlp {
                                 instruction: 4u32,
                                 delegate_node: ::core::option::Option::None,
                             },
+                            "aten::addmm.out",
                             ::ptec_runtime::TensorRef {
                                 dtype: ::ptec_runtime::ScalarType::Float,
                                 sizes: &[4usize, 10usize],
@@ -392,6 +394,7 @@ mod __ptec_mlp {
                                 instruction: 5u32,
                                 delegate_node: ::core::option::Option::None,
                             },
+                            "aten::_softmax.out",
                             ::ptec_runtime::TensorRef {
                                 dtype: ::ptec_runtime::ScalarType::Float,
                                 sizes: &[4usize, 10usize],
