@@ -218,13 +218,12 @@ mod tests {
         // SAFETY: as in `field`.
         let root_t = unsafe { flatbuffers::Table::new(buf, root) };
         // SAFETY: as in `field`; run_data is a vector of tables.
-        let runs =
-            unsafe {
-                root_t.get::<flatbuffers::ForwardsUOffset<
+        let runs = unsafe {
+            root_t.get::<flatbuffers::ForwardsUOffset<
                     flatbuffers::Vector<flatbuffers::ForwardsUOffset<flatbuffers::Table>>,
                 >>(etdump::RUN_DATA, None)
-            }
-            .unwrap();
+        }
+        .unwrap();
         assert_eq!(runs.len(), 1);
         let run = runs.get(0);
         // SAFETY: as above.
