@@ -19,7 +19,7 @@ const fn slot(i: u16) -> u16 {
     4 + 2 * i
 }
 
-mod etdump {
+mod root {
     use super::slot;
     pub const VERSION: u16 = slot(0);
     pub const RUN_DATA: u16 = slot(1);
@@ -84,8 +84,8 @@ pub fn write(events: &[Event]) -> Vec<u8> {
     }
     let runs = b.create_vector(&runs);
     let root = b.start_table();
-    b.push_slot(etdump::VERSION, ETDUMP_VERSION, 0);
-    b.push_slot_always(etdump::RUN_DATA, runs);
+    b.push_slot(root::VERSION, ETDUMP_VERSION, 0);
+    b.push_slot_always(root::RUN_DATA, runs);
     let root = b.end_table(root);
     b.finish_size_prefixed(root, Some(FILE_IDENTIFIER));
     b.finished_data().to_vec()
@@ -221,7 +221,7 @@ mod tests {
         let runs = unsafe {
             root_t.get::<flatbuffers::ForwardsUOffset<
                     flatbuffers::Vector<flatbuffers::ForwardsUOffset<flatbuffers::Table>>,
-                >>(etdump::RUN_DATA, None)
+                >>(root::RUN_DATA, None)
         }
         .unwrap();
         assert_eq!(runs.len(), 1);
