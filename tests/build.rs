@@ -173,6 +173,12 @@ const EXTERNAL: &[&str] = &[
 /// channels-last regions), so both ways stay tested.
 const NCHW: &[&str] = &["conv", "channels_last"];
 
+/// Fixtures compiled again with `trace = true` (`tests/tests/build_step.rs`
+/// runs them traced): control flow, an XNNPACK delegate lowered into
+/// kernels (also with external weights), channels-last convolutions,
+/// dynamic shapes and mutable state.
+const TRACED: &[&str] = &["cond", "xnnpack_conv", "conv", "dynamic", "kv_cache"];
+
 /// XNNPACK-delegated corpus programs, compiled with their delegates left to
 /// a user backend (tests/recording_backend.rs) rather than compiled.
 const DELEGATED: &[&str] = &["xnnpack_mlp", "xnnpack_partial"];
@@ -196,14 +202,17 @@ enum Mode {
     Default,
     ExternalWeights,
     Nchw,
+    Traced,
+    TracedExternal,
 }
 
 fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, mode: Mode, out: &Path) {
     let mut b = ptec::Builder::new(file)
         .name("Program")
         .tests(rtol, atol)
-        .external_weights(mode == Mode::ExternalWeights)
+        .external_weights(matches!(mode, Mode::ExternalWeights | Mode::TracedExternal))
         .channels_last(mode != Mode::Nchw)
+        .trace(matches!(mode, Mode::Traced | Mode::TracedExternal))
         .out_dir(out);
     if let Some(d) = data {
         b = b.data(d);
@@ -242,6 +251,8 @@ fn main() {
         for (set, mode, prefix) in [
             (EXTERNAL, Mode::ExternalWeights, "external"),
             (NCHW, Mode::Nchw, "nchw"),
+            (TRACED, Mode::Traced, "traced"),
+            (&["xnnpack_conv"], Mode::TracedExternal, "traced_external"),
         ] {
             if set.contains(name) {
                 let module = format!("{prefix}_{name}");

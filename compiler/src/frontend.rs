@@ -198,6 +198,11 @@ impl Builder {
         self.with(|o| o.channels_last(on))
     }
 
+    /// [`Options::trace`].
+    pub fn trace(self, on: bool) -> Self {
+        self.with(|o| o.trace(on))
+    }
+
     /// This builder, its options changed by `change`.
     fn with(mut self, change: impl FnOnce(Options) -> Options) -> Self {
         self.options = change(std::mem::take(&mut self.options));

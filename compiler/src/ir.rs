@@ -159,9 +159,35 @@ pub struct Method {
     pub program_buffers: usize,
     /// Source frames of each instruction, when the program carries them.
     pub stacktraces: Option<Vec<Vec<Frame>>>,
+    /// Where each instruction came from in the program as read (its
+    /// instruction there, and the XNNPACK node it was lowered from), for
+    /// profiles and debug outputs in ExecuTorch's numbering; empty while
+    /// no pass has renumbered the instructions (see [`Method::origin`]).
+    pub origins: Vec<Origin>,
+}
+
+/// Where an instruction came from in the program as read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// Its index among the program's instructions.
+    pub instruction: usize,
+    /// For an instruction lowered from an XNNPACK delegate call: the debug
+    /// handle of the subgraph node it computes.
+    pub delegate_node: Option<u32>,
 }
 
 impl Method {
+    /// Where instruction `n` came from.
+    pub fn origin(&self, n: usize) -> Origin {
+        match self.origins.get(n) {
+            Some(&o) => o,
+            None => Origin {
+                instruction: n,
+                delegate_node: None,
+            },
+        }
+    }
+
     /// Whether any instruction jumps (the method has control flow).
     pub fn has_jumps(&self) -> bool {
         self.instructions

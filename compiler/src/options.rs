@@ -52,6 +52,10 @@ pub struct Options {
     /// folded in (the `passes::channels_last` pass); when off they run NCHW,
     /// operation by operation, as the program says.
     pub(crate) channels_last: bool,
+    /// Generate `execute_traced`, which reports each instruction to a
+    /// `ptec_runtime::trace::Tracer` (profiles and debug outputs in
+    /// ExecuTorch's ETDump); off, the code has no trace of it.
+    pub(crate) trace: bool,
 }
 
 impl Default for Options {
@@ -69,6 +73,7 @@ impl Default for Options {
             track_inputs: false,
             lower_xnnpack: true,
             channels_last: true,
+            trace: false,
         }
     }
 }
@@ -83,6 +88,7 @@ const NAMES: &[(&str, &str)] = &[
     ("weights", "`embedded` or `external`"),
     ("lower_xnnpack", "`true` or `false`"),
     ("channels_last", "`true` or `false`"),
+    ("trace", "`true` or `false`"),
 ];
 
 impl Options {
@@ -131,6 +137,15 @@ impl Options {
         self
     }
 
+    /// Whether to generate `execute_traced` (see `ptec_runtime::trace`):
+    /// the program reports each instruction to a tracer, for profiles and
+    /// debug outputs that ExecuTorch's devtools read. Off by default, when
+    /// the generated code has none of it.
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
     /// The generated code will be written to `file` (by
     /// [`Output::write`](crate::Output::write)): the constants it reads go
     /// to a file beside it, `model.rs` → `model.prepared`, which it
@@ -172,6 +187,7 @@ impl Options {
     /// | `weights` | `embedded` or `external` ([`Options::external_weights`]) |
     /// | `lower_xnnpack` | `true` or `false` ([`Options::lower_xnnpack`]) |
     /// | `channels_last` | `true` or `false` ([`Options::channels_last`]) |
+    /// | `trace` | `true` or `false` ([`Options::trace`]) |
     ///
     /// A flag given no value (`tests`, `lower_xnnpack`) is switched on.
     pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<()> {
@@ -203,6 +219,7 @@ impl Options {
             }
             "lower_xnnpack" => self.lower_xnnpack = flag()?,
             "channels_last" => self.channels_last = flag()?,
+            "trace" => self.trace = flag()?,
             _ => unreachable!("every name in NAMES is handled"),
         }
         // The tolerances apply to tests switched on before them too.
@@ -252,11 +269,12 @@ mod tests {
             ("lower-xnnpack", Some("false")),
             ("channels_last", Some("false")),
             ("name", Some("Net")),
+            ("trace", None),
         ] {
             o.set(k, v).unwrap();
         }
         assert_eq!(o.tests, Some((0.5, 1e-3)));
-        assert!(o.external_weights && !o.lower_xnnpack && !o.channels_last);
+        assert!(o.external_weights && !o.lower_xnnpack && !o.channels_last && o.trace);
         assert_eq!(o.struct_name.as_deref(), Some("Net"));
         o.set("tests", Some("false")).unwrap();
         assert_eq!(o.tests, None);

@@ -101,6 +101,14 @@ impl Verifier {
                 );
             }
         }
+        if !m.origins.is_empty() && m.origins.len() != m.instructions.len() {
+            self.err(
+                ErrorKind::BadHeader {
+                    what: format!("{} origins for {} instructions", m.origins.len(), m.instructions.len()),
+                },
+                at.clone(),
+            );
+        }
         for (n, ins) in m.instructions.iter().enumerate() {
             let at = at.clone().instruction(n);
             match ins {

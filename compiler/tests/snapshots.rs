@@ -37,10 +37,15 @@ fn assert_file(path: &Path, contents: &[u8]) {
 /// Compiles fixture `file` as module `module` of the snapshot crate: its
 /// code, and its constants beside it (as the CLI writes them).
 fn snapshot(file: &str, module: &str, external_weights: bool) {
+    snapshot_with(file, module, external_weights, ptec::Options::new());
+}
+
+/// [`snapshot`] from `options`.
+fn snapshot_with(file: &str, module: &str, external_weights: bool, options: ptec::Options) {
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/output/src");
     let rs = out.join(format!("{module}.rs"));
     // Fixed include paths keep the snapshot independent of the checkout.
-    let mut options = ptec::Options::new().external_weights(external_weights);
+    let mut options = options.external_weights(external_weights);
     if !external_weights {
         options = options.output_file(&rs);
     }
@@ -72,6 +77,12 @@ fn dynamic() {
 #[test]
 fn multi_method() {
     snapshot("multi_method.pte", "multi_method", false);
+}
+
+/// The code the `trace` option adds (the rest is `mlp`'s).
+#[test]
+fn mlp_traced() {
+    snapshot_with("mlp.pte", "mlp_traced", false, ptec::Options::new().trace(true));
 }
 
 #[test]

@@ -16,7 +16,8 @@
 //! (the struct's name), `tests` with `rtol = f` / `atol = f` (for a bundle:
 //! generate its test cases), `weights = embedded|external`,
 //! `lower_xnnpack = false` (leave XNNPACK delegate calls to a user
-//! backend), `channels_last = false` (run convolutions NCHW). Every error
+//! backend), `channels_last = false` (run convolutions NCHW), `trace =
+//! true` (also generate `execute_traced`, see `ptec_runtime::trace`). Every error
 //! is a compile error. The constants the code reads are written into the
 //! expansion; the program (and `.ptd` files) are named in unused
 //! `include_bytes!`s, which keep them out of the binary but make Cargo

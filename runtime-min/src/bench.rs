@@ -32,6 +32,9 @@ pub struct BenchOptions {
     /// ([`ptec_kernels::parallel::set_local_bands`]), alternating with the
     /// normal run, so both see the same phase of a noisy host.
     pub ab_bands: bool,
+    /// Also run `iters` executions traced (code generated with `trace =
+    /// true`) and write what they record there, as an ETDump file.
+    pub etdump: Option<String>,
 }
 
 impl Default for BenchOptions {
@@ -46,13 +49,14 @@ impl Default for BenchOptions {
             profile_top: 25,
             threads: 1,
             ab_bands: false,
+            etdump: None,
         }
     }
 }
 
 impl BenchOptions {
     /// Parses `[--method NAME] [--iters N] [--warmup N] [--threads N] [--input K=FILE]...
-    /// [--dump-outputs DIR] [--profile] [--profile-top N] [--ab-bands]`.
+    /// [--dump-outputs DIR] [--profile] [--profile-top N] [--ab-bands] [--etdump FILE]`.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut o = BenchOptions::default();
         let mut args = args.into_iter();
@@ -68,6 +72,7 @@ impl BenchOptions {
                 "--profile-top" => o.profile_top = number(value()?)?,
                 "--threads" => o.threads = number(value()?)?,
                 "--ab-bands" => o.ab_bands = true,
+                "--etdump" => o.etdump = Some(value()?),
                 "--input" => {
                     let kv = value()?;
                     let (k, file) = kv
@@ -111,6 +116,9 @@ impl BenchOptions {
         }
         if self.ab_bands {
             args.push("--ab-bands".into());
+        }
+        if let Some(file) = &self.etdump {
+            args.extend(["--etdump".into(), file.clone()]);
         }
         args
     }
@@ -308,6 +316,16 @@ pub fn run(model: &mut dyn Model, load_us: f64, o: &BenchOptions) -> Result<Timi
         let per_step = profile(model, index, o.iters, &set_inputs)?;
         std::eprint!("{}", profile_report(&per_step, o.profile_top));
     }
+    if let Some(file) = &o.etdump {
+        let recording = crate::trace::record(false, |r| {
+            for _ in 0..o.iters {
+                set_inputs(model)?;
+                model.execute_traced(index, r).map_err(|e| error("execute_traced", e))?;
+            }
+            Ok::<(), String>(())
+        })?;
+        std::fs::write(file, recording.to_etdump()).map_err(|e| format!("{file}: {e}"))?;
+    }
     if let Some(dir) = &o.dump_outputs {
         for i in 0..meta.num_outputs() {
             if let Value::Tensor(t) = model.output(index, i).map_err(|e| error("output", e))? {
@@ -467,6 +485,7 @@ mod tests {
             profile: true,
             profile_top: 7,
             ab_bands: true,
+            etdump: Some("out.etdp".into()),
             ..o
         };
         assert_eq!(BenchOptions::parse(all.to_args()).unwrap(), all);

@@ -62,6 +62,9 @@ pub enum Error {
     /// The heap could not hold the program: `bytes` (its planned memory
     /// and state) could not be allocated.
     OutOfMemory { bytes: usize },
+    /// [`Model::execute_traced`](crate::Model::execute_traced) on a program
+    /// compiled without `trace = true`.
+    NotTraced,
 }
 
 impl core::fmt::Display for Error {
@@ -116,6 +119,9 @@ impl core::fmt::Display for Error {
             Error::DataMismatch { what } => write!(f, "data does not match the compiled program: {what}"),
             Error::Load { what } => write!(f, "loading data failed: {what}"),
             Error::OutOfMemory { bytes } => write!(f, "allocating the program's {bytes} bytes failed"),
+            Error::NotTraced => {
+                f.write_str("this program was compiled without tracing; compile it with `trace = true`")
+            }
         }
     }
 }

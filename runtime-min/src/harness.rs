@@ -180,10 +180,39 @@ pub fn run_case(
     expected: &[Value<'_>],
     tol: Tolerance,
 ) -> Result<(), CaseFailure> {
+    run_case_with(model, method, inputs, expected, tol, None)
+}
+
+/// [`run_case`], the execution reported to `tracer` (see
+/// [`Model::execute_traced`]).
+#[allow(clippy::result_large_err)]
+pub fn run_case_traced(
+    model: &mut dyn Model,
+    method: usize,
+    inputs: &[Value<'_>],
+    expected: &[Value<'_>],
+    tol: Tolerance,
+    tracer: &mut dyn crate::trace::Tracer,
+) -> Result<(), CaseFailure> {
+    run_case_with(model, method, inputs, expected, tol, Some(tracer))
+}
+
+#[allow(clippy::result_large_err)]
+fn run_case_with(
+    model: &mut dyn Model,
+    method: usize,
+    inputs: &[Value<'_>],
+    expected: &[Value<'_>],
+    tol: Tolerance,
+    tracer: Option<&mut dyn crate::trace::Tracer>,
+) -> Result<(), CaseFailure> {
     for (i, v) in inputs.iter().enumerate() {
         model.set_input(method, i, *v)?;
     }
-    model.execute(method)?;
+    match tracer {
+        Some(t) => model.execute_traced(method, t)?,
+        None => model.execute(method)?,
+    }
     let meta = model.methods().get(method).ok_or(Error::NoSuchMethod)?;
     if meta.num_outputs() != expected.len() {
         return Err(CaseFailure::Error(Error::IndexOutOfRange {

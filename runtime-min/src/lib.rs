@@ -11,7 +11,8 @@
 //!
 //! `no_std` first: the `std` feature (default) adds file loading and
 //! run-time CPU feature detection in the kernels; `alloc` adds
-//! [`new_boxed`]; `bench` (off by default, implies `std`) adds `bench`.
+//! [`new_boxed`]; `bench` (off by default, implies `std`) adds `bench`;
+//! `etdump` (implies `alloc`) adds [`etdump`], the ETDump writer.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -38,10 +39,13 @@ pub mod bench;
 mod boxed;
 mod data;
 mod error;
+#[cfg(feature = "etdump")]
+pub mod etdump;
 pub mod harness;
 mod loader;
 pub mod mem;
 mod meta;
+pub mod trace;
 mod value;
 
 pub use backend::{
@@ -162,6 +166,14 @@ pub trait Model {
     /// Restores the method's mutable state (buffers with an initial value)
     /// and its instruction counter.
     fn reset(&mut self, method: usize) -> Result<(), Error>;
+
+    /// Runs `method` as [`Model::execute`] does, reporting each instruction
+    /// to `tracer` (see [`trace`]). Only a program compiled with
+    /// `trace = true` can; the others return [`Error::NotTraced`].
+    fn execute_traced(&mut self, method: usize, tracer: &mut dyn trace::Tracer) -> Result<(), Error> {
+        let _ = (method, tracer);
+        Err(Error::NotTraced)
+    }
 }
 
 /// `Model` for a pointer to a program, forwarding each call.
@@ -185,6 +197,9 @@ macro_rules! forward_model {
             }
             fn reset(&mut self, method: usize) -> Result<(), Error> {
                 (**self).reset(method)
+            }
+            fn execute_traced(&mut self, method: usize, tracer: &mut dyn trace::Tracer) -> Result<(), Error> {
+                (**self).execute_traced(method, tracer)
             }
         }
     };

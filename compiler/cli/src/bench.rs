@@ -152,7 +152,11 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     let input = Input::open(&path)
         .and_then(|p| req.data.iter().try_fold(p, |p, d| p.open_data(d)))
         .map_err(|e| e.to_string())?;
-    let options = Options::new().name("Program").output_file("program.rs");
+    // The traced code adds `execute_traced`; what is timed is the same.
+    let options = Options::new()
+        .name("Program")
+        .output_file("program.rs")
+        .trace(req.run.etdump.is_some());
     refuse_user_backends(&input, "bench", "time it from your own code with the backend")
         .map_err(|e| format!("{shown}: {e}"))?;
     let t0 = Instant::now();
@@ -185,6 +189,9 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     let mut run = req.run.clone();
     for (_, file) in &mut run.input_files {
         *file = absolute(std::path::Path::new(file)).display().to_string();
+    }
+    if let Some(file) = &run.etdump {
+        run.etdump = Some(absolute(std::path::Path::new(file)).display().to_string());
     }
     if let Some(dir) = &run.dump_outputs {
         std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;

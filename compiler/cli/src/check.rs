@@ -7,8 +7,42 @@
 //! code is compiled again.
 use crate::runner::{absolute, refuse_user_backends, target_dir, RunnerCrate};
 use ptec::{compile, ErrorKind, Errors, Input, Location, Options};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Where `--debug-outputs FILE` writes the debug buffer (the outputs'
+/// bytes, which the ETDump points into): beside it, `out.etdp` →
+/// `out.bin`.
+pub fn debug_buffer_path(etdump: &Path) -> PathBuf {
+    etdump.with_extension("bin")
+}
+
+/// The part of the runner's `main` that runs module `m0`'s case `failed`
+/// (its first failing case, else its first) traced, the cases before it
+/// untraced on the same instance (a stateful method sees what they left),
+/// and writes the recording where the environment says.
+const TRACE_CASE: &str = r#"    if let (Some(etdump), Some(debug)) = (std::env::var_os("PTEC_CHECK_ETDUMP"), std::env::var_os("PTEC_CHECK_DEBUG_BUFFER")) {
+        let tol = ptec_runtime::harness::Tolerance { rtol: tols[0], atol: tols[1] };
+        let target = first_failed[0].unwrap_or(0);
+        let recording = ptec_runtime::trace::record(true, |r| {
+            let mut model = m0::Program::try_boxed().map_err(|e| e.to_string())?;
+            for k in 0..target {
+                let _ = m0::bundled::run_case(&mut *model, k, tol);
+            }
+            let _ = m0::bundled::run_case_traced(&mut *model, target, tol, r);
+            Ok::<(), String>(())
+        });
+        match recording {
+            Ok(rec) => {
+                std::fs::write(&etdump, rec.to_etdump()).expect("writing the ETDump");
+                std::fs::write(&debug, &rec.debug).expect("writing the debug buffer");
+                let (method, index) = m0::bundled::CASES[target];
+                println!("m0 traced {method}[{index}]");
+            }
+            Err(e) => println!("m0 construction: {e}"),
+        }
+    }
+"#;
 
 /// One bundle to check.
 #[derive(Clone, Debug)]
@@ -52,11 +86,42 @@ pub fn check(
     inputs: &[CheckInput],
     threads: &[usize],
     verbose: bool,
+    progress: impl FnMut(&str),
+) -> Result<Vec<CheckResult>, String> {
+    check_with_debug_outputs(inputs, threads, verbose, None, progress)
+}
+
+/// [`check`], and with `debug_outputs` (for one bundle only) its first
+/// failing case (or, when all pass, its first) run again traced, on the
+/// first thread count: its profile and every instruction's outputs are
+/// written to that file as an ETDump, the outputs' bytes to the debug
+/// buffer beside it ([`debug_buffer_path`]), for ExecuTorch's Inspector.
+pub fn check_with_debug_outputs(
+    inputs: &[CheckInput],
+    threads: &[usize],
+    verbose: bool,
+    debug_outputs: Option<&Path>,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<CheckResult>, String> {
     if let Some(bad) = threads.iter().find(|&&t| t == 0) {
         return Err(format!("cannot run on {bad} threads"));
     }
+    let debug_outputs = match debug_outputs {
+        Some(_) if inputs.len() != 1 => {
+            return Err(format!(
+                "--debug-outputs writes the outputs of one bundle's case, and {} bundles were given",
+                inputs.len()
+            ))
+        }
+        Some(file) if debug_buffer_path(file) == file => {
+            return Err(format!(
+                "--debug-outputs {}: the debug buffer goes beside it with the extension .bin; name the ETDump otherwise (out.etdp)",
+                file.display()
+            ))
+        }
+        Some(file) => Some(absolute(file)),
+        None => None,
+    };
     let krate = RunnerCrate::new("ptec-check-run", "opt-level = 2\ncodegen-units = 16\ndebug = false")?;
     let mut results: Vec<CheckResult> = Vec::new();
     let mut modules = Vec::new();
@@ -76,7 +141,8 @@ pub fn check(
             let options = Options::new()
                 .tests(input.rtol, input.atol)
                 .name("Program")
-                .output_file(format!("m{i}.rs"));
+                .output_file(format!("m{i}.rs"))
+                .trace(debug_outputs.is_some());
             let source = compile(&program, &options)?;
             // Without cases there is nothing to run (a .pte, or a bundle
             // whose suites are empty), and no `bundled` module to run them.
@@ -121,23 +187,30 @@ pub fn check(
         main.push_str(&format!("#[allow(dead_code)]\nmod {m};\n"));
     }
     main.push_str(
-        "fn main() {\n    let args: Vec<String> = std::env::args().collect();\n    ptec_runtime::set_threads(args[1].parse().expect(\"thread count\"));\n    let tols: Vec<f64> = args[2..].iter().map(|a| a.parse().expect(\"tolerance\")).collect();\n",
+        "fn main() {\n    let args: Vec<String> = std::env::args().collect();\n    ptec_runtime::set_threads(args[1].parse().expect(\"thread count\"));\n    let tols: Vec<f64> = args[2..].iter().map(|a| a.parse().expect(\"tolerance\")).collect();\n    let mut first_failed: Vec<Option<usize>> = vec![None; tols.len() / 2];\n",
     );
     for (k, (m, _)) in modules.iter().enumerate() {
         main.push_str(&format!(
-            "    'module: {{\n        let tol = ptec_runtime::harness::Tolerance {{ rtol: tols[{}], atol: tols[{}] }};\n        let mut model = match {m}::Program::try_boxed() {{\n            Ok(model) => model,\n            Err(e) => {{ println!(\"{m} construction: {{e}}\"); println!(\"{m} done 0 1\"); break 'module; }}\n        }};\n        let (mut passed, mut failed) = (0, 0);\n        for (k, (method, index)) in {m}::bundled::CASES.iter().enumerate() {{\n            match {m}::bundled::run_case(&mut *model, k, tol) {{\n                Ok(()) => {{ passed += 1; println!(\"{m} {{method}}[{{index}}]: ok\"); }}\n                Err(e) => {{ failed += 1; println!(\"{m} {{method}}[{{index}}]: {{e}}\"); }}\n            }}\n        }}\n        println!(\"{m} done {{passed}} {{failed}}\");\n    }}\n",
+            "    'module: {{\n        let tol = ptec_runtime::harness::Tolerance {{ rtol: tols[{}], atol: tols[{}] }};\n        let mut model = match {m}::Program::try_boxed() {{\n            Ok(model) => model,\n            Err(e) => {{ println!(\"{m} construction: {{e}}\"); println!(\"{m} done 0 1\"); break 'module; }}\n        }};\n        let (mut passed, mut failed) = (0, 0);\n        for (k, (method, index)) in {m}::bundled::CASES.iter().enumerate() {{\n            match {m}::bundled::run_case(&mut *model, k, tol) {{\n                Ok(()) => {{ passed += 1; println!(\"{m} {{method}}[{{index}}]: ok\"); }}\n                Err(e) => {{ failed += 1; first_failed[{k}].get_or_insert(k); println!(\"{m} {{method}}[{{index}}]: {{e}}\"); }}\n            }}\n        }}\n        println!(\"{m} done {{passed}} {{failed}}\");\n    }}\n",
             2 * k,
-            2 * k + 1
+            2 * k + 1,
         ));
+    }
+    if debug_outputs.is_some() {
+        main.push_str(TRACE_CASE);
     }
     main.push_str("}\n");
     krate.write("main.rs", &main)?;
     let target = target_dir("PTEC_CHECK_TARGET_DIR", "ptec-check");
     progress(&format!("building {} module(s) in {}", modules.len(), target.display()));
     let exe = krate.build(&target, None, verbose)?;
-    for &n in threads {
+    for (k, &n) in threads.iter().enumerate() {
         progress(&format!("running on {n} thread(s)"));
         let mut cmd = Command::new(&exe);
+        if let (0, Some(file)) = (k, &debug_outputs) {
+            cmd.env("PTEC_CHECK_ETDUMP", file)
+                .env("PTEC_CHECK_DEBUG_BUFFER", debug_buffer_path(file));
+        }
         cmd.arg(n.to_string());
         for (_, i) in &modules {
             cmd.arg(inputs[*i].rtol.to_string()).arg(inputs[*i].atol.to_string());
@@ -165,7 +238,15 @@ pub fn check(
                 let Some(rest) = line.strip_prefix(&format!("{m} ")) else {
                     continue;
                 };
-                if let Some(counts) = rest.strip_prefix("done ") {
+                if let Some(case) = rest.strip_prefix("traced ") {
+                    if let Some(file) = &debug_outputs {
+                        progress(&format!(
+                            "the outputs of case {case} are in {} (its debug buffer in {})",
+                            file.display(),
+                            debug_buffer_path(file).display()
+                        ));
+                    }
+                } else if let Some(counts) = rest.strip_prefix("done ") {
                     let mut it = counts.split(' ').map(|x| x.parse::<usize>().unwrap_or(0));
                     *passed += it.next().unwrap_or(0);
                     *failed += it.next().unwrap_or(0);

@@ -1,6 +1,6 @@
 //! The `ptec` command line: a thin caller of the ptec library.
 use clap::{Args, Parser, Subcommand};
-use ptec_cli::check::{check, CheckInput, CheckStatus};
+use ptec_cli::check::{check_with_debug_outputs, CheckInput, CheckStatus};
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
@@ -54,6 +54,11 @@ struct CompileArgs {
     /// of on NHWC images with batch norms and clamps folded in.
     #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "true")]
     channels_last: String,
+    /// `true`: also generate `execute_traced`, which reports each
+    /// instruction to a `ptec_runtime::trace::Tracer` (ETDump profiles and
+    /// debug outputs for ExecuTorch's devtools).
+    #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "false")]
+    trace: String,
 }
 
 impl CompileArgs {
@@ -69,6 +74,7 @@ impl CompileArgs {
             ("tests", tests),
             ("lower-xnnpack", self.lower_xnnpack.as_str()),
             ("channels-last", self.channels_last.as_str()),
+            ("trace", self.trace.as_str()),
         ];
         // Without a name the struct is named after the file.
         flags.extend(self.name.as_deref().map(|n| ("name", n)));
@@ -112,6 +118,13 @@ enum Command {
         /// reproduce the bundled outputs too.
         #[arg(long, value_delimiter = ',', default_value = "1", value_parser = clap::value_parser!(u32).range(1..=16))]
         threads: Vec<u32>,
+        /// Run the first failing case (or, when all pass, the first) again
+        /// and write its profile and every instruction's outputs to FILE as
+        /// an ETDump, the outputs' bytes to the debug buffer beside it
+        /// (out.etdp → out.bin), for ExecuTorch's Inspector (see
+        /// docs/devtools.md). One bundle only.
+        #[arg(long, value_name = "FILE")]
+        debug_outputs: Option<PathBuf>,
         /// Show cargo's output while building.
         #[arg(short, long)]
         verbose: bool,
@@ -173,6 +186,12 @@ struct BenchArgs {
     /// Meaningful with --threads > 1.
     #[arg(long)]
     ab_bands: bool,
+    /// Also run the timed iterations again, traced, and write their
+    /// profile to FILE as an ETDump, which ExecuTorch's Inspector reads
+    /// (operators named by their instruction in the .pte; see
+    /// docs/devtools.md).
+    #[arg(long, value_name = "FILE")]
+    etdump: Option<PathBuf>,
     /// Show cargo's output while building.
     #[arg(short, long)]
     verbose: bool,
@@ -205,6 +224,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     req.run.profile_top = a.profile_top as usize;
     req.run.threads = a.threads as usize;
     req.run.ab_bands = a.ab_bands;
+    req.run.etdump = a.etdump.as_ref().map(|f| f.display().to_string());
     req.native = !a.portable;
     req.verbose = a.verbose;
     let report = ptec_cli::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
@@ -306,6 +326,7 @@ fn run_check(
     (rtol, atol): (f64, f64),
     cases: Option<&PathBuf>,
     threads: &[u32],
+    debug_outputs: Option<&std::path::Path>,
     verbose: bool,
 ) -> Result<bool, String> {
     let inputs: Vec<CheckInput> = files
@@ -319,7 +340,9 @@ fn run_check(
         })
         .collect();
     let threads: Vec<usize> = threads.iter().map(|&t| t as usize).collect();
-    let results = check(&inputs, &threads, verbose, |msg| eprintln!("ptec check: {msg}"))?;
+    let results = check_with_debug_outputs(&inputs, &threads, verbose, debug_outputs, |msg| {
+        eprintln!("ptec check: {msg}")
+    })?;
     let (mut passed, mut failed) = (0, 0);
     for r in &results {
         match &r.status {
@@ -359,13 +382,22 @@ fn main() -> ExitCode {
             atol,
             cases,
             threads,
+            debug_outputs,
             verbose,
             target_dir,
         }) => {
             if let Some(d) = target_dir {
                 ptec_cli::set_target_dir(d.clone());
             }
-            run_check(files, data, (*rtol, *atol), cases.as_ref(), threads, *verbose)
+            run_check(
+                files,
+                data,
+                (*rtol, *atol),
+                cases.as_ref(),
+                threads,
+                debug_outputs.as_deref(),
+                *verbose,
+            )
         }
         Some(Command::Bench(args)) => run_bench(args).map(|_| true),
         Some(Command::Coverage) => {

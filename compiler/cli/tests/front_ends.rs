@@ -116,6 +116,13 @@ fn cases() -> Vec<Case> {
             builder: |b| b.channels_last(false),
             options: |o| o.channels_last(false),
         },
+        Case {
+            fixture: "mlp.pte",
+            cli: &["--trace", "true"],
+            macro_args: "trace = true",
+            builder: |b| b.trace(true),
+            options: |o| o.trace(true),
+        },
     ]);
     cases
 }

@@ -44,6 +44,7 @@ pub(crate) mod test_methods {
             buffer_sizes: vec![0, 1024],
             program_buffers: 2,
             stacktraces: None,
+            origins: Vec::new(),
         }
     }
 }

@@ -197,6 +197,7 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         data_expr: &data_expr,
         scratch: Default::default(),
         thread_share: Default::default(),
+        written: Default::default(),
     };
     let mut ins_fns = Vec::new();
     let mut has_jumps = false;
@@ -364,6 +365,18 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
     } else {
         quote!(fn output(&self, index: usize) -> ::core::result::Result<::ptec_runtime::Value<'_>, ::ptec_runtime::Error>)
     };
+    let traced = ctx.trace.then(|| {
+        let written = emit.written.take();
+        traced_items(
+            m,
+            &layout,
+            &folded_into,
+            &written,
+            |n| has_fn(n, &m.instructions[n]),
+            &ensure_packed,
+            ctx,
+        )
+    });
     let n_in = lit(m.inputs.len());
     let n_out = lit(m.outputs.len());
     let fits = super::fits_target(&format!("the memory of method `{}`", m.name), arena_total);
@@ -431,6 +444,8 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
             }
 
             #(#ins_fns)*
+
+            #traced
         }
     };
 
@@ -468,6 +483,134 @@ pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<Method
         meta,
         typed_fn,
         instructions,
+    })
+}
+
+/// What traced code adds to a method's state (the `trace` option):
+/// `ORIGINS`, each instruction's origin in ExecuTorch's numbering (`None`
+/// for those without code of their own), `execute_traced`, which runs the
+/// method reporting each instruction to a tracer, and `trace_outputs`,
+/// which gives it the tensors an instruction wrote.
+fn traced_items(
+    m: &Method,
+    layout: &MethodLayout,
+    folded_into: &std::collections::BTreeMap<usize, Vec<usize>>,
+    written: &std::collections::BTreeMap<usize, Vec<usize>>,
+    has_fn: impl Fn(usize) -> bool,
+    ensure_packed: &TokenStream,
+    ctx: &Ctx<'_>,
+) -> TokenStream {
+    let origin = |n: usize| {
+        let o = m.origin(n);
+        let instruction = proc_macro2::Literal::u32_suffixed(u32::try_from(o.instruction).unwrap_or(u32::MAX));
+        let node = match o.delegate_node {
+            Some(h) => {
+                let h = proc_macro2::Literal::u32_suffixed(h);
+                quote!(::core::option::Option::Some(#h))
+            }
+            None => quote!(::core::option::Option::None),
+        };
+        quote!(::ptec_runtime::trace::Origin { chain: 0u32, instruction: #instruction, delegate_node: #node })
+    };
+    let len = m.instructions.len();
+    let origins = (0..len).map(|n| {
+        if has_fn(n) {
+            let o = origin(n);
+            quote!(::core::option::Option::Some(#o))
+        } else {
+            quote!(::core::option::Option::None)
+        }
+    });
+    let mut arms = Vec::new();
+    for (&n, values) in written {
+        if !has_fn(n) {
+            continue;
+        }
+        // An instruction that also does later ones (a fused relu) leaves
+        // the last one's result: it is reported as that instruction's.
+        let last = folded_into.get(&n).into_iter().flatten().copied().fold(n, usize::max);
+        let o = origin(last);
+        let name = match &m.instructions[last] {
+            Instruction::Kernel { op, .. } => m.operators.get(*op).map(Operator::full_name).unwrap_or_default(),
+            _ => "DELEGATE_CALL".to_string(),
+        };
+        let outputs: Vec<TokenStream> = values
+            .iter()
+            .filter_map(|&vi| tensor_ref(m, layout, vi))
+            .map(|t| quote!(tracer.output(#o, #name, #t);))
+            .collect();
+        if !outputs.is_empty() {
+            let nl = lit(n);
+            arms.push(quote!(#nl => { #(#outputs)* }));
+        }
+    }
+    let len_lit = lit(len);
+    let (rs_mut, rs_arg_after) = (ctx.rs_param(true), ctx.rs_arg(true));
+    let name = &m.name;
+    quote! {
+        const ORIGINS: [::core::option::Option<::ptec_runtime::trace::Origin>; #len_lit] = [#(#origins),*];
+
+        /// Runs the method as `execute` does, reporting each instruction
+        /// to `tracer`.
+        fn execute_traced(&mut self, tracer: &mut dyn ::ptec_runtime::trace::Tracer #rs_mut) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+            self.pc = 0;
+            #ensure_packed
+            tracer.begin_execute(#name);
+            let mut pc = 0usize;
+            while pc < #len_lit {
+                let origin = Self::ORIGINS[pc];
+                if let ::core::option::Option::Some(o) = origin {
+                    tracer.begin(o);
+                }
+                let next = self.run_at(pc #rs_arg_after)?;
+                if let ::core::option::Option::Some(o) = origin {
+                    tracer.end(o);
+                    if tracer.wants_outputs() {
+                        self.trace_outputs(pc, tracer);
+                    }
+                }
+                pc = next;
+            }
+            tracer.end_execute();
+            Ok(())
+        }
+
+        /// Gives `tracer` the tensors instruction `pc` wrote.
+        fn trace_outputs(&self, pc: usize, tracer: &mut dyn ::ptec_runtime::trace::Tracer) {
+            match pc {
+                #(#arms)*
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A `TensorRef` of tensor `vi`'s live data in the arena; `None` for a
+/// value that is not a tensor there.
+fn tensor_ref(m: &Method, layout: &MethodLayout, vi: usize) -> Option<TokenStream> {
+    let Some(Value::Tensor(t)) = m.values.get(vi) else {
+        return None;
+    };
+    let Home::Arena { offset } = layout.homes[vi] else {
+        return None;
+    };
+    let dtype = dtype_tokens(t.dtype);
+    let order = &t.dim_order;
+    let sizes = if t.dynamism != Dynamism::Static {
+        let f = sizes_field(vi);
+        quote!(&self.#f[..])
+    } else {
+        usize_slice(&t.sizes)
+    };
+    let n = live_bytes(m, vi, t);
+    let o = lit(offset);
+    Some(quote! {
+        ::ptec_runtime::TensorRef {
+            dtype: #dtype,
+            sizes: #sizes,
+            dim_order: &[#(#order),*],
+            data: &self.arena.0[#o..#o + #n],
+        }
     })
 }
 
@@ -971,6 +1114,8 @@ struct Emit<'a> {
     /// `OpCtx::thread_scratch_f32`).
     scratch: std::cell::Cell<usize>,
     thread_share: std::cell::Cell<usize>,
+    /// The values each instruction writes, for traced code's outputs.
+    written: std::cell::RefCell<std::collections::BTreeMap<usize, Vec<usize>>>,
 }
 
 impl Emit<'_> {
@@ -1001,6 +1146,7 @@ impl Emit<'_> {
                             self.ctx.prepared.as_ref(),
                         );
                         let r = emit(&mut oc).and_then(|body| oc.check_overlaps().map(|_| body));
+                        self.written.borrow_mut().insert(n, oc.written());
                         self.scratch.set(self.scratch.get().max(oc.scratch_bytes));
                         self.thread_share
                             .set(self.thread_share.get().max(oc.thread_share_bytes));
@@ -1017,6 +1163,9 @@ impl Emit<'_> {
                 }
             }
             Instruction::Delegate { delegate, args } => {
+                // ExecuTorch logs every argument of a delegate call: which
+                // are outputs is the backend's business.
+                self.written.borrow_mut().insert(n, args.clone());
                 delegate_body(self.ctx, self.index, m, self.layout, self.rt, n, *delegate, args)
                     .map_err(|d| Diagnostic::new(ErrorKind::Unsupported { detail: d }, at.clone()))
             }

@@ -75,6 +75,8 @@ pub struct Ctx<'a> {
     pub prepared: Option<crate::plan::prepare::PreparedData<'a>>,
     /// Every read of file data the generated code makes (see [`compact`]).
     pub reads: std::cell::RefCell<crate::plan::compact::Reads>,
+    /// Generate `execute_traced` (the `trace` option).
+    pub trace: bool,
 }
 
 impl Ctx<'_> {
@@ -289,6 +291,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         n_delegates,
         prepared,
         reads: Default::default(),
+        trace: options.trace,
     };
     let errors = check_data(program, program_bytes, data);
     if !errors.is_empty() {
@@ -736,6 +739,17 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
         ctx.self_rs(false, false),
         ctx.self_rs(false, true),
     );
+    let traced = ctx.trace.then(|| {
+        let rs_after = ctx.self_rs(true, true);
+        quote! {
+            fn execute_traced(&mut self, method: usize, tracer: &mut dyn ::ptec_runtime::trace::Tracer) -> ::core::result::Result<(), ::ptec_runtime::Error> {
+                match method {
+                    #(#idx => self.#field_names.execute_traced(tracer #rs_after),)*
+                    _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
+                }
+            }
+        }
+    });
     quote! {
     impl #gen ::ptec_runtime::Model for #st #gen {
         fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
@@ -776,6 +790,8 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
                 _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
             }
         }
+
+        #traced
     }
     }
 }

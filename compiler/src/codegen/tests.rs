@@ -64,6 +64,7 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64,
         quote!(#st::try_boxed().expect("the heap holds the program"))
     };
     let mut arms = Vec::new();
+    let mut traced_arms = Vec::new();
     let mut cases = Vec::new();
     let mut tests = Vec::new();
     let mut n = 0usize;
@@ -77,8 +78,12 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64,
             let nl = lit(n);
             let inputs = c.inputs.iter().map(|v| value(ctx, v));
             let expected = c.expected.iter().map(|v| value(ctx, v));
+            let (inputs, expected) = (quote!(&[#(#inputs),*]), quote!(&[#(#expected),*]));
             arms.push(quote! {
-                #nl => ::ptec_runtime::harness::run_case(model, #mil, &[#(#inputs),*], &[#(#expected),*], tol),
+                #nl => ::ptec_runtime::harness::run_case(model, #mil, #inputs, #expected, tol),
+            });
+            traced_arms.push(quote! {
+                #nl => ::ptec_runtime::harness::run_case_traced(model, #mil, #inputs, #expected, tol, tracer),
             });
             let name = &s.method;
             let cil = lit(ci);
@@ -117,6 +122,29 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64,
         }
     };
     let count = lit(n);
+    let out_of_range = quote! {
+        _ => Err(::ptec_runtime::harness::CaseFailure::Error(::ptec_runtime::Error::IndexOutOfRange {
+            what: "test case",
+            index: case,
+            len: #count,
+        })),
+    };
+    let run_traced = ctx.trace.then(|| {
+        quote! {
+            /// [`run_case`], the execution reported to `tracer`.
+            pub fn run_case_traced(
+                model: &mut dyn ::ptec_runtime::Model,
+                case: usize,
+                tol: ::ptec_runtime::harness::Tolerance,
+                tracer: &mut dyn ::ptec_runtime::trace::Tracer,
+            ) -> ::core::result::Result<(), ::ptec_runtime::harness::CaseFailure> {
+                match case {
+                    #(#traced_arms)*
+                    #out_of_range
+                }
+            }
+        }
+    });
     let (rt, at) = (f64_lit(rtol), f64_lit(atol));
     quote! {
             /// The bundled test cases of the program, runnable through the
@@ -140,13 +168,11 @@ pub fn generate_tests(ctx: &Ctx<'_>, suites: &[TestSuite], rtol: f64, atol: f64,
                 ) -> ::core::result::Result<(), ::ptec_runtime::harness::CaseFailure> {
                     match case {
                         #(#arms)*
-                        _ => Err(::ptec_runtime::harness::CaseFailure::Error(::ptec_runtime::Error::IndexOutOfRange {
-                            what: "test case",
-                            index: case,
-                            len: #count,
-                        })),
+                        #out_of_range
                     }
                 }
+
+                #run_traced
 
     #test_mod
             }

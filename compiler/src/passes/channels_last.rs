@@ -508,6 +508,7 @@ pub(crate) fn convert_method(m: &mut Method) {
     let old = std::mem::take(&mut m.instructions);
     let old_traces = m.stacktraces.take();
     let mut traces = old_traces.as_ref().map(|_| Vec::new());
+    let mut origins = Vec::with_capacity(old.len());
     let mut r = Rewrite {
         m,
         nhwc,
@@ -531,6 +532,7 @@ pub(crate) fn convert_method(m: &mut Method) {
             let frames = old_t.get(n).cloned().unwrap_or_default();
             t.extend(std::iter::repeat_n(frames, r.code.len() - start));
         }
+        origins.extend(std::iter::repeat_n(r.m.origin(n), r.code.len() - start));
     }
     for &v in &r.nhwc {
         if let Some(Value::Tensor(t)) = r.m.values.get_mut(v) {
@@ -543,6 +545,7 @@ pub(crate) fn convert_method(m: &mut Method) {
     kept.install(m);
     m.instructions = code;
     m.stacktraces = traces;
+    m.origins = origins;
 }
 
 impl Rewrite<'_> {

@@ -103,6 +103,8 @@ fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> Option<Fuse
     }
     let old = std::mem::take(&mut m.instructions);
     let mut traces = m.stacktraces.take();
+    // A run keeps its first instruction's origin, as its stack trace.
+    let mut origins: Vec<Origin> = (0..old.len()).map(|n| m.origin(n)).collect();
     let mut code = Vec::with_capacity(old.len());
     let mut moved = Vec::new();
     let mut next = 0;
@@ -117,11 +119,15 @@ fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> Option<Fuse
                 t.remove(code.len());
             }
         }
+        for _ in 1..run.len {
+            origins.remove(code.len());
+        }
         next = start + run.len;
     }
     code.extend_from_slice(&old[next..]);
     m.instructions = code;
     m.stacktraces = traces;
+    m.origins = origins;
     for v in moved {
         if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
             t.placement = Placement::Unplanned;
@@ -285,6 +291,7 @@ mod tests {
             buffer_sizes: vec![0, 1 << 30],
             program_buffers: 2,
             stacktraces: None,
+            origins: Vec::new(),
         }
     }
 

@@ -227,6 +227,7 @@ mod tests {
                 buffer_sizes: vec![0],
                 program_buffers: 1,
                 stacktraces: None,
+                origins: Vec::new(),
             }],
             segments: vec![],
             named_data: vec![],

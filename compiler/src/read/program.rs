@@ -390,6 +390,7 @@ impl<'f> Reader<'f> {
             program_buffers: buffer_sizes.len(),
             buffer_sizes,
             stacktraces,
+            origins: Vec::new(),
         }
     }
 

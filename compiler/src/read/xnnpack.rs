@@ -146,6 +146,9 @@ pub struct XNode {
     pub max: f32,
     /// Absolute byte offset of the node's table in the file.
     pub offset: usize,
+    /// The node's debug handle: its operator's in the exported graph, which
+    /// ExecuTorch's devtools know it by.
+    pub debug_handle: u32,
 }
 
 /// Element-wise operations of two inputs (broadcast as in NumPy).
@@ -1249,6 +1252,7 @@ impl GraphReader<'_> {
             min,
             max,
             offset,
+            debug_handle: n.debug_handle(),
         })
     }
 }

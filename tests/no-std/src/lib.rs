@@ -33,3 +33,21 @@ pub unsafe fn init_cond(slot: *mut cond::Cond) {
     // SAFETY: forwarded from the caller.
     unsafe { <cond::Cond as ptec_runtime::InitInPlace>::init_in_place(slot) }
 }
+
+mod cond_traced {
+    ptec_macros::include_pte!("../fixtures/cond.pte", name = CondTraced, trace = true);
+}
+
+/// Runs `cond` traced into the caller's event buffer, timed by the
+/// caller's clock (a cycle counter, on a board): no heap, no `std`.
+/// Returns how many events were recorded and how many did not fit.
+pub fn trace_cond(
+    model: &mut cond_traced::CondTraced,
+    clock: impl FnMut() -> u64,
+    events: &mut [ptec_runtime::trace::Event],
+) -> Result<(usize, usize), ptec_runtime::Error> {
+    use ptec_runtime::Model;
+    let mut recorder = ptec_runtime::trace::Recorder::new(clock, events);
+    model.execute_traced(0, &mut recorder)?;
+    Ok((recorder.events().len(), recorder.dropped()))
+}

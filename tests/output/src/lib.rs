@@ -17,4 +17,6 @@ pub mod mlp;
 #[rustfmt::skip]
 pub mod mlp_external_weights;
 #[rustfmt::skip]
+pub mod mlp_traced;
+#[rustfmt::skip]
 pub mod multi_method;

@@ -642,6 +642,17 @@ impl<'a> OpCtx<'a> {
         Ok((name, stmt))
     }
 
+    /// The values the instruction writes, in the order it first views them.
+    pub fn written(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for &(v, mutable) in &self.views {
+            if mutable && !out.contains(&v) {
+                out.push(v);
+            }
+        }
+        out
+    }
+
     /// Emits a shared view of `t`'s live elements; returns its name and the
     /// `let` statement.
     pub fn read(&mut self, t: &TArg) -> Result<(Ident, TokenStream), String> {

@@ -78,6 +78,7 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     let mut errors = Vec::new();
     let mut instructions = Vec::with_capacity(old.len());
     let mut traces = old_traces.as_ref().map(|_| Vec::new());
+    let mut origins = Vec::with_capacity(old.len());
     // Where each old instruction starts in the new list (and the end).
     let mut start = Vec::with_capacity(old.len() + 1);
     let mut buffers = Buffers::default();
@@ -91,14 +92,25 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
                     quantized::merge_clamps(&mut g);
                     CallLowering::new(m, &g, args, at, &mut buffers).run()
                 }) {
-                    Ok(list) => list,
+                    Ok(list) => {
+                        let from = m.origin(n).instruction;
+                        let nodes = list.iter().map(|&(_, handle)| Origin {
+                            instruction: from,
+                            delegate_node: Some(handle),
+                        });
+                        origins.extend(nodes);
+                        list.into_iter().map(|(ins, _)| ins).collect()
+                    }
                     Err(e) => {
                         errors.extend(e.0);
                         Vec::new()
                     }
                 }
             }
-            other => vec![other.clone()],
+            other => {
+                origins.push(m.origin(n));
+                vec![other.clone()]
+            }
         };
         if let (Some(t), Some(old_t)) = (traces.as_mut(), old_traces.as_ref()) {
             let frames = old_t.get(n).cloned().unwrap_or_default();
@@ -115,6 +127,7 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     }
     m.instructions = instructions;
     m.stacktraces = traces;
+    m.origins = origins;
     buffers.kept.install(m);
     if errors.is_empty() {
         drop_uncalled_delegates(m);
@@ -171,6 +184,10 @@ struct CallLowering<'a> {
     /// Method value of each subgraph value, once created.
     slots: Vec<Option<usize>>,
     out: Vec<Instruction>,
+    /// The debug handle of the node each of `out` computes.
+    out_nodes: Vec<u32>,
+    /// The debug handle of the node being lowered.
+    node_handle: u32,
     buffers: &'a mut Buffers,
     /// An argument's shape varies (up to the bound its dims give): the
     /// call's intermediates vary too, and every kernel sets their live
@@ -189,12 +206,15 @@ impl<'a> CallLowering<'a> {
             args,
             at,
             out: Vec::new(),
+            out_nodes: Vec::new(),
+            node_handle: 0,
             buffers,
             dynamic: false,
         }
     }
 
-    fn run(mut self) -> Result<Vec<Instruction>> {
+    /// The lowered calls, each with the debug handle of its node.
+    fn run(mut self) -> Result<Vec<(Instruction, u32)>> {
         for (i, v) in self.g.values.iter().enumerate() {
             if let ValueKind::Input { .. } | ValueKind::Output { .. } = v.kind {
                 self.bind_argument(i)?;
@@ -203,9 +223,10 @@ impl<'a> CallLowering<'a> {
         self.outputs_apart()?;
         self.softmax_layouts()?;
         for (i, node) in self.g.nodes.iter().enumerate() {
+            self.node_handle = node.debug_handle;
             self.node(i, node)?;
         }
-        Ok(self.out)
+        Ok(self.out.into_iter().zip(self.out_nodes).collect())
     }
 
     /// The lowered nodes write each output while later nodes may still
@@ -477,6 +498,7 @@ impl<'a> CallLowering<'a> {
     fn kernel(&mut self, full_name: &str, args: Vec<usize>) {
         let call = kernel_call(self.m, full_name, args);
         self.out.push(call);
+        self.out_nodes.push(self.node_handle);
     }
 
     /// An aten out-variant call: the out tensor is passed and returned.

@@ -197,6 +197,7 @@ fn program(blob_len: usize, sizes: &[&[usize]]) -> Program {
             buffer_sizes: vec![0, 1024 * sizes.len() as u64],
             program_buffers: 2,
             stacktraces: None,
+            origins: Vec::new(),
         }],
         segments: vec![],
         named_data: vec![],

@@ -1,0 +1,214 @@
+//! ExecuTorch's devtools on ptec's ETDumps: `ptec bench --etdump` and
+//! `ptec check --debug-outputs` on the `mlp` fixture, read by ExecuTorch's
+//! own `Inspector` (from the pinned `executorch` package) with the
+//! fixture's ETRecord (`tests/fixtures/mlp.etrecord`).
+//!
+//! The Python environment is the one `examples/chat/setup.sh` makes (or
+//! `PTEC_VENV`); without it the test says `NOT RUN`, unless
+//! `PTEC_REQUIRE_CHAT` is set (CI), when it fails.
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    repo().join("tests/fixtures").join(name)
+}
+
+/// The pinned Python environment: `PTEC_VENV`, else the one setup.sh
+/// names after `examples/chat/pins.txt`, once its `pins.ok` says it is
+/// complete.
+fn venv() -> Result<PathBuf, String> {
+    let pins = std::fs::read(repo().join("examples/chat/pins.txt")).expect("pins.txt");
+    if let Some(v) = std::env::var_os("PTEC_VENV") {
+        let v = PathBuf::from(v);
+        return match v.join("bin/python").exists() {
+            true => Ok(v),
+            false => Err(format!("PTEC_VENV={} has no bin/python", v.display())),
+        };
+    }
+    let key: String = Sha256::digest(&pins)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_default();
+    let v = cache.join("ptec/chat").join(format!("venv-{key}"));
+    match std::fs::read(v.join("pins.ok")) {
+        Ok(ok) if ok == pins => Ok(v),
+        _ => Err(format!(
+            "no complete pinned Python environment at {}: run examples/chat/setup.sh (or set PTEC_VENV)",
+            v.display()
+        )),
+    }
+}
+
+fn ptec(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec")).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ptec {args:?} failed:\n{text}");
+    text
+}
+
+/// What ExecuTorch's Inspector makes of `etdump` (and its debug buffer).
+fn inspect(venv: &Path, etdump: &Path, debug: Option<&Path>) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/devtools/read_etdump.py");
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.arg(script).arg(fixture("mlp.etrecord")).arg(etdump);
+    if let Some(d) = debug {
+        cmd.arg(d);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Inspector failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn events(doc: &Value) -> &[Value] {
+    let blocks = doc["blocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 1, "one block of runs: {doc}");
+    assert_eq!(blocks[0]["name"], "Execute");
+    blocks[0]["events"].as_array().unwrap()
+}
+
+fn times(e: &Value) -> Vec<f64> {
+    e["times_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect()
+}
+
+fn ops(e: &Value) -> Vec<&str> {
+    e["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect()
+}
+
+/// The gaps by the operator the Inspector names on the reference's side.
+fn gaps(doc: &Value) -> Vec<(String, f64)> {
+    doc["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let op = g["aot_ops"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o.as_str().unwrap())
+                .collect::<Vec<_>>();
+            (op.join(","), g["gap"][0].as_f64().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
+    let venv = match venv() {
+        Ok(v) => v,
+        Err(msg) => {
+            assert!(std::env::var_os("PTEC_REQUIRE_CHAT").is_none(), "{msg}");
+            eprintln!("NOT RUN: {msg}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+
+    // A profile of 4 runs: the operators of the program's instructions
+    // (ExecuTorch's numbering: instruction 1 is the first addmm, with the
+    // permute 0 and the relu 2 that ptec folded into it; 4 the second, 5
+    // the softmax), each timed in every run.
+    let etdump = dir.path().join("profile.etdp");
+    let file = fixture("mlp.pte");
+    let args = [
+        "bench".as_ref(),
+        file.as_os_str(),
+        "--iters".as_ref(),
+        "4".as_ref(),
+        "--etdump".as_ref(),
+        etdump.as_os_str(),
+    ];
+    ptec(&args);
+    let doc = inspect(&venv, &etdump, None);
+    let events = events(&doc);
+    let by_instruction = |i: i64| {
+        events
+            .iter()
+            .find(|e| e["instruction"] == i && e["name"] == "OPERATOR_CALL")
+            .unwrap_or_else(|| panic!("no operator event for instruction {i}: {doc}"))
+    };
+    assert!(ops(by_instruction(1)).contains(&"aten.addmm.default"), "{doc}");
+    assert!(ops(by_instruction(4)).contains(&"aten.addmm.default"), "{doc}");
+    assert_eq!(ops(by_instruction(5)), ["aten._softmax.default"], "{doc}");
+    let execute = events.iter().find(|e| e["name"] == "Method::execute").unwrap();
+    let whole = times(execute);
+    assert_eq!(whole.len(), 4, "{doc}");
+    for i in [1, 4, 5] {
+        let t = times(by_instruction(i));
+        assert_eq!(t.len(), 4, "{doc}");
+        for (run, (&op, &all)) in t.iter().zip(&whole).enumerate() {
+            // Milliseconds: an operator of this size takes well under one,
+            // and never more than the execution around it.
+            assert!(
+                op > 0.0 && op < all && all < 100.0,
+                "run {run}: {op} ms of {all} ms: {doc}"
+            );
+        }
+    }
+
+    // The intermediate outputs of a case, against the ETRecord's edge
+    // program run by PyTorch on the same input.
+    let etdump = dir.path().join("case.etdp");
+    let file = fixture("mlp.bpte");
+    let args = [
+        "check".as_ref(),
+        file.as_os_str(),
+        "--debug-outputs".as_ref(),
+        etdump.as_os_str(),
+    ];
+    let report = ptec(&args);
+    assert!(report.contains("the outputs of case forward[0]"), "{report}");
+    let debug = dir.path().join("case.bin");
+    let doc = inspect(&venv, &etdump, Some(&debug));
+    let found = gaps(&doc);
+    let names: Vec<&str> = found.iter().map(|(op, _)| op.as_str()).collect();
+    assert_eq!(names, ["relu", "linear_1", "softmax"], "{doc}");
+    for (op, gap) in &found {
+        assert!(*gap < 1e-12, "{op}: mean squared gap {gap}: {doc}");
+    }
+
+    // The same outputs with the relu's perturbed: the gap points at it.
+    // Its output is the first tensor ptec logs (that of instruction 1, which
+    // does the relu), at the start of the debug buffer: 4 × 32 floats.
+    let mut bytes = std::fs::read(&debug).unwrap();
+    for x in bytes[..4 * 32 * 4].chunks_exact_mut(4) {
+        let v = f32::from_le_bytes(x.try_into().unwrap()) + 0.5;
+        x.copy_from_slice(&v.to_le_bytes());
+    }
+    let perturbed = dir.path().join("perturbed.bin");
+    std::fs::write(&perturbed, bytes).unwrap();
+    let doc = inspect(&venv, &etdump, Some(&perturbed));
+    for (op, gap) in gaps(&doc) {
+        if op == "relu" {
+            // Every element off by 0.5.
+            assert!((gap - 0.25).abs() < 1e-6, "the perturbed relu's gap is {gap}: {doc}");
+        } else {
+            assert!(gap < 1e-12, "{op}: mean squared gap {gap}: {doc}");
+        }
+    }
+}
