@@ -115,17 +115,17 @@ mod __ptec_mlp {
                             index: 0usize,
                         });
                     }
+                    if t.sizes != &[4usize, 16usize] {
+                        return Err(::ptec_runtime::Error::WrongSizes {
+                            index: 0usize,
+                        });
+                    }
                     let n = t.sizes.iter().product::<usize>() * 4usize;
                     if t.data.len() != n {
                         return Err(::ptec_runtime::Error::WrongDataLength {
                             index: 0usize,
                             expected: n,
                             got: t.data.len(),
-                        });
-                    }
-                    if t.sizes != &[4usize, 16usize] {
-                        return Err(::ptec_runtime::Error::WrongSizes {
-                            index: 0usize,
                         });
                     }
                     self.arena.0[896usize..896usize + n].copy_from_slice(t.data);
@@ -175,6 +175,7 @@ mod __ptec_mlp {
                 2048usize,
                 32usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 896usize, 64usize)
             };
@@ -183,9 +184,11 @@ mod __ptec_mlp {
                 0usize,
                 512usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out4: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 192usize, 128usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let scratch5: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -231,6 +234,7 @@ mod __ptec_mlp {
                 3456usize,
                 10usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in2: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 192usize, 128usize)
             };
@@ -239,9 +243,11 @@ mod __ptec_mlp {
                 2176usize,
                 320usize,
             )?;
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out4: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 704usize, 40usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let scratch5: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(
                     base,
@@ -281,9 +287,11 @@ mod __ptec_mlp {
         #[inline]
         fn i5(&mut self) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             let base = self.arena.0.as_mut_ptr();
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let in1: &[f32] = unsafe {
                 ::ptec_runtime::mem::view(base, 704usize, 40usize)
             };
+            // SAFETY: in the arena by ptec's plan (live sizes within their bounds), aligned for the type, and no view of overlapping bytes this instruction writes is alive with it.
             let out2: &mut [f32] = unsafe {
                 ::ptec_runtime::mem::view_mut(base, 0usize, 40usize)
             };
@@ -409,6 +417,7 @@ mod __ptec_mlp {
     }
     impl MlpForwardState {
         fn zeroed() -> Self {
+            // SAFETY: the state holds only integers, floats, bools and arrays of them, for which all-zero bytes are a valid value.
             unsafe { ::ptec_runtime::mem::zeroed_state() }
         }
     }
@@ -419,6 +428,8 @@ mod __ptec_mlp {
     /// that the first run prepares in external-weights mode), then call
     /// a method's typed function or drive it through
     /// `ptec_runtime::Model`.
+    ///
+    /// It is `Send` and `Sync`: it owns its memory or borrows read-only files, nothing in it changes behind `&self`, and the kernels' thread pool serves callers on any thread.
     pub struct Mlp {
         m_forward: MlpForwardState,
     }
@@ -499,8 +510,10 @@ mod __ptec_mlp {
         ::core::result::Result < ::ptec_runtime::Boxed < Self >, ::ptec_runtime::Error >
         { ::ptec_runtime::try_new_boxed:: < Self > () } }
     }
+    // SAFETY: all-zero bytes are a valid value of the struct, and init_in_place initialises every method's state in place.
     unsafe impl ::ptec_runtime::InitInPlace for Mlp {
         unsafe fn init_in_place(slot: *mut Self) {
+            // SAFETY: the caller hands a zero-filled slot, which is a valid value of Self.
             let s = unsafe { &mut *slot };
             s.m_forward.init();
         }
