@@ -355,7 +355,7 @@ fn twisted(tag: Tag, meta: Option<&TensorMeta>, twist: Twist, fill: Fill, rng: &
             let bound = meta.sizes[d];
             let (size, refused) = match to {
                 BadSize::PastBound => (bound + 1, Some(true)),
-                BadSize::Huge => (1 << 40, Some(true)),
+                BadSize::Huge => (usize::MAX >> 8, Some(true)),
                 BadSize::Max => (usize::MAX, Some(true)),
                 BadSize::Zero if meta.dynamism == Dynamism::Static && bound != 0 => (0, Some(true)),
                 BadSize::Zero => (0, None),
