@@ -587,6 +587,17 @@ fn traced_items(
 
 /// A `TensorRef` of tensor `vi`'s live data in the arena; `None` for a
 /// value that is not a tensor there.
+/// Value `vi`'s sizes as the generated code reads them: its live sizes
+/// field when they vary, else the literal.
+fn live_sizes(vi: usize, t: &Tensor) -> TokenStream {
+    if t.dynamism != Dynamism::Static {
+        let f = sizes_field(vi);
+        quote!(&self.#f[..])
+    } else {
+        usize_slice(&t.sizes)
+    }
+}
+
 fn tensor_ref(m: &Method, layout: &MethodLayout, vi: usize) -> Option<TokenStream> {
     let Some(Value::Tensor(t)) = m.values.get(vi) else {
         return None;
@@ -596,12 +607,7 @@ fn tensor_ref(m: &Method, layout: &MethodLayout, vi: usize) -> Option<TokenStrea
     };
     let dtype = dtype_tokens(t.dtype);
     let order = &t.dim_order;
-    let sizes = if t.dynamism != Dynamism::Static {
-        let f = sizes_field(vi);
-        quote!(&self.#f[..])
-    } else {
-        usize_slice(&t.sizes)
-    };
+    let sizes = live_sizes(vi, t);
     let n = live_bytes(m, vi, t);
     let o = lit(offset);
     Some(quote! {
@@ -852,12 +858,7 @@ fn output_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: usiz
         Value::Tensor(t) => {
             let dtype = dtype_tokens(t.dtype);
             let order = &t.dim_order;
-            let sizes = if t.dynamism != Dynamism::Static {
-                let f = sizes_field(vi);
-                quote!(&self.#f[..])
-            } else {
-                usize_slice(&t.sizes)
-            };
+            let sizes = live_sizes(vi, t);
             let n = live_bytes(m, vi, t);
             let data = match layout.homes[vi] {
                 Home::Arena { offset } => {
