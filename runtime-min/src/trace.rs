@@ -295,22 +295,20 @@ impl<'a, C: Clock> Recorder<'a, C> {
     }
 
     fn close_operator(&mut self) {
-        if let Some(o) = self.operator.take() {
-            self.push(Event::Profile {
-                kind: ProfileKind::Operator,
-                chain: o.origin.chain as i32,
-                instruction: o.origin.instruction as i32,
-                delegate_id: None,
-                start: o.start,
-                end: o.end,
-            });
-        }
+        let open = self.operator.take();
+        self.close(open, ProfileKind::Operator);
     }
 
     fn close_delegate(&mut self) {
-        if let Some(o) = self.delegate.take() {
+        let open = self.delegate.take();
+        self.close(open, ProfileKind::Delegate);
+    }
+
+    /// Records the event `open` was collecting, if any.
+    fn close(&mut self, open: Option<Open>, kind: ProfileKind) {
+        if let Some(o) = open {
             self.push(Event::Profile {
-                kind: ProfileKind::Delegate,
+                kind,
                 chain: o.origin.chain as i32,
                 instruction: o.origin.instruction as i32,
                 delegate_id: None,
