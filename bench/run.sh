@@ -17,7 +17,7 @@
 # shared machine the ratio of two runs made side by side is steadier than
 # either time. --et-iters N (default: --iters) runs ExecuTorch's portable
 # kernels, a hundred times slower than the rest, for fewer iterations, so
-# that a round is short and its runs see the same machine.
+# that a round is short and its runs see the same machine; 0 skips them.
 # --threads N (default 1) is given to every run: ExecuTorch's threadpool
 # and ptec's kernels both use N threads; with N > 1, the share of the FMA
 # throughput N threads get at once (gemm_bench --cores) is printed before
@@ -122,7 +122,7 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r/$rounds: $name" >&2
     xnn="$(dirname "$m")/${name}_xnnpack.pte"
     if [ -n "$et" ]; then
-      record et "$name" rss "$et" "$m" --iters "${et_iters:-$iters}" --threads "$threads"
+      [ "${et_iters:-$iters}" = 0 ] || record et "$name" rss "$et" "$m" --iters "${et_iters:-$iters}" --threads "$threads"
       [ -f "$xnn" ] && record xnnpack "$name" rss "$et" "$xnn" --iters "$iters" --threads "$threads"
     fi
     record ptec "$name" "$ptec" bench "$m" --iters "$iters" --threads "$threads"
