@@ -164,6 +164,10 @@ pub struct Method {
     /// profiles and debug outputs in ExecuTorch's numbering; empty while
     /// no pass has renumbered the instructions (see [`Method::origin`]).
     pub origins: Vec<Origin>,
+    /// Values the channels-last pass stores NHWC: their sizes are
+    /// `[N, H, W, C]`, PyTorch's are `[N, C, H, W]` (debug outputs are
+    /// logged in PyTorch's order).
+    pub channels_last: std::collections::BTreeSet<usize>,
 }
 
 /// Where an instruction came from in the program as read.
@@ -174,6 +178,11 @@ pub struct Origin {
     /// For an instruction lowered from an XNNPACK delegate call: the debug
     /// handle of the subgraph node it computes.
     pub delegate_node: Option<u32>,
+    /// The later instruction of the program as read whose result this one
+    /// writes, when a pass made it do that instruction's work too (a
+    /// convolution that absorbed the batch norm and clamp after it): its
+    /// debug outputs are logged as that instruction's.
+    pub logged_as: Option<usize>,
 }
 
 impl Method {
@@ -183,7 +192,7 @@ impl Method {
             Some(&o) => o,
             None => Origin {
                 instruction: n,
-                delegate_node: None,
+                ..Origin::default()
             },
         }
     }

@@ -321,15 +321,76 @@ impl<'a, C: Clock> Recorder<'a, C> {
     /// Copies `data` into the debug buffer, aligned; its offset, or `None`
     /// when it does not fit.
     fn write_debug(&mut self, data: &[u8]) -> Option<usize> {
+        let start = self.reserve_debug(data.len())?;
+        self.debug
+            .as_deref_mut()?
+            .get_mut(start..start + data.len())?
+            .copy_from_slice(data);
+        Some(start)
+    }
+
+    /// Takes the next `len` bytes of the debug buffer, aligned; their
+    /// offset, or `None` when they do not fit.
+    fn reserve_debug(&mut self, len: usize) -> Option<usize> {
         let debug = self.debug.as_deref_mut()?;
         let start = self.debug_len.checked_next_multiple_of(DEBUG_ALIGN)?;
-        let end = start.checked_add(data.len())?;
-        let dst = debug.get_mut(self.debug_len..end)?;
+        let end = start.checked_add(len)?;
         // The padding is zeroed, as ExecuTorch's buffer sink does.
-        let (pad, body) = dst.split_at_mut(start - self.debug_len);
-        pad.fill(0);
-        body.copy_from_slice(data);
+        debug.get_mut(self.debug_len..start)?.fill(0);
+        if end > debug.len() {
+            return None;
+        }
         self.debug_len = end;
+        Some(start)
+    }
+
+    /// Copies `t`'s elements into the debug buffer, aligned, in the order
+    /// of its sizes whatever its dim order: ExecuTorch's Inspector reads a
+    /// logged tensor as contiguous and ignores its strides. Its offset, or
+    /// `None` when it does not fit or its dim order is not a permutation.
+    fn write_debug_tensor(&mut self, t: &TensorRef<'_>) -> Option<usize> {
+        let rank = t.sizes.len();
+        if t.dim_order.iter().enumerate().all(|(i, &d)| usize::from(d) == i) {
+            return self.write_debug(t.data);
+        }
+        let numel = t.sizes.iter().try_fold(1usize, |a, &s| a.checked_mul(s))?;
+        if rank > MAX_RANK || t.dim_order.len() != rank || numel == 0 || !t.data.len().is_multiple_of(numel) {
+            return None;
+        }
+        let elem = t.data.len() / numel;
+        if elem == 0 {
+            return None;
+        }
+        // The stored layout's strides, in elements.
+        let mut strides = [0usize; MAX_RANK];
+        let mut seen = [false; MAX_RANK];
+        let mut step = 1usize;
+        for &d in t.dim_order.iter().rev() {
+            let d = usize::from(d);
+            if d >= rank || seen[d] {
+                return None;
+            }
+            seen[d] = true;
+            strides[d] = step;
+            step = step.checked_mul(t.sizes[d])?;
+        }
+        let start = self.reserve_debug(t.data.len())?;
+        let dst = self.debug.as_deref_mut()?.get_mut(start..start + t.data.len())?;
+        let mut index = [0usize; MAX_RANK];
+        for out in dst.chunks_exact_mut(elem) {
+            let at = (0..rank).map(|d| index[d] * strides[d]).sum::<usize>() * elem;
+            // In range: the strides are those of a permutation of `sizes`.
+            if let Some(src) = t.data.get(at..at + elem) {
+                out.copy_from_slice(src);
+            }
+            for d in (0..rank).rev() {
+                index[d] += 1;
+                if index[d] < t.sizes[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
         Some(start)
     }
 }
@@ -464,7 +525,7 @@ impl<C: Clock> Tracer for Recorder<'_, C> {
         let offset = if tensor.data.is_empty() {
             None
         } else {
-            match self.write_debug(tensor.data) {
+            match self.write_debug_tensor(&tensor) {
                 Some(o) => Some(o),
                 None => {
                     self.dropped += 1;
@@ -482,7 +543,10 @@ impl<C: Clock> Tracer for Recorder<'_, C> {
         for (d, &s) in logged.sizes.iter_mut().zip(tensor.sizes) {
             *d = s as u64;
         }
-        logged.dim_order[..rank].copy_from_slice(tensor.dim_order);
+        // Logged in the order of its sizes (`write_debug_tensor`).
+        for (i, d) in logged.dim_order[..rank].iter_mut().enumerate() {
+            *d = i as u8;
+        }
         self.push(Event::Output {
             chain: origin.chain,
             instruction: origin.instruction as i32,
@@ -603,6 +667,49 @@ mod tests {
         assert_eq!(&used[..12], crate::bytes_of(&a));
         assert!(used[12..64].iter().all(|&x| x == 0));
         assert_eq!(&used[64..], crate::bytes_of(&b));
+    }
+
+    #[test]
+    fn outputs_stored_in_another_dim_order_are_logged_in_their_sizes_order() {
+        let mut events = [Event::Block; 4];
+        let mut debug = [0u8; 128];
+        let mut r = Recorder::new(counter(), &mut events).with_debug_buffer(&mut debug);
+        // An NCHW image [1, 3, 2, 2] stored NHWC: element (c, h, w) is at
+        // (h * 2 + w) * 3 + c and holds 100 c + 10 h + w.
+        let mut nhwc = [0i32; 12];
+        for (c, h, w) in (0..3).flat_map(|c| (0..2).flat_map(move |h| (0..2).map(move |w| (c, h, w)))) {
+            nhwc[(h * 2 + w) * 3 + c] = 100 * c as i32 + 10 * h as i32 + w as i32;
+        }
+        let stored = TensorRef {
+            dtype: ScalarType::Int,
+            sizes: &[1, 3, 2, 2],
+            dim_order: &[0, 2, 3, 1],
+            data: crate::bytes_of(&nhwc),
+        };
+        r.output(op(0), "aten::a", stored);
+        // Not a permutation: dropped, not misread.
+        r.output(
+            op(1),
+            "aten::b",
+            TensorRef {
+                dim_order: &[0, 2, 2, 1],
+                ..stored
+            },
+        );
+        assert_eq!(r.dropped(), 1);
+        let nchw: Vec<i32> = r
+            .debug_buffer()
+            .chunks_exact(4)
+            .map(|b| i32::from_ne_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(nchw, [0, 1, 10, 11, 100, 101, 110, 111, 200, 201, 210, 211]);
+        match r.events()[0] {
+            Event::Output { tensor, .. } => {
+                assert_eq!(tensor.sizes(), [1, 3, 2, 2]);
+                assert_eq!(&tensor.strides()[..4], &[12, 4, 2, 1]);
+            }
+            e => panic!("{e:?}"),
+        }
     }
 
     #[test]

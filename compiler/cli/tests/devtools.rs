@@ -1,7 +1,7 @@
 //! ExecuTorch's devtools on ptec's ETDumps: `ptec bench --etdump` and
-//! `ptec check --debug-outputs` on the `mlp` fixture, read by ExecuTorch's
-//! own `Inspector` (from the pinned `executorch` package) with the
-//! fixture's ETRecord (`tests/fixtures/mlp.etrecord`).
+//! `ptec check --debug-outputs` on the `mlp` and `channels_last` fixtures,
+//! read by ExecuTorch's own `Inspector` (from the pinned `executorch`
+//! package) with each fixture's ETRecord (`tests/fixtures/NAME.etrecord`).
 //!
 //! The Python environment is the one `examples/chat/setup.sh` makes (or
 //! `PTEC_VENV`); without it the test says `NOT RUN`, unless
@@ -57,11 +57,12 @@ fn ptec(args: &[&std::ffi::OsStr]) -> String {
     text
 }
 
-/// What ExecuTorch's Inspector makes of `etdump` (and its debug buffer).
-fn inspect(venv: &Path, etdump: &Path, debug: Option<&Path>) -> Value {
+/// What ExecuTorch's Inspector makes of `etdump` (and its debug buffer),
+/// with the ETRecord of fixture `name`.
+fn inspect(venv: &Path, name: &str, etdump: &Path, debug: Option<&Path>) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/devtools/read_etdump.py");
     let mut cmd = Command::new(venv.join("bin/python"));
-    cmd.arg(script).arg(fixture("mlp.etrecord")).arg(etdump);
+    cmd.arg(script).arg(fixture(&format!("{name}.etrecord"))).arg(etdump);
     if let Some(d) = debug {
         cmd.arg(d);
     }
@@ -117,15 +118,38 @@ fn gaps(doc: &Value) -> Vec<(String, f64)> {
         .collect()
 }
 
-#[test]
-fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
-    let venv = match venv() {
-        Ok(v) => v,
+/// The pinned environment, or `None` (with `NOT RUN`) where CI does not
+/// require it.
+fn venv_or_not_run() -> Option<PathBuf> {
+    match venv() {
+        Ok(v) => Some(v),
         Err(msg) => {
             assert!(std::env::var_os("PTEC_REQUIRE_CHAT").is_none(), "{msg}");
             eprintln!("NOT RUN: {msg}");
-            return;
+            None
         }
+    }
+}
+
+/// `ptec check FILE --debug-outputs` into `dir`: the ETDump and its debug
+/// buffer.
+fn debug_outputs(dir: &Path, file: &Path) -> (PathBuf, PathBuf) {
+    let etdump = dir.join("case.etdp");
+    let args = [
+        "check".as_ref(),
+        file.as_os_str(),
+        "--debug-outputs".as_ref(),
+        etdump.as_os_str(),
+    ];
+    let report = ptec(&args);
+    assert!(report.contains("the outputs of case forward[0]"), "{report}");
+    (etdump, dir.join("case.bin"))
+}
+
+#[test]
+fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
+    let Some(venv) = venv_or_not_run() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
 
@@ -144,7 +168,7 @@ fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
         etdump.as_os_str(),
     ];
     ptec(&args);
-    let doc = inspect(&venv, &etdump, None);
+    let doc = inspect(&venv, "mlp", &etdump, None);
     let events = events(&doc);
     let by_instruction = |i: i64| {
         events
@@ -173,18 +197,8 @@ fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
 
     // The intermediate outputs of a case, against the ETRecord's edge
     // program run by PyTorch on the same input.
-    let etdump = dir.path().join("case.etdp");
-    let file = fixture("mlp.bpte");
-    let args = [
-        "check".as_ref(),
-        file.as_os_str(),
-        "--debug-outputs".as_ref(),
-        etdump.as_os_str(),
-    ];
-    let report = ptec(&args);
-    assert!(report.contains("the outputs of case forward[0]"), "{report}");
-    let debug = dir.path().join("case.bin");
-    let doc = inspect(&venv, &etdump, Some(&debug));
+    let (etdump, debug) = debug_outputs(dir.path(), &fixture("mlp.bpte"));
+    let doc = inspect(&venv, "mlp", &etdump, Some(&debug));
     let found = gaps(&doc);
     let names: Vec<&str> = found.iter().map(|(op, _)| op.as_str()).collect();
     assert_eq!(names, ["relu", "linear_1", "softmax"], "{doc}");
@@ -202,7 +216,7 @@ fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
     }
     let perturbed = dir.path().join("perturbed.bin");
     std::fs::write(&perturbed, bytes).unwrap();
-    let doc = inspect(&venv, &etdump, Some(&perturbed));
+    let doc = inspect(&venv, "mlp", &etdump, Some(&perturbed));
     for (op, gap) in gaps(&doc) {
         if op == "relu" {
             // Every element off by 0.5.
@@ -210,5 +224,40 @@ fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
         } else {
             assert!(gap < 1e-12, "{op}: mean squared gap {gap}: {doc}");
         }
+    }
+}
+
+/// Images ptec keeps NHWC are logged in PyTorch's NCHW order, and a
+/// convolution that absorbed its batch norm and relu is logged as the relu:
+/// every intermediate output lines up with eager PyTorch's.
+#[test]
+fn the_inspector_lines_up_channels_last_images() {
+    let Some(venv) = venv_or_not_run() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (etdump, debug) = debug_outputs(dir.path(), &fixture("channels_last.bpte"));
+    let doc = inspect(&venv, "channels_last", &etdump, Some(&debug));
+    let found = gaps(&doc);
+    let names: Vec<&str> = found.iter().map(|(op, _)| op.as_str()).collect();
+    // The stem, c1 and c2 convolutions as their relus, the depthwise one as
+    // its clamp; `conv2d_4` is the grouped convolution, left NCHW.
+    assert_eq!(
+        names,
+        [
+            "relu",
+            "max_pool2d",
+            "relu_1",
+            "relu_2",
+            "clamp",
+            "conv2d_4",
+            "conv2d_5",
+            "mean",
+            "linear"
+        ],
+        "{doc}"
+    );
+    for (op, gap) in &found {
+        assert!(*gap < 1e-10, "{op}: mean squared gap {gap}: {doc}");
     }
 }

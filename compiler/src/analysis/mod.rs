@@ -45,6 +45,7 @@ pub(crate) mod test_methods {
             program_buffers: 2,
             stacktraces: None,
             origins: Vec::new(),
+            channels_last: Default::default(),
         }
     }
 }

@@ -500,8 +500,7 @@ fn traced_items(
     ensure_packed: &TokenStream,
     ctx: &Ctx<'_>,
 ) -> TokenStream {
-    let origin = |n: usize| {
-        let o = m.origin(n);
+    let origin_tokens = |o: Origin| {
         let instruction = proc_macro2::Literal::u32_suffixed(u32::try_from(o.instruction).unwrap_or(u32::MAX));
         let node = match o.delegate_node {
             Some(h) => {
@@ -512,6 +511,7 @@ fn traced_items(
         };
         quote!(::ptec_runtime::trace::Origin { chain: 0u32, instruction: #instruction, delegate_node: #node })
     };
+    let origin = |n: usize| origin_tokens(m.origin(n));
     let len = m.instructions.len();
     let origins = (0..len).map(|n| {
         if has_fn(n) {
@@ -526,17 +526,27 @@ fn traced_items(
         if !has_fn(n) {
             continue;
         }
+        // The parts of one instruction as read (a convolution between the
+        // permutations of its image) report what the last part writes.
+        if (n + 1..len)
+            .find(|&k| has_fn(k))
+            .is_some_and(|k| m.origin(k) == m.origin(n))
+        {
+            continue;
+        }
         // An instruction that also does later ones (a fused relu) leaves
         // the last one's result: it is reported as that instruction's.
         let last = folded_into.get(&n).into_iter().flatten().copied().fold(n, usize::max);
-        let o = origin(last);
+        let mut o = m.origin(last);
+        o.instruction = o.logged_as.unwrap_or(o.instruction);
+        let o = origin_tokens(o);
         let name = match &m.instructions[last] {
             Instruction::Kernel { op, .. } => m.operators.get(*op).map(Operator::full_name).unwrap_or_default(),
             _ => "DELEGATE_CALL".to_string(),
         };
         let outputs: Vec<TokenStream> = values
             .iter()
-            .filter_map(|&vi| tensor_ref(m, layout, vi))
+            .filter_map(|&vi| traced_tensor_ref(m, layout, vi))
             .map(|t| quote!(tracer.output(#o, #name, #t);))
             .collect();
         if !outputs.is_empty() {
@@ -585,8 +595,6 @@ fn traced_items(
     }
 }
 
-/// A `TensorRef` of tensor `vi`'s live data in the arena; `None` for a
-/// value that is not a tensor there.
 /// Value `vi`'s sizes as the generated code reads them: its live sizes
 /// field when they vary, else the literal.
 fn live_sizes(vi: usize, t: &Tensor) -> TokenStream {
@@ -598,26 +606,68 @@ fn live_sizes(vi: usize, t: &Tensor) -> TokenStream {
     }
 }
 
+/// A `TensorRef` of tensor `vi`'s live data in the arena; `None` for a
+/// value that is not a tensor there.
 fn tensor_ref(m: &Method, layout: &MethodLayout, vi: usize) -> Option<TokenStream> {
-    let Some(Value::Tensor(t)) = m.values.get(vi) else {
-        return None;
-    };
-    let Home::Arena { offset } = layout.homes[vi] else {
-        return None;
-    };
-    let dtype = dtype_tokens(t.dtype);
+    let (t, offset) = arena_tensor(m, layout, vi)?;
     let order = &t.dim_order;
-    let sizes = live_sizes(vi, t);
+    Some(tensor_ref_tokens(
+        m,
+        vi,
+        t,
+        offset,
+        live_sizes(vi, t),
+        quote!(&[#(#order),*]),
+    ))
+}
+
+/// [`tensor_ref`] for debug outputs: a value stored NHWC by the
+/// channels-last pass is given with PyTorch's NCHW sizes and the dim order
+/// that says how it is stored, so that the tracer logs it in PyTorch's
+/// order, which ExecuTorch's Inspector compares with eager outputs.
+fn traced_tensor_ref(m: &Method, layout: &MethodLayout, vi: usize) -> Option<TokenStream> {
+    let (t, offset) = arena_tensor(m, layout, vi)?;
+    match t.sizes[..] {
+        [n, h, w, c] if m.channels_last.contains(&vi) => Some(tensor_ref_tokens(
+            m,
+            vi,
+            t,
+            offset,
+            usize_slice(&[n, c, h, w]),
+            quote!(&[0u8, 2u8, 3u8, 1u8]),
+        )),
+        _ => tensor_ref(m, layout, vi),
+    }
+}
+
+/// Tensor `vi` and its offset in the arena; `None` for a value that is
+/// not a tensor there.
+fn arena_tensor<'m>(m: &'m Method, layout: &MethodLayout, vi: usize) -> Option<(&'m Tensor, usize)> {
+    match (m.values.get(vi), layout.homes.get(vi)) {
+        (Some(Value::Tensor(t)), Some(&Home::Arena { offset })) => Some((t, offset)),
+        _ => None,
+    }
+}
+
+fn tensor_ref_tokens(
+    m: &Method,
+    vi: usize,
+    t: &Tensor,
+    offset: usize,
+    sizes: TokenStream,
+    order: TokenStream,
+) -> TokenStream {
+    let dtype = dtype_tokens(t.dtype);
     let n = live_bytes(m, vi, t);
     let o = lit(offset);
-    Some(quote! {
+    quote! {
         ::ptec_runtime::TensorRef {
             dtype: #dtype,
             sizes: #sizes,
-            dim_order: &[#(#order),*],
+            dim_order: #order,
             data: &self.arena.0[#o..#o + #n],
         }
-    })
+    }
 }
 
 /// Instruction `n` in a few words, for profiles: its operator, or its kind,

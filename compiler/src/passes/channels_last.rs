@@ -532,12 +532,21 @@ pub(crate) fn convert_method(m: &mut Method) {
             let frames = old_t.get(n).cloned().unwrap_or_default();
             t.extend(std::iter::repeat_n(frames, r.code.len() - start));
         }
-        origins.extend(std::iter::repeat_n(r.m.origin(n), r.code.len() - start));
+        let mut origin = r.m.origin(n);
+        if let Role::Conv(c) = role {
+            if c.absorbed > 0 {
+                // Its output is that of the last instruction it absorbed.
+                let last = r.m.origin(n + c.absorbed);
+                origin.logged_as = Some(last.logged_as.unwrap_or(last.instruction));
+            }
+        }
+        origins.extend(std::iter::repeat_n(origin, r.code.len() - start));
     }
     for &v in &r.nhwc {
         if let Some(Value::Tensor(t)) = r.m.values.get_mut(v) {
             if let &[n, c, h, w] = &t.sizes[..] {
                 t.sizes = vec![n, h, w, c];
+                r.m.channels_last.insert(v);
             }
         }
     }

@@ -292,6 +292,7 @@ mod tests {
             program_buffers: 2,
             stacktraces: None,
             origins: Vec::new(),
+            channels_last: Default::default(),
         }
     }
 

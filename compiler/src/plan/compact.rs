@@ -228,6 +228,7 @@ mod tests {
                 program_buffers: 1,
                 stacktraces: None,
                 origins: Vec::new(),
+                channels_last: Default::default(),
             }],
             segments: vec![],
             named_data: vec![],

@@ -391,6 +391,7 @@ impl<'f> Reader<'f> {
             buffer_sizes,
             stacktraces,
             origins: Vec::new(),
+            channels_last: Default::default(),
         }
     }
 

@@ -97,6 +97,7 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
                         let nodes = list.iter().map(|&(_, handle)| Origin {
                             instruction: from,
                             delegate_node: Some(handle),
+                            logged_as: None,
                         });
                         origins.extend(nodes);
                         list.into_iter().map(|(ins, _)| ins).collect()

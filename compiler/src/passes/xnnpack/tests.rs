@@ -198,6 +198,7 @@ fn program(blob_len: usize, sizes: &[&[usize]]) -> Program {
             program_buffers: 2,
             stacktraces: None,
             origins: Vec::new(),
+            channels_last: Default::default(),
         }],
         segments: vec![],
         named_data: vec![],
