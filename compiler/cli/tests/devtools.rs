@@ -51,10 +51,16 @@ fn venv() -> Result<PathBuf, String> {
 }
 
 fn ptec(args: &[&std::ffi::OsStr]) -> String {
+    let (ok, text) = ptec_status(args);
+    assert!(ok, "ptec {args:?} failed:\n{text}");
+    text
+}
+
+/// Whether ptec succeeded, and what it printed.
+fn ptec_status(args: &[&std::ffi::OsStr]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ptec")).args(args).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ptec {args:?} failed:\n{text}");
-    text
+    (out.status.success(), text)
 }
 
 /// What ExecuTorch's Inspector makes of `etdump` (and its debug buffer),
@@ -132,8 +138,8 @@ fn venv_or_not_run() -> Option<PathBuf> {
 }
 
 /// `ptec check FILE --debug-outputs` into `dir`: the ETDump and its debug
-/// buffer.
-fn debug_outputs(dir: &Path, file: &Path) -> (PathBuf, PathBuf) {
+/// buffer; `passes` says whether the cases must pass or fail.
+fn debug_outputs(dir: &Path, file: &Path, passes: bool) -> (PathBuf, PathBuf) {
     let etdump = dir.join("case.etdp");
     let args = [
         "check".as_ref(),
@@ -141,7 +147,8 @@ fn debug_outputs(dir: &Path, file: &Path) -> (PathBuf, PathBuf) {
         "--debug-outputs".as_ref(),
         etdump.as_os_str(),
     ];
-    let report = ptec(&args);
+    let (ok, report) = ptec_status(&args);
+    assert_eq!(ok, passes, "{report}");
     assert!(report.contains("the outputs of case forward[0]"), "{report}");
     (etdump, dir.join("case.bin"))
 }
@@ -197,7 +204,7 @@ fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
 
     // The intermediate outputs of a case, against the ETRecord's edge
     // program run by PyTorch on the same input.
-    let (etdump, debug) = debug_outputs(dir.path(), &fixture("mlp.bpte"));
+    let (etdump, debug) = debug_outputs(dir.path(), &fixture("mlp.bpte"), true);
     let doc = inspect(&venv, "mlp", &etdump, Some(&debug));
     let found = gaps(&doc);
     let names: Vec<&str> = found.iter().map(|(op, _)| op.as_str()).collect();
@@ -236,7 +243,7 @@ fn the_inspector_lines_up_channels_last_images() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (etdump, debug) = debug_outputs(dir.path(), &fixture("channels_last.bpte"));
+    let (etdump, debug) = debug_outputs(dir.path(), &fixture("channels_last.bpte"), true);
     let doc = inspect(&venv, "channels_last", &etdump, Some(&debug));
     let found = gaps(&doc);
     let names: Vec<&str> = found.iter().map(|(op, _)| op.as_str()).collect();
@@ -260,4 +267,35 @@ fn the_inspector_lines_up_channels_last_images() {
     for (op, gap) in &found {
         assert!(*gap < 1e-10, "{op}: mean squared gap {gap}: {doc}");
     }
+}
+
+/// A program with one operator perturbed runs wrong in ptec's compiled
+/// code, and the Inspector's gap points at that operator: the outputs
+/// before it line up with eager PyTorch's, its own is the first that does
+/// not. The perturbation is the second batch norm's epsilon (1e-5 in the
+/// file, made 1.0), which ptec folds into the convolution before it; the
+/// ETRecord keeps the original, as PyTorch's reference.
+#[test]
+fn the_inspector_points_at_a_perturbed_operator() {
+    let Some(venv) = venv_or_not_run() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(fixture("channels_last.bpte")).unwrap();
+    let eps = 1e-5f64.to_le_bytes();
+    let at: Vec<usize> = (0..bytes.len().saturating_sub(7))
+        .filter(|&i| bytes[i..i + 8] == eps)
+        .collect();
+    assert_eq!(at.len(), 3, "the three batch norms' epsilons, in program order");
+    bytes[at[1]..at[1] + 8].copy_from_slice(&1.0f64.to_le_bytes());
+    let file = dir.path().join("perturbed.bpte");
+    std::fs::write(&file, bytes).unwrap();
+    let (etdump, debug) = debug_outputs(dir.path(), &file, false);
+    let doc = inspect(&venv, "channels_last", &etdump, Some(&debug));
+    let found = gaps(&doc);
+    let first = found.iter().position(|(_, gap)| *gap > 1e-10);
+    let names: Vec<&str> = found.iter().map(|(op, _)| op.as_str()).collect();
+    // The second batch norm is c1's, whose relu is `relu_1`.
+    assert_eq!(first.map(|k| names[k]), Some("relu_1"), "{doc}");
+    assert!(found[first.unwrap()].1 > 1e-3, "{doc}");
 }
