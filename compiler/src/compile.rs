@@ -1,12 +1,12 @@
 //! The one entry point of the three front ends: file bytes in, Rust out
 //! ([`compile`]: an [`Input`] and [`Options`] in, an [`Output`] out).
-use crate::codegen::{generate, Generated};
+use crate::codegen::Generated;
 use crate::error::{ErrorKind, Errors, Location, Result};
 use crate::format::render;
 use crate::ir::{DataSource, TestValue};
 use crate::options::{prepared_file, prepared_include, Options};
 use crate::passes::transform;
-use crate::plan::plan_temporaries;
+use crate::plan::{plan_program, plan_temporaries};
 use crate::read::{parse, Loaded};
 use crate::verify::verify_program;
 use proc_macro2::TokenStream;
@@ -26,6 +26,13 @@ pub(crate) fn compile_program(bytes: &[u8], data: &[&[u8]], options: &Options) -
         generate(&loaded, bytes, data, options)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
+}
+
+/// Plans a transformed program and generates its module: the last stages
+/// but formatting. `program_bytes` and `data` are the files' bytes.
+pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
+    let plan = plan_program(loaded, program_bytes, data, options)?;
+    crate::codegen::generate(plan, program_bytes, data, options)
 }
 
 /// Reads and verifies `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`),

@@ -3,14 +3,14 @@
 //! A program file holds much that generated code never reads: the
 //! flatbuffer itself, and (once the compiler has prepared filters and packed
 //! weights from them) the original weights. Embedding the file whole would
-//! put both the weights and their prepared copy in the binary. So the
-//! generator first learns which bytes its code reads (a first generation,
-//! recording every read), then copies exactly the data ranges holding those
-//! into one block, [`DataSource::Embedded`], and moves the ranges only the
-//! compiler reads to [`DataSource::PrepareOnly`], which is never embedded.
-//! Every data reference of the program is rewritten to its new place, so the
-//! second generation emits the compacted offsets without knowing about any
-//! of this.
+//! put both the weights and their prepared copy in the binary. So the plan
+//! predicts which bytes the code will read (`plan::reads`), and this copies
+//! exactly the data ranges holding those into one block,
+//! [`DataSource::Embedded`], and moves the ranges only the compiler reads
+//! to [`DataSource::PrepareOnly`], which is never embedded. Every data
+//! reference of the program is rewritten to its new place
+//! ([`Compacted::relocate`] moves the plan's), so code generation emits the
+//! compacted offsets without knowing about any of this.
 use crate::ir::*;
 use std::collections::BTreeSet;
 
@@ -29,6 +29,24 @@ pub struct Compacted {
     pub embedded: Vec<u8>,
     /// The bytes of [`DataSource::PrepareOnly`].
     pub prepare_only: Vec<u8>,
+    /// Where each run of file bytes went.
+    runs: Vec<Run>,
+}
+
+impl Compacted {
+    /// Where the file byte at `offset` of `source` went; anything else (no
+    /// file, or no data reference there) stays as it is.
+    pub fn relocate(&self, source: DataSource, offset: usize) -> (DataSource, usize) {
+        relocate(&self.runs, source, offset)
+    }
+}
+
+/// [`Compacted::relocate`] over `runs`.
+fn relocate(runs: &[Run], source: DataSource, offset: usize) -> (DataSource, usize) {
+    match run_index(runs, source, offset).map(|i| runs[i]) {
+        Some(r) if from_file(source) => (r.to, r.at + (offset - r.start)),
+        _ => (source, offset),
+    }
 }
 
 /// A run of bytes of one source file holding one or more (overlapping)
@@ -95,8 +113,8 @@ fn place(out: &mut Vec<u8>, start: usize, bytes: &[u8]) -> usize {
 }
 
 /// Compacts the data of `program` and `suites` (see the module doc): `reads`
-/// are the reads a generation recorded; `program_bytes` and `data` the
-/// files. Fails, naming the reference, if one lies outside its file (the
+/// are the reads the code will make (`plan::reads`); `program_bytes` and
+/// `data` the files. Fails, naming the reference, if one lies outside its file (the
 /// checks before generation rule that out).
 pub fn compact(
     program: &Program,
@@ -161,20 +179,20 @@ pub fn compact(
     }
 
     each_ref(&mut program, &mut suites, |d, _| {
-        if !from_file(d.source) {
-            return;
+        if from_file(d.source) {
+            assert!(
+                run_index(&runs, d.source, d.offset).is_some(),
+                "every reference lies in the run made of it"
+            );
+            (d.source, d.offset) = relocate(&runs, d.source, d.offset);
         }
-        let r = run_index(&runs, d.source, d.offset)
-            .map(|i| runs[i])
-            .expect("every reference lies in the run made of it");
-        d.source = r.to;
-        d.offset = r.at + (d.offset - r.start);
     });
     Ok(Compacted {
         program,
         suites,
         embedded,
         prepare_only,
+        runs,
     })
 }
 

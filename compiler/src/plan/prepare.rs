@@ -8,7 +8,7 @@
 //! program embeds the result with its other constants ([`DataSource::Embedded`]):
 //! the kept tensor then takes no memory in the method's state, no run pays
 //! for the preparation, and the weights it was made from stay out of the
-//! binary (see `codegen::compact`).
+//! binary (see `plan::compact`).
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
 use crate::ir::*;
@@ -51,6 +51,14 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
         qs8::FULLY_CONNECTED => vec![(qs8::FC_KEPT, vec![qs8::FC_WEIGHT])],
         _ => Vec::new(),
     }
+}
+
+/// Whether the code of a call of `name` reads the constants its kept tensor
+/// is prepared from even when the compiler prepared it: a
+/// `qd8_fully_connected`'s names its weight and scales whatever its kept
+/// packing; the others read only the preparation.
+pub(crate) fn reads_sources_when_prepared(name: &str) -> bool {
+    name == qd8_fully_connected::NAME
 }
 
 /// Whether value `v` is absent or a constant whose bytes the compiler has.
@@ -100,16 +108,14 @@ pub struct PreparedData<'a> {
     /// How many leading bytes of `bytes` are the files' (the rest were
     /// prepared).
     files_len: usize,
-    /// Whether the prepared constants are computed, or only laid out (as
-    /// zeros, for a generation whose code is thrown away).
-    computes: bool,
 }
 
 /// Each prepared constant starts on a cache line.
 const ALIGN: usize = 64;
 
 impl<'a> PreparedData<'a> {
-    /// For a program that reads its constants from its files.
+    /// The constants of a program's files as read, for the planning that
+    /// prepares from them.
     pub fn new(program: &'a [u8], data: &[&'a [u8]]) -> Self {
         PreparedData {
             program,
@@ -117,26 +123,10 @@ impl<'a> PreparedData<'a> {
             prepare_only: Vec::new(),
             bytes: RefCell::new(Vec::new()),
             files_len: 0,
-            computes: true,
         }
     }
 
-    /// For the first generation of `codegen::compact`, which only learns
-    /// what the code reads: the constants are laid out, not computed (the
-    /// second generation computes them, and reports what fails).
-    pub fn layout_only() -> Self {
-        PreparedData {
-            computes: false,
-            ..Self::new(&[], &[])
-        }
-    }
-
-    /// Whether the prepared constants are computed (see [`Self::layout_only`]).
-    pub fn computes(&self) -> bool {
-        self.computes
-    }
-
-    /// For a compacted program (see `codegen::compact`): the prepared
+    /// For a compacted program (see `plan::compact`): the prepared
     /// constants follow the bytes it embeds.
     pub fn compacted(embedded: Vec<u8>, prepare_only: Vec<u8>) -> Self {
         PreparedData {
@@ -145,7 +135,6 @@ impl<'a> PreparedData<'a> {
             prepare_only,
             files_len: embedded.len(),
             bytes: RefCell::new(embedded),
-            computes: true,
         }
     }
 
