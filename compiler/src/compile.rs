@@ -21,24 +21,24 @@ pub(crate) fn compile_program(bytes: &[u8], data: &[&[u8]], options: &Options) -
     // script or a proc macro, so it becomes an error that says so.
     std::panic::catch_unwind(|| {
         let mut loaded = load(bytes, data)?;
-        transform(&mut loaded, bytes, options)?;
+        transform(&mut loaded, options)?;
         plan_temporaries(&mut loaded)?;
-        generate(&loaded, bytes, data, options)
+        generate(&loaded, options)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
 }
 
 /// Plans a transformed program and generates its module: the last stages
-/// but formatting. `program_bytes` and `data` are the files' bytes.
-pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
-    let plan = plan_program(loaded, program_bytes, data, options)?;
-    crate::codegen::generate(plan, program_bytes, data, options)
+/// but formatting.
+pub fn generate(loaded: &Loaded<'_>, options: &Options) -> Result<Generated> {
+    let plan = plan_program(loaded, options)?;
+    crate::codegen::generate(plan, options)
 }
 
 /// Reads and verifies `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`),
 /// resolving external tensors against the `.ptd` files in `data_files`:
 /// the first two stages.
-pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
+pub fn load<'a>(bytes: &'a [u8], data_files: &[&'a [u8]]) -> Result<Loaded<'a>> {
     let loaded = parse(bytes, data_files)?;
     if let Some(p) = &loaded.program {
         verify_program(p, &loaded.suites)?;
@@ -337,13 +337,12 @@ fn compile_with_cases(bytes: &[u8], data: &[&[u8]], cases: &Named<'_>, options: 
         if let Some(p) = &loaded.program {
             verify_program(p, &loaded.suites)?;
         }
-        transform(&mut loaded, bytes, options)?;
+        transform(&mut loaded, options)?;
         plan_temporaries(&mut loaded)?;
-        let mut all_data = data.to_vec();
-        all_data.push(&cases.bytes);
+        loaded.files.add_data(&cases.bytes);
         let mut options = options.clone();
         options.data_paths.push(cases.path.clone());
-        generate(&loaded, bytes, &all_data, &options)
+        generate(&loaded, &options)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
 }

@@ -15,7 +15,8 @@
 //! The compiler's stages, each a module, in the order [`compile`] runs
 //! them (none is part of the stable API):
 //!
-//! 1. `read`: file bytes → the IR;
+//! 1. `read`: file bytes → the IR, with the files' bytes it refers to
+//!    (`Loaded`: later stages take it, never a file);
 //! 2. `verify`: what the rest relies on, checked (after reading and after
 //!    every pass);
 //! 3. `passes`: IR → IR, consulting `analysis` (uses, lives, values that
@@ -74,7 +75,7 @@ pub use passes::xnnpack::BACKEND_ID as XNNPACK_BACKEND_ID;
 #[doc(hidden)]
 pub use passes::{lower_delegates, transform};
 #[doc(hidden)]
-pub use read::Loaded;
+pub use read::{Files, Loaded};
 
 /// The readers one by one, for the fuzz targets; not a stable API.
 #[doc(hidden)]

@@ -304,3 +304,23 @@ fn code_is_generated_once_from_the_plan() {
         }
     }
 }
+
+/// After `read`, no stage is handed the files: they take what `read` made
+/// (`Loaded`, whose `Files` give the bytes of a data reference's file, and
+/// the `Plan`), so no function of theirs takes the `.ptd` files' bytes or
+/// the program's as a parameter. The XNNPACK lowering still reads each
+/// blob out of the program's file, which `passes` hands it from `Files`.
+#[test]
+fn no_stage_after_read_takes_the_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, file) in modules(&src) {
+        let top = module.split("::").next().unwrap_or("");
+        if !["passes", "plan", "codegen", "format"].contains(&top) {
+            continue;
+        }
+        let code = production(&std::fs::read_to_string(file).unwrap());
+        for file_param in ["&[&[u8]]", "program_bytes", "bytes: &[u8], data"] {
+            assert!(!code.contains(file_param), "{module} takes the files (`{file_param}`)");
+        }
+    }
+}

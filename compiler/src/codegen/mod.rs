@@ -13,6 +13,7 @@ use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use crate::options::Options;
 use crate::plan::{MethodPlan, Plan};
+use crate::read::Files;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
@@ -186,14 +187,7 @@ pub struct Generated {
 
 /// Generates the module of a planned program, in one pass: every read of
 /// file data its code makes was predicted by the plan (checked here).
-/// `program_bytes` and `data` are the files' bytes, for the bundled tests
-/// and the checks of external-weights mode.
-pub(crate) fn generate(
-    mut plan: Plan<'_>,
-    program_bytes: &[u8],
-    data: &[&[u8]],
-    options: &Options,
-) -> Result<Generated> {
+pub(crate) fn generate(mut plan: Plan<'_>, options: &Options) -> Result<Generated> {
     let (struct_name, struct_ident) = options.struct_ident()?;
     let program: &Program = &plan.program;
     let mut delegate_base = Vec::new();
@@ -216,9 +210,12 @@ pub(crate) fn generate(
     let suites: &[TestSuite] = &plan.suites;
     let methods = generate_methods(&ctx, std::mem::take(&mut plan.methods))?;
     check_reads(&ctx, &plan.reads)?;
+    let files = &plan.files;
 
     let file_sources: Vec<(u8, usize)> = if options.external_weights {
-        std::iter::once((0, 0)).chain((0..data.len()).map(|i| (1, i))).collect()
+        std::iter::once((0, 0))
+            .chain((0..files.data_files()).map(|i| (1, i)))
+            .collect()
     } else {
         Vec::new()
     };
@@ -227,7 +224,7 @@ pub(crate) fn generate(
     let prepared_static = prepared_static(&ctx, options, &prepared);
     // In external-weights mode the weights stay out of the binary; only
     // the bundled tests embed the files, to hand them to the program.
-    let test_statics = data_statics(&ctx, options, program_bytes, data, &file_sources)?;
+    let test_statics = data_statics(&ctx, options, files, &file_sources)?;
     let tracked = if options.track_inputs {
         track_inputs(options)
     } else {
@@ -241,7 +238,7 @@ pub(crate) fn generate(
         .iter()
         .map(|&(kind, i)| {
             let (name, bytes) = if kind == 0 {
-                (options.source_name.clone(), program_bytes)
+                (options.source_name.clone(), files.bytes(DataSource::Program))
             } else {
                 let name = options.data_paths.get(i).map_or_else(
                     || format!("data file {i}"),
@@ -251,7 +248,7 @@ pub(crate) fn generate(
                             .map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
                     },
                 );
-                (name, data.get(i).copied().unwrap_or(&[]))
+                (name, files.bytes(DataSource::External(i)))
             };
             let size = crate::codegen::ops::lit(bytes.len());
             let hash = proc_macro2::Literal::u64_suffixed(ptec_runtime::content_hash(bytes));
@@ -488,8 +485,7 @@ pub(crate) fn fits_target(what: &str, bytes: usize) -> TokenStream {
 fn data_statics(
     ctx: &Ctx<'_>,
     options: &Options,
-    program_bytes: &[u8],
-    data: &[&[u8]],
+    files: &Files<'_>,
     sources: &[(u8, usize)],
 ) -> Result<Vec<TokenStream>> {
     let mut statics = Vec::new();
@@ -498,7 +494,7 @@ fn data_statics(
             (
                 ctx.data_ident(DataSource::Program),
                 options.program_path.clone(),
-                program_bytes.len(),
+                files.bytes(DataSource::Program).len(),
             )
         } else {
             let path = options.data_paths.get(i).cloned().ok_or_else(|| {
@@ -512,7 +508,7 @@ fn data_statics(
             (
                 ctx.data_ident(DataSource::External(i)),
                 path,
-                data.get(i).map_or(0, |d| d.len()),
+                files.bytes(DataSource::External(i)).len(),
             )
         };
         let n = crate::codegen::ops::lit(len);

@@ -12,6 +12,7 @@
 //! ([`Compacted::relocate`] moves the plan's), so code generation emits the
 //! compacted offsets without knowing about any of this.
 use crate::ir::*;
+use crate::read::Files;
 use std::collections::BTreeSet;
 
 /// Where generated code reads file bytes: `(source, byte offset)` of the
@@ -113,16 +114,10 @@ fn place(out: &mut Vec<u8>, start: usize, bytes: &[u8]) -> usize {
 }
 
 /// Compacts the data of `program` and `suites` (see the module doc): `reads`
-/// are the reads the code will make (`plan::reads`); `program_bytes` and
-/// `data` the files. Fails, naming the reference, if one lies outside its file (the
+/// are the reads the code will make (`plan::reads`); `files` the files'
+/// bytes. Fails, naming the reference, if one lies outside its file (the
 /// checks before generation rule that out).
-pub fn compact(
-    program: &Program,
-    suites: &[TestSuite],
-    reads: &Reads,
-    program_bytes: &[u8],
-    data: &[&[u8]],
-) -> Result<Compacted, String> {
+pub fn compact(program: &Program, suites: &[TestSuite], reads: &Reads, files: &Files<'_>) -> Result<Compacted, String> {
     let mut program = program.clone();
     let mut suites = suites.to_vec();
     let mut refs = Vec::new();
@@ -159,7 +154,7 @@ pub fn compact(
 
     let (mut embedded, mut prepare_only) = (Vec::new(), Vec::new());
     for r in &mut runs {
-        let file = super::source_bytes(r.source, program_bytes, data);
+        let file = files.bytes(r.source);
         let bytes = file.get(r.start..r.end).ok_or_else(|| {
             format!(
                 "data at bytes {}..{} of {:?} lies outside its file ({} bytes)",
@@ -273,7 +268,7 @@ mod tests {
             constant(600, 8),
         ]);
         let reads: Reads = [(DataSource::Program, 104)].into();
-        let c = compact(&p, &[], &reads, &file, &[]).unwrap();
+        let c = compact(&p, &[], &reads, &Files::new(&file, &[])).unwrap();
         let v = &c.program.methods[0].values;
         let (a, b, d, e) = (data(&v[0]), data(&v[1]), data(&v[2]), data(&v[3]));
         assert_eq!(a.source, DataSource::Embedded);
@@ -296,7 +291,7 @@ mod tests {
     #[test]
     fn a_reference_outside_its_file_is_an_error() {
         let p = program(vec![constant(96, 64)]);
-        let e = compact(&p, &[], &Reads::new(), &[0; 100], &[]).unwrap_err();
+        let e = compact(&p, &[], &Reads::new(), &Files::new(&[0; 100], &[])).unwrap_err();
         assert!(e.contains("96..160") && e.contains("100 bytes"), "{e}");
     }
 
@@ -304,7 +299,7 @@ mod tests {
     /// tensors from (see `prepare::kept_arguments`).
     fn preparation_sources(file: &[u8]) -> Vec<(usize, usize)> {
         let mut loaded = crate::load(file, &[]).unwrap();
-        crate::transform(&mut loaded, file, &crate::Options::new()).unwrap();
+        crate::transform(&mut loaded, &crate::Options::new()).unwrap();
         let mut ranges = Vec::new();
         for m in &loaded.program.unwrap().methods {
             for ins in &m.instructions {

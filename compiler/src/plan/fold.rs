@@ -419,7 +419,7 @@ mod tests {
         let m = mlp();
         let layout = layout_method(&m).unwrap();
         let mut f = Folds::of(&m, &layout, |_, _, _| true);
-        let prepared = PreparedData::new(&bytes, &[]);
+        let prepared = PreparedData::new(crate::read::Files::new(&bytes, &[]));
         f.pack_at_compile_time(&layout, &prepared).unwrap();
         assert_eq!(f.packed_len, 0, "no packed-weights buffer is left");
         f.place_packed(&prepared);

@@ -25,7 +25,7 @@ pub(crate) mod temporaries;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use crate::options::Options;
-use crate::read::Loaded;
+use crate::read::{Files, Loaded};
 use crate::verify::verify_program;
 use compact::Reads;
 use fold::Folds;
@@ -47,16 +47,6 @@ pub(crate) fn lowest_fit(mut busy: Vec<(u64, u64)>, size: u64, limit: u64) -> Op
         offset = offset.max(hi.div_ceil(ALIGN) * ALIGN);
     }
     (offset.checked_add(size)? <= limit).then_some(offset)
-}
-
-/// The bytes of a file the program was read from (none for the blocks the
-/// compiler makes, which are not such files).
-pub(crate) fn source_bytes<'a>(source: DataSource, program_bytes: &'a [u8], data: &[&'a [u8]]) -> &'a [u8] {
-    match source {
-        DataSource::Program => program_bytes,
-        DataSource::External(k) => data.get(k).copied().unwrap_or(&[]),
-        DataSource::Embedded | DataSource::PrepareOnly => &[],
-    }
 }
 
 /// Where everything of one method lives, decided before any code is
@@ -121,17 +111,14 @@ pub(crate) struct Plan<'a> {
     /// Where the code reads file data ([`reads`]), as `program` places it:
     /// code generation checks it reads nothing else.
     pub(crate) reads: Reads,
+    /// The files the program was read from, which the bundled tests and
+    /// external-weights mode name.
+    pub(crate) files: Files<'a>,
 }
 
-/// Plans a loaded program (see [`Plan`]). `program_bytes` and `data` are
-/// the files' bytes, for the checks of what code will rely on, the
-/// constants packed now and the compacted data.
-pub(crate) fn plan_program<'a>(
-    loaded: &'a Loaded,
-    program_bytes: &[u8],
-    data: &[&[u8]],
-    options: &Options,
-) -> Result<Plan<'a>> {
+/// Plans a loaded program (see [`Plan`]).
+pub(crate) fn plan_program<'a>(loaded: &'a Loaded<'_>, options: &Options) -> Result<Plan<'a>> {
+    let files = &loaded.files;
     let program = loaded.program.as_ref().ok_or_else(|| {
         Errors::one(
             ErrorKind::Unsupported {
@@ -141,7 +128,7 @@ pub(crate) fn plan_program<'a>(
         )
     })?;
     options.struct_ident()?;
-    let errors = check_data(program, program_bytes, data);
+    let errors = check_data(program, files);
     if !errors.is_empty() {
         return Err(Errors(errors));
     }
@@ -156,12 +143,17 @@ pub(crate) fn plan_program<'a>(
             methods,
             prepared: None,
             reads,
+            files: files.clone(),
         });
     }
-    let files = PreparedData::new(program_bytes, data);
-    let mut methods: Vec<_> = program.methods.iter().map(|m| plan_method(m, Some(&files))).collect();
+    let constants = PreparedData::new(files.clone());
+    let mut methods: Vec<_> = program
+        .methods
+        .iter()
+        .map(|m| plan_method(m, Some(&constants)))
+        .collect();
     let reads = reads::predict(program, &methods);
-    let c = compact::compact(program, suites, &reads, program_bytes, data)
+    let c = compact::compact(program, suites, &reads, files)
         .map_err(|detail| Errors::one(ErrorKind::BadPlacement { detail }, Location::default()))?;
     // The plans' constants move with the program's.
     for plan in methods.iter_mut().flatten() {
@@ -178,13 +170,14 @@ pub(crate) fn plan_program<'a>(
         methods,
         prepared: Some(PreparedData::compacted(c.embedded, c.prepare_only)),
         reads,
+        files: files.clone(),
     })
 }
 
 /// Checks what generated code will rely on about embedded data: every
 /// constant lies in its file and is aligned for its element type (the file
 /// is embedded 64-byte aligned), and bool constants hold only 0 and 1.
-fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnostic> {
+fn check_data(p: &Program, files: &Files<'_>) -> Vec<Diagnostic> {
     let mut errors = Vec::new();
     for m in &p.methods {
         for (i, v) in m.values.iter().enumerate() {
@@ -195,7 +188,7 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
                 _ => continue,
             };
             let at = Location::method(&m.name).value(i).offset(d.offset);
-            let bytes = source_bytes(d.source, program_bytes, data);
+            let bytes = files.bytes(d.source);
             let Some(b) = bytes.get(d.offset..d.offset.saturating_add(d.len)) else {
                 errors.push(Diagnostic::new(
                     ErrorKind::OutsideData {
@@ -233,7 +226,7 @@ fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnost
 /// Gives bytes to the tensors the passes added (see [`temporaries`]), then
 /// verifies the program; a `.ptd` file, which holds no program, is left as
 /// it is.
-pub(crate) fn plan_temporaries(loaded: &mut Loaded) -> Result<()> {
+pub(crate) fn plan_temporaries(loaded: &mut Loaded<'_>) -> Result<()> {
     let Some(program) = loaded.program.as_mut() else {
         return Ok(());
     };

@@ -13,6 +13,7 @@
 //! the first run prepares them as before.
 use crate::ir::*;
 use crate::names::{conv2d_nhwc, folded, fully_connected, qd8_fully_connected, qs8, CONV2D_FOLDED_CHAIN};
+use crate::read::Files;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
@@ -99,9 +100,8 @@ pub fn prepared_at_compile_time(m: &Method) -> BTreeSet<usize> {
 /// [`DataSource::Embedded`]), to which the prepared constants are appended
 /// as its instructions are generated.
 pub struct PreparedData<'a> {
-    /// The bytes of each source file: the program's, then the `.ptd` files.
-    program: &'a [u8],
-    data: Vec<&'a [u8]>,
+    /// The files the program was read from.
+    files: Files<'a>,
     /// The bytes of [`DataSource::PrepareOnly`].
     prepare_only: Vec<u8>,
     bytes: RefCell<Vec<u8>>,
@@ -116,10 +116,9 @@ const ALIGN: usize = 64;
 impl<'a> PreparedData<'a> {
     /// The constants of a program's files as read, for the planning that
     /// prepares from them.
-    pub fn new(program: &'a [u8], data: &[&'a [u8]]) -> Self {
+    pub fn new(files: Files<'a>) -> Self {
         PreparedData {
-            program,
-            data: data.to_vec(),
+            files,
             prepare_only: Vec::new(),
             bytes: RefCell::new(Vec::new()),
             files_len: 0,
@@ -130,8 +129,7 @@ impl<'a> PreparedData<'a> {
     /// constants follow the bytes it embeds.
     pub fn compacted(embedded: Vec<u8>, prepare_only: Vec<u8>) -> Self {
         PreparedData {
-            program: &[],
-            data: Vec::new(),
+            files: Files::default(),
             prepare_only,
             files_len: embedded.len(),
             bytes: RefCell::new(embedded),
@@ -153,7 +151,7 @@ impl<'a> PreparedData<'a> {
         let file = match source {
             DataSource::Embedded => &embedded[..],
             DataSource::PrepareOnly => &self.prepare_only[..],
-            _ => super::source_bytes(source, self.program, &self.data),
+            _ => self.files.bytes(source),
         };
         offset
             .checked_add(len)
