@@ -701,3 +701,28 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
     }
     }
 }
+
+#[cfg(test)]
+mod read_check_tests {
+    use super::*;
+
+    /// Code that reads file data the plan did not predict is a bug in ptec,
+    /// reported as such (the compaction would have left the data out).
+    #[test]
+    fn a_read_the_plan_did_not_predict_is_an_internal_error() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
+        let file = std::fs::read(path).unwrap();
+        let options = Options::new();
+        let mut loaded = crate::load(&file, &[]).unwrap();
+        crate::transform(&mut loaded, &options).unwrap();
+        crate::plan::plan_temporaries(&mut loaded).unwrap();
+        // As planned, the code generates.
+        generate(crate::plan::plan_program(&loaded, &options).unwrap(), &options).unwrap();
+        let mut plan = crate::plan::plan_program(&loaded, &options).unwrap();
+        assert!(!plan.reads.is_empty(), "mlp's code reads its weights");
+        plan.reads.clear();
+        let e = generate(plan, &options).unwrap_err();
+        assert!(matches!(e.first().kind, ErrorKind::Internal { .. }), "{e}");
+        assert!(e.to_string().contains("the plan did not predict"), "{e}");
+    }
+}
