@@ -1,12 +1,12 @@
 //! The one entry point of the three front ends: file bytes in, Rust out
 //! ([`compile`]: an [`Input`] and [`Options`] in, an [`Output`] out).
-use crate::codegen::{generate, Generated};
+use crate::codegen::Generated;
 use crate::error::{ErrorKind, Errors, Location, Result};
 use crate::format::render;
 use crate::ir::{DataSource, TestValue};
 use crate::options::{prepared_file, prepared_include, Options};
 use crate::passes::transform;
-use crate::plan::plan_temporaries;
+use crate::plan::{plan_program, plan_temporaries};
 use crate::read::{parse, Loaded};
 use crate::verify::verify_program;
 use proc_macro2::TokenStream;
@@ -21,17 +21,24 @@ pub(crate) fn compile_program(bytes: &[u8], data: &[&[u8]], options: &Options) -
     // script or a proc macro, so it becomes an error that says so.
     std::panic::catch_unwind(|| {
         let mut loaded = load(bytes, data)?;
-        transform(&mut loaded, bytes, options)?;
+        transform(&mut loaded, options)?;
         plan_temporaries(&mut loaded)?;
-        generate(&loaded, bytes, data, options)
+        generate(&loaded, options)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
+}
+
+/// Plans a transformed program and generates its module: the last stages
+/// but formatting.
+pub fn generate(loaded: &Loaded<'_>, options: &Options) -> Result<Generated> {
+    let plan = plan_program(loaded, options)?;
+    crate::codegen::generate(plan, options)
 }
 
 /// Reads and verifies `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`),
 /// resolving external tensors against the `.ptd` files in `data_files`:
 /// the first two stages.
-pub fn load(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
+pub fn load<'a>(bytes: &'a [u8], data_files: &[&'a [u8]]) -> Result<Loaded<'a>> {
     let loaded = parse(bytes, data_files)?;
     if let Some(p) = &loaded.program {
         verify_program(p, &loaded.suites)?;
@@ -330,13 +337,12 @@ fn compile_with_cases(bytes: &[u8], data: &[&[u8]], cases: &Named<'_>, options: 
         if let Some(p) = &loaded.program {
             verify_program(p, &loaded.suites)?;
         }
-        transform(&mut loaded, bytes, options)?;
+        transform(&mut loaded, options)?;
         plan_temporaries(&mut loaded)?;
-        let mut all_data = data.to_vec();
-        all_data.push(&cases.bytes);
+        loaded.files.add_data(&cases.bytes);
         let mut options = options.clone();
         options.data_paths.push(cases.path.clone());
-        generate(&loaded, bytes, &all_data, &options)
+        generate(&loaded, &options)
     })
     .unwrap_or_else(|panic| Err(internal_error(panic)))
 }

@@ -17,7 +17,7 @@ pub enum DataSource {
     External(usize),
     /// The one block of constants generated code embeds (when the weights
     /// are embedded): the bytes of the files its code reads, compacted (see
-    /// `codegen::compact`), then the constants the compiler prepared (see
+    /// `plan::compact`), then the constants the compiler prepared (see
     /// `codegen::prepare`).
     Embedded,
     /// Bytes of the files that only the compiler reads, to prepare other

@@ -15,15 +15,17 @@
 //! The compiler's stages, each a module, in the order [`compile`] runs
 //! them (none is part of the stable API):
 //!
-//! 1. `read`: file bytes → the IR;
+//! 1. `read`: file bytes → the IR, with the files' bytes it refers to
+//!    (`Loaded`: later stages take it, never a file);
 //! 2. `verify`: what the rest relies on, checked (after reading and after
 //!    every pass);
 //! 3. `passes`: IR → IR, consulting `analysis` (uses, lives, values that
 //!    share bytes);
 //! 4. `plan`: where every byte lives (temporaries, each value's home,
-//!    folds, prepared constants, compaction);
-//! 5. `codegen`: the IR and its plan → Rust tokens, one emitter per
-//!    operator;
+//!    folds, packed weights, what the code will read, compaction), all
+//!    decided before any code is emitted;
+//! 5. `codegen`: the IR and its plan → Rust tokens in one pass, one
+//!    emitter per operator;
 //! 6. `format`: tokens → a source file.
 //!
 //! A stage uses only those before it and the shared vocabulary below them
@@ -63,9 +65,9 @@ pub use ptec_runtime::harness::Tolerance;
 // The stages one by one, for the command line's `inspect`, the macro, the
 // fuzz targets and tests: not a stable API.
 #[doc(hidden)]
-pub use codegen::{generate, Generated};
+pub use codegen::Generated;
 #[doc(hidden)]
-pub use compile::load;
+pub use compile::{generate, load};
 #[doc(hidden)]
 pub use frontend::expand_macro;
 #[doc(hidden)]
@@ -73,7 +75,7 @@ pub use passes::xnnpack::BACKEND_ID as XNNPACK_BACKEND_ID;
 #[doc(hidden)]
 pub use passes::{lower_delegates, transform};
 #[doc(hidden)]
-pub use read::Loaded;
+pub use read::{Files, Loaded};
 
 /// The readers one by one, for the fuzz targets; not a stable API.
 #[doc(hidden)]

@@ -272,3 +272,17 @@ pub(crate) fn written_in_place(name: &str) -> &'static [usize] {
         _ => &[],
     }
 }
+
+/// The non-empty `parts` in CamelCase: `["mobilenet", "v2"]` → `MobilenetV2`.
+pub(crate) fn camel_case<'a>(parts: impl Iterator<Item = &'a str>) -> String {
+    parts
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}

@@ -92,6 +92,25 @@ const NAMES: &[(&str, &str)] = &[
 ];
 
 impl Options {
+    /// The program struct's name and identifier: the `name` option, or
+    /// the source's file stem in CamelCase; an error if it is not a Rust
+    /// identifier.
+    pub(crate) fn struct_ident(&self) -> Result<(String, proc_macro2::Ident)> {
+        let name = self
+            .struct_name
+            .clone()
+            .unwrap_or_else(|| default_struct_name(&self.source_name));
+        let ident = syn::parse_str(&name).map_err(|_| {
+            Errors::one(
+                ErrorKind::Unsupported {
+                    detail: format!("`{name}` is not a valid Rust identifier for the program struct"),
+                },
+                Location::default(),
+            )
+        })?;
+        Ok((name, ident))
+    }
+
     /// The defaults: the struct named after the file, embedded weights, no
     /// tests, XNNPACK delegates lowered, convolutions channels-last.
     pub fn new() -> Self {
@@ -252,6 +271,16 @@ pub(crate) fn prepared_include(path: &std::path::Path) -> String {
     prepared_file(path)
         .file_name()
         .map_or_else(|| "prepared".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// A struct name from a file stem: `mobilenet_v2` → `MobilenetV2`.
+pub fn default_struct_name(source_name: &str) -> String {
+    let stem = source_name.split('.').next().unwrap_or(source_name);
+    let mut s = crate::names::camel_case(stem.split(|c: char| !c.is_ascii_alphanumeric()));
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert_str(0, "Program");
+    }
+    s
 }
 
 #[cfg(test)]

@@ -273,3 +273,54 @@ fn stages_use_only_earlier_stages() {
     let bad = out_of_order(&edges);
     assert!(bad.is_empty(), "imports against the stage order (from, to): {bad:#?}");
 }
+
+/// Code generation runs once, on the plan: only the plan compacts the data,
+/// from the reads it predicts (`plan::reads`), and `codegen` generates its
+/// methods in one call, without a generation that only records reads.
+#[test]
+fn code_is_generated_once_from_the_plan() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, file) in modules(&src) {
+        let code = production(&std::fs::read_to_string(file).unwrap());
+        if module != "plan" && !module.starts_with("plan::") {
+            assert!(!code.contains("compact("), "{module} compacts data: only the plan does");
+            assert!(
+                !code.contains("reads::predict"),
+                "{module} predicts reads: only the plan does"
+            );
+        }
+        if module == "codegen" {
+            // Its definition and one call.
+            assert_eq!(
+                code.matches("generate_methods(").count(),
+                2,
+                "codegen generates more than once"
+            );
+            assert!(!code.contains("reads.take()"), "codegen uses the reads of a generation");
+            assert!(
+                code.contains("check_reads("),
+                "codegen no longer checks its reads against the plan"
+            );
+        }
+    }
+}
+
+/// After `read`, no stage is handed the files: they take what `read` made
+/// (`Loaded`, whose `Files` give the bytes of a data reference's file, and
+/// the `Plan`), so no function of theirs takes the `.ptd` files' bytes or
+/// the program's as a parameter. The XNNPACK lowering still reads each
+/// blob out of the program's file, which `passes` hands it from `Files`.
+#[test]
+fn no_stage_after_read_takes_the_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, file) in modules(&src) {
+        let top = module.split("::").next().unwrap_or("");
+        if !["passes", "plan", "codegen", "format"].contains(&top) {
+            continue;
+        }
+        let code = production(&std::fs::read_to_string(file).unwrap());
+        for file_param in ["&[&[u8]]", "program_bytes", "bytes: &[u8], data"] {
+            assert!(!code.contains(file_param), "{module} takes the files (`{file_param}`)");
+        }
+    }
+}

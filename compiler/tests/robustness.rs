@@ -169,9 +169,9 @@ fn blob_corruptions_are_handled(name: &str, step: usize) {
     for cut in cuts {
         let mut l = loaded.clone();
         l.program.as_mut().unwrap().methods[0].delegates[0].processed.len = cut;
-        let r = catch_unwind(AssertUnwindSafe(|| match ptec::lower_delegates(&mut l, &bytes, true) {
+        let r = catch_unwind(AssertUnwindSafe(|| match ptec::lower_delegates(&mut l, true) {
             Ok(()) => {
-                if let Err(e) = ptec::generate(&l, &bytes, &[], &ptec::Options::new()) {
+                if let Err(e) = ptec::generate(&l, &ptec::Options::new()) {
                     assert!(!matches!(e.first().kind, ptec::ErrorKind::Internal { .. }), "{e}");
                 }
                 lowered += 1;

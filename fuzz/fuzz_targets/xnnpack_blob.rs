@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 /// One XNNPACK delegate of a fixture.
 struct Call {
     file: &'static [u8],
-    loaded: ptec::Loaded,
+    loaded: ptec::Loaded<'static>,
     method: usize,
     delegate: usize,
 }
@@ -56,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
     let mut file = call.file.to_vec();
     let offset = file.len();
     file.extend_from_slice(blob);
-    let mut loaded = call.loaded.clone();
+    let mut loaded = call.loaded.clone().with_program_file(&file);
     let program = loaded.program.as_mut().expect("fixture is a program");
     program.methods[call.method].delegates[call.delegate].processed = DataRef {
         source: DataSource::Program,
@@ -64,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
         len: blob.len(),
     };
     let options = ptec::Options::new();
-    if ptec::transform(&mut loaded, &file, &options).is_ok() {
-        let _ = ptec::generate(&loaded, &file, &[], &options);
+    if ptec::transform(&mut loaded, &options).is_ok() {
+        let _ = ptec::generate(&loaded, &options);
     }
 });

@@ -84,7 +84,8 @@ fn bundles_carry_the_manifest_test_cases() {
             .map(|d| std::fs::read(root.join(d.as_str().unwrap())).unwrap())
             .collect();
         let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-        let loaded = ptec::load(&std::fs::read(&path).unwrap(), &refs).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let loaded = ptec::load(&bytes, &refs).unwrap();
         for (method, count) in case["methods"].as_object().unwrap() {
             let suite = loaded
                 .suites

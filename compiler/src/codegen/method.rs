@@ -10,7 +10,7 @@ use crate::error::{Diagnostic, ErrorKind, Location};
 use crate::ir::*;
 use crate::plan::fold::Folds;
 use crate::plan::layout::{Home, MethodLayout, Occupancy};
-use crate::plan::{plan_method, MethodPlan};
+use crate::plan::MethodPlan;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
@@ -139,16 +139,7 @@ pub fn method_ident(name: &str) -> String {
 }
 
 fn camel(s: &str) -> String {
-    s.split('_')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let mut c = p.chars();
-            match c.next() {
-                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect()
+    crate::names::camel_case(s.split('_'))
 }
 
 /// The typed Rust type of a static, non-bool tensor: nested arrays (or the
@@ -165,12 +156,22 @@ fn typed_array(t: &Tensor) -> Option<TokenStream> {
     Some(ty)
 }
 
-pub fn generate_method(ctx: &Ctx<'_>, index: usize, m: &Method) -> Result<MethodCode, Vec<Diagnostic>> {
+pub fn generate_method(
+    ctx: &Ctx<'_>,
+    index: usize,
+    m: &Method,
+    plan: MethodPlan,
+) -> Result<MethodCode, Vec<Diagnostic>> {
     let MethodPlan {
         layout,
-        folds,
+        mut folds,
         occupancy,
-    } = plan_method(m, ctx.prepared.as_ref())?;
+    } = plan;
+    // The weights packed at compile time go first among the constants
+    // prepared for the method.
+    if let Some(prepared) = &ctx.prepared {
+        folds.place_packed(prepared);
+    }
     let rt = runtime_scalars(m);
     let at = Location::method(&m.name);
     let mut errors = Vec::new();

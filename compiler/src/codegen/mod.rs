@@ -12,31 +12,12 @@ mod tests;
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use crate::options::Options;
-use crate::read::Loaded;
+use crate::plan::{MethodPlan, Plan};
+use crate::read::Files;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 pub use method::method_ident;
-
-/// A struct name from a file stem: `mobilenet_v2` → `MobilenetV2`.
-pub fn default_struct_name(source_name: &str) -> String {
-    let stem = source_name.split('.').next().unwrap_or(source_name);
-    let mut s: String = stem
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let mut c = p.chars();
-            match c.next() {
-                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect();
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
-        s.insert_str(0, "Program");
-    }
-    s
-}
 
 /// Lints generated code does not answer to: it is complete for every
 /// program, used or not, and written for clarity of generation. Said once,
@@ -73,7 +54,8 @@ pub struct Ctx<'a> {
     /// The constants the compiler prepares (see [`prepare`]); `None` in
     /// external-weights mode, where the first run prepares them.
     pub prepared: Option<crate::plan::prepare::PreparedData<'a>>,
-    /// Every read of file data the generated code makes (see [`compact`]).
+    /// Every read of file data the generated code makes, checked against
+    /// the plan's prediction (`check_reads`).
     pub reads: std::cell::RefCell<crate::plan::compact::Reads>,
     /// Generate `execute_traced` (the `trace` option).
     pub trace: bool,
@@ -109,8 +91,8 @@ impl Ctx<'_> {
                 let k = crate::codegen::ops::lit(Self::file_index(source));
                 quote!(rs.files[#k].bytes())
             }
-            // Never embedded; `generate` fails on such a read before the
-            // code leaves it.
+            // Never embedded: the plan predicted no read here, and
+            // `check_reads` fails on one before the code leaves `generate`.
             DataSource::PrepareOnly => quote!(compile_error!("internal: a read of data left out of the binary")),
             _ => {
                 let id = self.data_ident(source);
@@ -181,55 +163,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Checks what generated code will rely on about embedded data: every
-/// constant lies in its file and is aligned for its element type (the file
-/// is embedded 64-byte aligned), and bool constants hold only 0 and 1.
-fn check_data(p: &Program, program_bytes: &[u8], data: &[&[u8]]) -> Vec<Diagnostic> {
-    let mut errors = Vec::new();
-    for m in &p.methods {
-        for (i, v) in m.values.iter().enumerate() {
-            let Some(t) = v.as_tensor() else { continue };
-            let d = match &t.placement {
-                Placement::Constant { data } | Placement::Mutable { initial: data, .. } => data,
-                Placement::External { data: Some(d), .. } => d,
-                _ => continue,
-            };
-            let at = Location::method(&m.name).value(i).offset(d.offset);
-            let bytes = crate::plan::source_bytes(d.source, program_bytes, data);
-            let Some(b) = bytes.get(d.offset..d.offset.saturating_add(d.len)) else {
-                errors.push(Diagnostic::new(
-                    ErrorKind::OutsideData {
-                        what: "tensor data",
-                        offset: d.offset as u64,
-                        len: d.len as u64,
-                        limit: bytes.len() as u64,
-                    },
-                    at,
-                ));
-                continue;
-            };
-            let align = t.dtype.element_size();
-            if d.offset % align != 0 {
-                errors.push(Diagnostic::new(
-                    ErrorKind::Misaligned {
-                        offset: d.offset as u64,
-                        align,
-                    },
-                    at,
-                ));
-            } else if t.dtype == ScalarType::Bool && b.iter().any(|&x| x > 1) {
-                errors.push(Diagnostic::new(
-                    ErrorKind::BadPlacement {
-                        detail: "a bool constant holds a byte other than 0 or 1".into(),
-                    },
-                    at,
-                ));
-            }
-        }
-    }
-    errors
-}
-
 /// A generated module.
 #[derive(Clone, Debug)]
 pub struct Generated {
@@ -252,84 +185,37 @@ pub struct Generated {
     pub instructions: Vec<(String, Vec<String>)>,
 }
 
-/// Generates the module of a loaded program. `program_bytes` and `data` are
-/// the files' bytes (for checks, and the constants the code embeds and the
-/// compiler prepares). With embedded weights it generates twice: see
-/// `compact`.
-pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: &Options) -> Result<Generated> {
-    let program = loaded.program.as_ref().ok_or_else(|| {
-        Errors::one(
-            ErrorKind::Unsupported {
-                detail: "a .ptd file holds data, not a program; compile the .pte that uses it".into(),
-            },
-            Location::default(),
-        )
-    })?;
-    let struct_name = options
-        .struct_name
-        .clone()
-        .unwrap_or_else(|| default_struct_name(&options.source_name));
-    let struct_ident: Ident = syn::parse_str(&struct_name).map_err(|_| {
-        Errors::one(
-            ErrorKind::Unsupported {
-                detail: format!("`{struct_name}` is not a valid Rust identifier for the program struct"),
-            },
-            Location::default(),
-        )
-    })?;
+/// Generates the module of a planned program, in one pass: every read of
+/// file data its code makes was predicted by the plan (checked here).
+pub(crate) fn generate(mut plan: Plan<'_>, options: &Options) -> Result<Generated> {
+    let (struct_name, struct_ident) = options.struct_ident()?;
+    let program: &Program = &plan.program;
     let mut delegate_base = Vec::new();
     let mut n_delegates = 0;
     for m in &program.methods {
         delegate_base.push(n_delegates);
         n_delegates += m.delegates.len();
     }
-    let ctx_of = |program, prepared| Ctx {
+    let ctx = Ctx {
         struct_ident: struct_ident.clone(),
         program,
         runtime_files: options.external_weights,
-        delegate_base: delegate_base.clone(),
+        delegate_base,
         n_delegates,
-        prepared,
+        prepared: plan.prepared.take(),
         reads: Default::default(),
         trace: options.trace,
     };
-    let errors = check_data(program, program_bytes, data);
-    if !errors.is_empty() {
-        return Err(Errors(errors));
-    }
-    let with_tests = options.tests.is_some() && !loaded.suites.is_empty();
-    let no_suites: &[TestSuite] = &[];
-    let suites = if with_tests { &loaded.suites[..] } else { no_suites };
-    let (compacted_program, compacted_suites);
-    let (ctx, methods, suites) = if options.external_weights {
-        let ctx = ctx_of(program, None);
-        let methods = generate_methods(&ctx)?;
-        (ctx, methods, suites)
-    } else {
-        // A first generation learns what the code reads; the second runs on
-        // the program with its data compacted to that.
-        let first = ctx_of(program, Some(crate::plan::prepare::PreparedData::layout_only()));
-        generate_methods(&first)?;
-        let reads = first.reads.take();
-        let c = crate::plan::compact::compact(program, suites, &reads, program_bytes, data)
-            .map_err(|detail| Errors::one(ErrorKind::BadPlacement { detail }, Location::default()))?;
-        (compacted_program, compacted_suites) = (c.program, c.suites);
-        let prepared = crate::plan::prepare::PreparedData::compacted(c.embedded, c.prepare_only);
-        let ctx = ctx_of(&compacted_program, Some(prepared));
-        let methods = generate_methods(&ctx)?;
-        if ctx.reads.borrow().iter().any(|&(s, _)| s == DataSource::PrepareOnly) {
-            return Err(Errors::one(
-                ErrorKind::Internal {
-                    detail: "generated code reads data the first generation did not".into(),
-                },
-                Location::default(),
-            ));
-        }
-        (ctx, methods, &compacted_suites[..])
-    };
+    let with_tests = options.tests.is_some() && !plan.suites.is_empty();
+    let suites: &[TestSuite] = &plan.suites;
+    let methods = generate_methods(&ctx, std::mem::take(&mut plan.methods))?;
+    check_reads(&ctx, &plan.reads)?;
+    let files = &plan.files;
 
     let file_sources: Vec<(u8, usize)> = if options.external_weights {
-        std::iter::once((0, 0)).chain((0..data.len()).map(|i| (1, i))).collect()
+        std::iter::once((0, 0))
+            .chain((0..files.data_files()).map(|i| (1, i)))
+            .collect()
     } else {
         Vec::new()
     };
@@ -338,7 +224,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     let prepared_static = prepared_static(&ctx, options, &prepared);
     // In external-weights mode the weights stay out of the binary; only
     // the bundled tests embed the files, to hand them to the program.
-    let test_statics = data_statics(&ctx, options, program_bytes, data, &file_sources)?;
+    let test_statics = data_statics(&ctx, options, files, &file_sources)?;
     let tracked = if options.track_inputs {
         track_inputs(options)
     } else {
@@ -352,7 +238,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
         .iter()
         .map(|&(kind, i)| {
             let (name, bytes) = if kind == 0 {
-                (options.source_name.clone(), program_bytes)
+                (options.source_name.clone(), files.bytes(DataSource::Program))
             } else {
                 let name = options.data_paths.get(i).map_or_else(
                     || format!("data file {i}"),
@@ -362,7 +248,7 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
                             .map_or_else(|| p.clone(), |n| n.to_string_lossy().into_owned())
                     },
                 );
-                (name, data.get(i).copied().unwrap_or(&[]))
+                (name, files.bytes(DataSource::External(i)))
             };
             let size = crate::codegen::ops::lit(bytes.len());
             let hash = proc_macro2::Literal::u64_suffixed(ptec_runtime::content_hash(bytes));
@@ -497,12 +383,33 @@ pub fn generate(loaded: &Loaded, program_bytes: &[u8], data: &[&[u8]], options: 
     })
 }
 
-/// The code of every method of `ctx.program`.
-fn generate_methods(ctx: &Ctx<'_>) -> Result<Vec<method::MethodCode>> {
+/// Fails, as a bug in ptec, if the code read file data the plan did not
+/// predict (`plan::reads`): the compaction would have left it out. Reads
+/// of the constants prepared as the code was generated, after the files'
+/// bytes, are the code's own.
+fn check_reads(ctx: &Ctx<'_>, predicted: &crate::plan::compact::Reads) -> Result<()> {
+    let files_len = ctx.prepared.as_ref().map_or(0, |p| p.files_len());
+    let unpredicted = ctx.reads.borrow().iter().copied().find(|&(source, offset)| {
+        let prepared_now = source == DataSource::Embedded && offset >= files_len;
+        !prepared_now && !predicted.contains(&(source, offset))
+    });
+    match unpredicted {
+        None => Ok(()),
+        Some((source, offset)) => Err(Errors::one(
+            ErrorKind::Internal {
+                detail: format!("generated code reads data the plan did not predict ({source:?} at byte {offset})"),
+            },
+            Location::default(),
+        )),
+    }
+}
+
+/// The code of every method of `ctx.program`, from its plan.
+fn generate_methods(ctx: &Ctx<'_>, plans: Vec<Result<MethodPlan, Vec<Diagnostic>>>) -> Result<Vec<method::MethodCode>> {
     let mut errors = Vec::new();
     let mut methods = Vec::new();
-    for (i, m) in ctx.program.methods.iter().enumerate() {
-        match method::generate_method(ctx, i, m) {
+    for ((i, m), plan) in ctx.program.methods.iter().enumerate().zip(plans) {
+        match plan.and_then(|plan| method::generate_method(ctx, i, m, plan)) {
             Ok(code) => methods.push(code),
             Err(mut e) => errors.append(&mut e),
         }
@@ -578,8 +485,7 @@ pub(crate) fn fits_target(what: &str, bytes: usize) -> TokenStream {
 fn data_statics(
     ctx: &Ctx<'_>,
     options: &Options,
-    program_bytes: &[u8],
-    data: &[&[u8]],
+    files: &Files<'_>,
     sources: &[(u8, usize)],
 ) -> Result<Vec<TokenStream>> {
     let mut statics = Vec::new();
@@ -588,7 +494,7 @@ fn data_statics(
             (
                 ctx.data_ident(DataSource::Program),
                 options.program_path.clone(),
-                program_bytes.len(),
+                files.bytes(DataSource::Program).len(),
             )
         } else {
             let path = options.data_paths.get(i).cloned().ok_or_else(|| {
@@ -602,7 +508,7 @@ fn data_statics(
             (
                 ctx.data_ident(DataSource::External(i)),
                 path,
-                data.get(i).map_or(0, |d| d.len()),
+                files.bytes(DataSource::External(i)).len(),
             )
         };
         let n = crate::codegen::ops::lit(len);
@@ -793,5 +699,30 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
 
         #traced
     }
+    }
+}
+
+#[cfg(test)]
+mod read_check_tests {
+    use super::*;
+
+    /// Code that reads file data the plan did not predict is a bug in ptec,
+    /// reported as such (the compaction would have left the data out).
+    #[test]
+    fn a_read_the_plan_did_not_predict_is_an_internal_error() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/mlp.pte");
+        let file = std::fs::read(path).unwrap();
+        let options = Options::new();
+        let mut loaded = crate::load(&file, &[]).unwrap();
+        crate::transform(&mut loaded, &options).unwrap();
+        crate::plan::plan_temporaries(&mut loaded).unwrap();
+        // As planned, the code generates.
+        generate(crate::plan::plan_program(&loaded, &options).unwrap(), &options).unwrap();
+        let mut plan = crate::plan::plan_program(&loaded, &options).unwrap();
+        assert!(!plan.reads.is_empty(), "mlp's code reads its weights");
+        plan.reads.clear();
+        let e = generate(plan, &options).unwrap_err();
+        assert!(matches!(e.first().kind, ErrorKind::Internal { .. }), "{e}");
+        assert!(e.to_string().contains("the plan did not predict"), "{e}");
     }
 }

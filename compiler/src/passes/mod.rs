@@ -15,15 +15,15 @@ pub(crate) mod rewrite;
 pub mod xnnpack;
 
 use crate::error::Result;
-use crate::ir::{Program, TestSuite};
+use crate::ir::{DataSource, Program, TestSuite};
 use crate::options::Options;
 use crate::read::Loaded;
 use crate::verify::verify_program;
 
 /// Runs the passes `options` ask for on a loaded program (see the module
 /// docs); a `.ptd` file, which holds no program, is left as it is.
-pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result<()> {
-    lower_delegates(loaded, bytes, options.lower_xnnpack)?;
+pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
+    lower_delegates(loaded, options.lower_xnnpack)?;
     let Some(program) = loaded.program.as_mut() else {
         return Ok(());
     };
@@ -43,12 +43,13 @@ pub fn transform(loaded: &mut Loaded, bytes: &[u8], options: &Options) -> Result
 
 /// Compiles the delegate calls ptec knows how to compile into kernel
 /// calls: those of the XNNPACK backend when `lower_xnnpack` is set.
-pub fn lower_delegates(loaded: &mut Loaded, bytes: &[u8], lower_xnnpack: bool) -> Result<()> {
+pub fn lower_delegates(loaded: &mut Loaded<'_>, lower_xnnpack: bool) -> Result<()> {
     let Some(program) = loaded.program.as_mut() else {
         return Ok(());
     };
     if lower_xnnpack {
-        xnnpack::lower_xnnpack_delegates(program, bytes)?;
+        // The blobs are byte ranges of the program's file.
+        xnnpack::lower_xnnpack_delegates(program, loaded.files.bytes(DataSource::Program))?;
         verify_program(program, &loaded.suites)?;
     }
     Ok(())

@@ -3,15 +3,16 @@
 //! A program file holds much that generated code never reads: the
 //! flatbuffer itself, and (once the compiler has prepared filters and packed
 //! weights from them) the original weights. Embedding the file whole would
-//! put both the weights and their prepared copy in the binary. So the
-//! generator first learns which bytes its code reads (a first generation,
-//! recording every read), then copies exactly the data ranges holding those
-//! into one block, [`DataSource::Embedded`], and moves the ranges only the
-//! compiler reads to [`DataSource::PrepareOnly`], which is never embedded.
-//! Every data reference of the program is rewritten to its new place, so the
-//! second generation emits the compacted offsets without knowing about any
-//! of this.
+//! put both the weights and their prepared copy in the binary. So the plan
+//! predicts which bytes the code will read (`plan::reads`), and this copies
+//! exactly the data ranges holding those into one block,
+//! [`DataSource::Embedded`], and moves the ranges only the compiler reads
+//! to [`DataSource::PrepareOnly`], which is never embedded. Every data
+//! reference of the program is rewritten to its new place
+//! ([`Compacted::relocate`] moves the plan's), so code generation emits the
+//! compacted offsets without knowing about any of this.
 use crate::ir::*;
+use crate::read::Files;
 use std::collections::BTreeSet;
 
 /// Where generated code reads file bytes: `(source, byte offset)` of the
@@ -29,6 +30,24 @@ pub struct Compacted {
     pub embedded: Vec<u8>,
     /// The bytes of [`DataSource::PrepareOnly`].
     pub prepare_only: Vec<u8>,
+    /// Where each run of file bytes went.
+    runs: Vec<Run>,
+}
+
+impl Compacted {
+    /// Where the file byte at `offset` of `source` went; anything else (no
+    /// file, or no data reference there) stays as it is.
+    pub fn relocate(&self, source: DataSource, offset: usize) -> (DataSource, usize) {
+        relocate(&self.runs, source, offset)
+    }
+}
+
+/// [`Compacted::relocate`] over `runs`.
+fn relocate(runs: &[Run], source: DataSource, offset: usize) -> (DataSource, usize) {
+    match run_index(runs, source, offset).map(|i| runs[i]) {
+        Some(r) if from_file(source) => (r.to, r.at + (offset - r.start)),
+        _ => (source, offset),
+    }
 }
 
 /// A run of bytes of one source file holding one or more (overlapping)
@@ -95,16 +114,10 @@ fn place(out: &mut Vec<u8>, start: usize, bytes: &[u8]) -> usize {
 }
 
 /// Compacts the data of `program` and `suites` (see the module doc): `reads`
-/// are the reads a generation recorded; `program_bytes` and `data` the
-/// files. Fails, naming the reference, if one lies outside its file (the
+/// are the reads the code will make (`plan::reads`); `files` the files'
+/// bytes. Fails, naming the reference, if one lies outside its file (the
 /// checks before generation rule that out).
-pub fn compact(
-    program: &Program,
-    suites: &[TestSuite],
-    reads: &Reads,
-    program_bytes: &[u8],
-    data: &[&[u8]],
-) -> Result<Compacted, String> {
+pub fn compact(program: &Program, suites: &[TestSuite], reads: &Reads, files: &Files<'_>) -> Result<Compacted, String> {
     let mut program = program.clone();
     let mut suites = suites.to_vec();
     let mut refs = Vec::new();
@@ -141,7 +154,7 @@ pub fn compact(
 
     let (mut embedded, mut prepare_only) = (Vec::new(), Vec::new());
     for r in &mut runs {
-        let file = super::source_bytes(r.source, program_bytes, data);
+        let file = files.bytes(r.source);
         let bytes = file.get(r.start..r.end).ok_or_else(|| {
             format!(
                 "data at bytes {}..{} of {:?} lies outside its file ({} bytes)",
@@ -161,20 +174,20 @@ pub fn compact(
     }
 
     each_ref(&mut program, &mut suites, |d, _| {
-        if !from_file(d.source) {
-            return;
+        if from_file(d.source) {
+            assert!(
+                run_index(&runs, d.source, d.offset).is_some(),
+                "every reference lies in the run made of it"
+            );
+            (d.source, d.offset) = relocate(&runs, d.source, d.offset);
         }
-        let r = run_index(&runs, d.source, d.offset)
-            .map(|i| runs[i])
-            .expect("every reference lies in the run made of it");
-        d.source = r.to;
-        d.offset = r.at + (d.offset - r.start);
     });
     Ok(Compacted {
         program,
         suites,
         embedded,
         prepare_only,
+        runs,
     })
 }
 
@@ -256,7 +269,7 @@ mod tests {
             constant(600, 8),
         ]);
         let reads: Reads = [(DataSource::Program, 104)].into();
-        let c = compact(&p, &[], &reads, &file, &[]).unwrap();
+        let c = compact(&p, &[], &reads, &Files::new(&file, &[])).unwrap();
         let v = &c.program.methods[0].values;
         let (a, b, d, e) = (data(&v[0]), data(&v[1]), data(&v[2]), data(&v[3]));
         assert_eq!(a.source, DataSource::Embedded);
@@ -279,7 +292,7 @@ mod tests {
     #[test]
     fn a_reference_outside_its_file_is_an_error() {
         let p = program(vec![constant(96, 64)]);
-        let e = compact(&p, &[], &Reads::new(), &[0; 100], &[]).unwrap_err();
+        let e = compact(&p, &[], &Reads::new(), &Files::new(&[0; 100], &[])).unwrap_err();
         assert!(e.contains("96..160") && e.contains("100 bytes"), "{e}");
     }
 
@@ -287,7 +300,7 @@ mod tests {
     /// tensors from (see `prepare::kept_arguments`).
     fn preparation_sources(file: &[u8]) -> Vec<(usize, usize)> {
         let mut loaded = crate::load(file, &[]).unwrap();
-        crate::transform(&mut loaded, file, &crate::Options::new()).unwrap();
+        crate::transform(&mut loaded, &crate::Options::new()).unwrap();
         let mut ranges = Vec::new();
         for m in &loaded.program.unwrap().methods {
             for ins in &m.instructions {

@@ -50,10 +50,20 @@ pub struct Folds {
     packed: Vec<PackedWeight>,
     /// Elements of the packed-weights buffer (0: none).
     pub packed_len: usize,
+    /// The packings made at compile time ([`Folds::pack_at_compile_time`]),
+    /// one per packed weight, until code generation places them
+    /// ([`Folds::place_packed`]).
+    packed_now: Vec<Vec<f32>>,
+    /// Whether the weights are packed at compile time.
+    at_compile_time: bool,
+    /// Product instructions that are plain (nothing scaled or added in
+    /// first): they run on the packed engine, reading only a weight's
+    /// packed copy when it was packed at compile time.
+    plain: HashSet<usize>,
 }
 
 /// The argument positions of a product: (left, right, output), by operator.
-fn product_args(name: &str) -> Option<(usize, usize, usize)> {
+pub(crate) fn product_args(name: &str) -> Option<(usize, usize, usize)> {
     match name {
         "aten::addmm.out" => Some((1, 2, 5)),
         "aten::mm.out" => Some((0, 1, 2)),
@@ -132,6 +142,9 @@ impl Folds {
                     f.elided.insert(n, readers[0].0);
                 }
             } else if let Some((_, _, out_pos)) = product_args(&name) {
+                if name != "aten::addmm.out" || plain_addmm(m, args) {
+                    f.plain.insert(n);
+                }
                 if !has_jumps {
                     let fused = fusable_relu(m, layout, &uses, &aliases, &f.transposed, n, args, out_pos);
                     if let Some((r, read)) = fused {
@@ -225,23 +238,61 @@ impl Folds {
         &self.packed
     }
 
-    /// Packs every weight now, into `prepared`: the method then needs no
-    /// packed-weights buffer and no run packs anything.
-    pub fn pack_at_compile_time(&mut self, layout: &MethodLayout, prepared: &PreparedData<'_>) -> Result<(), String> {
-        for w in &mut self.packed {
+    /// Whether product instruction `n` is plain (see [`Folds::of`]).
+    pub fn plain(&self, n: usize) -> bool {
+        self.plain.contains(&n)
+    }
+
+    /// Whether constant `value` (stored transposed or not) is packed at
+    /// compile time.
+    pub fn packed_at_compile_time(&self, value: usize, trans: bool) -> bool {
+        self.at_compile_time && self.packed_for(value, trans).is_some()
+    }
+
+    /// Packs every weight now, from the constants in `files`: the method
+    /// then needs no packed-weights buffer and no run packs anything. The
+    /// packings go into the embedded constants with [`Folds::place_packed`].
+    pub fn pack_at_compile_time(&mut self, layout: &MethodLayout, files: &PreparedData<'_>) -> Result<(), String> {
+        for w in &self.packed {
             let Some(Home::Data { source, offset }) = layout.homes.get(w.value).copied() else {
                 return Err(format!("value {} is packed but is not embedded data", w.value));
             };
             let mut packed = vec![0.0f32; w.len];
-            if prepared.computes() {
-                let b = prepared.read_f32(source, offset, w.k * w.n)?;
-                ptec_runtime::kernels::gemm::pack(&b, w.k, w.n, w.trans, &mut packed);
-            }
-            w.prepared = Some(prepared.push(&packed));
+            let b = files.read_f32(source, offset, w.k * w.n)?;
+            ptec_runtime::kernels::gemm::pack(&b, w.k, w.n, w.trans, &mut packed);
+            self.packed_now.push(packed);
         }
         self.packed_len = 0;
+        self.at_compile_time = true;
         Ok(())
     }
+
+    /// Appends the packings made at compile time to `prepared`, each
+    /// weight then reading its own.
+    pub fn place_packed(&mut self, prepared: &PreparedData<'_>) {
+        for (w, packed) in self.packed.iter_mut().zip(std::mem::take(&mut self.packed_now)) {
+            w.prepared = Some(prepared.push(&packed));
+        }
+    }
+}
+
+/// Whether `addmm(bias, a, b, beta, alpha, out)` is a plain product: alpha
+/// 1, and beta 0, or 1 with a bias of one row (added as the product stores).
+fn plain_addmm(m: &Method, args: &[usize]) -> bool {
+    let scalar = |i: usize| match args.get(i).and_then(|&v| m.values.get(v)) {
+        Some(Value::Null) => Some(1.0),
+        Some(Value::Int(x)) => Some(*x as f64),
+        Some(Value::Double(x)) => Some(*x),
+        Some(Value::Bool(x)) => Some(f64::from(u8::from(*x))),
+        _ => None,
+    };
+    let tensor = |i: usize| args.get(i).and_then(|&v| m.values.get(v)).and_then(Value::as_tensor);
+    let (Some(beta), Some(alpha), Some(bias), Some(b)) = (scalar(3), scalar(4), tensor(0), tensor(2)) else {
+        return false;
+    };
+    let row_bias =
+        bias.dynamism == Dynamism::Static && matches!(bias.sizes[..], [n] | [1, n] if Some(&n) == b.sizes.get(1));
+    alpha == 1.0 && (beta == 0.0 || (beta == 1.0 && row_bias))
 }
 
 /// The output of a `relu` at `n + 1` that product `n` can write directly,
@@ -368,9 +419,10 @@ mod tests {
         let m = mlp();
         let layout = layout_method(&m).unwrap();
         let mut f = Folds::of(&m, &layout, |_, _, _| true);
-        let prepared = PreparedData::new(&bytes, &[]);
+        let prepared = PreparedData::new(crate::read::Files::new(&bytes, &[]));
         f.pack_at_compile_time(&layout, &prepared).unwrap();
         assert_eq!(f.packed_len, 0, "no packed-weights buffer is left");
+        f.place_packed(&prepared);
         let data = prepared.take_bytes();
         for (w, (rows, cols)) in [(out_of(&m, 0, 0), (32, 16)), (out_of(&m, 3, 0), (10, 32))] {
             let p = f.packed_for(w, true).unwrap();

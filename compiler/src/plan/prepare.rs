@@ -8,11 +8,12 @@
 //! program embeds the result with its other constants ([`DataSource::Embedded`]):
 //! the kept tensor then takes no memory in the method's state, no run pays
 //! for the preparation, and the weights it was made from stay out of the
-//! binary (see `codegen::compact`).
+//! binary (see `plan::compact`).
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
 use crate::ir::*;
 use crate::names::{conv2d_nhwc, folded, fully_connected, qd8_fully_connected, qs8, CONV2D_FOLDED_CHAIN};
+use crate::read::Files;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
@@ -53,6 +54,14 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
     }
 }
 
+/// Whether the code of a call of `name` reads the constants its kept tensor
+/// is prepared from even when the compiler prepared it: a
+/// `qd8_fully_connected`'s names its weight and scales whatever its kept
+/// packing; the others read only the preparation.
+pub(crate) fn reads_sources_when_prepared(name: &str) -> bool {
+    name == qd8_fully_connected::NAME
+}
+
 /// Whether value `v` is absent or a constant whose bytes the compiler has.
 fn known_constant_or_none(m: &Method, v: usize) -> bool {
     match m.values.get(v) {
@@ -91,61 +100,39 @@ pub fn prepared_at_compile_time(m: &Method) -> BTreeSet<usize> {
 /// [`DataSource::Embedded`]), to which the prepared constants are appended
 /// as its instructions are generated.
 pub struct PreparedData<'a> {
-    /// The bytes of each source file: the program's, then the `.ptd` files.
-    program: &'a [u8],
-    data: Vec<&'a [u8]>,
+    /// The files the program was read from.
+    files: Files<'a>,
     /// The bytes of [`DataSource::PrepareOnly`].
     prepare_only: Vec<u8>,
     bytes: RefCell<Vec<u8>>,
     /// How many leading bytes of `bytes` are the files' (the rest were
     /// prepared).
     files_len: usize,
-    /// Whether the prepared constants are computed, or only laid out (as
-    /// zeros, for a generation whose code is thrown away).
-    computes: bool,
 }
 
 /// Each prepared constant starts on a cache line.
 const ALIGN: usize = 64;
 
 impl<'a> PreparedData<'a> {
-    /// For a program that reads its constants from its files.
-    pub fn new(program: &'a [u8], data: &[&'a [u8]]) -> Self {
+    /// The constants of a program's files as read, for the planning that
+    /// prepares from them.
+    pub fn new(files: Files<'a>) -> Self {
         PreparedData {
-            program,
-            data: data.to_vec(),
+            files,
             prepare_only: Vec::new(),
             bytes: RefCell::new(Vec::new()),
             files_len: 0,
-            computes: true,
         }
     }
 
-    /// For the first generation of `codegen::compact`, which only learns
-    /// what the code reads: the constants are laid out, not computed (the
-    /// second generation computes them, and reports what fails).
-    pub fn layout_only() -> Self {
-        PreparedData {
-            computes: false,
-            ..Self::new(&[], &[])
-        }
-    }
-
-    /// Whether the prepared constants are computed (see [`Self::layout_only`]).
-    pub fn computes(&self) -> bool {
-        self.computes
-    }
-
-    /// For a compacted program (see `codegen::compact`): the prepared
+    /// For a compacted program (see `plan::compact`): the prepared
     /// constants follow the bytes it embeds.
     pub fn compacted(embedded: Vec<u8>, prepare_only: Vec<u8>) -> Self {
         PreparedData {
-            program: &[],
-            data: Vec::new(),
+            files: Files::default(),
             prepare_only,
             files_len: embedded.len(),
             bytes: RefCell::new(embedded),
-            computes: true,
         }
     }
 
@@ -164,7 +151,7 @@ impl<'a> PreparedData<'a> {
         let file = match source {
             DataSource::Embedded => &embedded[..],
             DataSource::PrepareOnly => &self.prepare_only[..],
-            _ => super::source_bytes(source, self.program, &self.data),
+            _ => self.files.bytes(source),
         };
         offset
             .checked_add(len)

@@ -17,9 +17,11 @@ use crate::read::container::detect;
 use crate::read::program::read_program;
 use crate::read::ptd::read_ptd;
 
-/// A file, read.
+/// A file, read: the IR, and the bytes of the files its data references
+/// point into, which later stages read through it rather than being
+/// handed the files.
 #[derive(Clone, Debug)]
-pub struct Loaded {
+pub struct Loaded<'a> {
     /// What kind of file it is.
     pub kind: FileKind,
     /// The program (of a `.pte` or a bundle).
@@ -28,12 +30,75 @@ pub struct Loaded {
     pub suites: Vec<TestSuite>,
     /// The tensors of a `.ptd` file.
     pub tensor_data: Option<ExternalFile>,
+    /// The files' bytes, by [`DataSource`].
+    pub files: Files<'a>,
+}
+
+impl Loaded<'_> {
+    /// The same, its program's data read from `program` instead (a file
+    /// that holds the same bytes where the IR points, and maybe more).
+    pub fn with_program_file<'b>(self, program: &'b [u8]) -> Loaded<'b>
+    where
+        Self: 'b,
+    {
+        Loaded {
+            kind: self.kind,
+            program: self.program,
+            suites: self.suites,
+            tensor_data: self.tensor_data,
+            files: Files {
+                program,
+                data: self.files.data,
+            },
+        }
+    }
+}
+
+/// The bytes of the files a program was read from: the program's, then
+/// the `.ptd` files' (and a bundle of test cases embedded after them). The
+/// IR's data references ([`DataRef`]) are byte ranges of these, and the
+/// generated code names the files with their lengths and hashes.
+#[derive(Clone, Debug, Default)]
+pub struct Files<'a> {
+    program: &'a [u8],
+    data: Vec<&'a [u8]>,
+}
+
+impl<'a> Files<'a> {
+    /// The program's bytes and the `.ptd` files', in order.
+    pub fn new(program: &'a [u8], data: &[&'a [u8]]) -> Self {
+        Files {
+            program,
+            data: data.to_vec(),
+        }
+    }
+
+    /// The bytes of a file (none for the blocks the compiler makes, which
+    /// are not such files).
+    pub fn bytes(&self, source: DataSource) -> &'a [u8] {
+        match source {
+            DataSource::Program => self.program,
+            DataSource::External(k) => self.data.get(k).copied().unwrap_or(&[]),
+            DataSource::Embedded | DataSource::PrepareOnly => &[],
+        }
+    }
+
+    /// How many data files follow the program.
+    pub fn data_files(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Adds a data file, `DataSource::External(n)` for the `n` returned.
+    pub fn add_data(&mut self, bytes: &'a [u8]) -> usize {
+        self.data.push(bytes);
+        self.data.len() - 1
+    }
 }
 
 /// Reads `bytes` (a `.pte`, `.bp`, `.bpte` or `.ptd`), resolving external
 /// tensors against the `.ptd` files in `data_files`. The program is not
 /// verified yet: see `crate::load`.
-pub fn parse(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
+pub fn parse<'a>(bytes: &'a [u8], data_files: &[&'a [u8]]) -> Result<Loaded<'a>> {
     let kind = detect(bytes)?;
     let external = data_files
         .iter()
@@ -57,5 +122,6 @@ pub fn parse(bytes: &[u8], data_files: &[&[u8]]) -> Result<Loaded> {
         program,
         suites,
         tensor_data,
+        files: Files::new(bytes, data_files),
     })
 }

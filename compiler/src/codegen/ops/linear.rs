@@ -176,9 +176,9 @@ fn addmm(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         stmts.push(ctx.set_sizes(&out, quote!(&[#m, #n])));
     }
     let bsizes = ctx.sizes(&bias);
-    // `addmm` adds a row bias as it stores, as a plain product would.
-    let row_bias = !bias.dynamic && matches!(bias.sizes[..], [n] | [1, n] if n == b.sizes[1]);
-    let plain = alpha == 1.0 && (beta == 0.0 || (beta == 1.0 && row_bias));
+    // `addmm` adds a row bias as it stores, as a plain product would (the
+    // plan decides which are plain: it predicts what they read).
+    let plain = ctx.folds.plain(ctx.instruction);
     let (bi, s1) = ctx.read(&bias)?;
     let (ai, s2) = ctx.read(&a)?;
     let (b_operand, s3, b_packed) = right_operand(ctx, 2, false, plain)?;

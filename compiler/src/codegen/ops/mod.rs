@@ -266,12 +266,6 @@ impl<'a> OpCtx<'a> {
         self.layout.prepared.contains(&t.value)
     }
 
-    /// Whether the prepared constants are computed in this generation (see
-    /// `PreparedData::layout_only`): when not, a call lays out zeros.
-    pub fn computes_prepared(&self) -> bool {
-        self.prepared.is_some_and(|p| p.computes())
-    }
-
     /// The elements of the embedded `f32` constant `t`, at compile time.
     pub fn constant_f32(&self, t: &TArg) -> Result<Vec<f32>, String> {
         let prepared = self
@@ -349,7 +343,7 @@ impl<'a> OpCtx<'a> {
     /// A shared view of the `f32` tensor `t` when the call reads it
     /// (`needed`); otherwise an empty `&[f32]` in its place: a constant the
     /// compiler prepared another from, left out of the binary (see
-    /// `codegen::compact`).
+    /// `plan::compact`).
     pub fn read_if_needed(&mut self, t: &TArg, needed: bool) -> Result<(Ident, TokenStream), String> {
         if needed {
             return self.read(t);

@@ -243,9 +243,7 @@ fn prepared_view(
 ) -> Result<(TokenStream, TokenStream), String> {
     if ctx.is_prepared(kept) {
         let mut floats = vec![0.0f32; kept.numel()];
-        if ctx.computes_prepared() {
-            prepare(ctx, &mut floats)?;
-        }
+        prepare(ctx, &mut floats)?;
         let (view, stmt) = ctx.read_prepared(kept, &floats)?;
         Ok((quote!(#view), stmt))
     } else {
