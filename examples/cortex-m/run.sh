@@ -82,8 +82,8 @@ print(sum(int(m.group(2), 16) for m in (re.search(r"\] (\S+)\s+\S+\s+\S+\s+\S+\s
 ' "${@:2}"
 }
 kib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1024 }'; }
-code_of() { section_sum "$1" .boot_vector .vector_table .text .init.rust; }
-consts_of() { section_sum "$1" .rodata .eh_frame .data; }
+code_of() { section_sum "$1" .boot_vector .vector_table .text .init.rust .eh_frame; }
+consts_of() { section_sum "$1" .rodata .data; }
 ram_of() { section_sum "$1" .data .bss .uninit; }
 stack_of() { sed -n 's/^stack high-water mark: \([0-9]*\) bytes$/\1/p' <<<"$1"; }
 insns_of() { sed -n 's/^.*: \([0-9]*\) instructions per inference$/\1/p' <<<"$1"; }
@@ -93,7 +93,8 @@ mega() { awk -v n="$1" 'BEGIN { printf "%.2f", n / 1e6 }'; }
 # layers'), counted with forward hooks on executorch.examples.models.mlperf_tiny.
 declare -A macs=([ds_cnn]=2656768 [mobilenet_v1_025]=7489664 [resnet8]=12501632 [deep_autoencoder]=264192)
 echo
-echo "Flash is code (.vector_table, .text) plus constants (.rodata, .data's initial"
+echo "Flash is code (.vector_table, .text; on RISC-V also .init.rust and the unwind"
+echo "tables, .eh_frame) plus constants (.rodata, .data's initial"
 echo "values); RAM is .data, .bss and the stack's high-water mark. A model's code"
 echo "and weights are what it adds to the firmware without models; its test data"
 echo "(inputs and expected outputs) is left out of its weights. Instructions are"

@@ -146,8 +146,8 @@ pub fn naive_reference() {
         state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
         (state >> 24) as i8
     };
-    let x: [i8; K] = core::array::from_fn(|_| byte());
-    let w: [i8; K * N] = core::array::from_fn(|_| byte());
+    let (mut x, mut w) = ([0i8; K], [0i8; K * N]);
+    x.iter_mut().chain(w.iter_mut()).for_each(|v| *v = byte());
     let mut sums = [0i32; N];
     let (x, w) = (core::hint::black_box(&x), core::hint::black_box(&w));
     let start = instructions();
