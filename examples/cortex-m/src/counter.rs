@@ -8,6 +8,9 @@
 //!   1e9 / CLOCK_HZ instructions, so a count is good to a tick.
 //! - RISC-V: `minstret`, which QEMU derives from the same virtual time
 //!   (exact to the instruction).
+//!
+//! With them, the rest that differs by architecture: the stack pointer and
+//! waiting for an interrupt.
 
 use crate::hprintln;
 
