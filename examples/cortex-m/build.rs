@@ -11,17 +11,23 @@ fn main() {
     let board = match target.as_str() {
         "thumbv7em-none-eabihf" => "an386",
         "thumbv8m.main-none-eabihf" => "an547",
+        "riscv32imac-unknown-none-elf" => "virt",
         other => panic!(
-            "example-cortex-m builds for thumbv7em-none-eabihf (mps2-an386, Cortex-M4F) \
-             or thumbv8m.main-none-eabihf (mps3-an547, Cortex-M55), not {other}"
+            "example-cortex-m builds for thumbv7em-none-eabihf (mps2-an386, Cortex-M4F), \
+             thumbv8m.main-none-eabihf (mps3-an547, Cortex-M55) \
+             or riscv32imac-unknown-none-elf (QEMU's virt), not {other}"
         ),
     };
     let memory = format!("memory/{board}.x");
     fs::copy(&memory, out.join("memory.x")).unwrap();
     println!("cargo:rerun-if-changed={memory}");
     println!("cargo:rustc-link-search={}", out.display());
+    // cortex-m-rt's link.x includes memory.x; riscv-rt's takes it apart.
+    if board == "virt" {
+        println!("cargo:rustc-link-arg-bins=-Tmemory.x");
+    }
     println!("cargo:rustc-link-arg-bins=-Tlink.x");
-    println!("cargo:rustc-check-cfg=cfg(board, values(\"an386\", \"an547\"))");
+    println!("cargo:rustc-check-cfg=cfg(board, values(\"an386\", \"an547\", \"virt\"))");
     println!("cargo:rustc-cfg=board=\"{board}\"");
 
     println!("cargo:rerun-if-changed=models/manifest.json");

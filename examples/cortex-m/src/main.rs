@@ -1,16 +1,26 @@
-//! MLPerf Tiny's models on a Cortex-M, with no allocator: each program is
-//! initialised in place in one static arena, runs its bundled test cases
-//! and reports over semihosting; the exit status says whether all passed.
+//! MLPerf Tiny's models on a Cortex-M or a RISC-V core, with no allocator:
+//! each program is initialised in place in one static arena, runs its
+//! bundled test cases and reports over semihosting, with the instructions
+//! one inference took; the exit status says whether all passed.
 #![no_std]
 #![no_main]
 
 use core::mem::{align_of, size_of, MaybeUninit};
 use core::ptr::{addr_of, addr_of_mut};
+#[cfg(target_arch = "arm")]
 use cortex_m_rt::entry;
+#[cfg(target_arch = "arm")]
 use cortex_m_semihosting::{debug, hprintln};
+#[cfg(target_arch = "arm")]
 use panic_semihosting as _;
 use ptec_runtime::harness::{CaseFailure, Tolerance};
 use ptec_runtime::{InitInPlace, Model};
+#[cfg(target_arch = "riscv32")]
+use riscv_rt::entry;
+#[cfg(target_arch = "riscv32")]
+use riscv_semihosting::{debug, hprintln};
+
+mod counter;
 
 /// One module per model (`NAME::Net`, `NAME::bundled`), and `run_all`.
 macro_rules! models {
@@ -37,7 +47,7 @@ macro_rules! models {
             let passed: &[bool] = &[$(
                 run::<$name::Net>(
                     stringify!($name),
-                    $name::bundled::CASES.len(),
+                    &$name::bundled::CASES,
                     $name::bundled::run_case,
                     $name::bundled::TOLERANCE,
                 )
@@ -61,10 +71,11 @@ static mut ARENA: Arena = Arena(MaybeUninit::uninit());
 #[allow(dead_code)]
 type RunCase = fn(&mut dyn Model, usize, Tolerance) -> Result<(), CaseFailure>;
 
-/// Initialises `M` in the arena and runs its `cases` test cases; whether all
-/// passed.
+/// Initialises `M` in the arena, runs its test cases (`cases`: each one's
+/// method and index) and counts the instructions of one more inference on
+/// the last case's inputs; whether all passed.
 #[allow(dead_code)]
-fn run<M: InitInPlace + Model>(name: &str, cases: usize, run_case: RunCase, tol: Tolerance) -> bool {
+fn run<M: InitInPlace + Model>(name: &str, cases: &[(&str, usize)], run_case: RunCase, tol: Tolerance) -> bool {
     const { assert!(size_of::<M>() <= ARENA_BYTES && align_of::<M>() <= ARENA_ALIGN) };
     // SAFETY: the arena is only used here, one model at a time, on one
     // thread; it is large and aligned enough for `M` (asserted above) and
@@ -76,7 +87,7 @@ fn run<M: InitInPlace + Model>(name: &str, cases: usize, run_case: RunCase, tol:
         &mut *slot
     };
     let mut failed = 0;
-    for case in 0..cases {
+    for case in 0..cases.len() {
         if let Err(e) = run_case(model, case, tol) {
             hprintln!("{}: case {} FAILED: {}", name, case, e);
             failed += 1;
@@ -85,10 +96,26 @@ fn run<M: InitInPlace + Model>(name: &str, cases: usize, run_case: RunCase, tol:
     hprintln!(
         "{}: {} of {} cases passed ({} bytes of planned memory and state)",
         name,
-        cases - failed,
-        cases,
+        cases.len() - failed,
+        cases.len(),
         size_of::<M>()
     );
+    // The models are stateless: running again on the inputs the last case
+    // set repeats the inference it checked.
+    if let (0, Some(&(method, _))) = (failed, cases.last()) {
+        let Some(mi) = model.method_index(method) else {
+            hprintln!("{}: no method {}", name, method);
+            return false;
+        };
+        let start = counter::instructions();
+        let ran = model.execute(mi);
+        let end = counter::instructions();
+        if let Err(e) = ran {
+            hprintln!("{}: the timed inference FAILED: {}", name, e);
+            return false;
+        }
+        hprintln!("{}: {} instructions per inference", name, end - start);
+    }
     failed == 0
 }
 
@@ -102,7 +129,7 @@ const PAINT: u32 = 0x5A5A_A5A5;
 /// Paints the unused stack below the current frame, so that
 /// `stack_high_water` can find how deep the models went.
 fn paint_stack() {
-    let sp = cortex_m::register::msp::read() as usize - 256;
+    let sp = counter::stack_pointer() - 256;
     let mut p = addr_of_mut!(__sheap) as usize;
     while p < sp {
         // SAFETY: between the end of .bss and below the current frame: the
@@ -147,6 +174,10 @@ mod boot {
 
 #[entry]
 fn main() -> ! {
+    counter::start();
+    // Before the paint: its buffers are not the models' stack.
+    counter::check();
+    counter::naive_reference();
     paint_stack();
     let (passed, total) = run_all();
     hprintln!("stack high-water mark: {} bytes", stack_high_water());
@@ -158,6 +189,18 @@ fn main() -> ! {
     });
     // Only reached when no debugger or emulator takes the exit.
     loop {
-        cortex_m::asm::wfi();
+        counter::wait();
+    }
+}
+
+/// A panic is a failure: say where, and exit with it (panic-semihosting
+/// does this on Arm).
+#[cfg(target_arch = "riscv32")]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    hprintln!("{}", info);
+    debug::exit(debug::EXIT_FAILURE);
+    loop {
+        counter::wait();
     }
 }
