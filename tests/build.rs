@@ -145,6 +145,58 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    // MLPerf Tiny's models through ExecuTorch's Cortex-M backend flow
+    // (`cortex_m::` operators), against the converted graph's eager run, to
+    // the bit (examples/cortex-m, make_fixtures.py --only cortex_m).
+    (
+        "ds_cnn_cortex_m",
+        "../examples/cortex-m/models/ds_cnn_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "ds_cnn_cortex_m_nhwc",
+        "../examples/cortex-m/models/ds_cnn_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "mobilenet_v1_025_cortex_m",
+        "../examples/cortex-m/models/mobilenet_v1_025_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "mobilenet_v1_025_cortex_m_nhwc",
+        "../examples/cortex-m/models/mobilenet_v1_025_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "resnet8_cortex_m",
+        "../examples/cortex-m/models/resnet8_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "resnet8_cortex_m_nhwc",
+        "../examples/cortex-m/models/resnet8_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "deep_autoencoder_cortex_m",
+        "../examples/cortex-m/models/deep_autoencoder_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at

@@ -3,8 +3,9 @@
 # qemu-system-arm and fails unless every model passed its bundled cases:
 #   mps2-an386 (Cortex-M4F, thumbv7em-none-eabihf)
 #   mps3-an547 (Cortex-M55, thumbv8m.main-none-eabihf)
-# The models go in two firmwares per board, fp32 and int8 (portable and
-# XNNPACK): all twelve overflow the AN386's 4 MiB of code memory.
+# The models go in three firmwares per board, fp32, int8 (portable and
+# XNNPACK) and the Cortex-M backend's (`_cortex_m`): all of them overflow
+# the AN386's 4 MiB of code memory.
 #
 #   ./run.sh              # build, boot and check (CI runs this)
 #   ./run.sh --footprint  # also one firmware per model: the size table
@@ -28,6 +29,7 @@ models() { # the manifest's model names matching $1, comma-separated
 }
 fp32="$(models _fp32)"
 int8="$(models int8)"
+cortex_m="$(models _cortex_m)"
 
 # build TARGET MODELS: prints the firmware's path.
 build() {
@@ -43,7 +45,7 @@ boot() {
 failed=0
 for b in $boards; do
     machine="${b%%:*}" target="${b#*:}"
-    for set in "$fp32" "$int8"; do
+    for set in "$fp32" "$int8" "$cortex_m"; do
         n="$(tr ',' '\n' <<<"$set" | wc -l)"
         echo "== $machine: $set"
         elf="$(build "$target" "$set")"
@@ -86,7 +88,7 @@ for b in $boards; do
     base_code="$(code_of "$elf")" base_consts="$(consts_of "$elf")"
     base_stack="$(stack_of "$(boot "$machine" "$elf")")"
     echo "| none (cortex-m-rt, semihosting, the harness) | $machine | $(kib $((base_code + base_consts))) | $(kib "$base_code") | | | $(kib $(( $(ram_of "$elf") + base_stack ))) | | $base_stack |"
-    for model in $(tr ',' ' ' <<<"$fp32,$int8") $extra; do
+    for model in $(tr ',' ' ' <<<"$fp32,$int8,$cortex_m") $extra; do
         if ! elf="$(build "$target" "$model" 2>/dev/null)"; then
             [[ "$model" == *.bpte ]] || exit 1
             echo "| $(basename "$model") | $machine | does not fit | | | | | | |"

@@ -208,8 +208,12 @@ pub fn avg_pool2d(p: &AvgPool2d, x: &[i8], out: &mut [i8]) -> KernelResult {
                     // to the image, the count being what is inside.
                     let h0 = (y * p.stride[0]) as isize - p.padding[0] as isize;
                     let w0 = (xo * p.stride[1]) as isize - p.padding[1] as isize;
-                    let h1 = (h0 + p.kernel[0] as isize).min((ih + p.padding[0]) as isize).min(ih as isize);
-                    let w1 = (w0 + p.kernel[1] as isize).min((iw + p.padding[1]) as isize).min(iw as isize);
+                    let h1 = (h0 + p.kernel[0] as isize)
+                        .min((ih + p.padding[0]) as isize)
+                        .min(ih as isize);
+                    let w1 = (w0 + p.kernel[1] as isize)
+                        .min((iw + p.padding[1]) as isize)
+                        .min(iw as isize);
                     let (h0, w0) = (h0.max(0), w0.max(0));
                     let mut sum = 0.0f32;
                     for iy in h0..h1 {
@@ -324,7 +328,11 @@ pub fn add(
     };
     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
         let sum = scaled(x, pa).wrapping_add(scaled(y, pb));
-        *o = finish(requantize(i64::from(sum), po.multiplier, po.shift), po.zero_point, activation);
+        *o = finish(
+            requantize(i64::from(sum), po.multiplier, po.shift),
+            po.zero_point,
+            activation,
+        );
     }
     Ok(())
 }
@@ -347,7 +355,11 @@ pub fn mul(
     }
     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
         let p = (i32::from(x).wrapping_sub(a_zero_point)).wrapping_mul(i32::from(y).wrapping_sub(b_zero_point));
-        *o = finish(requantize(i64::from(p), multiplier, shift), output_zero_point, [-128, 127]);
+        *o = finish(
+            requantize(i64::from(p), multiplier, shift),
+            output_zero_point,
+            [-128, 127],
+        );
     }
     Ok(())
 }

@@ -14,7 +14,9 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("cortex_m::quantized_conv2d.out", |c| conv2d(c, false, false)),
     ("cortex_m::quantized_conv2d_nhwc.out", |c| conv2d(c, false, true)),
     ("cortex_m::quantized_depthwise_conv2d.out", |c| conv2d(c, true, false)),
-    ("cortex_m::quantized_depthwise_conv2d_nhwc.out", |c| conv2d(c, true, true)),
+    ("cortex_m::quantized_depthwise_conv2d_nhwc.out", |c| {
+        conv2d(c, true, true)
+    }),
     ("cortex_m::quantized_avg_pool2d.out", |c| avg_pool2d(c, false)),
     ("cortex_m::quantized_avg_pool2d_nhwc.out", |c| avg_pool2d(c, true)),
     ("cortex_m::quantized_linear.out", linear),
@@ -38,7 +40,10 @@ fn strides(t: &TArg) -> Vec<usize> {
 /// Requires static tensors (the backend's programs have no others).
 fn require_static(ctx: &OpCtx<'_>, ts: &[&TArg]) -> Result<(), String> {
     match ts.iter().find(|t| t.dynamic) {
-        Some(t) => Err(format!("value {} has a dynamic shape; {} needs static shapes", t.value, ctx.name)),
+        Some(t) => Err(format!(
+            "value {} has a dynamic shape; {} needs static shapes",
+            t.value, ctx.name
+        )),
         None => Ok(()),
     }
 }
@@ -61,7 +66,11 @@ fn require_same_layout(ts: &[&TArg]) -> Result<(), String> {
 /// order, or (n, h, w, c) for the `_nhwc` operators.
 fn image(t: &TArg, nhwc: bool) -> Result<([usize; 4], [usize; 4]), String> {
     if t.rank() != 4 {
-        return Err(format!("value {} has rank {}, expected an image of rank 4", t.value, t.rank()));
+        return Err(format!(
+            "value {} has rank {}, expected an image of rank 4",
+            t.value,
+            t.rank()
+        ));
     }
     let order = if nhwc { [0, 3, 1, 2] } else { [0, 1, 2, 3] };
     let s = strides(t);
@@ -192,7 +201,11 @@ fn conv2d(ctx: &mut OpCtx<'_>, depthwise: bool, nhwc: bool) -> Result<TokenStrea
     let output = image(&out, nhwc)?;
     let [n, ic, ih, iw] = input.0;
     if w.rank() != 4 {
-        return Err(format!("the weight (value {}) has rank {}, expected 4", w.value, w.rank()));
+        return Err(format!(
+            "the weight (value {}) has rank {}, expected 4",
+            w.value,
+            w.rank()
+        ));
     }
     let (kh, kw) = (w.sizes[1], w.sizes[2]);
     let (oc, group_in, kind) = if depthwise {
@@ -237,7 +250,12 @@ fn conv2d(ctx: &mut OpCtx<'_>, depthwise: bool, nhwc: bool) -> Result<TokenStrea
     }
     let geometry = |v: [usize; 2]| usize_slice(&v);
     let (input_t, output_t) = (image_tokens(input), image_tokens(output));
-    let (k, s, p, d) = (geometry([kh, kw]), geometry(stride), geometry(padding), geometry(dilation));
+    let (k, s, p, d) = (
+        geometry([kh, kw]),
+        geometry(stride),
+        geometry(padding),
+        geometry(dilation),
+    );
     let gi = lit(group_in);
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
@@ -291,7 +309,11 @@ fn avg_pool2d(ctx: &mut OpCtx<'_>, nhwc: bool) -> Result<TokenStream, String> {
     }
     let nchw = [input.0[0], input.0[1], input.0[2], input.0[3]];
     let want = ptec_runtime::kernels::pool::avg_pool2d_output_sizes(&nchw, &kernel, &stride, &padding, ceil_mode, None)
-        .ok_or_else(|| format!("average pooling of {nchw:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?} is invalid"))?;
+        .ok_or_else(|| {
+            format!(
+                "average pooling of {nchw:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?} is invalid"
+            )
+        })?;
     if want[..] != output.0[..] {
         return Err(format!(
             "the output (value {}) has sizes {:?} (n, c, h, w), expected {:?}",
@@ -480,7 +502,8 @@ fn pad(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     );
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
-    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::strided_copy(#xi, #sizes, #src, #dst, #offset, #o)));
+    let call = ctx
+        .kernel_result(quote!(::ptec_runtime::kernels::cortex_m::strided_copy(#xi, #sizes, #src, #dst, #offset, #o)));
     Ok(quote! {
         #s1 #s2
         #o.fill(#value as #ty);
@@ -510,6 +533,7 @@ fn transpose(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (sizes, src, dst) = (usize_slice(&want), usize_slice(&src), usize_slice(&strides(&out)));
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
-    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::strided_copy(#xi, #sizes, #src, #dst, 0, #o)));
+    let call =
+        ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::strided_copy(#xi, #sizes, #src, #dst, 0, #o)));
     Ok(quote! { #s1 #s2 #call })
 }
