@@ -152,6 +152,17 @@ fn dequantize_per_tensor(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     })
 }
 
+/// An `Option` of a view of the optional tensor `t`, and its statement.
+fn read_opt(ctx: &mut OpCtx<'_>, t: &Option<TArg>) -> Result<(TokenStream, TokenStream), String> {
+    Ok(match t {
+        Some(t) => {
+            let (v, s) = ctx.read(t)?;
+            (quote!(Some(#v)), s)
+        }
+        None => (quote!(None), quote!()),
+    })
+}
+
 /// A per-output-channel constant (`i32` biases, multipliers, shifts).
 fn per_channel(t: &TArg, what: &str, channels: usize) -> Result<(), String> {
     require_dtype(t, &[Int])?;
@@ -259,13 +270,7 @@ fn conv2d(ctx: &mut OpCtx<'_>, depthwise: bool, nhwc: bool) -> Result<TokenStrea
     let gi = lit(group_in);
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
-    let (bias_arg, s3) = match &bias {
-        Some(b) => {
-            let (bi, s) = ctx.read(b)?;
-            (quote!(Some(#bi)), s)
-        }
-        None => (quote!(None), quote!()),
-    };
+    let (bias_arg, s3) = read_opt(ctx, &bias)?;
     let (mi, s4) = ctx.read(&mults)?;
     let (si, s5) = ctx.read(&shifts)?;
     let (o, s6) = ctx.write(&out)?;
@@ -385,17 +390,8 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (depth, columns) = (lit(depth), lit(columns));
     let (xi, s1) = ctx.read(&x)?;
     let (wi, s2) = ctx.read(&w)?;
-    let mut opt = |t: &Option<TArg>| -> Result<(TokenStream, TokenStream), String> {
-        Ok(match t {
-            Some(t) => {
-                let (v, s) = ctx.read(t)?;
-                (quote!(Some(#v)), s)
-            }
-            None => (quote!(None), quote!()),
-        })
-    };
-    let (bi, s3) = opt(&bias)?;
-    let (ki, s4) = opt(&kernel_sum)?;
+    let (bi, s3) = read_opt(ctx, &bias)?;
+    let (ki, s4) = read_opt(ctx, &kernel_sum)?;
     let (o, s5) = ctx.write(&out)?;
     let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::linear(
         &::ptec_runtime::kernels::cortex_m::Linear {
