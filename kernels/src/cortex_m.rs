@@ -337,44 +337,6 @@ pub fn add(
     Ok(())
 }
 
-/// `cortex_m::quantized_mul` of two tensors of one shape and layout: the
-/// product of the offset values, requantized, clamped to int8.
-#[allow(clippy::too_many_arguments)]
-pub fn mul(
-    a: &[i8],
-    a_zero_point: i32,
-    b: &[i8],
-    b_zero_point: i32,
-    output_zero_point: i32,
-    multiplier: i32,
-    shift: i32,
-    out: &mut [i8],
-) -> KernelResult {
-    if a.len() != out.len() || b.len() != out.len() {
-        return Err(KernelError::ShapeMismatch);
-    }
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        let p = (i32::from(x).wrapping_sub(a_zero_point)).wrapping_mul(i32::from(y).wrapping_sub(b_zero_point));
-        *o = finish(
-            requantize(i64::from(p), multiplier, shift),
-            output_zero_point,
-            [-128, 127],
-        );
-    }
-    Ok(())
-}
-
-/// `cortex_m::quantized_activation`: `out[i] = lut[x[i] + 128]`.
-pub fn activation_lut(x: &[i8], lut: &[i8], out: &mut [i8]) -> KernelResult {
-    if lut.len() != 256 || x.len() != out.len() {
-        return Err(KernelError::ShapeMismatch);
-    }
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = lut[(i32::from(v) + 128) as usize];
-    }
-    Ok(())
-}
-
 /// Copies the elements of a tensor of `sizes` at `src_strides` in `x` to
 /// `dst_strides` from `dst_offset` in `out` (a transpose, or the inside of
 /// a pad).
