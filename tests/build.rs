@@ -200,6 +200,21 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         0.0,
         0.0,
     ),
+    // cortex_m::pad with uneven amounts, legacy and explicit-layout.
+    (
+        "conv_pad_cortex_m",
+        "../examples/cortex-m/models/conv_pad_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "conv_pad_cortex_m_nhwc",
+        "../examples/cortex-m/models/conv_pad_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
     (
         "deep_autoencoder_cortex_m",
         "../examples/cortex-m/models/deep_autoencoder_cortex_m.bpte",
