@@ -145,6 +145,83 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    // MLPerf Tiny's models through ExecuTorch's Cortex-M backend flow
+    // (`cortex_m::` operators), against the converted graph's eager run, to
+    // the bit (examples/cortex-m, make_fixtures.py --only cortex_m).
+    (
+        "ds_cnn_cortex_m",
+        "../examples/cortex-m/models/ds_cnn_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    // Its fp32 convolutions between cortex_m::quantize and dequantize (an
+    // NCHW model) vary in their last bits with the instruction set: to two
+    // quanta of the output.
+    (
+        "ds_cnn_cortex_m_nchw",
+        "../examples/cortex-m/models/ds_cnn_cortex_m_nchw.bpte",
+        None,
+        0.0,
+        0.003359263064339757,
+    ),
+    (
+        "ds_cnn_cortex_m_nhwc",
+        "../examples/cortex-m/models/ds_cnn_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "mobilenet_v1_025_cortex_m",
+        "../examples/cortex-m/models/mobilenet_v1_025_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "mobilenet_v1_025_cortex_m_nhwc",
+        "../examples/cortex-m/models/mobilenet_v1_025_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "resnet8_cortex_m",
+        "../examples/cortex-m/models/resnet8_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "resnet8_cortex_m_nhwc",
+        "../examples/cortex-m/models/resnet8_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    // cortex_m::pad with uneven amounts, legacy and explicit-layout.
+    (
+        "conv_pad_cortex_m",
+        "../examples/cortex-m/models/conv_pad_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "conv_pad_cortex_m_nhwc",
+        "../examples/cortex-m/models/conv_pad_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "deep_autoencoder_cortex_m",
+        "../examples/cortex-m/models/deep_autoencoder_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at

@@ -4,8 +4,9 @@
 #   mps2-an386 (Cortex-M4F, thumbv7em-none-eabihf, qemu-system-arm)
 #   mps3-an547 (Cortex-M55, thumbv8m.main-none-eabihf, qemu-system-arm)
 #   virt (RISC-V rv32imac, riscv32imac-unknown-none-elf, qemu-system-riscv32)
-# The models go in two firmwares per board, fp32 and int8 (portable and
-# XNNPACK): all twelve overflow the AN386's 4 MiB of code memory.
+# The models go in three firmwares per board, fp32, int8 (portable and
+# XNNPACK) and the Cortex-M backend's (`_cortex_m`): all of them overflow
+# the AN386's 4 MiB of code memory.
 # QEMU runs with -icount shift=0, so that the firmware's timer counts
 # instructions (src/counter.rs): each model prints those of one inference.
 #
@@ -33,6 +34,7 @@ models() { # the manifest's model names matching $1, comma-separated
 }
 fp32="$(models _fp32)"
 int8="$(models int8)"
+cortex_m="$(models _cortex_m)"
 
 # build TARGET MODELS: prints the firmware's path.
 build() {
@@ -58,7 +60,7 @@ sys.exit(0 if m and abs(int(m[2]) - int(m[1])) <= 100 else "run.sh: the instruct
 failed=0
 for b in $boards; do
     machine="${b%%:*}" target="${b#*:}"
-    for set in "$fp32" "$int8"; do
+    for set in "$fp32" "$int8" "$cortex_m"; do
         n="$(tr ',' '\n' <<<"$set" | wc -l)"
         echo "== $machine: $set"
         elf="$(build "$target" "$set")"
@@ -116,7 +118,7 @@ for b in $boards; do
     rt=cortex-m-rt
     [[ "$machine" == virt ]] && rt=riscv-rt
     echo "| none ($rt, semihosting, the harness) | $machine | $(kib $((base_code + base_consts))) | $(kib "$base_code") | | | $(kib $(( $(ram_of "$elf") + base_stack ))) | | $base_stack | | |"
-    for model in $(tr ',' ' ' <<<"$fp32,$int8") $extra; do
+    for model in $(tr ',' ' ' <<<"$fp32,$int8,$cortex_m") $extra; do
         if ! elf="$(build "$target" "$model" 2>/dev/null)"; then
             [[ "$model" == *.bpte ]] || exit 1
             echo "| $(basename "$model") | $machine | does not fit | | | | | | | | |"

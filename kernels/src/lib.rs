@@ -66,6 +66,7 @@ pub const MAX_RANK: usize = 16;
 
 pub mod attention;
 pub mod conv;
+pub mod cortex_m;
 mod cpu;
 pub mod elementwise;
 pub mod gemm;

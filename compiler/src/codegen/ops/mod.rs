@@ -19,6 +19,7 @@ mod checks;
 mod compare;
 mod conv;
 mod copy;
+mod cortex_m;
 mod elementwise;
 mod index;
 mod linear;
@@ -55,6 +56,7 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
         pool::OPS,
         upsample::OPS,
         quant::OPS,
+        cortex_m::OPS,
         prim::OPS,
         llama::OPS,
     ]

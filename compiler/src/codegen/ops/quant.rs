@@ -50,7 +50,13 @@ const QUANTIZED: &[ScalarType] = &[Byte, Char, Short, Int, UInt16];
 
 /// Checks the quantized tensor `q` against the op's `dtype` argument (an
 /// integer `ScalarType` code) and its `[quant_min, quant_max]` range.
-fn check_quantized(ctx: &OpCtx<'_>, q: &TArg, qmin: usize, qmax: usize, dtype: usize) -> Result<(i64, i64), String> {
+pub(super) fn check_quantized(
+    ctx: &OpCtx<'_>,
+    q: &TArg,
+    qmin: usize,
+    qmax: usize,
+    dtype: usize,
+) -> Result<(i64, i64), String> {
     require_dtype(q, QUANTIZED)?;
     let code = ctx.int(dtype)?;
     if ScalarType::from_code(code as i8) != Some(q.dtype) {
