@@ -14,8 +14,8 @@ fn compile_with(edit: impl Fn(&mut Method)) -> Result<(), String> {
     let mut loaded = ptec::load(&bytes, &[]).unwrap();
     edit(&mut loaded.program.as_mut().unwrap().methods[0]);
     let options = ptec::Options::new();
-    ptec::transform(&mut loaded, &bytes, &options).map_err(|e| e.to_string())?;
-    ptec::generate(&loaded, &bytes, &[], &options)
+    ptec::transform(&mut loaded, &options).map_err(|e| e.to_string())?;
+    ptec::generate(&loaded, &options)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
