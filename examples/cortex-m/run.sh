@@ -137,9 +137,11 @@ print(sum(m["test_data_bytes"] for m in json.load(sys.stdin)["methods"]))')"
             test_data="$(python3 -c "import json,sys; print(json.load(open('models/manifest.json'))['models'][sys.argv[1]]['test_data_bytes'])" "$model")"
         fi
         code="$(code_of "$elf")" consts="$(consts_of "$elf")"
-        base="${model%_fp32}" base="${base%_int8}" base="${base%_xnnpack}"
+        base="${model%_fp32}" base="${base%_int8}" base="${base%_xnnpack}" base="${base%_nhwc}" base="${base%_cortex_m}"
         estimate=""
-        if [[ "$model" == *_int8 && -n "${macs[$base]:-}" ]]; then
+        # The integer programs (not the Cortex-M flow's `_nchw`, whose
+        # convolutions stay fp32).
+        if [[ "$model" =~ _int8$|_cortex_m$|_cortex_m_nhwc$ && -n "${macs[$base]:-}" ]]; then
             estimate="$(mega $((macs[$base] * naive / naive_macs)))"
         fi
         echo "| $(basename "$model") | $machine | $(kib $((code + consts))) | $(kib $((code - base_code))) | $(kib $((consts - base_consts - test_data))) | $(kib "$test_data") | $(kib $(( $(ram_of "$elf") + stack ))) | $(kib "$arena") | $stack | $(mega "$(insns_of "$out")") | $estimate |"
