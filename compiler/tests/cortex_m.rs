@@ -15,9 +15,7 @@ fn compile_with(edit: impl Fn(&mut Method)) -> Result<(), String> {
     edit(&mut loaded.program.as_mut().unwrap().methods[0]);
     let options = ptec::Options::new();
     ptec::transform(&mut loaded, &options).map_err(|e| e.to_string())?;
-    ptec::generate(&loaded, &options)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    ptec::generate(&loaded, &options).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// The instruction calling `op` first, and its arguments.
