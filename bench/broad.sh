@@ -39,7 +39,9 @@ done
 
 if [ -z "$render" ]; then
   cache="${XDG_CACHE_HOME:-$HOME/.cache}/ptec/bench"
-  key="$(cat "$here/broad-pins.txt" "$here/broad.py" "$here/../tests/fixtures/make_fixtures.py" | sha256sum | cut -c1-16)"
+  # The pins and the export script (not make_fixtures.py, whose helpers it
+  # uses: its fixtures change often, its lowering helpers rarely).
+  key="$(cat "$here/broad-pins.txt" "$here/broad.py" | sha256sum | cut -c1-16)"
   out="$cache/broad-$key"
   venv="${PTEC_VENV:-$cache/venv-$(sha256sum <"$here/broad-pins.txt" | cut -c1-16)}"
   if [ ! -f "$out/complete" ]; then
