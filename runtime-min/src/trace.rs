@@ -353,42 +353,29 @@ impl<'a, C: Clock> Recorder<'a, C> {
         if t.dim_order.iter().enumerate().all(|(i, &d)| usize::from(d) == i) {
             return self.write_debug(t.data);
         }
+        // `storage_index` reads a dim order that is not a permutation as
+        // the default; here it is dropped instead, not logged misread.
+        let mut seen = [false; MAX_RANK];
+        let permutation = rank <= MAX_RANK
+            && t.dim_order.len() == rank
+            && t.dim_order
+                .iter()
+                .all(|&d| usize::from(d) < rank && !core::mem::replace(&mut seen[usize::from(d)], true));
         let numel = t.sizes.iter().try_fold(1usize, |a, &s| a.checked_mul(s))?;
-        if rank > MAX_RANK || t.dim_order.len() != rank || numel == 0 || !t.data.len().is_multiple_of(numel) {
+        if !permutation || numel == 0 || !t.data.len().is_multiple_of(numel) {
             return None;
         }
         let elem = t.data.len() / numel;
         if elem == 0 {
             return None;
         }
-        // The stored layout's strides, in elements.
-        let mut strides = [0usize; MAX_RANK];
-        let mut seen = [false; MAX_RANK];
-        let mut step = 1usize;
-        for &d in t.dim_order.iter().rev() {
-            let d = usize::from(d);
-            if d >= rank || seen[d] {
-                return None;
-            }
-            seen[d] = true;
-            strides[d] = step;
-            step = step.checked_mul(t.sizes[d])?;
-        }
         let start = self.reserve_debug(t.data.len())?;
         let dst = self.debug.as_deref_mut()?.get_mut(start..start + t.data.len())?;
-        let mut index = [0usize; MAX_RANK];
-        for out in dst.chunks_exact_mut(elem) {
-            let at = (0..rank).map(|d| index[d] * strides[d]).sum::<usize>() * elem;
-            // In range: the strides are those of a permutation of `sizes`.
+        for (k, out) in dst.chunks_exact_mut(elem).enumerate() {
+            let at = t.storage_index(k) * elem;
+            // In range: the dim order is a permutation of the sizes'.
             if let Some(src) = t.data.get(at..at + elem) {
                 out.copy_from_slice(src);
-            }
-            for d in (0..rank).rev() {
-                index[d] += 1;
-                if index[d] < t.sizes[d] {
-                    break;
-                }
-                index[d] = 0;
             }
         }
         Some(start)
