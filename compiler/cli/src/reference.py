@@ -137,7 +137,9 @@ def main(request):
     compared, unmatched, first = 0, [], None
     for instruction, tensors in ours.items():
         theirs = ref.get(instruction)
-        if theirs is None or len(theirs) != len(tensors):
+        # ptec may log fewer outputs than the operator has (a max pooling's
+        # values without the indices it never computes): the first ones.
+        if theirs is None or len(theirs) < len(tensors):
             unmatched.append(instruction)
             continue
         compared += 1

@@ -285,9 +285,10 @@ fn instruction_functions(source: &str) -> BTreeMap<(String, String), (String, BT
             while let Some(at) = rest.find("::ptec_runtime::kernels::") {
                 rest = &rest[at + "::ptec_runtime::kernels::".len()..];
                 let module: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                // A path straight to an item of the kernels' root is not a
-                // module.
-                if rest[module.len()..].starts_with("::") {
+                // A path straight to an item of the kernels' root (a
+                // function, or a type: `KernelError::Shape`) is not a
+                // module; modules are snake case.
+                if rest[module.len()..].starts_with("::") && module.starts_with(|c: char| c.is_ascii_lowercase()) {
                     if let Some((_, modules)) = out.get_mut(key) {
                         modules.insert(module);
                     }

@@ -361,10 +361,16 @@ fn check_names_the_first_instruction_that_differs_from_executorch() {
         &[file.as_os_str(), "--debug-outputs".as_ref(), etdump.as_os_str()],
     );
     assert!(!ok, "{report}");
+    let compared = report
+        .split("ExecuTorch's runtime computes what ptec does at every instruction compared (")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse::<usize>().ok());
+    // Every instruction whose outputs ptec logs: the Inspector's nine rows
+    // in `the_inspector_lines_up_channels_last_images`.
+    assert_eq!(compared, Some(9), "{report}");
     assert!(
-        report.contains(
-            "ExecuTorch's runtime computes what ptec does at every instruction compared (18), and fails this case too"
-        ),
+        report.contains("and fails this case too: the program, or its bundled outputs, is off, not ptec"),
         "{report}"
     );
 }
