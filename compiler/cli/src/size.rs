@@ -6,8 +6,8 @@
 //! runner crate (`opt-level = 3`, symbols kept). Then:
 //!
 //! - **code** is read from the binary: its executable sections, and each
-//!   function symbol's size (the `object` crate reads ELF, Mach-O, PE and
-//!   wasm). A symbol counts for a method when it is in the method's state
+//!   function symbol's size (the `object` crate reads ELF, Mach-O and
+//!   PE). A symbol counts for a method when it is in the method's state
 //!   type (`state_type_name`), for an operator kind when it is one of the
 //!   instruction functions (`iN`) of that kind, or a kernel of a
 //!   `ptec_kernels` module that only that kind's instructions call by name
@@ -203,6 +203,9 @@ struct Symbol {
 /// The binary's code bytes, its function symbols and the size of its
 /// `EMBEDDED_DATA` symbols.
 fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<Symbol>, u64), String> {
+    if bytes.starts_with(b"\0asm") {
+        return Err("ptec size reads ELF, Mach-O and PE binaries, and this target builds WebAssembly".into());
+    }
     let file = object::File::parse(bytes).map_err(|e| format!("reading the built binary: {e}"))?;
     let text: BTreeMap<usize, (u64, u64)> = file
         .sections()
