@@ -439,7 +439,16 @@ pub fn size(req: &SizeRequest, mut progress: impl FnMut(&str)) -> Result<SizeRep
     krate.write("main.rs", MAIN)?;
     let target = target_dir("PTEC_SIZE_TARGET_DIR", "ptec-size");
     progress(&format!("building for {triple} in {}", target.display()));
-    let exe = krate.build_for(&target, req.target.as_deref(), Some(""), req.verbose)?;
+    let exe = krate
+        .build_for(&target, req.target.as_deref(), Some(""), req.verbose)
+        .map_err(|e| match e.contains("can't find crate for `std`") {
+            // The runner runs the program with `std`'s threads and output.
+            true => format!(
+                "{triple} has no standard library, and ptec size builds a runner that needs one (for such \
+                 targets, see examples/cortex-m)"
+            ),
+            false => e,
+        })?;
     let bytes = std::fs::read(&exe).map_err(|e| format!("{}: {e}", exe.display()))?;
     if let Some(keep) = &req.keep {
         std::fs::copy(&exe, keep).map_err(|e| format!("{}: {e}", keep.display()))?;
