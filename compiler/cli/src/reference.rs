@@ -290,10 +290,11 @@ pub fn explain_failures(
     mut progress: impl FnMut(&str),
 ) -> Vec<(usize, Verdict)> {
     use crate::check::{check_with_debug_outputs, debug_buffer_path, CheckStatus};
-    let failing = results
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| matches!(r.status, CheckStatus::Ran { failed, .. } if failed > 0));
+    // A program that could not be constructed ran no instruction.
+    let failing = results.iter().enumerate().filter(|(_, r)| {
+        matches!(&r.status, CheckStatus::Ran { failed, lines, .. }
+            if *failed > 0 && !lines.iter().any(|l| l.starts_with("construction: ")))
+    });
     let mut verdicts = Vec::new();
     for (k, result) in failing {
         if let Err(why) = python() {
