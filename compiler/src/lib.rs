@@ -65,7 +65,7 @@ pub use ptec_runtime::harness::Tolerance;
 // The stages one by one, for the command line's `inspect`, the macro, the
 // fuzz targets and tests: not a stable API.
 #[doc(hidden)]
-pub use codegen::Generated;
+pub use codegen::{state_type_name, Generated};
 #[doc(hidden)]
 pub use compile::{generate, load};
 #[doc(hidden)]

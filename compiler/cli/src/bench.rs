@@ -5,8 +5,8 @@
 //! The executable is driven by `ptec_runtime::bench`, which takes the same
 //! arguments as `et_runner`; this module adds what only ptec knows: the
 //! generation time, the build time and the executable's size.
-use crate::runner::{absolute, refuse_user_backends, target_dir, RunnerCrate};
-use ptec::{compile, Input, Options};
+use crate::runner::{absolute, open_program, target_dir, RunnerCrate};
+use ptec::{compile, Options};
 use ptec_runtime::bench::BenchOptions;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -146,19 +146,19 @@ const WARM_UP_MAIN: &str = "fn main() {\n    let _ = ptec_runtime::ABI_VERSION;\
 /// Compiles, builds and runs the benchmark. `progress` receives one line per
 /// step.
 pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<BenchReport, String> {
-    let path = absolute(&req.path);
     let shown = req.path.display().to_string();
     progress(&format!("compiling {shown}"));
-    let input = Input::open(&path)
-        .and_then(|p| req.data.iter().try_fold(p, |p, d| p.open_data(d)))
-        .map_err(|e| e.to_string())?;
+    let input = open_program(
+        &req.path,
+        &req.data,
+        "bench",
+        "time it from your own code with the backend",
+    )?;
     // The traced code adds `execute_traced`; what is timed is the same.
     let options = Options::new()
         .name("Program")
         .output_file("program.rs")
         .trace(req.run.etdump.is_some());
-    refuse_user_backends(&input, "bench", "time it from your own code with the backend")
-        .map_err(|e| format!("{shown}: {e}"))?;
     let t0 = Instant::now();
     let source = compile(&input, &options).map_err(|e| format!("{shown}: {e}"))?;
     let gen_ms = t0.elapsed().as_secs_f64() * 1e3;

@@ -37,7 +37,7 @@ const TRACE_CASE: &str = r#"    if let (Some(etdump), Some(debug)) = (std::env::
                 std::fs::write(&etdump, rec.to_etdump()).expect("writing the ETDump");
                 std::fs::write(&debug, &rec.debug).expect("writing the debug buffer");
                 let (method, index) = m0::bundled::CASES[target];
-                println!("m0 traced {method}[{index}]");
+                println!("m0 traced {method}[{index}] {target}");
             }
             Err(e) => println!("m0 construction: {e}"),
         }
@@ -74,6 +74,25 @@ pub enum CheckStatus {
 pub struct CheckResult {
     pub input: CheckInput,
     pub status: CheckStatus,
+    /// The case `--debug-outputs` traced.
+    pub traced: Option<TracedCase>,
+}
+
+/// A case run traced: its method and index in the method's suite, and the
+/// cases run before it on the same instance (which a stateful method
+/// sees), in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedCase {
+    pub method: String,
+    pub index: usize,
+    pub before: Vec<(String, usize)>,
+}
+
+/// `(method, index)` of a report line `method[index]: ...`.
+fn case_of(line: &str) -> Option<(String, usize)> {
+    let (case, _) = line.split_once("]: ")?;
+    let (method, index) = case.rsplit_once('[')?;
+    Some((method.to_string(), index.parse().ok()?))
 }
 
 /// Builds the checks and runs them once on each thread count of
@@ -171,11 +190,13 @@ pub fn check_with_debug_outputs(
                         passed: 0,
                         failed: 0,
                     },
+                    traced: None,
                 });
             }
             Err(e) => results.push(CheckResult {
                 input: input.clone(),
                 status: CheckStatus::NotCompiled(e.to_string()),
+                traced: None,
             }),
         }
     }
@@ -231,14 +252,27 @@ pub fn check_with_debug_outputs(
             String::new()
         };
         for (m, i) in &modules {
-            let CheckStatus::Ran { lines, passed, failed } = &mut results[*i].status else {
+            let result = &mut results[*i];
+            let CheckStatus::Ran { lines, passed, failed } = &mut result.status else {
                 continue;
             };
+            // The cases of this run, in the order they ran.
+            let mut ran = Vec::new();
             for line in stdout.lines() {
                 let Some(rest) = line.strip_prefix(&format!("{m} ")) else {
                     continue;
                 };
-                if let Some(case) = rest.strip_prefix("traced ") {
+                if let Some(traced) = rest.strip_prefix("traced ") {
+                    let (case, position) = traced.rsplit_once(' ').unwrap_or((traced, "0"));
+                    let position: usize = position.parse().unwrap_or(0);
+                    if let Some((method, index)) = case_of(&format!("{case}: ")) {
+                        ran.truncate(position);
+                        result.traced = Some(TracedCase {
+                            method,
+                            index,
+                            before: ran.clone(),
+                        });
+                    }
                     if let Some(file) = &debug_outputs {
                         progress(&format!(
                             "the outputs of case {case} are in {} (its debug buffer in {})",
@@ -251,10 +285,26 @@ pub fn check_with_debug_outputs(
                     *passed += it.next().unwrap_or(0);
                     *failed += it.next().unwrap_or(0);
                 } else {
+                    ran.extend(case_of(rest));
                     lines.push(format!("{on}{rest}"));
                 }
             }
         }
     }
     Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn report_lines_name_their_case() {
+        use super::case_of;
+        assert_eq!(case_of("forward[3]: ok"), Some(("forward".into(), 3)));
+        assert_eq!(
+            case_of("get[x][12]: output 0: 3 element(s) differ"),
+            Some(("get[x]".into(), 12))
+        );
+        assert_eq!(case_of("construction: out of memory"), None);
+        assert_eq!(case_of("forward[a]: ok"), None);
+    }
 }

@@ -66,6 +66,14 @@ fn data_bytes<'a>(m: &'a Method, pick: impl Fn(&'a Placement) -> Option<&'a Data
         .sum()
 }
 
+/// The bytes of a method's constant tensors (each counted once).
+pub fn constant_bytes(m: &Method) -> usize {
+    data_bytes(m, |p| match p {
+        Placement::Constant { data } => Some(data),
+        _ => None,
+    })
+}
+
 fn method_json(m: &Method, suites: &[TestSuite]) -> Json {
     let mut op_counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
@@ -110,7 +118,7 @@ fn method_json(m: &Method, suites: &[TestSuite]) -> Json {
         "values": m.values.len(),
         "buffers": buffers,
         "planned_bytes": buffers.iter().sum::<u64>(),
-        "constant_bytes": data_bytes(m, |p| match p { Placement::Constant { data } => Some(data), _ => None }),
+        "constant_bytes": constant_bytes(m),
         "mutable_bytes": data_bytes(m, |p| match p { Placement::Mutable { initial, .. } => Some(initial), _ => None }),
         "external_tensors": external,
         "delegates": m.delegates.iter().map(|d| json!({
@@ -264,10 +272,7 @@ pub fn to_text(loaded: &Loaded, path: &str, file_size: usize) -> String {
                 buffers,
                 fmt_bytes(total)
             );
-            let constant = data_bytes(m, |p| match p {
-                Placement::Constant { data } => Some(data),
-                _ => None,
-            });
+            let constant = constant_bytes(m);
             let mutable = data_bytes(m, |p| match p {
                 Placement::Mutable { initial, .. } => Some(initial),
                 _ => None,

@@ -125,11 +125,46 @@ enum Command {
         /// docs/devtools.md). One bundle only.
         #[arg(long, value_name = "FILE")]
         debug_outputs: Option<PathBuf>,
+        /// When a case fails, the program ExecuTorch's Python runtime runs
+        /// as the reference that names the first instruction whose output
+        /// differs (default: the file checked; it needs the same
+        /// instructions).
+        #[arg(long, value_name = "FILE")]
+        reference: Option<PathBuf>,
         /// Show cargo's output while building.
         #[arg(short, long)]
         verbose: bool,
         /// Where to build and cache the runner (default:
         /// $PTEC_CHECK_TARGET_DIR, else ptec-check under $CARGO_TARGET_DIR,
+        /// the source tree's target, or the user's cache directory).
+        #[arg(long, value_name = "DIR")]
+        target_dir: Option<PathBuf>,
+    },
+    /// Build a program in release mode and report its size: per method
+    /// the planned memory, constants, code and stack; per operator kind
+    /// the code it adds (see docs/devtools.md).
+    Size {
+        /// The program (.pte) or bundle (.bpte, .bp).
+        file: PathBuf,
+        /// The target triple to build for (default: the host; the stack is
+        /// measured on the host only).
+        #[arg(long)]
+        target: Option<String>,
+        /// External tensor data (.ptd) the program refers to.
+        #[arg(long = "data")]
+        data: Vec<PathBuf>,
+        /// Print a JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also copy the binary measured to FILE (its `main` constructs the
+        /// program and runs each method once).
+        #[arg(long, value_name = "FILE")]
+        keep: Option<PathBuf>,
+        /// Show cargo's output while building.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Where to build and cache the runner (default:
+        /// $PTEC_SIZE_TARGET_DIR, else ptec-size under $CARGO_TARGET_DIR,
         /// the source tree's target, or the user's cache directory).
         #[arg(long, value_name = "DIR")]
         target_dir: Option<PathBuf>,
@@ -326,7 +361,7 @@ fn run_check(
     (rtol, atol): (f64, f64),
     cases: Option<&PathBuf>,
     threads: &[u32],
-    debug_outputs: Option<&std::path::Path>,
+    (debug_outputs, reference): (Option<&Path>, Option<&Path>),
     verbose: bool,
 ) -> Result<bool, String> {
     let inputs: Vec<CheckInput> = files
@@ -340,9 +375,12 @@ fn run_check(
         })
         .collect();
     let threads: Vec<usize> = threads.iter().map(|&t| t as usize).collect();
-    let results = check_with_debug_outputs(&inputs, &threads, verbose, debug_outputs, |msg| {
-        eprintln!("ptec check: {msg}")
-    })?;
+    let progress = |msg: &str| eprintln!("ptec check: {msg}");
+    let results = check_with_debug_outputs(&inputs, &threads, verbose, debug_outputs, progress)?;
+    // Where a case fails, the first instruction that differs from
+    // ExecuTorch's runtime.
+    let verdicts =
+        ptec_cli::reference::explain_failures(&results, threads[0], verbose, debug_outputs, reference, progress);
     let (mut passed, mut failed) = (0, 0);
     for r in &results {
         match &r.status {
@@ -351,7 +389,8 @@ fn run_check(
                 passed: p,
                 failed: f,
             } => {
-                for l in lines {
+                let verdict = verdicts.iter().filter(|(k, _)| std::ptr::eq(&results[*k], r));
+                for l in lines.iter().cloned().chain(verdict.map(|(_, v)| v.message())) {
                     if results.len() > 1 {
                         println!("{}: {l}", r.input.path.display());
                     } else {
@@ -383,6 +422,7 @@ fn main() -> ExitCode {
             cases,
             threads,
             debug_outputs,
+            reference,
             verbose,
             target_dir,
         }) => {
@@ -395,11 +435,39 @@ fn main() -> ExitCode {
                 (*rtol, *atol),
                 cases.as_ref(),
                 threads,
-                debug_outputs.as_deref(),
+                (debug_outputs.as_deref(), reference.as_deref()),
                 *verbose,
             )
         }
         Some(Command::Bench(args)) => run_bench(args).map(|_| true),
+        Some(Command::Size {
+            file,
+            target,
+            data,
+            json,
+            keep,
+            verbose,
+            target_dir,
+        }) => {
+            if let Some(d) = target_dir {
+                ptec_cli::set_target_dir(d.clone());
+            }
+            let req = ptec_cli::size::SizeRequest {
+                path: file.clone(),
+                data: data.clone(),
+                target: target.clone(),
+                keep: keep.clone(),
+                verbose: *verbose,
+            };
+            ptec_cli::size::size(&req, |msg| eprintln!("ptec size: {msg}")).map(|r| {
+                if *json {
+                    println!("{}", serde_json::to_string_pretty(&r).expect("a report serializes"));
+                } else {
+                    print!("{}", r.to_text());
+                }
+                true
+            })
+        }
         Some(Command::Coverage) => {
             print!("{}", ptec::coverage::coverage_markdown());
             Ok(true)

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 /// The ptec source tree this binary was built from (present for a build
 /// in the repository, `cargo install --path` and `--git`; absent for an
 /// install from crates.io).
-fn source_tree() -> PathBuf {
+pub(crate) fn source_tree() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
@@ -39,6 +39,15 @@ fn runtime_source() -> RuntimeSource {
     }
 }
 
+/// The kernels' sources the runner builds (beside the runtime's), when
+/// they are on disk.
+pub(crate) fn kernels_source() -> Option<PathBuf> {
+    match runtime_source() {
+        RuntimeSource::Path(runtime) => Some(runtime.join("../kernels/src")).filter(|d| d.is_dir()),
+        RuntimeSource::Registry => None,
+    }
+}
+
 /// Cargo's home (`$CARGO_HOME`, else `~/.cargo`): the sources of crates
 /// cargo installed live under it.
 fn cargo_home() -> Option<PathBuf> {
@@ -57,7 +66,7 @@ fn home() -> Option<PathBuf> {
 /// The user's cache directory for ptec (`$XDG_CACHE_HOME/ptec`, or
 /// `~/.cache/ptec`; `~/Library/Caches/ptec` on macOS,
 /// `%LOCALAPPDATA%\ptec` on Windows).
-fn user_cache_dir() -> Option<PathBuf> {
+pub(crate) fn user_cache_dir() -> Option<PathBuf> {
     if cfg!(windows) {
         return std::env::var_os("LOCALAPPDATA").map(|d| PathBuf::from(d).join("ptec"));
     }
@@ -118,6 +127,23 @@ fn default_target_dir(name: &str, tree: &Path, cargo_home: Option<&Path>, cache:
 /// not depend on the temporary crate's location).
 pub fn absolute(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Opens the program `path` with its `.ptd` files `data`, for a runner
+/// (`tool` names the command, `instead` says what to do with a program
+/// that needs backends from the user); errors name the file.
+pub fn open_program(
+    path: &Path,
+    data: &[PathBuf],
+    tool: &str,
+    instead: &str,
+) -> std::result::Result<ptec::Input<'static>, String> {
+    let shown = path.display();
+    let input = ptec::Input::open(absolute(path))
+        .and_then(|p| data.iter().try_fold(p, |p, d| p.open_data(d)))
+        .map_err(|e| e.to_string())?;
+    refuse_user_backends(&input, tool, instead).map_err(|e| format!("{shown}: {e}"))?;
+    Ok(input)
 }
 
 /// Fails for a program whose delegates need backends from the user: the
@@ -209,12 +235,26 @@ impl RunnerCrate {
     /// built. Its fingerprint is removed first, so the crate is always
     /// compiled (the dependencies stay cached).
     pub fn build(&self, target: &Path, rustflags: Option<&str>, verbose: bool) -> std::result::Result<PathBuf, String> {
+        self.build_for(target, None, rustflags, verbose)
+    }
+
+    /// [`RunnerCrate::build`] for the target triple `triple` (default: the
+    /// host).
+    pub fn build_for(
+        &self,
+        target: &Path,
+        triple: Option<&str>,
+        rustflags: Option<&str>,
+        verbose: bool,
+    ) -> std::result::Result<PathBuf, String> {
         std::fs::create_dir_all(target).map_err(|e| format!("{}: {e}", target.display()))?;
         let lock_path = target.join(".ptec-build.lock");
         let lock = std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
         lock.lock()
             .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
-        let fingerprints = target.join("release").join(".fingerprint");
+        let fingerprints = triple
+            .map_or(target.to_path_buf(), |t| target.join(t))
+            .join("release/.fingerprint");
         let prefix = format!("{}-", self.name);
         for entry in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
             if entry.file_name().to_string_lossy().starts_with(&prefix) {
@@ -222,8 +262,8 @@ impl RunnerCrate {
                     .map_err(|e| format!("removing {}: {e}", entry.path().display()))?;
             }
         }
-        let built = self.build_locked(target, rustflags, verbose)?;
-        let copy = self.dir.path().join(self.name);
+        let built = self.build_locked(target, triple, rustflags, verbose)?;
+        let copy = self.dir.path().join(built.file_name().unwrap_or(self.name.as_ref()));
         std::fs::copy(&built, &copy).map_err(|e| format!("copying {}: {e}", built.display()))?;
         Ok(copy)
     }
@@ -231,6 +271,7 @@ impl RunnerCrate {
     fn build_locked(
         &self,
         target: &Path,
+        triple: Option<&str>,
         rustflags: Option<&str>,
         verbose: bool,
     ) -> std::result::Result<PathBuf, String> {
@@ -240,6 +281,9 @@ impl RunnerCrate {
             cmd.args(["build", "--release", "--quiet"]);
             if offline {
                 cmd.arg("--offline");
+            }
+            if let Some(t) = triple {
+                cmd.args(["--target", t]);
             }
             cmd.arg("--manifest-path")
                 .arg(self.dir.path().join("Cargo.toml"))
@@ -271,7 +315,22 @@ impl RunnerCrate {
             }
             return Err(format!("building the generated code failed:\n{err}"));
         }
-        Ok(target.join("release").join(self.name))
+        let dir = match triple {
+            Some(t) => target.join(t).join("release"),
+            None => target.join("release"),
+        };
+        // A target whose executables have an extension (wasm, Windows).
+        let exe = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.is_file()
+                    && p.file_stem().is_some_and(|s| s == self.name)
+                    && p.extension().is_some_and(|e| e == "wasm" || e == "exe")
+            });
+        Ok(exe.unwrap_or_else(|| dir.join(self.name)))
     }
 }
 

@@ -281,15 +281,7 @@ fn the_inspector_points_at_a_perturbed_operator() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut bytes = std::fs::read(fixture("channels_last.bpte")).unwrap();
-    let eps = 1e-5f64.to_le_bytes();
-    let at: Vec<usize> = (0..bytes.len().saturating_sub(7))
-        .filter(|&i| bytes[i..i + 8] == eps)
-        .collect();
-    assert_eq!(at.len(), 3, "the three batch norms' epsilons, in program order");
-    bytes[at[1]..at[1] + 8].copy_from_slice(&1.0f64.to_le_bytes());
-    let file = dir.path().join("perturbed.bpte");
-    std::fs::write(&file, bytes).unwrap();
+    let file = perturbed_channels_last(dir.path());
     let (etdump, debug) = debug_outputs(dir.path(), &file, false);
     let doc = inspect(&venv, "channels_last", &etdump, Some(&debug));
     let found = gaps(&doc);
@@ -298,4 +290,103 @@ fn the_inspector_points_at_a_perturbed_operator() {
     // The second batch norm is c1's, whose relu is `relu_1`.
     assert_eq!(first.map(|k| names[k]), Some("relu_1"), "{doc}");
     assert!(found[first.unwrap()].1 > 1e-3, "{doc}");
+}
+
+/// The `channels_last` bundle with its second batch norm's epsilon made
+/// 1.0 (1e-5 in the file), written into `dir`.
+fn perturbed_channels_last(dir: &Path) -> PathBuf {
+    let mut bytes = std::fs::read(fixture("channels_last.bpte")).unwrap();
+    let eps = 1e-5f64.to_le_bytes();
+    let at: Vec<usize> = (0..bytes.len().saturating_sub(7))
+        .filter(|&i| bytes[i..i + 8] == eps)
+        .collect();
+    assert_eq!(at.len(), 3, "the three batch norms' epsilons, in program order");
+    bytes[at[1]..at[1] + 8].copy_from_slice(&1.0f64.to_le_bytes());
+    let file = dir.join("perturbed.bpte");
+    std::fs::write(&file, bytes).unwrap();
+    file
+}
+
+/// `ptec check` with `PTEC_VENV` set to `venv`: whether it passed, and
+/// what it printed.
+fn check_with_venv(venv: &Path, args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .arg("check")
+        .args(args)
+        .env("PTEC_VENV", venv)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A failing `ptec check` runs the case in ExecuTorch's runtime and names
+/// the first instruction whose output differs. With ExecuTorch running the
+/// original program as the reference, ptec's run of the perturbed one
+/// first differs at instruction 6, the relu after the second batch norm
+/// (the stem's convolution, batch norm and relu are 0-2, the max pooling
+/// 3, c1's convolution 4 and batch norm 5): ptec computes it in the
+/// convolution it folded the batch norm into, and logs that output as the
+/// relu's. With ExecuTorch running the perturbed program itself, both
+/// agree everywhere, and the message says the program is off, not ptec.
+#[test]
+fn check_names_the_first_instruction_that_differs_from_executorch() {
+    let Some(venv) = venv_or_not_run() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = perturbed_channels_last(dir.path());
+    let original = fixture("channels_last.bpte");
+    let (ok, report) = check_with_venv(&venv, &[file.as_os_str(), "--reference".as_ref(), original.as_os_str()]);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains(
+            "first instruction whose output differs from ExecuTorch's runtime: `forward` instruction 6 (aten::relu.out)"
+        ),
+        "{report}"
+    );
+    // A reference with other instructions cannot be matched, and is not.
+    let other = fixture("mlp.bpte");
+    let (ok, report) = check_with_venv(&venv, &[file.as_os_str(), "--reference".as_ref(), other.as_os_str()]);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains("no reference to find the first wrong instruction: --reference")
+            && report.contains("does not run the instructions of"),
+        "{report}"
+    );
+    // Reusing the outputs --debug-outputs wrote, against the same program.
+    let etdump = dir.path().join("case.etdp");
+    let (ok, report) = check_with_venv(
+        &venv,
+        &[file.as_os_str(), "--debug-outputs".as_ref(), etdump.as_os_str()],
+    );
+    assert!(!ok, "{report}");
+    let compared = report
+        .split("ExecuTorch's runtime computes what ptec does at every instruction compared (")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse::<usize>().ok());
+    // Every instruction whose outputs ptec logs: the Inspector's nine rows
+    // in `the_inspector_lines_up_channels_last_images`.
+    assert_eq!(compared, Some(9), "{report}");
+    assert!(
+        report.contains("and fails this case too: the program, or its bundled outputs, is off, not ptec"),
+        "{report}"
+    );
+}
+
+/// Without ExecuTorch's runtime to compare with, a failing check says so
+/// instead of naming an instruction.
+#[test]
+fn check_says_when_there_is_no_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = perturbed_channels_last(dir.path());
+    let (ok, report) = check_with_venv(&dir.path().join("no-venv"), &[file.as_os_str()]);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains("no reference to find the first wrong instruction: PTEC_VENV=")
+            && report.contains("has no bin/python"),
+        "{report}"
+    );
+    assert!(!report.contains("first instruction whose output differs"), "{report}");
 }

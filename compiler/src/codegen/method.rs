@@ -142,6 +142,13 @@ fn camel(s: &str) -> String {
     crate::names::camel_case(s.split('_'))
 }
 
+/// The name of the type generated code keeps method `method`'s state in,
+/// for program struct `program`: tools that read a built binary's symbols
+/// (`ptec size`) find the method's code under it.
+pub fn state_type_name(program: &str, method: &str) -> String {
+    format!("{program}{}State", camel(&method_ident(method)))
+}
+
 /// The typed Rust type of a static, non-bool tensor: nested arrays (or the
 /// element type for rank 0); `None` for tensors exposed as `TensorRef`.
 fn typed_array(t: &Tensor) -> Option<TokenStream> {
@@ -176,7 +183,7 @@ pub fn generate_method(
     let at = Location::method(&m.name);
     let mut errors = Vec::new();
     let mident = method_ident(&m.name);
-    let state_ident = format_ident!("{}{}State", ctx.struct_ident, camel(&mident));
+    let state_ident = format_ident!("{}", state_type_name(&ctx.struct_ident.to_string(), &m.name));
     let field = format_ident!("m_{}", mident);
 
     let (mut fields, init) = state_fields(ctx, m, &layout, &rt);

@@ -17,7 +17,7 @@ use crate::read::Files;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
-pub use method::method_ident;
+pub use method::{method_ident, state_type_name};
 
 /// Lints generated code does not answer to: it is complete for every
 /// program, used or not, and written for clarity of generation. Said once,

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Compares the size of a minimal Linux binary that runs a model through
+# ptec with ExecuTorch's et_runner on the same model, both stripped, and
+# prints the Markdown table of docs/devtools.md:
+#
+#   bench/size.sh [--et-dir DIR] [--target TRIPLE] [MODEL...]
+#
+# MODEL defaults to the bench corpus's MobileNetV2 and MLP, portable and
+# XNNPACK exports (../shared/corpus/bench). For each, `ptec size --keep`
+# builds the binary (release, opt-level 3: construct the program, run each
+# method once), which is stripped with `strip`; the weights are compiled
+# into it. et_runner is one binary for every model: it reads the .pte at
+# run time and loads ExecuTorch's runtime, kernels and XNNPACK backend as
+# the shared libraries of the executorch wheel (stripped copies are
+# measured; the C++ and C libraries of the system are left out, as for
+# ptec's binary). It is built by ../shared/anchors/executorch-runner/build.sh
+# into --et-dir (default: $CARGO_TARGET_DIR or target, /et-runner).
+# PTEC=path/to/ptec uses that ptec instead of building it.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+et_dir="$target/et-runner"
+triple=""
+models=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --et-dir) et_dir="$2"; shift 2 ;;
+    --target) triple="$2"; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) models+=("$1"); shift ;;
+  esac
+done
+if [ ${#models[@]} -eq 0 ]; then
+  corpus="$root/../shared/corpus/bench"
+  models=("$corpus/mobilenet_v2.bpte" "$corpus/mobilenet_v2_xnnpack.pte" "$corpus/mlp_1024.bpte" "$corpus/mlp_1024_xnnpack.pte")
+fi
+for m in "${models[@]}"; do
+  [ -e "$m" ] || { echo "no model $m: give MODEL files, or place the corpus at ../shared/corpus/bench" >&2; exit 2; }
+done
+command -v strip >/dev/null || { echo "needs strip (binutils)" >&2; exit 2; }
+
+ptec="${PTEC:-}"
+if [ -z "$ptec" ]; then
+  echo "building ptec..." >&2
+  (cd "$root" && cargo build --release --quiet -p ptec-cli)
+  ptec="$target/release/ptec"
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+kib() { awk -v b="$1" 'BEGIN { printf "%.0f KiB", b / 1024 }'; }
+stripped() { strip -o "$work/stripped" "$1" && stat -c %s "$work/stripped"; }
+
+# et_runner and the wheel's libraries it loads, stripped.
+et_total=""
+et_note="et_runner not found"
+et_build="$root/../shared/anchors/executorch-runner/build.sh"
+if [ -f "$et_build" ] && et="$(bash "$et_build" "$et_dir" 2>/dev/null | tail -n 1)" && [ -x "$et" ]; then
+  et_total=$(stripped "$et")
+  libs=$(ldd "$et" | awk '/libexecutorch/ { print $3 }')
+  for lib in $libs; do
+    et_total=$((et_total + $(stripped "$lib")))
+  done
+  et_note="et_runner $(kib "$(stripped "$et")") + $(echo "$libs" | xargs -n1 basename | paste -sd, - | sed 's/,/, /g')"
+fi
+
+host="$(rustc -vV | sed -n 's/^host: //p')"
+cpu="$(sed -n 's/^model name\s*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)"
+echo "Target ${triple:-$host}; built on $(uname -sm), ${cpu:-unknown CPU}, $(rustc --version), $(date -u +%Y-%m-%d)."
+echo
+echo "| model | ptec: binary, stripped (weights inside) | ptec: less the weights | ptec: code (.text) | ExecuTorch: et_runner + libraries, stripped | ExecuTorch: + the file it reads |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+for m in "${models[@]}"; do
+  name="$(basename "$m")"
+  args=(size "$m" --json --keep "$work/bin")
+  [ -n "$triple" ] && args+=(--target "$triple")
+  "$ptec" "${args[@]}" > "$work/report.json"
+  read -r embedded code < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["embedded_bytes"], d["code_bytes"])' "$work/report.json")
+  bin=$(stripped "$work/bin")
+  file=$(stat -c %s "$m")
+  et_col="n/a | n/a"
+  [ -n "$et_total" ] && et_col="$(kib "$et_total") | $(kib $((et_total + file)))"
+  echo "| $name | $(kib "$bin") | $(kib $((bin - embedded))) | $(kib "$code") | $et_col |"
+done
+echo
+echo "ExecuTorch: $et_note."
