@@ -54,6 +54,10 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("topk", "fixtures/topk.bpte", None, 1e-4, 1e-5),
     ("pads", "fixtures/pads.bpte", None, 1e-4, 1e-5),
     ("more_ops", "fixtures/more_ops.bpte", None, 1e-4, 1e-5),
+    // Complex tensors in, out, constant and planned (complex32, complex64,
+    // complex128), and built from real ones.
+    ("complex", "fixtures/complex.bpte", None, 1e-4, 1e-5),
+    ("complex_build", "fixtures/complex_build.bpte", None, 1e-4, 1e-5),
     ("selections", "fixtures/selections.bpte", None, 1e-4, 1e-5),
     // Indices read from the inputs (tests/tests/api/model_api.rs).
     ("dynamic_scatter", "fixtures/dynamic_scatter.bpte", None, 1e-4, 1e-5),

@@ -33,3 +33,16 @@ fn every_operator_left_out_says_why() {
         );
     }
 }
+
+/// A note on how an operator differs from ExecuTorch is kept only for one
+/// ptec compiles.
+#[test]
+fn notes_are_on_compiled_operators() {
+    let supported: std::collections::BTreeSet<&str> = ptec::coverage::supported_operators().collect();
+    for op in ptec::coverage::portable_operators() {
+        if let Some(note) = ptec::coverage::note(op) {
+            assert!(supported.contains(op), "{op} has a note ({note}) but is not compiled");
+        }
+    }
+    assert!(ptec::coverage::note("aten::rand.out").is_some_and(|n| n.contains("random_device")));
+}

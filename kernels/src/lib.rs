@@ -65,6 +65,7 @@ pub type KernelResult = Result<(), KernelError>;
 pub const MAX_RANK: usize = 16;
 
 pub mod attention;
+pub mod complex;
 pub mod conv;
 pub mod cortex_m;
 mod cpu;
@@ -81,6 +82,7 @@ pub mod pool;
 pub mod qd8;
 pub mod qs8;
 pub mod quant;
+pub mod random;
 pub mod reduce;
 pub mod scalar;
 pub mod shape;

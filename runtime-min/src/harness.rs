@@ -111,13 +111,33 @@ pub fn compare(output: usize, got: &Value<'_>, want: &Value<'_>, tol: Tolerance)
             if g.sizes != w.sizes {
                 return Err(CaseFailure::Sizes { output });
             }
-            let exact = !g.dtype.is_float();
+            let exact = !g.dtype.is_float() && !g.dtype.is_complex();
             let mut count = 0;
             let mut first = [None; REPORTED_MISMATCHES];
             // Element by element in row-major order, each read where its
             // tensor's dim order stores it.
             for i in 0..w.numel() {
                 let (gi, wi) = (g.storage_index(i), w.storage_index(i));
+                // A complex element: both parts within tolerance; a
+                // mismatch reports the first part that is not.
+                if let (Some(a), Some(b)) = (g.get_complex(gi), w.get_complex(wi)) {
+                    let (ok, got, want) = if close(a.0, b.0, tol) {
+                        (close(a.1, b.1, tol), a.1, b.1)
+                    } else {
+                        (false, a.0, b.0)
+                    };
+                    if !ok {
+                        if count < REPORTED_MISMATCHES {
+                            first[count] = Some(ElementMismatch {
+                                index: i,
+                                expected: want,
+                                got,
+                            });
+                        }
+                        count += 1;
+                    }
+                    continue;
+                }
                 let ok = if exact {
                     match (g.get_i64(gi), w.get_i64(wi)) {
                         (Some(a), Some(b)) => a == b,
@@ -306,5 +326,41 @@ mod tests {
         );
         assert!(compare(0, &Value::Int(3), &Value::Int(3), Tolerance::default()).is_ok());
         assert!(compare(0, &Value::Int(3), &Value::Double(3.0), Tolerance::default()).is_err());
+    }
+
+    #[test]
+    fn complex_elements_compare_both_parts() {
+        use crate::{f16, Complex};
+        let s = [2usize];
+        let want = [Complex { re: 1.0f32, im: 2.0 }, Complex { re: -3.0, im: 0.5 }];
+        let near = [Complex { re: 1.0f32, im: 2.0 }, Complex { re: -3.0, im: 0.50001 }];
+        let imag_off = [Complex { re: 1.0f32, im: 2.0 }, Complex { re: -3.0, im: -0.5 }];
+        let tol = Tolerance { rtol: 1e-4, atol: 1e-5 };
+        let want = Value::Tensor(TensorRef::from_slice(&s, &want));
+        let near = Value::Tensor(TensorRef::from_slice(&s, &near));
+        let imag_off = Value::Tensor(TensorRef::from_slice(&s, &imag_off));
+        assert!(compare(0, &near, &want, tol).is_ok());
+        match compare(0, &imag_off, &want, tol) {
+            Err(CaseFailure::Elements { count: 1, first, .. }) => {
+                assert_eq!(
+                    first[0],
+                    Some(ElementMismatch {
+                        index: 1,
+                        expected: 0.5,
+                        got: -0.5
+                    })
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // complex32: f16 parts.
+        let h = [Complex {
+            re: f16::from_f32(1.5),
+            im: f16::from_f32(-2.0),
+        }];
+        let th = TensorRef::from_slice(&s[..1], &h);
+        assert_eq!(th.dtype, ScalarType::ComplexHalf);
+        assert_eq!(th.get_complex(0), Some((1.5, -2.0)));
+        assert_eq!(th.get_f64(0), None);
     }
 }

@@ -28,6 +28,9 @@ pub use half::{bf16, f16};
 /// [`check_abi`]), so only generated code should name them.
 #[doc(hidden)]
 pub use ptec_kernels as kernels;
+/// The element type of complex tensors (`complex32`, `complex64`,
+/// `complex128`): `Complex<f16>`, `Complex<f32>`, `Complex<f64>`.
+pub use ptec_kernels::complex::Complex;
 /// Threads the kernels of every program use (1, the caller's, by
 /// default): large matrix products and convolutions split their work.
 pub use ptec_kernels::parallel::{set_threads, threads};
@@ -167,6 +170,15 @@ pub trait Model {
     /// and its instruction counter.
     fn reset(&mut self, method: usize) -> Result<(), Error>;
 
+    /// Seeds the random numbers of every method (`rand`, `randn`): each
+    /// method's generator starts again at `seed`'s sequence (a program
+    /// starts at seed 0) and advances from call to call; `reset` leaves it
+    /// be. Programs that draw none ignore it. See
+    /// `ptec_runtime::kernels::random` for the generator.
+    fn manual_seed(&mut self, seed: u64) {
+        let _ = seed;
+    }
+
     /// Runs `method` as [`Model::execute`] does, reporting each instruction
     /// to `tracer` (see [`trace`]). Only a program compiled with
     /// `trace = true` can; the others return [`Error::NotTraced`].
@@ -197,6 +209,9 @@ macro_rules! forward_model {
             }
             fn reset(&mut self, method: usize) -> Result<(), Error> {
                 (**self).reset(method)
+            }
+            fn manual_seed(&mut self, seed: u64) {
+                (**self).manual_seed(seed)
             }
             fn execute_traced(&mut self, method: usize, tracer: &mut dyn trace::Tracer) -> Result<(), Error> {
                 (**self).execute_traced(method, tracer)

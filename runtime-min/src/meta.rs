@@ -13,6 +13,12 @@ pub enum ScalarType {
     Half = 5,
     Float = 6,
     Double = 7,
+    /// `complex32`: real and imaginary `f16` halves, the real part first.
+    ComplexHalf = 8,
+    /// `complex64`: two `f32`s.
+    ComplexFloat = 9,
+    /// `complex128`: two `f64`s.
+    ComplexDouble = 10,
     Bool = 11,
     QInt8 = 12,
     QUInt8 = 13,
@@ -32,7 +38,7 @@ pub enum ScalarType {
 
 impl ScalarType {
     /// Every scalar type, in code order.
-    pub const ALL: [ScalarType; 23] = [
+    pub const ALL: [ScalarType; 26] = [
         ScalarType::Byte,
         ScalarType::Char,
         ScalarType::Short,
@@ -41,6 +47,9 @@ impl ScalarType {
         ScalarType::Half,
         ScalarType::Float,
         ScalarType::Double,
+        ScalarType::ComplexHalf,
+        ScalarType::ComplexFloat,
+        ScalarType::ComplexDouble,
         ScalarType::Bool,
         ScalarType::QInt8,
         ScalarType::QUInt8,
@@ -77,8 +86,9 @@ impl ScalarType {
             Byte | Char | Bool | QInt8 | QUInt8 | QUInt4x2 | QUInt2x4 | Float8E5M2 | Float8E4M3FN | Float8E5M2FNUZ
             | Float8E4M3FNUZ => 1,
             Short | Half | BFloat16 | Bits16 | UInt16 => 2,
-            Int | Float | QInt32 | UInt32 => 4,
-            Long | Double | UInt64 => 8,
+            Int | Float | QInt32 | UInt32 | ComplexHalf => 4,
+            Long | Double | UInt64 | ComplexFloat => 8,
+            ComplexDouble => 16,
         }
     }
 
@@ -94,6 +104,9 @@ impl ScalarType {
             Half => "float16",
             Float => "float32",
             Double => "float64",
+            ComplexHalf => "complex32",
+            ComplexFloat => "complex64",
+            ComplexDouble => "complex128",
             Bool => "bool",
             QInt8 => "qint8",
             QUInt8 => "quint8",
@@ -118,6 +131,24 @@ impl ScalarType {
             self,
             ScalarType::Half | ScalarType::Float | ScalarType::Double | ScalarType::BFloat16
         )
+    }
+
+    /// Complex types.
+    pub const fn is_complex(self) -> bool {
+        matches!(
+            self,
+            ScalarType::ComplexHalf | ScalarType::ComplexFloat | ScalarType::ComplexDouble
+        )
+    }
+
+    /// The type of a complex type's real and imaginary parts.
+    pub const fn complex_part(self) -> Option<ScalarType> {
+        match self {
+            ScalarType::ComplexHalf => Some(ScalarType::Half),
+            ScalarType::ComplexFloat => Some(ScalarType::Float),
+            ScalarType::ComplexDouble => Some(ScalarType::Double),
+            _ => None,
+        }
     }
 
     /// Integer types, signed or not (not bool).

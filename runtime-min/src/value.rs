@@ -33,6 +33,19 @@ pod!(
     u32 => Some(ScalarType::UInt32),
     u64 => Some(ScalarType::UInt64),
 );
+// SAFETY: `Complex` is `repr(C)` of two equal floats: no padding, every bit
+// pattern valid, aligned as one part (at most its size).
+unsafe impl Pod for crate::Complex<half::f16> {
+    const DTYPE: Option<ScalarType> = Some(ScalarType::ComplexHalf);
+}
+// SAFETY: as above.
+unsafe impl Pod for crate::Complex<f32> {
+    const DTYPE: Option<ScalarType> = Some(ScalarType::ComplexFloat);
+}
+// SAFETY: as above.
+unsafe impl Pod for crate::Complex<f64> {
+    const DTYPE: Option<ScalarType> = Some(ScalarType::ComplexDouble);
+}
 // SAFETY: an array of Pod elements has no padding and no invalid patterns.
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {
     const DTYPE: Option<ScalarType> = T::DTYPE;
@@ -163,6 +176,16 @@ impl<'a> TensorRef<'a> {
             ScalarType::BFloat16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
             _ => return None,
         })
+    }
+
+    /// Element `i` (in storage order) of a complex tensor, as its real and
+    /// imaginary parts; `None` for other dtypes or out of range.
+    pub fn get_complex(&self, i: usize) -> Option<(f64, f64)> {
+        let part = self.dtype.complex_part()?;
+        let size = part.element_size();
+        let b = self.data.get(2 * i * size..2 * (i + 1) * size)?;
+        let parts = TensorRef::new(part, &[], b);
+        Some((parts.get_f64(0)?, parts.get_f64(1)?))
     }
 
     /// Element `i` as `i64`, exact for integer and bool dtypes.

@@ -89,14 +89,17 @@ fn threads_run_every_case_on_each_count() {
 fn every_fixture_passes_on_two_threads() {
     // Every other fixture ptec check can run by itself, on two threads, at
     // its manifest's tolerance: all but attention (above), those that need
-    // a .ptd or a user backend, the BP04 copies and conv_chains (run on two
-    // threads by tests/tests/threads.rs).
+    // a .ptd or a user backend, the BP04 copies, conv_chains (run on two
+    // threads by tests/tests/threads.rs) and random, whose bundle holds no
+    // cases (tests/tests/random.rs).
     let manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("manifest.json")).unwrap()).unwrap();
     let others = [
         "attention",
         "external_weights",
         "tiny_delegate",
+        "device_copies",
+        "random",
         "mlp_bp04",
         "multi_method_bp04",
         "conv_chains",

@@ -1087,6 +1087,11 @@ fn state_fields(ctx: &Ctx<'_>, m: &Method, layout: &MethodLayout, rt: &[bool]) -
     // State fields (the arena's size is known once every instruction has
     // said how much scratch it needs).
     let mut fields = vec![quote!(pc: usize)];
+    // Not restored by `init` (nor so by `reset`): the generator goes on
+    // from call to call until `Model::manual_seed`.
+    if ops::random::draws_random(m) {
+        fields.push(quote!(rng: ::ptec_runtime::kernels::random::Rng));
+    }
     let mut init = Vec::new();
     for (i, v) in m.values.iter().enumerate() {
         if let Value::Tensor(t) = v {

@@ -656,6 +656,22 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
             }
         }
     });
+    // The methods that draw random numbers each have a generator.
+    let random: Vec<&Ident> = ctx
+        .program
+        .methods
+        .iter()
+        .zip(field_names)
+        .filter(|(m, _)| crate::codegen::ops::random::draws_random(m))
+        .map(|(_, f)| *f)
+        .collect();
+    let seed = (!random.is_empty()).then(|| {
+        quote! {
+            fn manual_seed(&mut self, seed: u64) {
+                #(self.#random.rng = ::ptec_runtime::kernels::random::Rng::seeded(seed);)*
+            }
+        }
+    });
     quote! {
     impl #gen ::ptec_runtime::Model for #st #gen {
         fn methods(&self) -> &'static [::ptec_runtime::MethodMeta] {
@@ -696,6 +712,8 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
                 _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
             }
         }
+
+        #seed
 
         #traced
     }

@@ -10,6 +10,10 @@ mod tiny {
 }
 use tiny::{bundled, TinyDelegate};
 
+mod device {
+    ptec_macros::include_pte!("../../tests/fixtures/device_copies.bpte", name = DeviceCopies, tests);
+}
+
 #[test]
 fn bundled_cases_pass_with_the_backend() {
     let mut backend = TinyBackend::default();
@@ -24,6 +28,31 @@ fn bundled_cases_pass_with_the_backend() {
     assert_eq!(backend.executions, bundled::CASES.len());
     assert_eq!(backend.specs_seen, vec![("precision".to_string(), b"fp32".to_vec())]);
     assert_eq!(backend.destroyed, 1, "dropping the program releases its delegate");
+}
+
+/// The same delegate said to run on `cuda:0`: the exporter copies its
+/// inputs in (`et_copy::_h2d_copy`) and its output out (`_d2h_copy`), which
+/// ptec runs as host copies around the backend; eager PyTorch's outputs.
+#[test]
+fn device_copies_around_the_backend_match_eager_pytorch() {
+    let mut backend = TinyBackend::default();
+    {
+        let mut backends: [&mut dyn Backend; 1] = [&mut backend];
+        let mut model = device::DeviceCopies::boxed(BackendRegistry::new(&mut backends)).unwrap();
+        assert_eq!(device::bundled::CASES.len(), 2);
+        for k in 0..device::bundled::CASES.len() {
+            device::bundled::run_case(&mut *model, k, device::bundled::TOLERANCE)
+                .unwrap_or_else(|e| panic!("case {k}: {e}"));
+        }
+    }
+    assert_eq!(backend.executions, 2);
+    assert_eq!(
+        backend.specs_seen,
+        vec![
+            ("precision".to_string(), b"fp32".to_vec()),
+            ("target_device".to_string(), b"cuda:0".to_vec())
+        ]
+    );
 }
 
 /// Records what `init` and `execute` receive.

@@ -252,6 +252,8 @@ fn data(dtype: ScalarType, numel: usize, fill: Fill, rng: &mut Rng) -> Vec<u8> {
             ScalarType::Half => out.extend(ptec_runtime::f16::from_f64(float(fill, rng)).to_le_bytes()),
             ScalarType::BFloat16 => out.extend(ptec_runtime::bf16::from_f64(float(fill, rng)).to_le_bytes()),
             ScalarType::Bool => out.push(rng.below(2) as u8),
+            // A complex element is its two parts.
+            t if t.is_complex() => out.extend(data(t.complex_part().expect("complex"), 2, fill, rng)),
             // Integers wrap to their width: extremes stay extremes.
             t => out.extend(&int(fill, rng).to_le_bytes()[..t.element_size()]),
         }
@@ -700,6 +702,7 @@ adversarial! {
     nan_in_sorts: fixture_topk, 24;
     nan_in_coordinates: fixture_grid_sample, 24;
     mixed_dtypes: fixture_ops_mix, 24;
+    complex_values: fixture_complex, 24;
 }
 
 /// Programs without user backends are `Send` and `Sync` (docs/soundness.md;

@@ -1,5 +1,6 @@
 //! Copies and casts: `_to_dim_order_copy`, `_clone_dim_order`, `clone`,
-//! `_to_copy`, `copy_`, `copy`.
+//! `_to_copy`, `copy_`, `copy`, and the device copies `et_copy::_h2d_copy`,
+//! `et_copy::_d2h_copy`.
 use super::elementwise::{compute_type, convert, emit_map, emit_map_shaped};
 use super::*;
 
@@ -11,7 +12,28 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::copy_", copy_inplace),
     ("aten::copy.out", copy_out),
     ("aten::native_dropout.out", native_dropout),
+    ("et_copy::_h2d_copy.out", device_copy),
+    ("et_copy::_d2h_copy.out", device_copy),
 ];
+
+/// `_h2d_copy.out(self, *, out)` and `_d2h_copy.out(self, *, out)`: the
+/// exporter puts them around a delegate that runs on a device (a compile
+/// spec `target_device`, with `enable_non_cpu_memory_planning`). In ptec
+/// every buffer is host memory, the device's planned buffers included, and
+/// the delegate's backend is given host tensors; so both are a plain copy
+/// of the same dtype, `out` taking `self`'s sizes, as ExecuTorch's kernels
+/// do (they convert nothing).
+fn device_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(3)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    if x.dtype != out.dtype || x.dim_order != out.dim_order {
+        return Err(format!(
+            "value {} ({}, dim order {:?}) and value {} ({}, dim order {:?}) differ; a device copy moves bytes without converting them",
+            x.value, x.dtype, x.dim_order, out.value, out.dtype, out.dim_order
+        ));
+    }
+    emit_convert(ctx, &x, &out)
+}
 
 /// `native_dropout.out(input, p, train?, out0, out1)`: outside training
 /// (or with p = 0) the input and an all-true mask; in training with p = 1,

@@ -17,6 +17,7 @@ use quote::{format_ident, quote};
 mod activation;
 mod checks;
 mod compare;
+mod complex;
 mod conv;
 mod copy;
 mod cortex_m;
@@ -28,6 +29,7 @@ mod norm;
 mod pool;
 mod prim;
 mod quant;
+pub(crate) mod random;
 mod reduce;
 mod shape;
 mod softmax;
@@ -45,6 +47,7 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
         elementwise::OPS,
         activation::OPS,
         compare::OPS,
+        complex::OPS,
         linear::OPS,
         reduce::OPS,
         copy::OPS,
@@ -56,6 +59,7 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
         pool::OPS,
         upsample::OPS,
         quant::OPS,
+        random::OPS,
         cortex_m::OPS,
         prim::OPS,
         llama::OPS,
@@ -137,6 +141,9 @@ pub fn rust_type(d: ScalarType) -> Option<TokenStream> {
         UInt16 => quote!(u16),
         UInt32 => quote!(u32),
         UInt64 => quote!(u64),
+        ComplexHalf => quote!(::ptec_runtime::Complex<::ptec_runtime::f16>),
+        ComplexFloat => quote!(::ptec_runtime::Complex<f32>),
+        ComplexDouble => quote!(::ptec_runtime::Complex<f64>),
         _ => return None,
     })
 }
@@ -555,6 +562,15 @@ impl<'a> OpCtx<'a> {
                     return Err(format!(
                         "value {vi} has dtype {}, which ptec does not compute with",
                         t.dtype
+                    ));
+                }
+                // Complex tensors go only to the operators written for them;
+                // every other emitter assumes real elements.
+                if t.dtype.is_complex() && !complex::takes_complex(&self.name) {
+                    return Err(format!(
+                        "value {vi} is {}; ptec computes with complex tensors only in {}",
+                        t.dtype,
+                        complex::OPS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
                     ));
                 }
                 Ok(TArg {
