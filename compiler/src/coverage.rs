@@ -7,14 +7,14 @@ const PORTABLE: &str = include_str!("../data/portable_operators.txt");
 
 /// Why each portable operator ptec does not compile is left out.
 const LEFT_OUT: &[(&str, &str)] = &[
-    ("aten::_conj_physical.out", "complex tensors: ptec has no complex dtypes yet"),
-    ("aten::view_as_real_copy.out", "complex tensors: ptec has no complex dtypes yet"),
     (
-        "aten::_native_batch_norm_legit.out",
-        "not yet: batch statistics and running-stat updates (training); inference exports use `_native_batch_norm_legit_no_training`",
+        "aten::_conj_physical.out",
+        "complex tensors: ptec has no complex dtypes yet",
     ),
-    ("aten::convolution_backward.out", "not yet: gradients (training programs)"),
-    ("aten::max_pool2d_with_indices_backward.grad_input", "not yet: gradients (training programs)"),
+    (
+        "aten::view_as_real_copy.out",
+        "complex tensors: ptec has no complex dtypes yet",
+    ),
     (
         "aten::rand.out",
         "random numbers: no reference to check them against (ExecuTorch's generator is its C++ library's)",
@@ -23,9 +23,14 @@ const LEFT_OUT: &[(&str, &str)] = &[
         "aten::randn.out",
         "random numbers: no reference to check them against (ExecuTorch's generator is its C++ library's)",
     ),
-    ("aten::_upsample_bilinear2d_aa.out", "not yet: antialiased bilinear resizing"),
-    ("et_copy::_h2d_copy.out", "not yet: copies to and from a device's memory, around device backends"),
-    ("et_copy::_d2h_copy.out", "not yet: copies to and from a device's memory, around device backends"),
+    (
+        "et_copy::_h2d_copy.out",
+        "not yet: copies to and from a device's memory, around device backends",
+    ),
+    (
+        "et_copy::_d2h_copy.out",
+        "not yet: copies to and from a device's memory, around device backends",
+    ),
 ];
 
 /// Why `op` is left out, if it is listed.
