@@ -59,6 +59,23 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("complex", "fixtures/complex.bpte", None, 1e-4, 1e-5),
     ("complex_build", "fixtures/complex_build.bpte", None, 1e-4, 1e-5),
     ("selections", "fixtures/selections.bpte", None, 1e-4, 1e-5),
+    // Gradients of convolutions and max pooling (sums of up to a few
+    // hundred products), and in the half types to a few of their ulps.
+    ("grad_ops", "fixtures/grad_ops.bpte", None, 1e-4, 1e-4),
+    ("grad_ops_half", "fixtures/grad_ops_half.bpte", None, 1e-4, 0.05),
+    ("grad_ops_bf16", "fixtures/grad_ops_bf16.bpte", None, 1e-4, 0.25),
+    ("upsample_aa", "fixtures/upsample_aa.bpte", None, 1e-4, 1e-5),
+    // Running statistics updated in place, over three calls.
+    ("batch_norm_train", "fixtures/batch_norm_train.bpte", None, 1e-4, 1e-5),
+    (
+        "batch_norm_train_half",
+        "fixtures/batch_norm_train_half.bpte",
+        None,
+        1e-4,
+        0.05,
+    ),
+    // A training step as the exporter writes it (the joint graph).
+    ("train_step", "fixtures/train_step.bpte", None, 1e-4, 1e-5),
     // Indices read from the inputs (tests/tests/api/model_api.rs).
     ("dynamic_scatter", "fixtures/dynamic_scatter.bpte", None, 1e-4, 1e-5),
     (

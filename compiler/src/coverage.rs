@@ -6,19 +6,23 @@ use std::collections::BTreeSet;
 const PORTABLE: &str = include_str!("../data/portable_operators.txt");
 
 /// Why each portable operator ptec does not compile is left out.
-const LEFT_OUT: &[(&str, &str)] = &[
-    (
-        "aten::_native_batch_norm_legit.out",
-        "not yet: batch statistics and running-stat updates (training); inference exports use `_native_batch_norm_legit_no_training`",
-    ),
-    ("aten::convolution_backward.out", "not yet: gradients (training programs)"),
-    ("aten::max_pool2d_with_indices_backward.grad_input", "not yet: gradients (training programs)"),
-    ("aten::_upsample_bilinear2d_aa.out", "not yet: antialiased bilinear resizing"),
-];
+const LEFT_OUT: &[(&str, &str)] = &[];
 
 /// What differs from ExecuTorch for some operators ptec compiles (see
 /// docs/operator-notes.md).
 const NOTES: &[(&str, &str)] = &[
+    (
+        "aten::_native_batch_norm_legit.out",
+        "training mode too (batch statistics, running statistics updated in place); ExecuTorch's kernel refuses `training=True`",
+    ),
+    (
+        "aten::max_pool2d_with_indices_backward.grad_input",
+        "`grad_input` is zeroed first, as in PyTorch; ExecuTorch's kernel adds to whatever the memory held",
+    ),
+    (
+        "aten::_upsample_bilinear2d_aa.out",
+        "f32 and f64; a scale given for one dim alone is used, as in PyTorch (ExecuTorch uses the scales only when both are given)",
+    ),
     (
         "aten::rand.out",
         "ptec's own generator (SplitMix64 per method, seed 0 unless `Model::manual_seed`, advancing from call to call); ExecuTorch's kernel seeds a `std::mt19937` from `std::random_device` at every call, so neither its numbers nor PyTorch's are reproduced",

@@ -848,6 +848,184 @@ fn transposed_generic<T: Float>(g: &Geom, x: &[T], w: &[T], bias: Option<&[T]>, 
     }
 }
 
+/// One spatial dim of a convolution seen from its strided side: `small`
+/// positions `s` meet `big` positions `s · stride + k · dilation − padding`
+/// (the output is the small side of a regular convolution, the input that
+/// of a transposed one).
+#[derive(Clone, Copy)]
+struct Axis {
+    small: usize,
+    big: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+}
+
+impl Axis {
+    fn big_of(&self, small: usize, k: usize) -> Option<usize> {
+        (small * self.s + k * self.d)
+            .checked_sub(self.p)
+            .filter(|&b| b < self.big)
+    }
+
+    fn small_of(&self, big: usize, k: usize) -> Option<usize> {
+        let q = (big + self.p).checked_sub(k * self.d)?;
+        (q.is_multiple_of(self.s) && q / self.s < self.small).then_some(q / self.s)
+    }
+}
+
+/// The (depth, height, width) axes of `g`.
+fn axes(g: &Geom) -> [Axis; 3] {
+    let (i, o) = ([g.it, g.ih, g.iw], [g.ot, g.oh, g.ow]);
+    let (small, big) = if g.transposed { (i, o) } else { (o, i) };
+    let spd = [(g.st, g.pt, g.dt), (g.sh, g.ph, g.dh), (g.sw, g.pw, g.dw)];
+    core::array::from_fn(|a| Axis {
+        small: small[a],
+        big: big[a],
+        s: spd[a].0,
+        p: spd[a].1,
+        d: spd[a].2,
+    })
+}
+
+/// Every position of a `dims` volume, row-major.
+fn positions(dims: [usize; 3]) -> impl Iterator<Item = [usize; 3]> {
+    (0..dims[0]).flat_map(move |a| (0..dims[1]).flat_map(move |b| (0..dims[2]).map(move |c| [a, b, c])))
+}
+
+/// The row-major offset of `p` in a `dims` volume.
+fn flat(p: [usize; 3], dims: [usize; 3]) -> usize {
+    (p[0] * dims[1] + p[1]) * dims[2] + p[2]
+}
+
+/// `f` of each axis, or `None` when one gives `None`.
+fn per_axis(ax: &[Axis; 3], f: impl Fn(&Axis, usize) -> Option<usize>) -> Option<[usize; 3]> {
+    Some([f(&ax[0], 0)?, f(&ax[1], 1)?, f(&ax[2], 2)?])
+}
+
+/// `aten::convolution_backward.out(grad_output, input, weight, bias_sizes?,
+/// stride, padding, dilation, transposed, output_padding, groups,
+/// output_mask)`: the gradients of [`convolution`] with respect to its
+/// input, weight and bias, each written when given (the output mask's
+/// `true` entries). Shapes as for [`convolution`]; `grad_output` has the
+/// convolution's output shape. Each gradient element is one sum in
+/// [`Float::Acc`] (over the taps and channels that reach it, or over the
+/// batch and positions for the weight and bias).
+#[allow(clippy::too_many_arguments)]
+pub fn convolution_backward<T: Float>(
+    grad_output: &[T],
+    input: &[T],
+    input_sizes: &[usize],
+    weight: &[T],
+    weight_sizes: &[usize],
+    (stride, padding, dilation): (&[usize], &[usize], &[usize]),
+    transposed: bool,
+    output_padding: &[usize],
+    groups: usize,
+    grad_input: Option<&mut [T]>,
+    grad_weight: Option<&mut [T]>,
+    grad_bias: Option<&mut [T]>,
+) -> KernelResult {
+    let g = geometry(
+        input_sizes,
+        weight_sizes,
+        None,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+    )
+    .ok_or(KernelError::ShapeMismatch)?;
+    let (ivol, ovol, taps) = (g.ivol(), g.ovol(), g.taps());
+    let (cin_g, cout_g) = (g.cin_g(), g.cout_g());
+    let in_len = g.n * g.cin * ivol;
+    let w_len = weight_sizes.iter().product::<usize>();
+    let out_len = g.n * g.cout * ovol;
+    let short = |s: Option<&[T]>, len| s.is_some_and(|s| s.len() < len);
+    if grad_output.len() < out_len
+        || input.len() < in_len
+        || weight.len() < w_len
+        || short(grad_input.as_deref(), in_len)
+        || short(grad_weight.as_deref(), w_len)
+        || short(grad_bias.as_deref(), g.cout)
+    {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let ax = axes(&g);
+    let (idims, odims, kdims) = ([g.it, g.ih, g.iw], [g.ot, g.oh, g.ow], [g.kt, g.kh, g.kw]);
+    let sdims = [ax[0].small, ax[1].small, ax[2].small];
+    // Weight index of (output channel, input channel) within a group.
+    let w_at = |oc: usize, ic: usize, k: [usize; 3]| {
+        let (first, second) = if transposed {
+            (ic, oc % cout_g)
+        } else {
+            (oc, ic % cin_g)
+        };
+        let inner = if transposed { cout_g } else { cin_g };
+        (first * inner + second) * taps + flat(k, kdims)
+    };
+    let gy = |b: usize, oc: usize, p: [usize; 3]| grad_output[(b * g.cout + oc) * ovol + flat(p, odims)].to_acc();
+    let xv = |b: usize, ic: usize, p: [usize; 3]| input[(b * g.cin + ic) * ivol + flat(p, idims)].to_acc();
+    if let Some(gi) = grad_input {
+        for b in 0..g.n {
+            for ic in 0..g.cin {
+                let grp = ic / cin_g;
+                for pos in positions(idims) {
+                    let mut acc = T::Acc::ZERO;
+                    for oc in grp * cout_g..(grp + 1) * cout_g {
+                        for k in positions(kdims) {
+                            // The input is the big side of a regular
+                            // convolution, the small one of a transposed.
+                            let o = if transposed {
+                                per_axis(&ax, |a, i| a.big_of(pos[i], k[i]))
+                            } else {
+                                per_axis(&ax, |a, i| a.small_of(pos[i], k[i]))
+                            };
+                            if let Some(o) = o {
+                                acc += gy(b, oc, o) * weight[w_at(oc, ic, k)].to_acc();
+                            }
+                        }
+                    }
+                    gi[(b * g.cin + ic) * ivol + flat(pos, idims)] = T::from_acc(acc);
+                }
+            }
+        }
+    }
+    if let Some(gw) = grad_weight {
+        for oc in 0..g.cout {
+            let grp = oc / cout_g;
+            for ic in grp * cin_g..(grp + 1) * cin_g {
+                for k in positions(kdims) {
+                    let mut acc = T::Acc::ZERO;
+                    for b in 0..g.n {
+                        for s in positions(sdims) {
+                            if let Some(big) = per_axis(&ax, |a, i| a.big_of(s[i], k[i])) {
+                                let (xp, yp) = if transposed { (s, big) } else { (big, s) };
+                                acc += gy(b, oc, yp) * xv(b, ic, xp);
+                            }
+                        }
+                    }
+                    gw[w_at(oc, ic, k)] = T::from_acc(acc);
+                }
+            }
+        }
+    }
+    if let Some(gb) = grad_bias {
+        for (oc, slot) in gb[..g.cout].iter_mut().enumerate() {
+            let mut acc = T::Acc::ZERO;
+            for b in 0..g.n {
+                for v in &grad_output[(b * g.cout + oc) * ovol..][..ovol] {
+                    acc += v.to_acc();
+                }
+            }
+            *slot = T::from_acc(acc);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -1638,5 +1816,112 @@ mod tests {
             1
         )
         .is_none());
+    }
+
+    /// The gradients are the adjoints of the forward convolution:
+    /// `⟨conv(x), gy⟩` is linear in `x` and in `w`, so
+    /// `⟨conv(x + e_i) − conv(x), gy⟩ = grad_input[i]` exactly in f64 (up
+    /// to rounding), and the same for the weight; the bias gradient sums
+    /// `gy`.
+    #[test]
+    fn convolution_backward_is_the_forward_adjoint() {
+        let mut rng = Lcg(7);
+        // (input, weight, stride, padding, dilation, transposed, output_padding, groups)
+        type Case = (
+            Vec<usize>,
+            Vec<usize>,
+            Vec<usize>,
+            Vec<usize>,
+            Vec<usize>,
+            bool,
+            Vec<usize>,
+            usize,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                vec![2, 4, 5, 4],
+                vec![6, 2, 3, 2],
+                vec![2, 1],
+                vec![1, 0],
+                vec![1, 2],
+                false,
+                vec![0],
+                2,
+            ),
+            (
+                vec![1, 2, 7],
+                vec![3, 2, 3],
+                vec![3],
+                vec![2],
+                vec![1],
+                false,
+                vec![0],
+                1,
+            ),
+            (
+                vec![1, 4, 3, 2],
+                vec![4, 1, 2, 3],
+                vec![2, 1],
+                vec![0, 1],
+                vec![1],
+                true,
+                vec![1, 0],
+                2,
+            ),
+            (
+                vec![1, 2, 3, 4, 3],
+                vec![2, 2, 2, 1, 2],
+                vec![1],
+                vec![1],
+                vec![1],
+                false,
+                vec![0],
+                1,
+            ),
+        ];
+        for (xs, ws, s, p, d, t, op, g) in cases {
+            let x: Vec<f64> = (0..xs.iter().product()).map(|_| rng.next() as f64).collect();
+            let w: Vec<f64> = (0..ws.iter().product()).map(|_| rng.next() as f64).collect();
+            let ys = conv_output_sizes(&xs, &ws, None, &s, &p, &d, t, &op, g).unwrap();
+            let gy: Vec<f64> = (0..ys.iter().product()).map(|_| rng.next() as f64).collect();
+            let forward = |x: &[f64], w: &[f64]| {
+                let mut y = vec![0.0; gy.len()];
+                convolution(x, &xs, w, &ws, None, &s, &p, &d, t, &op, g, &mut y, &mut []).unwrap();
+                y.iter().zip(&gy).map(|(a, b)| a * b).sum::<f64>()
+            };
+            let (mut gi, mut gw, mut gb) = (vec![0.0; x.len()], vec![0.0; w.len()], vec![0.0; ys[1]]);
+            let grads = (Some(&mut gi[..]), Some(&mut gw[..]), Some(&mut gb[..]));
+            convolution_backward(
+                &gy,
+                &x,
+                &xs,
+                &w,
+                &ws,
+                (&s, &p, &d),
+                t,
+                &op,
+                g,
+                grads.0,
+                grads.1,
+                grads.2,
+            )
+            .unwrap();
+            let base = forward(&x, &w);
+            for i in 0..x.len() {
+                let mut e = x.clone();
+                e[i] += 1.0;
+                assert!((forward(&e, &w) - base - gi[i]).abs() < 1e-9, "input {i} of {xs:?}");
+            }
+            for i in 0..w.len() {
+                let mut e = w.clone();
+                e[i] += 1.0;
+                assert!((forward(&x, &e) - base - gw[i]).abs() < 1e-9, "weight {i} of {ws:?}");
+            }
+            let per = gy.len() / ys[1] / ys[0];
+            for (oc, b) in gb.iter().enumerate() {
+                let want: f64 = (0..ys[0]).flat_map(|n| &gy[(n * ys[1] + oc) * per..][..per]).sum();
+                assert!((b - want).abs() < 1e-9);
+            }
+        }
     }
 }

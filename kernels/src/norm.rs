@@ -176,6 +176,39 @@ pub fn batch_norm_batch_stats<T: Float>(
     save_mean: &mut [T],
     save_invstd: &mut [T],
 ) -> KernelResult {
+    batch_norm_training(
+        input,
+        input_sizes,
+        weight,
+        bias,
+        None,
+        0.0,
+        eps,
+        out,
+        save_mean,
+        save_invstd,
+    )
+}
+
+/// `aten::_native_batch_norm_legit` in training: [`batch_norm_batch_stats`],
+/// and when `running` holds `(running_mean, running_var)` (`C` values
+/// each), their update in place as PyTorch's CPU kernel does it:
+/// `r = (1 − momentum) · r + momentum · s`, with the batch's mean and its
+/// unbiased variance (`Σ(x − mean)² / (count − 1)`: NaN for one value per
+/// channel, as in PyTorch).
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm_training<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    mut running: Option<(&mut [T], &mut [T])>,
+    momentum: f64,
+    eps: f64,
+    out: &mut [T],
+    save_mean: &mut [T],
+    save_invstd: &mut [T],
+) -> KernelResult {
     let &c = input_sizes.get(1).ok_or(KernelError::ShapeMismatch)?;
     batch_norm_output_sizes(input_sizes, weight.map(<[T]>::len), bias.map(<[T]>::len), c, c)
         .ok_or(KernelError::ShapeMismatch)?;
@@ -184,6 +217,11 @@ pub fn batch_norm_batch_stats<T: Float>(
     let total = n * c * inner;
     if input.len() < total || out.len() < total || save_mean.len() < c || save_invstd.len() < c {
         return Err(KernelError::ShapeMismatch);
+    }
+    if let Some((m, v)) = &running {
+        if m.len() < c || v.len() < c {
+            return Err(KernelError::ShapeMismatch);
+        }
     }
     let count = T::Acc::from_i64((n * inner) as i64);
     let eps = T::Acc::from_f64(eps);
@@ -202,6 +240,12 @@ pub fn batch_norm_batch_stats<T: Float>(
         let rstd = rstd_of(dev / count, eps);
         save_mean[ci] = T::from_acc(mean);
         save_invstd[ci] = T::from_acc(rstd);
+        if let Some((rm, rv)) = running.as_mut() {
+            // In f64, as PyTorch's double momentum promotes the update.
+            let unbiased = (dev / (count - T::Acc::ONE)).to_f64();
+            rm[ci] = T::from_f64(momentum * mean.to_f64() + (1.0 - momentum) * rm[ci].to_f64());
+            rv[ci] = T::from_f64(momentum * unbiased + (1.0 - momentum) * rv[ci].to_f64());
+        }
         let scale = weight.map_or(T::Acc::ONE, |w| w[ci].to_acc()) * rstd;
         let shift = bias.map_or(T::Acc::ZERO, |b| b[ci].to_acc()) - mean * scale;
         for ni in 0..n {

@@ -502,6 +502,47 @@ pub fn adaptive_avg_pool2d<T: Float>(
     Ok(())
 }
 
+/// `aten::max_pool2d_with_indices_backward.grad_input(grad_output, self,
+/// kernel_size, stride, padding, dilation, ceil_mode, indices)`:
+/// `grad_input` (`planes` planes of `in_plane` elements, the input's
+/// shape) is zeroed, then each element of `grad_output` (planes of
+/// `out_plane`) is added at the position in its plane that its index names,
+/// in order (a position several windows chose collects each of their
+/// gradients). An index of -1 adds nothing (as in PyTorch's CPU kernel);
+/// any other outside the plane is an error.
+pub fn max_pool2d_with_indices_backward<T: Float>(
+    grad_output: &[T],
+    indices: &[i64],
+    planes: usize,
+    out_plane: usize,
+    in_plane: usize,
+    grad_input: &mut [T],
+) -> KernelResult {
+    let (olen, ilen) = (planes * out_plane, planes * in_plane);
+    if grad_output.len() < olen || indices.len() < olen || grad_input.len() < ilen {
+        return Err(KernelError::ShapeMismatch);
+    }
+    grad_input[..ilen].fill(T::from_acc(T::Acc::ZERO));
+    for p in 0..planes {
+        let gi = &mut grad_input[p * in_plane..][..in_plane];
+        let span = p * out_plane..(p + 1) * out_plane;
+        for (&g, &i) in grad_output[span.clone()].iter().zip(&indices[span]) {
+            if i == -1 {
+                continue;
+            }
+            let at = usize::try_from(i)
+                .ok()
+                .filter(|&at| at < in_plane)
+                .ok_or(KernelError::IndexOutOfRange {
+                    index: i,
+                    size: in_plane,
+                })?;
+            gi[at] = T::from_acc(gi[at].to_acc() + g.to_acc());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -1006,5 +1047,21 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 50, "{checked}");
+    }
+
+    #[test]
+    fn max_pool_backward_scatters_sums_and_refuses_bad_indices() {
+        // Two planes of 4 inputs, 2 gradients each; plane 0 sends both to
+        // position 1, plane 1 skips one (-1).
+        let gy = [1.0f32, 2.0, 3.0, 4.0];
+        let mut gi = [9.0f32; 8];
+        max_pool2d_with_indices_backward(&gy, &[1, 1, 3, -1], 2, 2, 4, &mut gi).unwrap();
+        assert_eq!(gi, [0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 3.0]);
+        for bad in [4, -2] {
+            let err = max_pool2d_with_indices_backward(&gy, &[0, bad, 0, 0], 2, 2, 4, &mut gi);
+            assert_eq!(err, Err(KernelError::IndexOutOfRange { index: bad, size: 4 }));
+        }
+        let short = max_pool2d_with_indices_backward(&gy, &[0, 0, 0], 2, 2, 4, &mut gi);
+        assert_eq!(short, Err(KernelError::ShapeMismatch));
     }
 }

@@ -207,6 +207,157 @@ pub fn upsample_bilinear2d<T: Float>(
     Ok(())
 }
 
+/// One axis of `aten::_upsample_bilinear2d_aa`, as PyTorch's CPU kernel
+/// (`_compute_indices_min_size_weights_aa`) computes it, in the element's
+/// own precision (`A`: `f32` for `f32`, `f64` for `f64`): output `i`
+/// averages the inputs within `support` of `center = scale · (i + ½)` with
+/// the triangle filter stretched by the scale when downsampling,
+/// normalised to sum to 1.
+#[derive(Clone, Copy)]
+struct AaAxis<A> {
+    inp: usize,
+    scale: A,
+    support: A,
+    invscale: A,
+    max_taps: usize,
+}
+
+/// One output's window: its first input, count, centre and weight sum.
+#[derive(Clone, Copy)]
+struct AaWindow<A> {
+    first: usize,
+    count: usize,
+    center: A,
+    total: A,
+}
+
+impl<A: AccFloat> AaAxis<A> {
+    fn new(inp: usize, out: usize, align_corners: bool, scale_factor: Option<f64>) -> Self {
+        let scale: A = linear_scale(inp, out, align_corners, scale_factor);
+        let down = scale.to_f64() >= 1.0;
+        // PyTorch computes these in double and stores them in the element type.
+        let support = if down { scale } else { A::ONE };
+        let invscale = if down {
+            A::from_f64(1.0 / scale.to_f64())
+        } else {
+            A::ONE
+        };
+        // Saturating: a tiny scale factor can make the support huge.
+        let max_taps = (libm::ceil(support.to_f64()) as usize)
+            .saturating_mul(2)
+            .saturating_add(1);
+        AaAxis {
+            inp,
+            scale,
+            support,
+            invscale,
+            max_taps,
+        }
+    }
+
+    /// The triangle filter at input `x` for a window centred at `center`.
+    fn filter(&self, x: usize, center: A) -> A {
+        let t = A::from_f64(((A::from_i64(x as i64) - center).to_f64() + 0.5) * self.invscale.to_f64());
+        let t = if t < A::ZERO { A::ZERO - t } else { t };
+        if t < A::ONE {
+            A::ONE - t
+        } else {
+            A::ZERO
+        }
+    }
+
+    fn window(&self, i: usize) -> AaWindow<A> {
+        let center = A::from_f64(self.scale.to_f64() * (i as f64 + 0.5));
+        // C's conversion to an integer truncates toward zero.
+        let lo = ((center - self.support).to_f64() + 0.5) as i64;
+        let hi = ((center + self.support).to_f64() + 0.5) as i64;
+        let first = lo.max(0) as usize;
+        let taps = i64::try_from(self.max_taps).unwrap_or(i64::MAX);
+        let count = (hi.min(self.inp as i64) - first as i64).clamp(0, taps) as usize;
+        let mut total = A::ZERO;
+        for x in first..first + count {
+            total += self.filter(x, center);
+        }
+        AaWindow {
+            first,
+            count,
+            center,
+            total,
+        }
+    }
+
+    /// The normalised weight of input `x` in window `w`.
+    fn weight(&self, w: &AaWindow<A>, x: usize) -> A {
+        let f = self.filter(x, w.center);
+        if w.total != A::ZERO {
+            f / w.total
+        } else {
+            f
+        }
+    }
+}
+
+/// `Σ weight · value` over window `w` of `axis`, `value(x)` giving input
+/// `x`, summed from the window's first input (PyTorch's order).
+fn aa_sum<A: AccFloat>(axis: &AaAxis<A>, w: &AaWindow<A>, value: impl Fn(usize) -> A) -> A {
+    let mut t = A::ZERO;
+    for x in w.first..w.first + w.count {
+        let v = value(x) * axis.weight(w, x);
+        t = if x == w.first { v } else { t + v };
+    }
+    t
+}
+
+/// `aten::_upsample_bilinear2d_aa.out(input, output_size, align_corners,
+/// scales_h?, scales_w?, out)`: antialiased bilinear resizing of `[N, C, H,
+/// W]` to `[N, C, out_h, out_w]` as PyTorch's CPU kernel does it: separable,
+/// the width first, then the height, each pass only when that dim's size
+/// changes (an unchanged dim is copied whatever its scale), each rounded
+/// to the element type. The width pass is recomputed for each output row
+/// instead of kept in a buffer (the same sums, no scratch).
+pub fn upsample_bilinear2d_aa<T: Float>(
+    input: &[T],
+    input_sizes: &[usize],
+    out_hw: [usize; 2],
+    align_corners: bool,
+    scales: [Option<f64>; 2],
+    out: &mut [T],
+) -> KernelResult {
+    let &[n, c, ih, iw] = input_sizes else {
+        return Err(KernelError::ShapeMismatch);
+    };
+    let [oh, ow] = out_hw;
+    let planes = n * c;
+    if ih == 0 || iw == 0 || oh == 0 || ow == 0 || input.len() < planes * ih * iw || out.len() < planes * oh * ow {
+        return Err(KernelError::ShapeMismatch);
+    }
+    let hx: AaAxis<T::Acc> = AaAxis::new(ih, oh, align_corners, scales[0]);
+    let wx: AaAxis<T::Acc> = AaAxis::new(iw, ow, align_corners, scales[1]);
+    for p in 0..planes {
+        let src = &input[p * ih * iw..][..ih * iw];
+        let dst = &mut out[p * oh * ow..][..oh * ow];
+        // Row `r` of the width pass at output column `j`, rounded to `T`.
+        let row = |r: usize, j: usize, win: Option<&AaWindow<T::Acc>>| -> T::Acc {
+            match win {
+                Some(win) => T::from_acc(aa_sum(&wx, win, |x| src[r * iw + x].to_acc())).to_acc(),
+                None => src[r * iw + j].to_acc(),
+            }
+        };
+        for j in 0..ow {
+            let wwin = (ow != iw).then(|| wx.window(j));
+            for i in 0..oh {
+                let v = if oh != ih {
+                    aa_sum(&hx, &hx.window(i), |r| row(r, j, wwin.as_ref()))
+                } else {
+                    row(i, j, wwin.as_ref())
+                };
+                dst[i * ow + j] = T::from_acc(v);
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -406,5 +557,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn antialiased_resize_edges() {
+        let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let mut out = vec![0.0f32; 12];
+        // Both dims unchanged: a copy, whatever the scales say.
+        upsample_bilinear2d_aa(&x, &[1, 1, 3, 4], [3, 4], true, [Some(0.1), Some(7.0)], &mut out).unwrap();
+        assert_eq!(out, x);
+        // Downsampling a row 4 → 2: the triangle stretched to a support of
+        // 2 around centre 1 weighs inputs 0, 1, 2 by ¾, ¾, ¼ (then
+        // normalised), as eager PyTorch gives (0.7143, 2.2857).
+        let mut half = vec![0.0f32; 6];
+        upsample_bilinear2d_aa(&x, &[1, 1, 3, 4], [3, 2], false, [None, None], &mut half).unwrap();
+        assert!((half[0] - 1.25 / 1.75).abs() < 1e-6, "{half:?}");
+        assert!((half[1] - 4.0 / 1.75).abs() < 1e-6, "{half:?}");
+        // A vanishing scale factor (a huge support: eager PyTorch gives 0)
+        // and an empty input are handled without overflow.
+        let mut one = vec![1.0f32; 3];
+        upsample_bilinear2d_aa(&x, &[1, 1, 3, 4], [3, 1], false, [None, Some(1e-300)], &mut one).unwrap();
+        assert_eq!(one, [0.0; 3]);
+        assert_eq!(
+            upsample_bilinear2d_aa(&x, &[1, 1, 0, 4], [3, 1], false, [None, None], &mut one),
+            Err(KernelError::ShapeMismatch)
+        );
     }
 }

@@ -149,6 +149,12 @@ pub fn state_type_name(program: &str, method: &str) -> String {
     format!("{program}{}State", camel(&method_ident(method)))
 }
 
+/// `s`'s `_`-separated words joined by single underscores.
+fn snake(s: &str) -> String {
+    let words: Vec<&str> = s.split('_').filter(|w| !w.is_empty()).collect();
+    words.join("_")
+}
+
 /// The typed Rust type of a static, non-bool tensor: nested arrays (or the
 /// element type for rank 0); `None` for tensors exposed as `TensorRef`.
 fn typed_array(t: &Tensor) -> Option<TokenStream> {
@@ -184,7 +190,9 @@ pub fn generate_method(
     let mut errors = Vec::new();
     let mident = method_ident(&m.name);
     let state_ident = format_ident!("{}", state_type_name(&ctx.struct_ident.to_string(), &m.name));
-    let field = format_ident!("m_{}", mident);
+    // No run of underscores (ExecuTorch's training programs have methods
+    // such as `__et_training_fqn_forward`): distinct when the state types are.
+    let field = format_ident!("m_{}", snake(&mident));
 
     let (mut fields, init) = state_fields(ctx, m, &layout, &rt);
 

@@ -5,7 +5,10 @@
 //! computed at run time.
 use super::*;
 
-pub const OPS: &[(&str, Emitter)] = &[("aten::convolution.out", convolution)];
+pub const OPS: &[(&str, Emitter)] = &[
+    ("aten::convolution.out", convolution),
+    ("aten::convolution_backward.out", convolution_backward),
+];
 
 /// A constant list of non-negative integers (sizes, strides, paddings).
 pub(super) fn usize_list(ctx: &OpCtx<'_>, i: usize) -> Result<Vec<usize>, String> {
@@ -227,6 +230,95 @@ fn convolution(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         #xi, #xs, #wi, #ws, #bi, #st, #pa, #di, #transposed, #op, #g, #o, #sc
     )));
     Ok(quote! { #set #s1 #s2 #s3 #s4 #s5 #call })
+}
+
+/// `convolution_backward.out(grad_output, input, weight, bias_sizes?,
+/// stride, padding, dilation, transposed, output_padding, groups,
+/// output_mask, out0, out1, out2)`: the gradients of the input, weight and
+/// bias the mask asks for (the exporter gives the others empty tensors,
+/// left alone). Static shapes only.
+fn convolution_backward(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(15)?;
+    let (gy, x, w) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
+    let bias_sizes = opt_usize_list(ctx, 3)?;
+    let stride = usize_list(ctx, 4)?;
+    let padding = usize_list(ctx, 5)?;
+    let dilation = usize_list(ctx, 6)?;
+    let transposed = ctx.bool(7)?;
+    let output_padding = usize_list(ctx, 8)?;
+    let groups = usize_arg(ctx, 9)?;
+    let mask = ctx.bool_list(10)?;
+    let &[want_gi, want_gw, want_gb] = &mask[..] else {
+        return Err(format!("output_mask {mask:?} must have 3 entries"));
+    };
+    let outs = [ctx.tensor(11)?, ctx.tensor(12)?, ctx.tensor(13)?];
+    let mut all = vec![&gy, &x, &w];
+    all.extend(outs.iter().zip(mask.iter()).filter(|(_, &m)| m).map(|(t, _)| t));
+    same_dtype(&all, FLOATS)?;
+    for t in &all {
+        require_static(t, "convolution_backward tensor")?;
+    }
+    if transposed && x.rank() == 5 {
+        return Err(format!(
+            "convolution_backward of a transposed 3-d convolution (of {:?}) is not supported",
+            x.sizes
+        ));
+    }
+    let sizes = ptec_runtime::kernels::conv::conv_output_sizes(
+        &x.sizes,
+        &w.sizes,
+        None,
+        &stride,
+        &padding,
+        &dilation,
+        transposed,
+        &output_padding,
+        groups,
+    )
+    .ok_or_else(|| {
+        format!(
+            "convolution_backward of {:?} with weight {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, transposed {transposed}, output_padding {output_padding:?}, groups {groups}) is invalid",
+            x.sizes, w.sizes
+        )
+    })?;
+    require_sizes(&gy, &sizes)?;
+    let cout = sizes[1];
+    if want_gb && bias_sizes.as_ref().is_some_and(|b| b[..] != [cout]) {
+        return Err(format!("bias_sizes {bias_sizes:?} for {cout} output channels"));
+    }
+    let (yi, s1) = ctx.read(&gy)?;
+    let (xi, s2) = ctx.read(&x)?;
+    let (wi, s3) = ctx.read(&w)?;
+    let mut stmts = Vec::new();
+    let mut grads = Vec::new();
+    for ((t, want), shape) in outs
+        .iter()
+        .zip([want_gi, want_gw, want_gb])
+        .zip([&x.sizes[..], &w.sizes[..], &[cout]])
+    {
+        if want {
+            stmts.push(emit_out_sizes(ctx, false, t, shape, quote!())?);
+            let (name, stmt) = ctx.write(t)?;
+            stmts.push(stmt);
+            grads.push(quote!(Some(#name)));
+        } else {
+            grads.push(quote!(None));
+        }
+    }
+    let (xs, ws, st, pa, di, op, g) = (
+        usize_slice(&x.sizes),
+        usize_slice(&w.sizes),
+        usize_slice(&stride),
+        usize_slice(&padding),
+        usize_slice(&dilation),
+        usize_slice(&output_padding),
+        lit(groups),
+    );
+    let [gi, gw, gb] = [&grads[0], &grads[1], &grads[2]];
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::conv::convolution_backward(
+        #yi, #xi, #xs, #wi, #ws, (#st, #pa, #di), #transposed, #op, #g, #gi, #gw, #gb
+    )));
+    Ok(quote! { #s1 #s2 #s3 #(#stmts)* #call })
 }
 
 #[cfg(test)]

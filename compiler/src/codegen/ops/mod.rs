@@ -519,6 +519,16 @@ impl<'a> OpCtx<'a> {
         }
     }
 
+    pub fn bool_list(&self, i: usize) -> Result<Vec<bool>, String> {
+        match self.value(i)? {
+            (_, Value::BoolList(items)) => Ok(items.clone()),
+            (vi, other) => Err(format!(
+                "argument {i} (value {vi}) must be a BoolList, is a {}",
+                other.kind()
+            )),
+        }
+    }
+
     pub fn opt_double_list(&self, i: usize) -> Result<Option<Vec<f64>>, String> {
         if self.is_null(i)? {
             Ok(None)

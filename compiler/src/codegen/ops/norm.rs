@@ -6,6 +6,7 @@ use ptec_runtime::kernels::norm;
 pub const OPS: &[(&str, Emitter)] = &[
     ("aten::_native_batch_norm_legit_no_training.out", batch_norm_no_training),
     ("aten::_native_batch_norm_legit.no_stats_out", batch_norm_batch_stats),
+    ("aten::_native_batch_norm_legit.out", batch_norm_legit),
     ("aten::native_layer_norm.out", layer_norm),
     ("aten::native_group_norm.out", group_norm),
 ];
@@ -27,9 +28,20 @@ fn check_params(x: &TArg, out: &TArg, params: &[&Option<TArg>]) -> Result<(), St
 /// The saved mean/rstd are empty in inference and not written.
 fn batch_norm_no_training(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(11)?;
-    let (x, weight, bias, out) = (ctx.tensor(0)?, ctx.opt_tensor(1)?, ctx.opt_tensor(2)?, ctx.tensor(7)?);
+    batch_norm_running(ctx, 6, 7)
+}
+
+/// Batch norm with the running statistics at arguments 3 and 4, `eps` and
+/// `out` at `eps_arg` and `out_arg`.
+fn batch_norm_running(ctx: &mut OpCtx<'_>, eps_arg: usize, out_arg: usize) -> Result<TokenStream, String> {
+    let (x, weight, bias, out) = (
+        ctx.tensor(0)?,
+        ctx.opt_tensor(1)?,
+        ctx.opt_tensor(2)?,
+        ctx.tensor(out_arg)?,
+    );
     let (mean, var) = (Some(ctx.tensor(3)?), Some(ctx.tensor(4)?));
-    let eps = ctx.double(6)?;
+    let eps = ctx.double(eps_arg)?;
     check_params(&x, &out, &[&weight, &bias, &mean, &var])?;
     let (mean, var) = (mean.expect("given"), var.expect("given"));
     let len = |t: &Option<TArg>| t.as_ref().map(TArg::numel);
@@ -63,22 +75,62 @@ fn batch_norm_no_training(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// statistics).
 fn batch_norm_batch_stats(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(10)?;
-    let (x, weight, bias) = (ctx.tensor(0)?, ctx.opt_tensor(1)?, ctx.opt_tensor(2)?);
     if !ctx.bool(3)? {
         return Err("batch norm without running statistics needs training=True".into());
     }
     let eps = ctx.double(5)?;
-    let (out, mean, invstd) = (ctx.tensor(6)?, ctx.tensor(7)?, ctx.tensor(8)?);
-    check_params(&x, &out, &[&weight, &bias, &Some(mean.clone()), &Some(invstd.clone())])?;
+    batch_stats(ctx, None, eps, 6)
+}
+
+/// `_native_batch_norm_legit.out(input, weight?, bias?, running_mean,
+/// running_var, training, momentum, eps, out, save_mean, save_invstd)`. In
+/// training: the batch's statistics, and the running ones updated in place
+/// (with momentum and the unbiased variance). Otherwise: the running
+/// statistics, as `_native_batch_norm_legit_no_training`.
+fn batch_norm_legit(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(12)?;
+    if !ctx.bool(5)? {
+        return batch_norm_running(ctx, 7, 8);
+    }
+    let running = (ctx.tensor(3)?, ctx.tensor(4)?, ctx.double(6)?);
+    let eps = ctx.double(7)?;
+    batch_stats(ctx, Some(running), eps, 8)
+}
+
+/// Training batch norm of input 0 (weight and bias at 1 and 2) with `out`,
+/// `save_mean` and `save_invstd` from argument `first_out`, and the running
+/// statistics and momentum to update if given.
+fn batch_stats(
+    ctx: &mut OpCtx<'_>,
+    running: Option<(TArg, TArg, f64)>,
+    eps: f64,
+    first_out: usize,
+) -> Result<TokenStream, String> {
+    let (x, weight, bias) = (ctx.tensor(0)?, ctx.opt_tensor(1)?, ctx.opt_tensor(2)?);
+    let (out, mean, invstd) = (
+        ctx.tensor(first_out)?,
+        ctx.tensor(first_out + 1)?,
+        ctx.tensor(first_out + 2)?,
+    );
+    let (rm, rv) = (
+        running.as_ref().map(|r| r.0.clone()),
+        running.as_ref().map(|r| r.1.clone()),
+    );
+    check_params(
+        &x,
+        &out,
+        &[&weight, &bias, &Some(mean.clone()), &Some(invstd.clone()), &rm, &rv],
+    )?;
     let c = x
         .sizes
         .get(1)
         .copied()
         .ok_or("batch norm needs an input of rank >= 2")?;
     let len = |t: &Option<TArg>| t.as_ref().map(TArg::numel);
-    let bound = norm::batch_norm_output_sizes(&x.sizes, len(&weight), len(&bias), c, c).ok_or_else(|| {
+    let (mlen, vlen) = (len(&rm).unwrap_or(c), len(&rv).unwrap_or(c));
+    let bound = norm::batch_norm_output_sizes(&x.sizes, len(&weight), len(&bias), mlen, vlen).ok_or_else(|| {
         format!(
-            "batch norm of {:?} with parameters of {:?}, {:?} is invalid",
+            "batch norm of {:?} with parameters of {:?}, {:?} and running statistics of {mlen}, {vlen} is invalid",
             x.sizes,
             len(&weight),
             len(&bias)
@@ -95,11 +147,19 @@ fn batch_norm_batch_stats(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (o, s4) = ctx.write(&out)?;
     let (mi, s5) = ctx.write(&mean)?;
     let (ri, s6) = ctx.write(&invstd)?;
-    let eps = f64_lit(eps);
-    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::norm::batch_norm_batch_stats(
-        #xi, #xs, #wi, #bi, #eps, #o, #mi, #ri
+    let (update, momentum, s7) = match &running {
+        Some((rm, rv, momentum)) => {
+            let (rmi, s7) = ctx.write(rm)?;
+            let (rvi, s8) = ctx.write(rv)?;
+            (quote!(Some((#rmi, #rvi))), *momentum, quote!(#s7 #s8))
+        }
+        None => (quote!(None), 0.0, quote!()),
+    };
+    let (momentum, eps) = (f64_lit(momentum), f64_lit(eps));
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::norm::batch_norm_training(
+        #xi, #xs, #wi, #bi, #update, #momentum, #eps, #o, #mi, #ri
     )));
-    Ok(quote! { #set #set_mean #set_invstd #s1 #s2 #s3 #s4 #s5 #s6 #call })
+    Ok(quote! { #set #set_mean #set_invstd #s1 #s2 #s3 #s4 #s5 #s6 #s7 #call })
 }
 
 /// `native_layer_norm.out(input, normalized_shape, weight?, bias?, eps,

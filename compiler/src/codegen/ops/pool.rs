@@ -13,6 +13,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::max_pool3d_with_indices.out", |ctx| max_pool_with_indices(ctx, 3)),
     ("aten::avg_pool3d.out", |ctx| avg_pool(ctx, 3)),
     ("aten::_adaptive_avg_pool2d.out", adaptive_avg_pool2d),
+    ("aten::max_pool2d_with_indices_backward.grad_input", max_pool2d_backward),
 ];
 
 /// The element types max pooling compares (all but `bool`).
@@ -69,6 +70,41 @@ fn max_pool_with_indices(ctx: &mut OpCtx<'_>, dims: usize) -> Result<TokenStream
         #xi, #xs, #k, #s, #p, #d, #ceil_mode, #o, #ii
     )));
     Ok(quote! { #set_out #set_indices #s1 #s2 #s3 #call })
+}
+
+/// `max_pool2d_with_indices_backward.grad_input(grad_output, self,
+/// kernel_size, stride, padding, dilation, ceil_mode, indices,
+/// grad_input)`: the window arguments only check that `grad_output` and
+/// `indices` have the pooled shape; the indices say where each gradient
+/// goes. Static shapes only.
+fn max_pool2d_backward(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(10)?;
+    let (gy, x, indices, gi) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(7)?, ctx.tensor(8)?);
+    let [kernel, stride, padding] = window(ctx, 2)?;
+    let dilation = usize_list(ctx, 5)?;
+    let ceil_mode = ctx.bool(6)?;
+    same_dtype(&[&gy, &x, &gi], FLOATS)?;
+    require_contiguous(&[&indices])?;
+    require_dtype(&indices, &[Long])?;
+    if [&gy, &x, &indices, &gi].iter().any(|t| t.dynamic) {
+        return Err("max_pool2d_with_indices_backward with dynamic shapes is not supported".into());
+    }
+    let bound = pool::max_pool2d_output_sizes(&x.sizes, &kernel, &stride, &padding, &dilation, ceil_mode)
+        .ok_or_else(|| format!("max_pool2d_with_indices_backward of {:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?}, dilation {dilation:?} is invalid", x.sizes))?;
+    require_sizes(&gy, &bound)?;
+    require_sizes(&indices, &bound)?;
+    let set = emit_out_sizes(ctx, false, &gi, &x.sizes, quote!())?;
+    let r = x.rank();
+    let planes: usize = x.sizes[..r - 2].iter().product();
+    let (in_plane, out_plane) = (x.sizes[r - 2] * x.sizes[r - 1], bound[r - 2] * bound[r - 1]);
+    let (yi, s1) = ctx.read(&gy)?;
+    let (ii, s2) = ctx.read(&indices)?;
+    let (o, s3) = ctx.write(&gi)?;
+    let (p, op, ip) = (lit(planes), lit(out_plane), lit(in_plane));
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::pool::max_pool2d_with_indices_backward(
+        #yi, #ii, #p, #op, #ip, #o
+    )));
+    Ok(quote! { #set #s1 #s2 #s3 #call })
 }
 
 /// `avg_pool{2,3}d.out(self, kernel_size, stride, padding, ceil_mode,

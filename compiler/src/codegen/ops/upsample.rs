@@ -1,6 +1,6 @@
 //! 2-d resampling: `upsample_nearest2d.vec`, `upsample_bilinear2d.vec` and
 //! `grid_sampler_2d` (RAFT's and spatial transformers' sampling at points).
-use super::conv::{emit_out_sizes, opt_slice, opt_usize_list, same_dtype};
+use super::conv::{emit_out_sizes, opt_slice, opt_usize_list, same_dtype, usize_list};
 use super::*;
 use ScalarType::*;
 
@@ -8,6 +8,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::upsample_nearest2d.vec_out", upsample_nearest2d),
     ("aten::upsample_bilinear2d.vec_out", upsample_bilinear2d),
     ("aten::grid_sampler_2d.out", grid_sampler_2d),
+    ("aten::_upsample_bilinear2d_aa.out", upsample_bilinear2d_aa),
 ];
 
 /// The element types nearest upsampling copies.
@@ -78,6 +79,51 @@ fn upsample_bilinear2d(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (o, s2) = ctx.write(&out)?;
     let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::upsample::upsample_bilinear2d(
         #xi, #xs, #size, #align_corners, #scales, #o
+    )));
+    Ok(quote! { #set #s1 #s2 #call })
+}
+
+/// `_upsample_bilinear2d_aa.out(input, output_size, align_corners,
+/// scales_h?, scales_w?, out)`: float and double, as PyTorch's CPU kernel
+/// (which has no half types; its uint8 path computes in 16-bit fixed
+/// point, not implemented here). Static shapes only.
+fn upsample_bilinear2d_aa(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(7)?;
+    let (x, align_corners, out) = (ctx.tensor(0)?, ctx.bool(2)?, ctx.tensor(5)?);
+    let size = usize_list(ctx, 1)?;
+    let scales = [ctx.opt_double(3)?, ctx.opt_double(4)?];
+    same_dtype(&[&x, &out], &[Float, Double])?;
+    if x.dynamic || out.dynamic {
+        return Err("_upsample_bilinear2d_aa with dynamic shapes is not supported".into());
+    }
+    let (&[n, c, h, w], &[oh, ow]) = (&x.sizes[..], &size[..]) else {
+        return Err(format!(
+            "_upsample_bilinear2d_aa of {:?} to output_size {size:?} (a 4-d input, two sizes)",
+            x.sizes
+        ));
+    };
+    if [h, w, oh, ow].contains(&0) {
+        return Err(format!(
+            "_upsample_bilinear2d_aa of {:?} to {size:?}: sizes must be positive",
+            x.sizes
+        ));
+    }
+    require_sizes(&out, &[n, c, oh, ow])?;
+    let set = ctx.set_sizes(&out, usize_slice(&out.sizes));
+    let xs = usize_slice(&x.sizes);
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let sc = scales.map(|s| match s {
+        Some(v) => {
+            let v = f64_lit(v);
+            quote!(Some(#v))
+        }
+        None => quote!(None),
+    });
+    let [sh, sw] = &sc;
+    let (ohl, owl) = (lit(oh), lit(ow));
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::upsample::upsample_bilinear2d_aa(
+        #xi, #xs, [#ohl, #owl], #align_corners, [#sh, #sw], #o
     )));
     Ok(quote! { #set #s1 #s2 #call })
 }
