@@ -365,7 +365,7 @@ fn pool_geometry(
 ) -> Result<[TokenStream; 5], String> {
     let input = image(x, nhwc)?;
     let output = image(out, nhwc)?;
-    if padding[0] * 2 > kernel[0] || padding[1] * 2 > kernel[1] {
+    if padding[0] > kernel[0] / 2 || padding[1] > kernel[1] / 2 {
         return Err(format!("padding {padding:?} is more than half the kernel {kernel:?}"));
     }
     let nchw = input.0;
@@ -727,7 +727,7 @@ fn max_pool2d(ctx: &mut OpCtx<'_>, nhwc: bool) -> Result<TokenStream, String> {
     require_dtype(&x, &[Char])?;
     require_dtype(&out, &[Char])?;
     require_static(ctx, &[&x, &out])?;
-    // Without ceil_mode or dilation, average pooling's sizes.
+    // No ceil_mode, no dilation: PyTorch's pooling sizes.
     let [input_t, output_t, k, s, p] = pool_geometry(&x, &out, nhwc, kernel, stride, padding, false)?;
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
@@ -784,7 +784,10 @@ fn transpose_conv2d(ctx: &mut OpCtx<'_>, nhwc: bool) -> Result<TokenStream, Stri
     per_channel(&shifts, "requantize shifts", oc)?;
     // (i - 1) × stride - 2 × padding + dilation × (k - 1) + output_padding + 1.
     let extent = |i: usize, k: usize, s: usize, p: usize, d: usize, op: usize| {
-        ((i.max(1) - 1) * s + d * (k.max(1) - 1) + op + 1).checked_sub(2 * p)
+        let span = (i.max(1) - 1)
+            .checked_mul(s)?
+            .checked_add(d.checked_mul(k.max(1) - 1)?)?;
+        span.checked_add(op + 1)?.checked_sub(p.checked_mul(2)?)
     };
     let want = [
         Some(n),
