@@ -12,7 +12,11 @@
 //!   offset, padding contributing nothing;
 //! - average pooling dequantizes to `f32`, sums each window row by row,
 //!   divides by the window's count inside the image and quantizes back,
-//!   rounding half to even, as the reference's float path does.
+//!   rounding half to even, as the reference's float path does;
+//! - division and softmax compute in `f32` as the reference does, and the
+//!   activations are the pass's 256-entry tables;
+//! - elementwise operators broadcast through per-operand strides
+//!   ([`Binary`]).
 //!
 //! Images are described by [`Image`], their strides in memory per logical
 //! dim (n, c, h, w), so that one kernel serves the legacy operators on
