@@ -243,6 +243,85 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         0.0,
         0.0,
     ),
+    // The backend's other operators, one small model each
+    // (make_fixtures.py's _cortex_m_ops), to the bit.
+    (
+        "mul_cortex_m",
+        "../examples/cortex-m/models/mul_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "broadcast_add_mul_cortex_m",
+        "../examples/cortex-m/models/broadcast_add_mul_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "div_cortex_m",
+        "../examples/cortex-m/models/div_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "activations_cortex_m",
+        "../examples/cortex-m/models/activations_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "softmax_cortex_m",
+        "../examples/cortex-m/models/softmax_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "min_max_cortex_m",
+        "../examples/cortex-m/models/min_max_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "max_pool_cortex_m",
+        "../examples/cortex-m/models/max_pool_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "max_pool_cortex_m_nhwc",
+        "../examples/cortex-m/models/max_pool_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "transpose_conv_cortex_m",
+        "../examples/cortex-m/models/transpose_conv_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "transpose_conv_cortex_m_nhwc",
+        "../examples/cortex-m/models/transpose_conv_cortex_m_nhwc.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
+    (
+        "bmm_cortex_m",
+        "../examples/cortex-m/models/bmm_cortex_m.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
 ];
 
 /// Fixtures compiled again in external-weights mode (the files are given at

@@ -21,6 +21,21 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("cortex_m::quantized_avg_pool2d_nhwc.out", |c| avg_pool2d(c, true)),
     ("cortex_m::quantized_linear.out", linear),
     ("cortex_m::quantized_add.out", add),
+    ("cortex_m::quantized_mul.out", mul),
+    ("cortex_m::quantized_div.out", div),
+    ("cortex_m::minimum.out", |c| min_max(c, false)),
+    ("cortex_m::maximum.out", |c| min_max(c, true)),
+    ("cortex_m::quantized_activation.out", activation_lut),
+    ("cortex_m::softmax.out", softmax),
+    ("cortex_m::quantized_max_pool2d.out", |c| max_pool2d(c, false)),
+    ("cortex_m::quantized_max_pool2d_nhwc.out", |c| max_pool2d(c, true)),
+    ("cortex_m::quantized_transpose_conv2d.out", |c| {
+        transpose_conv2d(c, false)
+    }),
+    ("cortex_m::quantized_transpose_conv2d_nhwc.out", |c| {
+        transpose_conv2d(c, true)
+    }),
+    ("cortex_m::quantized_batch_matmul.out", batch_matmul),
     ("cortex_m::pad.out", pad),
     ("cortex_m::transpose.out", transpose),
 ];
@@ -259,22 +274,65 @@ fn conv2d(ctx: &mut OpCtx<'_>, depthwise: bool, nhwc: bool) -> Result<TokenStrea
             out.value, output.0
         ));
     }
-    let geometry = |v: [usize; 2]| usize_slice(&v);
-    let (input_t, output_t) = (image_tokens(input), image_tokens(output));
+    let geometry = ConvGeometry {
+        input,
+        output,
+        kernel: [kh, kw],
+        stride,
+        padding,
+        dilation,
+        group_in,
+        kind,
+    };
+    let offsets = (input_offset, output_offset, act);
+    conv_call(
+        ctx,
+        quote!(conv2d),
+        &geometry,
+        offsets,
+        [&x, &w, &mults, &shifts, &out],
+        &bias,
+    )
+}
+
+/// A convolution's geometry, as the kernels' `Conv2d` takes it.
+struct ConvGeometry {
+    input: ([usize; 4], [usize; 4]),
+    output: ([usize; 4], [usize; 4]),
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    group_in: usize,
+    kind: TokenStream,
+}
+
+/// The call of the convolution kernel `f` on `[input, weight, multipliers,
+/// shifts, out]` and the bias, with `(input_offset, output_offset,
+/// activation)`.
+fn conv_call(
+    ctx: &mut OpCtx<'_>,
+    f: TokenStream,
+    g: &ConvGeometry,
+    (input_offset, output_offset, act): (i32, i32, TokenStream),
+    [x, w, mults, shifts, out]: [&TArg; 5],
+    bias: &Option<TArg>,
+) -> Result<TokenStream, String> {
+    let (input_t, output_t) = (image_tokens(g.input), image_tokens(g.output));
     let (k, s, p, d) = (
-        geometry([kh, kw]),
-        geometry(stride),
-        geometry(padding),
-        geometry(dilation),
+        usize_slice(&g.kernel),
+        usize_slice(&g.stride),
+        usize_slice(&g.padding),
+        usize_slice(&g.dilation),
     );
-    let gi = lit(group_in);
-    let (xi, s1) = ctx.read(&x)?;
-    let (wi, s2) = ctx.read(&w)?;
-    let (bias_arg, s3) = read_opt(ctx, &bias)?;
-    let (mi, s4) = ctx.read(&mults)?;
-    let (si, s5) = ctx.read(&shifts)?;
-    let (o, s6) = ctx.write(&out)?;
-    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::conv2d(
+    let (gi, kind) = (lit(g.group_in), &g.kind);
+    let (xi, s1) = ctx.read(x)?;
+    let (wi, s2) = ctx.read(w)?;
+    let (bias_arg, s3) = read_opt(ctx, bias)?;
+    let (mi, s4) = ctx.read(mults)?;
+    let (si, s5) = ctx.read(shifts)?;
+    let (o, s6) = ctx.write(out)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::#f(
         &::ptec_runtime::kernels::cortex_m::Conv2d {
             input: #input_t,
             output: #output_t,
@@ -293,6 +351,45 @@ fn conv2d(ctx: &mut OpCtx<'_>, depthwise: bool, nhwc: bool) -> Result<TokenStrea
     Ok(quote! { #s1 #s2 #s3 #s4 #s5 #s6 #call })
 }
 
+/// A pooling's input and output images and its kernel, stride and padding,
+/// as tokens, after checking the output's sizes (PyTorch's, padding at
+/// most half the kernel).
+fn pool_geometry(
+    x: &TArg,
+    out: &TArg,
+    nhwc: bool,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    ceil_mode: bool,
+) -> Result<[TokenStream; 5], String> {
+    let input = image(x, nhwc)?;
+    let output = image(out, nhwc)?;
+    if padding[0] > kernel[0] / 2 || padding[1] > kernel[1] / 2 {
+        return Err(format!("padding {padding:?} is more than half the kernel {kernel:?}"));
+    }
+    let nchw = input.0;
+    let want = ptec_runtime::kernels::pool::avg_pool2d_output_sizes(&nchw, &kernel, &stride, &padding, ceil_mode, None)
+        .ok_or_else(|| {
+            format!("pooling {nchw:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?} is invalid")
+        })?;
+    if want[..] != output.0[..] {
+        return Err(format!(
+            "the output (value {}) has sizes {:?} (n, c, h, w), expected {:?}",
+            out.value,
+            output.0,
+            &want[..]
+        ));
+    }
+    Ok([
+        image_tokens(input),
+        image_tokens(output),
+        usize_slice(&kernel),
+        usize_slice(&stride),
+        usize_slice(&padding),
+    ])
+}
+
 /// `quantized_avg_pool2d.out(input, kernel_size, stride, padding,
 /// ceil_mode, zero_point, multiplier, shift, scratch, out)`.
 fn avg_pool2d(ctx: &mut OpCtx<'_>, nhwc: bool) -> Result<TokenStream, String> {
@@ -307,28 +404,7 @@ fn avg_pool2d(ctx: &mut OpCtx<'_>, nhwc: bool) -> Result<TokenStream, String> {
     require_dtype(&x, &[Char])?;
     require_dtype(&out, &[Char])?;
     require_static(ctx, &[&x, &out])?;
-    let input = image(&x, nhwc)?;
-    let output = image(&out, nhwc)?;
-    if padding[0] * 2 > kernel[0] || padding[1] * 2 > kernel[1] {
-        return Err(format!("padding {padding:?} is more than half the kernel {kernel:?}"));
-    }
-    let nchw = [input.0[0], input.0[1], input.0[2], input.0[3]];
-    let want = ptec_runtime::kernels::pool::avg_pool2d_output_sizes(&nchw, &kernel, &stride, &padding, ceil_mode, None)
-        .ok_or_else(|| {
-            format!(
-                "average pooling of {nchw:?} with kernel {kernel:?}, stride {stride:?}, padding {padding:?} is invalid"
-            )
-        })?;
-    if want[..] != output.0[..] {
-        return Err(format!(
-            "the output (value {}) has sizes {:?} (n, c, h, w), expected {:?}",
-            out.value,
-            output.0,
-            &want[..]
-        ));
-    }
-    let (input_t, output_t) = (image_tokens(input), image_tokens(output));
-    let (k, s, p) = (usize_slice(&kernel), usize_slice(&stride), usize_slice(&padding));
+    let [input_t, output_t, k, s, p] = pool_geometry(&x, &out, nhwc, kernel, stride, padding, ceil_mode)?;
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
     let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::avg_pool2d(
@@ -410,28 +486,390 @@ fn linear(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     Ok(quote! { #s1 #s2 #s3 #s4 #s5 #call })
 }
 
-/// `quantized_add.out(self, self_zero_point, self_multiplier, self_shift,
-/// other, ..., output_zero_point, output_multiplier, output_shift,
-/// activation_min, activation_max, out)`, of two tensors of one shape and
-/// layout (the reference's channel broadcast is refused).
-fn add(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    ctx.arity(15)?;
-    let (a, b, out) = (ctx.tensor(0)?, ctx.tensor(4)?, ctx.tensor(13)?);
+/// The `Binary` geometry of `out = f(a, b)`: both operands broadcast to
+/// the output's shape (rank ≤ 4) by PyTorch's rules, each read through its
+/// own dim order.
+fn broadcast(a: &TArg, b: &TArg, out: &TArg) -> Result<TokenStream, String> {
+    let rank = out.rank();
+    if rank > 4 || a.rank() > rank || b.rank() > rank {
+        return Err(format!(
+            "values {}, {} and {} have ranks {}, {} and {}: expected at most 4, the output's the largest",
+            a.value,
+            b.value,
+            out.value,
+            a.rank(),
+            b.rank(),
+            rank
+        ));
+    }
+    let mut sizes = [1usize; 4];
+    sizes[4 - rank..].copy_from_slice(&out.sizes);
+    let padded = |t: &TArg| -> Result<[usize; 4], String> {
+        let (s, lead) = (strides(t), 4 - t.rank());
+        let mut p = [0usize; 4];
+        for d in 0..t.rank() {
+            match t.sizes[d] {
+                1 => {}
+                n if n == sizes[lead + d] => p[lead + d] = s[d],
+                _ => {
+                    return Err(format!(
+                        "value {} (sizes {:?}) does not broadcast to the output's sizes {:?} (value {})",
+                        t.value, t.sizes, out.sizes, out.value
+                    ));
+                }
+            }
+        }
+        Ok(p)
+    };
+    let (pa, pb, po) = (padded(a)?, padded(b)?, padded(out)?);
+    // The output is the broadcast of the operands, not larger.
+    for d in 0..rank {
+        let of = |t: &TArg| {
+            let lead = rank - t.rank();
+            if d < lead {
+                1
+            } else {
+                t.sizes[d - lead]
+            }
+        };
+        if out.sizes[d] != of(a).max(of(b)) {
+            return Err(format!(
+                "the output (value {}) has sizes {:?}, not the broadcast of {:?} and {:?}",
+                out.value, out.sizes, a.sizes, b.sizes
+            ));
+        }
+    }
+    let t = |v: [usize; 4]| usize_slice(&v);
+    let (s, ta, tb, to) = (t(sizes), t(pa), t(pb), t(po));
+    Ok(quote!(&::ptec_runtime::kernels::cortex_m::Binary { sizes: *#s, a: *#ta, b: *#tb, out: *#to }))
+}
+
+/// The operands and output of an elementwise operator at `a`, `b` and
+/// `out`, checked static and of `dtypes`, with their geometry.
+fn elementwise(
+    ctx: &OpCtx<'_>,
+    [a, b, out]: [usize; 3],
+    dtypes: &[ScalarType],
+) -> Result<([TArg; 3], TokenStream), String> {
+    let (a, b, out) = (ctx.tensor(a)?, ctx.tensor(b)?, ctx.tensor(out)?);
     for t in [&a, &b, &out] {
-        require_dtype(t, &[Char])?;
+        require_dtype(t, dtypes)?;
+    }
+    if a.dtype != out.dtype || b.dtype != out.dtype {
+        return Err(format!(
+            "{} needs operands of one dtype, got {}, {} and {}",
+            ctx.name, a.dtype, b.dtype, out.dtype
+        ));
     }
     require_static(ctx, &[&a, &b, &out])?;
-    require_same_layout(&[&out, &a, &b])?;
+    let shape = broadcast(&a, &b, &out)?;
+    Ok(([a, b, out], shape))
+}
+
+/// Reads `a` and `b`, writes `out`: their views and statements.
+fn views(ctx: &mut OpCtx<'_>, [a, b, out]: &[TArg; 3]) -> Result<([Ident; 3], TokenStream), String> {
+    let (ai, s1) = ctx.read(a)?;
+    let (bi, s2) = ctx.read(b)?;
+    let (o, s3) = ctx.write(out)?;
+    Ok(([ai, bi, o], quote!(#s1 #s2 #s3)))
+}
+
+/// `quantized_add.out(self, self_zero_point, self_multiplier, self_shift,
+/// other, ..., output_zero_point, output_multiplier, output_shift,
+/// activation_min, activation_max, out)`, either operand broadcast.
+fn add(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(15)?;
+    let (ts, shape) = elementwise(ctx, [0, 4, 13], &[Char])?;
     let operand = |first: usize| -> Result<TokenStream, String> {
         let (zp, m, s) = (int8(ctx, first)?, int32(ctx, first + 1)?, shift(ctx, first + 2)?);
         Ok(quote!(::ptec_runtime::kernels::cortex_m::AddOperand { zero_point: #zp, multiplier: #m, shift: #s }))
     };
     let (pa, pb, po) = (operand(1)?, operand(5)?, operand(8)?);
     let act = activation(ctx, 11, 12)?;
-    let (ai, s1) = ctx.read(&a)?;
-    let (bi, s2) = ctx.read(&b)?;
+    let ([ai, bi, o], stmts) = views(ctx, &ts)?;
+    let call =
+        ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::add(#ai, #pa, #bi, #pb, #po, #act, #shape, #o)));
+    Ok(quote! { #stmts #call })
+}
+
+/// `quantized_mul.out(self, self_zero_point, other, other_zero_point,
+/// output_zero_point, output_multiplier, output_shift, out)`.
+fn mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let (ts, shape) = elementwise(ctx, [0, 2, 7], &[Char])?;
+    let (za, zb, zo) = (int8(ctx, 1)?, int8(ctx, 3)?, int8(ctx, 4)?);
+    let (m, sh) = (int32(ctx, 5)?, shift(ctx, 6)?);
+    let ([ai, bi, o], stmts) = views(ctx, &ts)?;
+    let call =
+        ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::mul(#ai, #za, #bi, #zb, #zo, #m, #sh, #shape, #o)));
+    Ok(quote! { #stmts #call })
+}
+
+/// `quantized_div.out(self, self_zero_point, other, other_zero_point,
+/// output_zero_point, output_scale, out)` of int8 tensors (the int16 form,
+/// from a non-default quantizer configuration, is refused).
+fn div(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(8)?;
+    let (ts, shape) = elementwise(ctx, [0, 2, 6], &[Char])?;
+    let (za, zb, zo) = (int8(ctx, 1)?, int8(ctx, 3)?, int8(ctx, 4)?);
+    // The reference multiplies an f32 tensor by the scale: f32 arithmetic.
+    let scale = ctx.double(5)? as f32;
+    if !scale.is_finite() {
+        return Err(format!("argument 5 is the scale {scale}, not finite"));
+    }
+    let scale = f32_lit(scale);
+    let ([ai, bi, o], stmts) = views(ctx, &ts)?;
+    let call =
+        ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::div(#ai, #za, #bi, #zb, #zo, #scale, #shape, #o)));
+    Ok(quote! { #stmts #call })
+}
+
+/// `minimum.out(self, other, out)` and `maximum.out`, of int8 or int32
+/// tensors.
+fn min_max(ctx: &mut OpCtx<'_>, max: bool) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (ts, shape) = elementwise(ctx, [0, 1, 2], &[Char, Int])?;
+    let f = if max { quote!(maximum) } else { quote!(minimum) };
+    let ([ai, bi, o], stmts) = views(ctx, &ts)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::#f(#ai, #bi, #shape, #o)));
+    Ok(quote! { #stmts #call })
+}
+
+/// `quantized_activation.out(input, lut, out)`: a 256-entry int8 table.
+fn activation_lut(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(4)?;
+    let (x, lut, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.tensor(2)?);
+    for t in [&x, &lut, &out] {
+        require_dtype(t, &[Char])?;
+    }
+    require_static(ctx, &[&x, &lut, &out])?;
+    require_same_layout(&[&out, &x])?;
+    require_contiguous(&[&lut])?;
+    if lut.numel() != 256 {
+        return Err(format!(
+            "the look-up table (value {}) has sizes {:?}; expected 256 values",
+            lut.value, lut.sizes
+        ));
+    }
+    let (xi, s1) = ctx.read(&x)?;
+    let (li, s2) = ctx.read(&lut)?;
     let (o, s3) = ctx.write(&out)?;
-    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::add(#ai, #pa, #bi, #pb, #po, #act, #o)));
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::activation(#xi, #li, #o)));
+    Ok(quote! { #s1 #s2 #s3 #call })
+}
+
+/// A tensor of rank 1 to 4's sizes and strides, padded to 4 with leading
+/// ones.
+fn padded4(t: &TArg) -> Result<([usize; 4], [usize; 4]), String> {
+    let rank = t.rank();
+    if !(1..=4).contains(&rank) {
+        return Err(format!("value {} has rank {rank}, expected 1 to 4", t.value));
+    }
+    let (mut sizes, mut st) = ([1usize; 4], [0usize; 4]);
+    sizes[4 - rank..].copy_from_slice(&t.sizes);
+    st[4 - rank..].copy_from_slice(&strides(t));
+    Ok((sizes, st))
+}
+
+/// `softmax.out(input, dim, input_zero_point, output_zero_point,
+/// input_multiplier, input_shift, diff_min, out)`: the reference's float
+/// path (`diff_min` unused, as there), output zero point -128.
+fn softmax(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(9)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(7)?);
+    require_dtype(&x, &[Char])?;
+    require_dtype(&out, &[Char])?;
+    require_static(ctx, &[&x, &out])?;
+    require_sizes(&out, &x.sizes)?;
+    let dim = norm_dim(ctx.int(1)?, x.rank())?;
+    let (zp, out_zp) = (int8(ctx, 2)?, int8(ctx, 3)?);
+    if out_zp != -128 {
+        return Err(format!(
+            "the output zero point is {out_zp}; CMSIS-NN's softmax has -128"
+        ));
+    }
+    let (multiplier, sh) = (int32(ctx, 4)?, shift(ctx, 5)?);
+    if multiplier <= 0 {
+        return Err(format!("the input multiplier {multiplier} is not positive"));
+    }
+    let ((sizes, xs), (_, os)) = (padded4(&x)?, padded4(&out)?);
+    let dim = lit(dim + 4 - x.rank());
+    let (sizes, xs, os) = (usize_slice(&sizes), usize_slice(&xs), usize_slice(&os));
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::softmax(
+        #xi, *#sizes, *#xs, *#os, #dim, #zp, #multiplier, #sh, #o
+    )));
+    Ok(quote! { #s1 #s2 #call })
+}
+
+/// `quantized_max_pool2d.out(input, kernel_size, stride, padding, dilation,
+/// ceil_mode, input_zero_point, output_zero_point, activation_min,
+/// activation_max, out)`, without dilation or `ceil_mode` and with one zero
+/// point (what the reference takes).
+fn max_pool2d(ctx: &mut OpCtx<'_>, nhwc: bool) -> Result<TokenStream, String> {
+    ctx.arity(12)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(10)?);
+    let kernel = pair(ctx, 1, "kernel size", true)?;
+    let stride = pair(ctx, 2, "stride", true)?;
+    let padding = pair(ctx, 3, "padding", false)?;
+    let dilation = pair(ctx, 4, "dilation", true)?;
+    if dilation != [1, 1] || ctx.bool(5)? {
+        return Err(format!(
+            "dilation {dilation:?} or ceil_mode: the reference takes neither"
+        ));
+    }
+    let (zi, zo) = (int8(ctx, 6)?, int8(ctx, 7)?);
+    if zi != zo {
+        return Err(format!("the input zero point {zi} and the output's {zo} differ"));
+    }
+    let act = activation(ctx, 8, 9)?;
+    require_dtype(&x, &[Char])?;
+    require_dtype(&out, &[Char])?;
+    require_static(ctx, &[&x, &out])?;
+    // No ceil_mode, no dilation: PyTorch's pooling sizes.
+    let [input_t, output_t, k, s, p] = pool_geometry(&x, &out, nhwc, kernel, stride, padding, false)?;
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::max_pool2d(
+        &::ptec_runtime::kernels::cortex_m::MaxPool2d {
+            input: #input_t,
+            output: #output_t,
+            kernel: *#k,
+            stride: *#s,
+            padding: *#p,
+            activation: #act,
+        },
+        #xi, #o
+    )));
+    Ok(quote! { #s1 #s2 #call })
+}
+
+/// `quantized_transpose_conv2d.out(input, weight, bias?, stride, padding,
+/// output_padding, dilation, input_offset, output_offset,
+/// requantize_multipliers, requantize_shifts, activation_min,
+/// activation_max, scratch, output_scratch, out)`: one group, weights
+/// `[out, kh, kw, in]`.
+fn transpose_conv2d(ctx: &mut OpCtx<'_>, nhwc: bool) -> Result<TokenStream, String> {
+    ctx.arity(17)?;
+    let (x, w, bias, out) = (ctx.tensor(0)?, ctx.tensor(1)?, ctx.opt_tensor(2)?, ctx.tensor(15)?);
+    let (mults, shifts) = (ctx.tensor(9)?, ctx.tensor(10)?);
+    let stride = pair(ctx, 3, "stride", true)?;
+    let padding = pair(ctx, 4, "padding", false)?;
+    let output_padding = pair(ctx, 5, "output padding", false)?;
+    let dilation = pair(ctx, 6, "dilation", true)?;
+    let (input_offset, output_offset) = (int32(ctx, 7)?, int32(ctx, 8)?);
+    let act = activation(ctx, 11, 12)?;
+    ctx.tensor(13)?; // the scratch CMSIS-NN would use
+    ctx.tensor(14)?;
+    for t in [&x, &w, &out] {
+        require_dtype(t, &[Char])?;
+    }
+    require_contiguous(&[&w])?;
+    require_static(ctx, &[&x, &w, &out])?;
+    let input = image(&x, nhwc)?;
+    let output = image(&out, nhwc)?;
+    let [n, ic, ih, iw] = input.0;
+    if w.rank() != 4 || w.sizes[3] != ic {
+        return Err(format!(
+            "the weight (value {}) has sizes {:?}; expected [out, kh, kw, {ic}] (one group)",
+            w.value, w.sizes
+        ));
+    }
+    let (oc, kh, kw) = (w.sizes[0], w.sizes[1], w.sizes[2]);
+    if let Some(b) = &bias {
+        per_channel(b, "bias", oc)?;
+    }
+    per_channel(&mults, "requantize multipliers", oc)?;
+    per_channel(&shifts, "requantize shifts", oc)?;
+    // (i - 1) × stride - 2 × padding + dilation × (k - 1) + output_padding + 1.
+    let extent = |i: usize, k: usize, s: usize, p: usize, d: usize, op: usize| {
+        let span = (i.max(1) - 1)
+            .checked_mul(s)?
+            .checked_add(d.checked_mul(k.max(1) - 1)?)?;
+        span.checked_add(op + 1)?.checked_sub(p.checked_mul(2)?)
+    };
+    let want = [
+        Some(n),
+        Some(oc),
+        extent(ih, kh, stride[0], padding[0], dilation[0], output_padding[0]),
+        extent(iw, kw, stride[1], padding[1], dilation[1], output_padding[1]),
+    ];
+    if ih == 0 || iw == 0 || want != output.0.map(Some) {
+        return Err(format!(
+            "the output (value {}) has sizes {:?} (n, c, h, w), expected {want:?}",
+            out.value, output.0
+        ));
+    }
+    let geometry = ConvGeometry {
+        input,
+        output,
+        kernel: [kh, kw],
+        stride,
+        padding,
+        dilation,
+        group_in: ic,
+        kind: quote!(Ohwi),
+    };
+    let offsets = (input_offset, output_offset, act);
+    conv_call(
+        ctx,
+        quote!(transpose_conv2d),
+        &geometry,
+        offsets,
+        [&x, &w, &mults, &shifts, &out],
+        &bias,
+    )
+}
+
+/// `quantized_batch_matmul.out(lhs, lhs_zero_point, rhs_transposed,
+/// rhs_zero_point, output_zero_point, output_multiplier, output_shift,
+/// scratch, out)`: `[b, m, k]` by `[b, n, k]`, the "zero points" being the
+/// offsets (the negated zero points) the pass writes.
+fn batch_matmul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(10)?;
+    let (l, r, out) = (ctx.tensor(0)?, ctx.tensor(2)?, ctx.tensor(8)?);
+    ctx.tensor(7)?; // scratch
+    for t in [&l, &r, &out] {
+        require_dtype(t, &[Char])?;
+    }
+    require_contiguous(&[&l, &r, &out])?;
+    require_static(ctx, &[&l, &r, &out])?;
+    let offset = |i: usize| -> Result<i32, String> {
+        let v = int32(ctx, i)?;
+        if !(-127..=128).contains(&v) {
+            return Err(format!("argument {i} is the offset {v}, outside -127..=128"));
+        }
+        Ok(v)
+    };
+    let (lo, ro) = (offset(1)?, offset(3)?);
+    let (zo, m, sh) = (int8(ctx, 4)?, int32(ctx, 5)?, shift(ctx, 6)?);
+    if l.rank() != 3 || r.rank() != 3 || l.sizes[0] != r.sizes[0] || l.sizes[2] != r.sizes[2] {
+        return Err(format!(
+            "the operands (values {} and {}, sizes {:?} and {:?}) are not [b, m, k] and [b, n, k]",
+            l.value, r.value, l.sizes, r.sizes
+        ));
+    }
+    let (b, rows, depth, columns) = (l.sizes[0], l.sizes[1], l.sizes[2], r.sizes[1]);
+    require_sizes(&out, &[b, rows, columns])?;
+    let (b, rows, depth, columns) = (lit(b), lit(rows), lit(depth), lit(columns));
+    let (li, s1) = ctx.read(&l)?;
+    let (ri, s2) = ctx.read(&r)?;
+    let (o, s3) = ctx.write(&out)?;
+    let call = ctx.kernel_result(quote!(::ptec_runtime::kernels::cortex_m::batch_matmul(
+        &::ptec_runtime::kernels::cortex_m::BatchMatmul {
+            batches: #b,
+            rows: #rows,
+            depth: #depth,
+            columns: #columns,
+            lhs_offset: #lo,
+            rhs_offset: #ro,
+            output_zero_point: #zo,
+            multiplier: #m,
+            shift: #sh,
+        },
+        #li, #ri, #o
+    )));
     Ok(quote! { #s1 #s2 #s3 #call })
 }
 
