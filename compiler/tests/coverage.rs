@@ -16,7 +16,10 @@ fn coverage_table_is_current() {
         true => format!("all {total} operators"),
         false => format!("{covered} of the {total}"),
     };
-    assert!(readme.contains(&stated), "README does not state the coverage ({stated})");
+    assert!(
+        readme.contains(&stated),
+        "README does not state the coverage ({stated})"
+    );
 }
 
 /// Every portable operator ptec does not compile says why, and no reason
