@@ -768,6 +768,18 @@ mod tests {
             ([1, 9, 8, 3], [8, 5, 5, 3], [2, 2], [2, 2, 2, 2], [1, 1], 1),
             ([2, 8, 8, 3], [24, 7, 7, 3], [2, 2], [3, 3, 3, 3], [1, 1], 1),
             ([1, 10, 10, 5], [9, 9, 9, 5], [1, 1], [4, 4, 4, 4], [1, 1], 1),
+            // Narrow groups, several to a vector on AVX-512 VNNI: RegNet's
+            // 8 channels a group, an odd count (the last vector half
+            // full), 4 a group, wider inputs than outputs, a pointwise
+            // grouped layer, dilation, and more groups than one pass of
+            // weights holds.
+            ([1, 9, 9, 48], [48, 3, 3, 8], [2, 2], [1, 1, 1, 1], [1, 1], 6),
+            ([1, 7, 6, 104], [104, 3, 3, 8], [1, 1], [1, 1, 1, 1], [1, 1], 13),
+            ([2, 5, 5, 20], [20, 3, 3, 4], [1, 1], [1, 0, 1, 2], [1, 1], 5),
+            ([1, 6, 6, 64], [32, 3, 3, 16], [1, 2], [1, 1, 1, 1], [1, 1], 4),
+            ([1, 5, 5, 32], [16, 1, 1, 8], [1, 1], [0, 0, 0, 0], [1, 1], 4),
+            ([1, 9, 9, 24], [24, 3, 3, 8], [1, 1], [2, 2, 2, 2], [2, 2], 3),
+            ([1, 4, 5, 320], [320, 3, 3, 8], [1, 1], [1, 1, 1, 1], [1, 1], 40),
         ];
         for (i, &(xs, ws, s, p, d, grp)) in cases.iter().enumerate() {
             check_conv(&mut seed, xs, ws, s, p, d, grp, &std::format!("edge {i}"));

@@ -3,7 +3,7 @@
 //! a block (its weights stored plus 128), for [`ROWS`] rows at once;
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
-use super::packed::{bytes, BlockParams, Job, Out, COLS};
+use super::packed::{bytes, BlockParams, Job, Out, Source, COLS, MAX_TAPS};
 use super::tiles::{for_each_tile, quad, PAD_ROW};
 use super::{Depthwise, DwTaps, Output};
 use core::arch::x86_64::*;
@@ -24,6 +24,10 @@ const PASS_BYTES: usize = 256 * 1024;
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
     let l = &job.layout;
+    if let Some(per) = narrow_groups(job) {
+        // SAFETY: as vouched for; `narrow_groups` checked the shape.
+        return unsafe { narrow(job, out, per) };
+    }
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
     for_each_tile::<ROWS>(job, PASS_BYTES, &pad, |t| {
@@ -70,6 +74,153 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
             i += 2;
         }
     });
+}
+
+/// Weight vectors of a narrow-group layer ([`narrow`]) kept at once (on
+/// the stack, 16 KiB), and the most vectors of groups among them.
+const NARROW_WEIGHTS: usize = 256;
+const NARROW_VECTORS: usize = 32;
+
+/// How many groups share a vector in [`narrow`], if `job` is a grouped
+/// convolution of fewer than 16 outputs a group (RegNet's 8) whose
+/// groups' inputs, whole quads, fit 64 bytes for a vector's groups.
+fn narrow_groups(job: &Job<'_>) -> Option<usize> {
+    let l = &job.layout;
+    let per = COLS / l.gout.max(1);
+    let fits = l.groups > 1
+        && l.gout < COLS
+        && COLS.is_multiple_of(l.gout)
+        && l.gin.is_multiple_of(4)
+        && per * l.gin <= 64
+        && l.groups * l.gin <= PAD_ROW
+        && l.taps <= MAX_TAPS
+        && l.taps * (l.gin / 4) <= NARROW_WEIGHTS
+        && job.blocks == (0, 1)
+        && matches!(job.source, Source::Conv { .. });
+    fits.then_some(per)
+}
+
+/// A grouped convolution of narrow groups ([`narrow_groups`]): `per`
+/// groups side by side in the 16 lanes of one set of sums, so that no
+/// lane sums zeros (one group a block would leave half of them idle
+/// with 8 outputs a group). For each row and tap, a vector's groups'
+/// inputs are loaded at once (one masked load: 16 bytes for RegNet's two
+/// groups of 8), flipped to unsigned (`x + 128`), and each quad moved to
+/// its group's lanes by a permutation, then multiplied by the signed
+/// weights: `Σ (x + 128) · w`, less `128 · Σ w` (folded into the
+/// offsets), is the same exact sum as the other paths take. The rows go
+/// a tile at a time over as many vectors of groups as
+/// [`NARROW_WEIGHTS`] holds, so that each tile's taps are found once.
+///
+/// # Safety
+/// As for [`run`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
+    let l = &job.layout;
+    let packed = bytes(job.packed);
+    let (qpt, gout, gin) = (l.gin / 4, l.gout, l.gin);
+    let quads = l.taps * qpt;
+    let input = job.source.input();
+    // A row of zero points for pixels in the padding, as long as a pixel.
+    let pad = [job.xq.zero_point as i8; PAD_ROW];
+    let r = Requant::new(job.y);
+    let flip = _mm512_set1_epi8(-128);
+    // Quad `q` of each lane's group: lane `j` is output `j % gout` of the
+    // vector's group `j / gout`, whose inputs start at dword
+    // `(j / gout) · qpt`.
+    let mut idx = [_mm512_setzero_si512(); 16];
+    for (q, idx) in idx.iter_mut().enumerate().take(qpt) {
+        let lanes: [i32; 16] = core::array::from_fn(|j| ((j / gout) * qpt + q) as i32);
+        // SAFETY: a 16-lane load of an array of 16.
+        *idx = unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) };
+    }
+    let vectors = l.groups.div_ceil(per);
+    let chunk = (NARROW_WEIGHTS / quads).clamp(1, NARROW_VECTORS);
+    let mut x = [[core::ptr::null::<i8>(); ROWS]; MAX_TAPS];
+    let mut w = [[0u8; 64]; NARROW_WEIGHTS];
+    let mut offset = [[0i32; COLS]; NARROW_VECTORS];
+    let mut scale = [[1.0f32; COLS]; NARROW_VECTORS];
+    for v0 in (0..vectors).step_by(chunk) {
+        let v1 = vectors.min(v0 + chunk);
+        // The vectors' weights (signed again), offsets and scales.
+        for v in v0..v1 {
+            let (w, offset, scale) = (
+                &mut w[(v - v0) * quads..][..quads],
+                &mut offset[v - v0],
+                &mut scale[v - v0],
+            );
+            for wb in w.iter_mut() {
+                wb.fill(0);
+            }
+            for gi in 0..per.min(l.groups - v * per) {
+                let g = v * per + gi;
+                let block = l.block(packed, g, 0);
+                let p = BlockParams::new(job, block, g, 0);
+                for c in 0..gout {
+                    let j = gi * gout + c;
+                    let sum = i32::from_le_bytes([block[4 * c], block[4 * c + 1], block[4 * c + 2], block[4 * c + 3]]);
+                    offset[j] = p.offset[c].wrapping_sub(sum.wrapping_mul(128));
+                    scale[j] = p.scale[c];
+                    for (tq, wb) in w.iter_mut().enumerate() {
+                        let at = 4 * COLS + (tq * COLS + c) * 4;
+                        for e in 0..4 {
+                            wb[4 * j + e] = block[at + e] ^ 0x80;
+                        }
+                    }
+                }
+            }
+        }
+        for r0 in (job.first..job.rows).step_by(ROWS) {
+            let rows = ROWS.min(job.rows - r0);
+            // Each tap's pixel, its first channel (the padding's row of
+            // zero points is a pixel long).
+            job.source.visit::<ROWS>(0, l.taps, r0, rows, 0, gin, |t, r, at| {
+                x[t][r] = match at {
+                    Some(at) => {
+                        assert!(at + l.groups * gin <= input.len());
+                        input.as_ptr().wrapping_add(at)
+                    }
+                    None => pad.as_ptr(),
+                }
+            });
+            for v in v0..v1 {
+                let n = per.min(l.groups - v * per);
+                let in_mask = u64::MAX >> (64 - n * gin);
+                let out_mask = (u32::MAX >> (32 - n * gout)) as __mmask16;
+                let first = v * per * gin;
+                let w = &w[(v - v0) * quads..][..quads];
+                let mut acc = [_mm512_setzero_si512(); ROWS];
+                for (t, xt) in x.iter().enumerate().take(l.taps) {
+                    for (a, &p) in acc.iter_mut().zip(xt) {
+                        // SAFETY: `p` has a pixel's channels (asserted
+                        // above, or the pixel of zero points); the masked
+                        // load reads the `n` groups' inputs among them;
+                        // each of `w` is 64 bytes.
+                        unsafe {
+                            let xv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(in_mask, p.add(first)), flip);
+                            for q in 0..qpt {
+                                let wv = _mm512_loadu_si512(w[t * qpt + q].as_ptr().cast());
+                                *a = _mm512_dpbusd_epi32(*a, _mm512_permutexvar_epi32(idx[q], xv), wv);
+                            }
+                        }
+                    }
+                }
+                // SAFETY: 16-lane loads of arrays of 16.
+                let (off, sc) = unsafe {
+                    (
+                        _mm512_loadu_si512(offset[v - v0].as_ptr().cast()),
+                        _mm512_loadu_ps(scale[v - v0].as_ptr()),
+                    )
+                };
+                for (i, &a) in acc.iter().enumerate().take(rows) {
+                    let o = out.at(r0 + i, v * per * gout, n * gout);
+                    // SAFETY: a store of `n · gout` bytes into a slice of
+                    // that length.
+                    unsafe { _mm_mask_storeu_epi8(o.as_mut_ptr(), out_mask, r.apply(_mm512_add_epi32(a, off), sc)) };
+                }
+            }
+        }
+    }
 }
 
 /// Each row's input sum (over all taps), in every lane: what the weights'

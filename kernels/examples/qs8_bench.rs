@@ -1,0 +1,101 @@
+//! int8 (XNNPACK QS8) convolution micro-benchmark: the layers of
+//! torchvision's RegNetY-400MF that its profile ranks first (`ptec bench
+//! --profile` on the broad set's int8 export): the stem, grouped 3 × 3
+//! convolutions of 8 channels a group at each stage, and a pointwise one.
+//! Random weights packed as the compiler packs them, through
+//! `qs8::conv2d_nhwc`.
+//!
+//!   cargo run --release -p ptec-kernels --example qs8_bench [-- THREADS...]
+//!
+//! Prints each layer's best and median time over 30 runs (after 3
+//! untimed), per thread count (default 1), and its multiply-adds a
+//! nanosecond.
+use ptec_kernels::nhwc::{Conv2dNhwc, Window2d};
+use ptec_kernels::qs8::{conv2d_nhwc, pack_conv, Layout, Output, Quant};
+use std::time::Instant;
+
+/// (name, input size, input channels, output channels, kernel, stride, groups)
+const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
+    ("stem 3x3/2, 3 -> 32", 224, 3, 32, 3, 2, 1),
+    ("grouped 3x3/2, 48 in 6 groups", 112, 48, 48, 3, 2, 6),
+    ("grouped 3x3/2, 104 in 13 groups", 56, 104, 104, 3, 2, 13),
+    ("grouped 3x3, 104 in 13 groups", 28, 104, 104, 3, 1, 13),
+    ("grouped 3x3, 208 in 26 groups", 14, 208, 208, 3, 1, 26),
+    ("grouped 3x3, 440 in 55 groups", 7, 440, 440, 3, 1, 55),
+    ("pointwise, 32 -> 48", 112, 32, 48, 1, 1, 1),
+];
+
+fn main() {
+    let threads: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("thread counts"))
+        .collect();
+    let threads = if threads.is_empty() { vec![1] } else { threads };
+    let mut seed = 7u64;
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as u32
+    };
+    for &(name, size, in_c, out_c, k, stride, groups) in &LAYERS {
+        let pad = k / 2;
+        let out = (size + 2 * pad - k) / stride + 1;
+        let g = Conv2dNhwc {
+            window: Window2d {
+                batch: 1,
+                in_h: size,
+                in_w: size,
+                out_h: out,
+                out_w: out,
+                kernel_h: k,
+                kernel_w: k,
+                stride_h: stride,
+                stride_w: stride,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top: pad,
+                pad_left: pad,
+            },
+            in_c,
+            out_c,
+            groups,
+        };
+        let x: Vec<i8> = (0..size * size * in_c).map(|_| next() as i8).collect();
+        let w: Vec<i8> = (0..out_c * k * k * in_c / groups)
+            .map(|_| (next() % 255) as i8)
+            .collect();
+        let scales: Vec<f32> = (0..out_c).map(|i| 0.001 + 0.0001 * (i % 7) as f32).collect();
+        let bias: Vec<i32> = (0..out_c).map(|_| (next() % 2000) as i32 - 1000).collect();
+        let mut packed = vec![0f32; Layout::conv(&g).packed_len()];
+        pack_conv(&g, &w, &mut packed);
+        let xq = Quant {
+            scale: 0.02,
+            zero_point: -3,
+        };
+        let y = Output {
+            scale: 0.05,
+            zero_point: 5,
+            qmin: -128,
+            qmax: 127,
+        };
+        let mut o = vec![0i8; out * out * out_c];
+        let macs = (out * out * out_c * k * k * in_c / groups) as f64;
+        for &t in &threads {
+            ptec_kernels::parallel::set_threads(t);
+            let mut times = Vec::new();
+            for i in 0..33 {
+                let start = Instant::now();
+                conv2d_nhwc(&g, false, &x, &xq, &w, &scales, Some(&bias), Some(&packed), &y, &mut o);
+                if i >= 3 {
+                    times.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            times.sort_by(f64::total_cmp);
+            println!(
+                "{name:34} {t} thread(s): best {:8.1} us, median {:8.1} us, {:6.1} MAC/ns",
+                times[0],
+                times[times.len() / 2],
+                macs / times[0] / 1e3
+            );
+        }
+    }
+}
