@@ -114,6 +114,7 @@ fn narrow_groups(job: &Job<'_>) -> Option<usize> {
 ///
 /// # Safety
 /// As for [`run`].
+#[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
     let l = &job.layout;
