@@ -16,9 +16,15 @@ pub(crate) mod aten {
     pub(crate) const HARDTANH: &str = "aten::hardtanh.out";
     pub(crate) const MAX_POOL2D_WITH_INDICES: &str = "aten::max_pool2d_with_indices.out";
     pub(crate) const MEAN: &str = "aten::mean.out";
+    pub(crate) const MUL: &str = "aten::mul.out";
     pub(crate) const PERMUTE_COPY: &str = "aten::permute_copy.out";
     pub(crate) const RELU: &str = "aten::relu.out";
+    pub(crate) const SIGMOID: &str = "aten::sigmoid.out";
 }
+
+/// `sigmoid_mul(x, out)`: `x · sigmoid(x)` in the two `f32` steps of the
+/// `sigmoid` and `mul` it replaces (see `passes::swish`).
+pub(crate) const SIGMOID_MUL: &str = "ptec::sigmoid_mul.out";
 
 /// `fully_connected(x, weight, bias?, weight_transposed, min, max, kept?, out)`:
 /// XNNPACK's fully connected layer, `kept` its packed weight.

@@ -5,13 +5,15 @@
 //! 2. [`channels_last`]: convolution regions run on NHWC images, with
 //!    batch norms and clamps folded into the convolutions;
 //! 3. [`conv_chains`]: residual adds fold into the convolution before them,
-//!    and runs of 1×1 convolutions become one chained call.
+//!    and runs of 1×1 convolutions become one chained call;
+//! 4. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call.
 //!
 //! The tensors the passes add have no bytes yet: the next stage, `plan`,
 //! gives them some.
 pub(crate) mod channels_last;
 pub(crate) mod conv_chains;
 pub(crate) mod rewrite;
+pub(crate) mod swish;
 pub mod xnnpack;
 
 use crate::error::Result;
@@ -38,6 +40,7 @@ pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
             crate::analysis::alias::check_relaid(old, new)?;
         }
     }
+    each_method(program, suites, swish::fuse_sigmoid_mul)?;
     Ok(())
 }
 

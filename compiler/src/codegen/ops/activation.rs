@@ -58,6 +58,21 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("aten::isinf.out", isinf),
 ];
 
+/// ptec's own element-wise operators, made by the passes.
+pub const FUSED: &[(&str, Emitter)] = &[(crate::names::SIGMOID_MUL, sigmoid_mul)];
+
+/// `x · sigmoid(x)` of `f32` tensors, in the `sigmoid`'s and the `mul`'s
+/// steps (each rounded to `f32`), as the two instructions it replaces.
+fn sigmoid_mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(3)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(1)?);
+    if x.dtype != Float || out.dtype != Float {
+        return Err("`sigmoid_mul` takes f32 tensors".into());
+    }
+    let body = quote!(a * ::ptec_runtime::kernels::scalar::sigmoid(a));
+    emit_map_wide(ctx, &x, &out, Float, body)
+}
+
 /// `op(self, out)` computed in floating point (integers promote to f32).
 fn float_unary(ctx: &mut OpCtx<'_>, f: &str) -> Result<TokenStream, String> {
     ctx.arity(3)?;

@@ -70,11 +70,13 @@ pub fn registry() -> impl Iterator<Item = (&'static str, Emitter)> {
 }
 
 /// The emitter of an operator: one of the [`registry`], or one of ptec's
-/// own operators that lowered XNNPACK subgraphs call (`ptec_xnn::*`).
+/// own operators that lowered XNNPACK subgraphs call (`ptec_xnn::*`) or
+/// the passes make (`ptec::*`).
 pub fn lookup(full_name: &str) -> Option<Emitter> {
     registry()
         .chain(xnnpack::OPS.iter().copied())
         .chain(xnn_quantized::OPS.iter().copied())
+        .chain(activation::FUSED.iter().copied())
         .find(|(n, _)| *n == full_name)
         .map(|(_, e)| e)
 }

@@ -1,0 +1,81 @@
+//! `x · sigmoid(x)` as two instructions, a `sigmoid` whose result only the
+//! `mul` right after it reads (SiLU as EfficientNet's export writes it:
+//! XNNPACK's partitioner leaves both out of its subgraphs), becomes one
+//! element-wise call, [`SIGMOID_MUL`]. It computes the same two rounded
+//! `f32` steps for each element, in one pass: the sigmoid's result is
+//! never stored and read back. That result's planned bytes are left
+//! unused.
+use crate::analysis::alias::share_bytes;
+use crate::analysis::uses::Uses;
+use crate::ir::*;
+use crate::names::SIGMOID_MUL;
+use crate::passes::rewrite::kernel_call;
+
+/// Fuses every such pair of `m` (see the module docs). Methods with jumps
+/// are left as they are (fusing renumbers instructions).
+pub fn fuse_sigmoid_mul(m: &mut Method) {
+    if m.has_jumps() {
+        return;
+    }
+    let uses = Uses::of(m);
+    let pairs: Vec<(usize, [usize; 2])> = (0..m.instructions.len().saturating_sub(1))
+        .filter_map(|n| Some((n, pair_args(m, &uses, n)?)))
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let old = std::mem::take(&mut m.instructions);
+    let mut traces = m.stacktraces.take();
+    let mut origins: Vec<Origin> = (0..old.len()).map(|n| m.origin(n)).collect();
+    let mut code = Vec::with_capacity(old.len());
+    let mut next = 0;
+    for (n, [x, y]) in pairs {
+        // Pairs cannot overlap: a `mul` is not a `sigmoid`.
+        code.extend_from_slice(&old[next..n]);
+        let at = code.len();
+        code.push(kernel_call(m, SIGMOID_MUL, vec![x, y, y]));
+        // The call keeps the sigmoid's origin and stack trace, and logs
+        // its result as the `mul`'s.
+        let mul = origins.remove(at + 1);
+        origins[at].logged_as = Some(mul.logged_as.unwrap_or(mul.instruction));
+        if let Some(t) = traces.as_mut() {
+            t.remove(at + 1);
+        }
+        next = n + 2;
+    }
+    code.extend_from_slice(&old[next..]);
+    m.instructions = code;
+    m.stacktraces = traces;
+    m.origins = origins;
+}
+
+/// `[x, y]` when instruction `n` is `sigmoid(x)` and the next one
+/// `mul(x, that)` (or `mul(that, x)`) into `y`, with the sigmoid's result
+/// read by nothing else, all three static contiguous `f32` tensors of one
+/// shape and layout, and `y` clear of `x`'s bytes.
+fn pair_args(m: &Method, uses: &Uses, n: usize) -> Option<[usize; 2]> {
+    let (name, args) = kernel_name(m, m.instructions.get(n)?)?;
+    let &[x, s, ret] = args else { return None };
+    if name != crate::names::aten::SIGMOID || ret != s {
+        return None;
+    }
+    let (name, args) = kernel_name(m, m.instructions.get(n + 1)?)?;
+    let &[a, b, y, ret] = args else { return None };
+    if name != crate::names::aten::MUL || ret != y || !((a, b) == (x, s) || (a, b) == (s, x)) {
+        return None;
+    }
+    let readers = uses.kernel_uses(s, n)?;
+    if readers.len() != 1 || readers[0].0 != n + 1 {
+        return None;
+    }
+    let plain = |v: usize| match m.values.get(v) {
+        Some(Value::Tensor(t)) => {
+            (t.dtype == ScalarType::Float && t.dynamism == Dynamism::Static && t.is_contiguous()).then_some(t)
+        }
+        _ => None,
+    };
+    let (tx, ts, ty) = (plain(x)?, plain(s)?, plain(y)?);
+    let layout = |v: usize| m.channels_last.contains(&v);
+    let same = tx.sizes == ts.sizes && tx.sizes == ty.sizes && layout(x) == layout(s) && layout(x) == layout(y);
+    (same && x != y && !share_bytes(m, x, y)).then_some([x, y])
+}
