@@ -29,7 +29,7 @@ use crate::names::{
 };
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_tensor, push_value};
 use crate::read::xnnpack::{
-    read_graph, BinaryOp, ConvParams, Graph, NamedSources, Op, QElem, QParams, Quantized, UnaryOp, ValueKind, XNode,
+    BinaryOp, ConvParams, Graph, Graphs, Op, QElem, QParams, Quantized, UnaryOp, ValueKind, XNode,
 };
 use crate::shapes::{batch_matmul_sizes, broadcast, contiguous_strides};
 use ptec_runtime::kernels::gemm::packed_len;
@@ -38,25 +38,15 @@ use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window
 mod quantized;
 
 /// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
-/// kernel calls. `file` is the file the program was read from (its blobs
-/// and constants are byte ranges of it). Calls to other backends are left
+/// kernel calls over the subgraphs `graphs` read for them (a call's blob
+/// that could not be read is its error). Calls to other backends are left
 /// alone.
-pub fn lower_xnnpack_delegates(program: &mut Program, file: &[u8]) -> Result<()> {
-    let Program {
-        methods,
-        named_data,
-        external_files,
-        ..
-    } = program;
-    let named = NamedSources {
-        named_data,
-        external_files,
-    };
+pub fn lower_xnnpack_delegates(program: &mut Program, mut graphs: Graphs) -> Result<()> {
     let mut errors = Vec::new();
-    for m in methods.iter_mut() {
+    for (k, m) in program.methods.iter_mut().enumerate() {
         let uses_xnnpack = m.instructions.iter().any(|i| is_xnnpack_call(m, i));
         if uses_xnnpack {
-            errors.extend(lower_method(m, file, &named));
+            errors.extend(lower_method(m, |n| graphs.take(k, n)));
         }
     }
     if errors.is_empty() {
@@ -66,13 +56,25 @@ pub fn lower_xnnpack_delegates(program: &mut Program, file: &[u8]) -> Result<()>
     }
 }
 
+/// A call whose blob was not read with the program: the program changed
+/// after reading and was not read again, a bug of ptec's.
+fn unread(at: &Location) -> Errors {
+    Errors::one(
+        ErrorKind::Internal {
+            detail: "an XNNPACK delegate call whose blob was not read with the program".into(),
+        },
+        at.clone(),
+    )
+}
+
 fn is_xnnpack_call(m: &Method, ins: &Instruction) -> bool {
     matches!(ins, Instruction::Delegate { delegate, .. }
         if m.delegates.get(*delegate).is_some_and(|d| d.id == BACKEND_ID))
 }
 
-/// Lowers the XNNPACK calls of one method; returns the problems found.
-fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Diagnostic> {
+/// Lowers the XNNPACK calls of one method, the subgraph of the call at
+/// each instruction taken from `graph`; returns the problems found.
+fn lower_method(m: &mut Method, mut graph: impl FnMut(usize) -> Option<Result<Graph>>) -> Vec<Diagnostic> {
     let old = std::mem::take(&mut m.instructions);
     let old_traces = m.stacktraces.take();
     let mut errors = Vec::new();
@@ -85,10 +87,10 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     for (n, ins) in old.iter().enumerate() {
         start.push(instructions.len());
         let lowered = match ins {
-            Instruction::Delegate { delegate, args } if is_xnnpack_call(m, ins) => {
+            Instruction::Delegate { args, .. } if is_xnnpack_call(m, ins) => {
                 let at = Location::method(&m.name).instruction(n);
-                let blob = m.delegates[*delegate].processed;
-                match read_graph(file, blob, named, args.len(), &at).and_then(|mut g| {
+                let read = graph(n).unwrap_or_else(|| Err(unread(&at)));
+                match read.and_then(|mut g| {
                     quantized::merge_clamps(&mut g);
                     CallLowering::new(m, &g, args, at, &mut buffers).run()
                 }) {
