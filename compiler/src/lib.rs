@@ -15,8 +15,9 @@
 //! The compiler's stages, each a module, in the order [`compile`] runs
 //! them (none is part of the stable API):
 //!
-//! 1. `read`: file bytes → the IR, with the files' bytes it refers to
-//!    (`Loaded`: later stages take it, never a file);
+//! 1. `read`: file bytes → the IR, with the subgraph of each XNNPACK
+//!    delegate call read from its blob, and the files' bytes the IR refers
+//!    to (`Loaded`: later stages take it, never a file, and parse nothing);
 //! 2. `verify`: what the rest relies on, checked (after reading and after
 //!    every pass);
 //! 3. `passes`: IR → IR, consulting `analysis` (uses, lives, values that

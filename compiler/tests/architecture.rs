@@ -308,8 +308,7 @@ fn code_is_generated_once_from_the_plan() {
 /// After `read`, no stage is handed the files: they take what `read` made
 /// (`Loaded`, whose `Files` give the bytes of a data reference's file, and
 /// the `Plan`), so no function of theirs takes the `.ptd` files' bytes or
-/// the program's as a parameter. The XNNPACK lowering still reads each
-/// blob out of the program's file, which `passes` hands it from `Files`.
+/// the program's as a parameter.
 #[test]
 fn no_stage_after_read_takes_the_files() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -323,4 +322,56 @@ fn no_stage_after_read_takes_the_files() {
             assert!(!code.contains(file_param), "{module} takes the files (`{file_param}`)");
         }
     }
+}
+
+/// What in `code`, production code of `module`, parses a file's bytes
+/// after `read` did: the flatbuffer bindings, or the XNNPACK blob reader
+/// run again; in `passes`, which take the subgraphs `read` made, also a
+/// delegate's blob or the files at all.
+fn parses_after_read(module: &str, code: &str) -> Vec<&'static str> {
+    let top = module.split("::").next().unwrap_or("");
+    if !["passes", "plan", "codegen", "format"].contains(&top) {
+        return Vec::new();
+    }
+    let mut found: Vec<&'static str> = ["ptec_schema", "flatbuffers::", "Graphs::read", "read_delegates"]
+        .into_iter()
+        .filter(|p| code.contains(p))
+        .collect();
+    if top == "passes" {
+        found.extend(
+            [".processed", ".files", "Files"]
+                .into_iter()
+                .filter(|p| code.contains(p)),
+        );
+    }
+    found
+}
+
+/// `read` parses every file, XNNPACK blobs included (`Loaded` holds each
+/// delegate call's subgraph): no later stage parses a flatbuffer or reads
+/// the XNNPACK blob again, and the lowering is handed subgraphs, never a
+/// blob's bytes.
+#[test]
+fn only_read_parses_files_and_blobs() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut checked = 0;
+    for (module, file) in modules(&src) {
+        let code = production(&std::fs::read_to_string(file).unwrap());
+        let found = parses_after_read(&module, &code);
+        assert!(found.is_empty(), "{module} parses what `read` parsed: {found:?}");
+        checked += usize::from(module.starts_with("passes::xnnpack"));
+    }
+    assert!(checked >= 2, "the XNNPACK lowering's modules were not found");
+    // The check sees a pass that reads a blob out of the files, and allows
+    // the read stage to.
+    let reader = "fn lower(l: &Loaded) { let b = l.files.bytes(d.processed.source); fb::root_as(b, ptec_schema::x); }";
+    assert_eq!(
+        parses_after_read("passes::xnnpack::lower", reader),
+        ["ptec_schema", ".processed", ".files"]
+    );
+    assert_eq!(
+        parses_after_read("codegen::ops", "ptec_schema::xnnpack"),
+        ["ptec_schema"]
+    );
+    assert!(parses_after_read("read::xnnpack", reader).is_empty());
 }

@@ -171,6 +171,8 @@ fn blob_corruptions_are_handled(name: &str, step: usize) {
     for cut in cuts {
         let mut l = loaded.clone();
         l.program.as_mut().unwrap().methods[0].delegates[0].processed.len = cut;
+        // The blob is read with the program: read the cut one.
+        l.read_delegates();
         let r = catch_unwind(AssertUnwindSafe(|| match ptec::lower_delegates(&mut l, true) {
             Ok(()) => {
                 if let Err(e) = ptec::generate(&l, &ptec::Options::new()) {
@@ -194,4 +196,34 @@ fn blob_corruptions_are_handled(name: &str, step: usize) {
     // A cut blob loses its constants' offsets or its flatbuffer's end.
     assert!(refused > tried / 2, "{name}: {refused} of {tried} cuts refused");
     eprintln!("{name}: {n} blob corruptions handled ({lowered} cuts still lowered)");
+}
+
+/// A blob that cannot be read is an error of the lowering, located at the
+/// call and the bad bytes; a program whose delegates stay calls through the
+/// runtime never needs its blobs, and compiles.
+#[test]
+fn a_bad_blob_is_an_error_only_when_lowered() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/xnnpack_conv.pte");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let loaded = ptec::load(&bytes, &[]).unwrap();
+    let blob = loaded.program.as_ref().unwrap().methods[0].delegates[0].processed;
+    // The `XH00` header gives the flatbuffer's offset in the blob.
+    assert_eq!(&bytes[blob.offset + 4..blob.offset + 8], b"XH00");
+    let fb_offset = u32::from_le_bytes(bytes[blob.offset + 10..blob.offset + 14].try_into().unwrap()) as usize;
+    let ident = blob.offset + fb_offset + 4;
+    bytes[ident..ident + 4].copy_from_slice(b"ZZZZ");
+    let input = ptec::Input::new(&bytes[..], "/nonexistent/program.pte");
+    let e = ptec::compile(&input, &ptec::Options::new()).unwrap_err();
+    let d = e.first();
+    assert_eq!(
+        d.kind.to_string(),
+        "bad header: XNNPACK flatbuffer identifier is \"ZZZZ\", not XN01 or XN00",
+        "{d}"
+    );
+    assert_eq!(
+        (d.at.method.as_deref(), d.at.instruction, d.at.offset),
+        (Some("forward"), Some(0), Some(ident))
+    );
+    let kept = ptec::Options::new().lower_xnnpack(false);
+    assert!(ptec::compile(&input, &kept).is_ok());
 }

@@ -3,8 +3,9 @@
 //! The input is one byte that picks an XNNPACK delegate of the fixtures
 //! (`xnnpack_conv.pte`, `xnnpack_ops.pte`), then the blob that replaces
 //! that delegate's: appended to the program's file, which the delegate then
-//! points at. The program is lowered (the blob read, verified and turned
-//! into kernel calls), transformed and, when that succeeds, generated.
+//! points at. The blob is read and verified as the read stage reads it,
+//! then the program is lowered (the subgraph turned into kernel calls),
+//! transformed and, when that succeeds, generated.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use ptec::ir::{DataRef, DataSource};
@@ -63,6 +64,8 @@ fuzz_target!(|data: &[u8]| {
         offset,
         len: blob.len(),
     };
+    // The blobs are read with the program: read the new one.
+    loaded.read_delegates();
     let options = ptec::Options::new();
     if ptec::transform(&mut loaded, &options).is_ok() {
         let _ = ptec::generate(&loaded, &options);

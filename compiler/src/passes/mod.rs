@@ -17,7 +17,7 @@ pub(crate) mod swish;
 pub mod xnnpack;
 
 use crate::error::Result;
-use crate::ir::{DataSource, Program, TestSuite};
+use crate::ir::{Program, TestSuite};
 use crate::options::Options;
 use crate::read::Loaded;
 use crate::verify::verify_program;
@@ -51,8 +51,9 @@ pub fn lower_delegates(loaded: &mut Loaded<'_>, lower_xnnpack: bool) -> Result<(
         return Ok(());
     };
     if lower_xnnpack {
-        // The blobs are byte ranges of the program's file.
-        xnnpack::lower_xnnpack_delegates(program, loaded.files.bytes(DataSource::Program))?;
+        // The lowering consumes the subgraphs: the calls it leaves are
+        // numbered anew.
+        xnnpack::lower_xnnpack_delegates(program, std::mem::take(&mut loaded.xnnpack))?;
         verify_program(program, &loaded.suites)?;
     }
     Ok(())

@@ -2,8 +2,9 @@
 //!
 //! [`container`] finds what a file is and where its parts are; [`program`]
 //! reads a program's flatbuffer, [`bundle`] a bundle's test cases, [`ptd`]
-//! a `.ptd` file's tensors, [`xnnpack`] an XNNPACK delegate's blob. [`parse`] does all that; the driver verifies
-//! the result next.
+//! a `.ptd` file's tensors, [`xnnpack`] the subgraph in the blob of each
+//! XNNPACK delegate call. [`parse`] does all that; the driver verifies the
+//! result next. No later stage parses a file's bytes.
 pub(crate) mod bundle;
 pub(crate) mod container;
 pub(crate) mod program;
@@ -17,9 +18,9 @@ use crate::read::container::detect;
 use crate::read::program::read_program;
 use crate::read::ptd::read_ptd;
 
-/// A file, read: the IR, and the bytes of the files its data references
-/// point into, which later stages read through it rather than being
-/// handed the files.
+/// A file, read: the IR, the subgraphs of its XNNPACK delegate calls, and
+/// the bytes of the files its data references point into, which later
+/// stages read through it rather than being handed the files.
 #[derive(Clone, Debug)]
 pub struct Loaded<'a> {
     /// What kind of file it is.
@@ -32,6 +33,9 @@ pub struct Loaded<'a> {
     pub tensor_data: Option<ExternalFile>,
     /// The files' bytes, by [`DataSource`].
     pub files: Files<'a>,
+    /// The subgraph of each XNNPACK delegate call of the program (or why
+    /// its blob could not be read), for the lowering.
+    pub(crate) xnnpack: xnnpack::Graphs,
 }
 
 impl Loaded<'_> {
@@ -50,8 +54,22 @@ impl Loaded<'_> {
                 program,
                 data: self.files.data,
             },
+            xnnpack: self.xnnpack,
         }
     }
+
+    /// Reads the blobs of the program's XNNPACK delegate calls again, after
+    /// its delegates changed (the fuzz targets and tests point them at
+    /// other bytes).
+    pub fn read_delegates(&mut self) {
+        self.xnnpack = read_delegates(self.program.as_ref(), self.files.program);
+    }
+}
+
+/// The subgraphs of `program`'s XNNPACK delegate calls, their blobs read
+/// from `file`, the program's file.
+fn read_delegates(program: Option<&Program>, file: &[u8]) -> xnnpack::Graphs {
+    program.map(|p| xnnpack::Graphs::read(p, file)).unwrap_or_default()
 }
 
 /// The bytes of the files a program was read from: the program's, then
@@ -118,6 +136,7 @@ pub fn parse<'a>(bytes: &'a [u8], data_files: &[&'a [u8]]) -> Result<Loaded<'a>>
         FileKind::TensorData => (None, Vec::new(), Some(read_ptd(bytes, 0)?)),
     };
     Ok(Loaded {
+        xnnpack: read_delegates(program.as_ref(), bytes),
         kind,
         program,
         suites,

@@ -8,11 +8,60 @@
 //! they are read and only once, and external values bind the delegate
 //! call's arguments one to one. The result is a [`Graph`] whose ids are
 //! indices that are known to be valid.
+//!
+//! [`Graphs::read`] reads the blob of every XNNPACK delegate call of a
+//! program when the program is read, keeping each result, good or bad,
+//! for the lowering: a program whose delegates stay calls through the
+//! runtime never needs its blobs, so a bad one is an error only there.
 use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use crate::read::program::verifier_options;
 use ptec_schema::xnnpack as fb;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// The subgraph of each XNNPACK delegate call of a program, by method and
+/// instruction, or why its blob could not be read. Each call is read
+/// against its own arguments and reports at its own instruction, so a
+/// delegate called twice is read twice.
+#[derive(Clone, Debug, Default)]
+pub struct Graphs {
+    calls: BTreeMap<(usize, usize), Result<Graph>>,
+}
+
+impl Graphs {
+    /// Reads the blobs of `program`'s XNNPACK delegate calls, which are
+    /// byte ranges of `file`, the program's file.
+    pub fn read(program: &Program, file: &[u8]) -> Graphs {
+        let named = NamedSources {
+            named_data: &program.named_data,
+            external_files: &program.external_files,
+        };
+        let mut calls = BTreeMap::new();
+        for (k, m) in program.methods.iter().enumerate() {
+            for (n, ins) in m.instructions.iter().enumerate() {
+                let Instruction::Delegate { delegate, args } = ins else {
+                    continue;
+                };
+                let Some(d) = m
+                    .delegates
+                    .get(*delegate)
+                    .filter(|d| d.id == crate::names::XNNPACK_BACKEND_ID)
+                else {
+                    continue;
+                };
+                let at = Location::method(&m.name).instruction(n);
+                calls.insert((k, n), read_graph(file, d.processed, &named, args.len(), &at));
+            }
+        }
+        Graphs { calls }
+    }
+
+    /// The subgraph of the call at instruction `instruction` of method
+    /// `method`, taken out: `None` if no such call was read.
+    pub fn take(&mut self, method: usize, instruction: usize) -> Option<Result<Graph>> {
+        self.calls.remove(&(method, instruction))
+    }
+}
 
 /// The id that stands for "no value" (an absent bias).
 pub const NO_VALUE: u32 = u32::MAX;
@@ -482,7 +531,7 @@ fn layout(b: &[u8]) -> Result<Layout, (ErrorKind, usize)> {
 
 /// Reads and verifies the subgraph of a delegate whose blob is `blob` (in
 /// `file`), called at `at` with `args` arguments.
-pub fn read_graph(file: &[u8], blob: DataRef, named: &NamedSources<'_>, args: usize, at: &Location) -> Result<Graph> {
+fn read_graph(file: &[u8], blob: DataRef, named: &NamedSources<'_>, args: usize, at: &Location) -> Result<Graph> {
     let bytes = match (blob.source, file.get(blob.offset..blob.offset.saturating_add(blob.len))) {
         (DataSource::Program, Some(b)) => b,
         _ => {
@@ -556,9 +605,9 @@ struct GraphReader<'a> {
 
 /// Where named constants can be: the program's named data and the tensors
 /// of the `.ptd` files given to the compiler.
-pub struct NamedSources<'a> {
-    pub named_data: &'a [NamedData],
-    pub external_files: &'a [ExternalFile],
+struct NamedSources<'a> {
+    named_data: &'a [NamedData],
+    external_files: &'a [ExternalFile],
 }
 
 impl GraphReader<'_> {

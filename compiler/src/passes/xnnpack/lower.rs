@@ -29,7 +29,7 @@ use crate::names::{
 };
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_tensor, push_value};
 use crate::read::xnnpack::{
-    read_graph, BinaryOp, ConvParams, Graph, NamedSources, Op, QElem, QParams, Quantized, UnaryOp, ValueKind, XNode,
+    BinaryOp, ConvParams, Graph, Graphs, Op, QElem, QParams, Quantized, UnaryOp, ValueKind, XNode,
 };
 use crate::shapes::{batch_matmul_sizes, broadcast, contiguous_strides};
 use ptec_runtime::kernels::gemm::packed_len;
@@ -38,25 +38,15 @@ use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window
 mod quantized;
 
 /// Replaces every `DelegateCall` to the XNNPACK backend in `program` by
-/// kernel calls. `file` is the file the program was read from (its blobs
-/// and constants are byte ranges of it). Calls to other backends are left
+/// kernel calls over the subgraphs `graphs` read for them (a call's blob
+/// that could not be read is its error). Calls to other backends are left
 /// alone.
-pub fn lower_xnnpack_delegates(program: &mut Program, file: &[u8]) -> Result<()> {
-    let Program {
-        methods,
-        named_data,
-        external_files,
-        ..
-    } = program;
-    let named = NamedSources {
-        named_data,
-        external_files,
-    };
+pub fn lower_xnnpack_delegates(program: &mut Program, mut graphs: Graphs) -> Result<()> {
     let mut errors = Vec::new();
-    for m in methods.iter_mut() {
+    for (k, m) in program.methods.iter_mut().enumerate() {
         let uses_xnnpack = m.instructions.iter().any(|i| is_xnnpack_call(m, i));
         if uses_xnnpack {
-            errors.extend(lower_method(m, file, &named));
+            errors.extend(lower_method(m, |n| graphs.take(k, n)));
         }
     }
     if errors.is_empty() {
@@ -66,13 +56,25 @@ pub fn lower_xnnpack_delegates(program: &mut Program, file: &[u8]) -> Result<()>
     }
 }
 
+/// A call whose blob was not read with the program: the program changed
+/// after reading and was not read again, a bug of ptec's.
+fn unread(at: &Location) -> Errors {
+    Errors::one(
+        ErrorKind::Internal {
+            detail: "an XNNPACK delegate call whose blob was not read with the program".into(),
+        },
+        at.clone(),
+    )
+}
+
 fn is_xnnpack_call(m: &Method, ins: &Instruction) -> bool {
     matches!(ins, Instruction::Delegate { delegate, .. }
         if m.delegates.get(*delegate).is_some_and(|d| d.id == BACKEND_ID))
 }
 
-/// Lowers the XNNPACK calls of one method; returns the problems found.
-fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Diagnostic> {
+/// Lowers the XNNPACK calls of one method, the subgraph of the call at
+/// each instruction taken from `graph`; returns the problems found.
+fn lower_method(m: &mut Method, mut graph: impl FnMut(usize) -> Option<Result<Graph>>) -> Vec<Diagnostic> {
     let old = std::mem::take(&mut m.instructions);
     let old_traces = m.stacktraces.take();
     let mut errors = Vec::new();
@@ -85,10 +87,10 @@ fn lower_method(m: &mut Method, file: &[u8], named: &NamedSources<'_>) -> Vec<Di
     for (n, ins) in old.iter().enumerate() {
         start.push(instructions.len());
         let lowered = match ins {
-            Instruction::Delegate { delegate, args } if is_xnnpack_call(m, ins) => {
+            Instruction::Delegate { args, .. } if is_xnnpack_call(m, ins) => {
                 let at = Location::method(&m.name).instruction(n);
-                let blob = m.delegates[*delegate].processed;
-                match read_graph(file, blob, named, args.len(), &at).and_then(|mut g| {
+                let read = graph(n).unwrap_or_else(|| Err(unread(&at)));
+                match read.and_then(|mut g| {
                     quantized::merge_clamps(&mut g);
                     CallLowering::new(m, &g, args, at, &mut buffers).run()
                 }) {
@@ -610,32 +612,7 @@ impl<'a> CallLowering<'a> {
             return Ok(());
         }
         match &node.op {
-            Op::Binary { op, a, b, out } => {
-                let want = broadcast(self.dims(*a), self.dims(*b)).ok_or_else(|| {
-                    self.node_error(
-                        i,
-                        node,
-                        format!("dims {:?} and {:?} do not broadcast", self.dims(*a), self.dims(*b)),
-                    )
-                })?;
-                self.expect_dims(i, node, *out, &want)?;
-                let (sa, sb) = (self.slot(*a), self.slot(*b));
-                let (dst, o) = self.clamp_target(node, *out);
-                match op {
-                    BinaryOp::Add | BinaryOp::Subtract => {
-                        let alpha = self.push(Value::Int(1));
-                        let name = if *op == BinaryOp::Add { ADD } else { "aten::sub.out" };
-                        self.aten(name, vec![sa, sb, alpha], dst);
-                    }
-                    BinaryOp::Multiply => self.aten("aten::mul.out", vec![sa, sb], dst),
-                    BinaryOp::Divide => self.aten("aten::div.out", vec![sa, sb], dst),
-                    BinaryOp::Minimum => self.aten("aten::minimum.out", vec![sa, sb], dst),
-                    BinaryOp::Maximum => self.aten("aten::maximum.out", vec![sa, sb], dst),
-                    BinaryOp::PReLU => self.kernel(PRELU, vec![sa, sb, dst, dst]),
-                }
-                self.finish_clamp(node, dst, o);
-                Ok(())
-            }
+            Op::Binary { op, a, b, out } => self.binary(i, node, *op, [*a, *b, *out]),
             Op::Unary { op, input, out } => {
                 let want = self.dims(*input).to_vec();
                 self.expect_dims(i, node, *out, &want)?;
@@ -647,21 +624,8 @@ impl<'a> CallLowering<'a> {
                 bias,
                 out,
                 weight_transposed,
-            } => {
-                let (k, n) = self.fc_sizes(i, node)?;
-                let args = vec![
-                    self.slot(*input),
-                    self.slot(*filter),
-                    self.opt_slot(*bias),
-                    self.push(Value::Bool(*weight_transposed)),
-                    self.double(node.min),
-                    self.double(node.max),
-                    self.kept_packing(*filter, packed_len(k, n)),
-                    self.slot(*out),
-                ];
-                self.kernel(fully_connected::NAME, args);
-                Ok(())
-            }
+            } => self.fully_connected(i, node, [*input, *filter, *out], *bias, *weight_transposed),
+            Op::BatchMatMul { a, b, out, transpose_b } => self.batch_matmul(i, node, [*a, *b, *out], *transpose_b),
             Op::Conv2d { depthwise, conv } => self.conv2d(i, node, *depthwise, conv),
             Op::Deconv2d { conv, adjustment } => self.deconv2d(i, node, conv, *adjustment),
             Op::Pool2d {
@@ -672,243 +636,347 @@ impl<'a> CallLowering<'a> {
                 kernel,
                 stride,
                 dilation,
-            } => {
-                let win = self.pool_window(i, node)?;
-                if self.dynamic {
-                    let [top, right, bottom, left] = *padding;
-                    if top != bottom || left != right {
-                        return Err(self.node_unsupported(
-                            i,
-                            node,
-                            format!("pooling with uneven padding {padding:?} in a subgraph with a dynamic input"),
-                        ));
-                    }
-                    return self.dynamic_pool(i, node, *max, [*input, *out], &win);
-                }
-                let mut args = vec![
-                    self.slot(*input),
-                    self.int_list(kernel),
-                    self.int_list(stride),
-                    self.int_list(padding),
-                ];
-                if *max {
-                    args.push(self.int_list(dilation));
-                }
-                args.extend([self.double(node.min), self.double(node.max), self.slot(*out)]);
-                let name = if *max { MAX_POOL2D_NHWC } else { AVG_POOL2D_NHWC };
-                self.kernel(name, args);
-                Ok(())
-            }
-            Op::GlobalAvgPool { input, out } => {
-                let x = self.dims(*input);
-                let [n, _, _, c] = *x else {
-                    return Err(self.node_error(i, node, format!("input dims {x:?} are not [N, H, W, C]")));
-                };
-                let o = self.dims(*out);
-                if o.iter().product::<usize>() != n * c || o.last() != Some(&c) {
-                    self.expect_dims(i, node, *out, &[n, 1, 1, c])?;
-                }
-                if self.dynamic {
-                    return self.dynamic_global_avg_pool(i, node, *input, *out);
-                }
-                let args = vec![
-                    self.slot(*input),
-                    self.double(node.min),
-                    self.double(node.max),
-                    self.slot(*out),
-                ];
-                self.kernel(GLOBAL_AVG_POOL2D_NHWC, args);
-                Ok(())
-            }
-            Op::Transpose { perm, input, out } => {
-                let x = self.dims(*input);
-                let mut seen = vec![false; x.len()];
-                let is_perm = perm.len() == x.len()
-                    && perm
-                        .iter()
-                        .all(|&p| p < x.len() && !std::mem::replace(&mut seen[p], true));
-                if !is_perm {
-                    return Err(self.node_error(i, node, format!("{perm:?} is not a permutation of {} dims", x.len())));
-                }
-                let want: Vec<usize> = perm.iter().map(|&p| x[p]).collect();
-                self.expect_dims(i, node, *out, &want)?;
-                let (si, p) = (self.slot(*input), self.int_list(perm));
-                let o = self.slot(*out);
-                self.aten(PERMUTE_COPY, vec![si, p], o);
-                Ok(())
-            }
+            } => self.pool2d(i, node, *max, [*input, *out], padding, [kernel, stride, dilation]),
+            Op::GlobalAvgPool { input, out } => self.global_avg_pool(i, node, *input, *out),
+            Op::Transpose { perm, input, out } => self.transpose(i, node, perm, [*input, *out]),
             Op::ResizeBilinear {
                 height,
                 width,
                 align_corners,
                 input,
                 out,
-            } => {
-                let &[n, h, w, c] = self.dims(*input) else {
-                    return Err(self.node_error(i, node, format!("input of dims {:?}, not NHWC", self.dims(*input))));
-                };
-                if h == 0 || w == 0 || *height == 0 || *width == 0 {
-                    return Err(self.node_error(i, node, "an empty image".into()));
-                }
-                self.expect_dims(i, node, *out, &[n, *height, *width, c])?;
-                // aten's kernel runs on NCHW images: the image goes there and back.
-                let (si, o) = (self.slot(*input), self.slot(*out));
-                let nchw_in = self.temp(vec![n, c, h, w]);
-                let to_nchw = self.int_list(&[0, 3, 1, 2]);
-                self.aten(PERMUTE_COPY, vec![si, to_nchw], nchw_in);
-                let nchw_out = self.temp(vec![n, c, *height, *width]);
-                let size = self.int_list(&[*height, *width]);
-                let align = self.push(Value::Bool(*align_corners));
-                let scales = self.null();
-                self.aten(
-                    "aten::upsample_bilinear2d.vec_out",
-                    vec![nchw_in, size, align, scales],
-                    nchw_out,
-                );
-                let to_nhwc = self.int_list(&[0, 2, 3, 1]);
-                self.aten(PERMUTE_COPY, vec![nchw_out, to_nhwc], o);
-                Ok(())
-            }
-            Op::Reshape { new_shape, input, out } => {
-                let (x, o) = (self.dims(*input), self.dims(*out));
-                let fits = new_shape.len() == o.len() && new_shape.iter().zip(o).all(|(&s, &d)| s == 0 || s == d);
-                if !fits || x.iter().product::<usize>() != o.iter().product::<usize>() {
-                    return Err(self.node_error(
-                        i,
-                        node,
-                        format!("reshape of {x:?} to {new_shape:?} does not give the output's dims {o:?}"),
-                    ));
-                }
-                // A varying input: XNNPACK's 0 (at most one) is inferred
-                // from the live element count, as view_copy's -1 is.
-                let shape = if self.dynamic && new_shape.contains(&0) {
-                    let items = new_shape
-                        .iter()
-                        .map(|&s| {
-                            let v = if s == 0 { -1 } else { s as i64 };
-                            self.push(Value::Int(v))
-                        })
-                        .collect();
-                    self.push(Value::IntList(items))
-                } else {
-                    self.int_list(o)
-                };
-                let (si, so) = (self.slot(*input), self.slot(*out));
-                self.aten("aten::view_copy.out", vec![si, shape], so);
-                Ok(())
-            }
+            } => self.resize_bilinear(i, node, [*height, *width], *align_corners, [*input, *out]),
+            Op::Reshape { new_shape, input, out } => self.reshape(i, node, new_shape, [*input, *out]),
             Op::Slice {
                 offsets,
                 sizes,
                 input,
                 out,
-            } => {
-                let (x, o) = (self.dims(*input), self.dims(*out));
-                let fits = offsets.len() == x.len()
-                    && sizes.len() == x.len()
-                    && o.len() == x.len()
-                    && (0..x.len()).all(|d| {
-                        (sizes[d] == 0 || sizes[d] == o[d]) && offsets[d].checked_add(o[d]).is_some_and(|e| e <= x[d])
-                    });
-                if !fits {
-                    return Err(self.node_error(
-                        i,
-                        node,
-                        format!("slice at {offsets:?} of sizes {sizes:?} does not fit input {x:?} and output {o:?}"),
-                    ));
-                }
-                let strides = contiguous_strides(x);
-                let start: usize = offsets.iter().zip(&strides).map(|(a, b)| a * b).sum();
-                let args = vec![
-                    self.slot(*input),
-                    self.int_list(o),
-                    self.int_list(&strides),
-                    self.int(start),
-                ];
-                let so = self.slot(*out);
-                self.aten("aten::as_strided_copy.out", args, so);
-                Ok(())
-            }
+            } => self.slice(i, node, [offsets, sizes], [*input, *out]),
             Op::Pad {
                 pre,
                 post,
                 value,
                 input,
                 out,
-            } => {
-                let x = self.dims(*input);
-                if pre.len() != x.len() || post.len() != x.len() {
-                    return Err(self.node_error(
-                        i,
-                        node,
-                        format!("paddings for {} dims, input has {}", pre.len(), x.len()),
-                    ));
-                }
-                let want: Option<Vec<usize>> = (0..x.len())
-                    .map(|d| x[d].checked_add(pre[d])?.checked_add(post[d]))
-                    .collect();
-                let want = want.ok_or_else(|| self.node_error(i, node, "padded sizes overflow".into()))?;
-                self.expect_dims(i, node, *out, &want)?;
-                // aten's pad list runs from the last dim to the first.
-                let pads: Vec<usize> = (0..x.len()).rev().flat_map(|d| [pre[d], post[d]]).collect();
-                let args = vec![self.slot(*input), self.int_list(&pads), self.pad_value(*input, *value)];
-                let so = self.slot(*out);
-                self.aten("aten::constant_pad_nd.out", args, so);
-                Ok(())
+            } => self.pad(i, node, [pre, post], *value, [*input, *out]),
+            Op::Concat { axis, inputs, out } => self.concat(i, node, *axis, inputs, *out),
+        }
+    }
+
+    // Elementwise nodes (unary ones: `unary`).
+
+    /// `out = a op b`, broadcast, with the node's clamp.
+    fn binary(&mut self, i: usize, node: &XNode, op: BinaryOp, [a, b, out]: [usize; 3]) -> Step {
+        let want = broadcast(self.dims(a), self.dims(b)).ok_or_else(|| {
+            self.node_error(
+                i,
+                node,
+                format!("dims {:?} and {:?} do not broadcast", self.dims(a), self.dims(b)),
+            )
+        })?;
+        self.expect_dims(i, node, out, &want)?;
+        let (sa, sb) = (self.slot(a), self.slot(b));
+        let (dst, o) = self.clamp_target(node, out);
+        match op {
+            BinaryOp::Add | BinaryOp::Subtract => {
+                let alpha = self.push(Value::Int(1));
+                let name = if op == BinaryOp::Add { ADD } else { "aten::sub.out" };
+                self.aten(name, vec![sa, sb, alpha], dst);
             }
-            Op::Concat { axis, inputs, out } => {
-                let first = self.dims(inputs[0]);
-                let mut want = first.to_vec();
-                let mut fits = *axis < first.len();
+            BinaryOp::Multiply => self.aten("aten::mul.out", vec![sa, sb], dst),
+            BinaryOp::Divide => self.aten("aten::div.out", vec![sa, sb], dst),
+            BinaryOp::Minimum => self.aten("aten::minimum.out", vec![sa, sb], dst),
+            BinaryOp::Maximum => self.aten("aten::maximum.out", vec![sa, sb], dst),
+            BinaryOp::PReLU => self.kernel(PRELU, vec![sa, sb, dst, dst]),
+        }
+        self.finish_clamp(node, dst, o);
+        Ok(())
+    }
+
+    // Products (convolutions: `conv2d`, `deconv2d`).
+
+    /// `out = input · filterᵀ + bias`, the filter packed once and kept.
+    fn fully_connected(
+        &mut self,
+        i: usize,
+        node: &XNode,
+        [input, filter, out]: [usize; 3],
+        bias: Option<usize>,
+        weight_transposed: bool,
+    ) -> Step {
+        let (k, n) = self.fc_sizes(i, node)?;
+        let args = vec![
+            self.slot(input),
+            self.slot(filter),
+            self.opt_slot(bias),
+            self.push(Value::Bool(weight_transposed)),
+            self.double(node.min),
+            self.double(node.max),
+            self.kept_packing(filter, packed_len(k, n)),
+            self.slot(out),
+        ];
+        self.kernel(fully_connected::NAME, args);
+        Ok(())
+    }
+
+    /// `out = a · b` (`a · bᵀ` when `transpose_b`), batch dims broadcast.
+    fn batch_matmul(&mut self, i: usize, node: &XNode, [a, b, out]: [usize; 3], transpose_b: bool) -> Step {
+        let (da, db) = (self.dims(a), self.dims(b));
+        let want = batch_matmul_sizes(da, db, transpose_b).ok_or_else(|| {
+            self.node_error(
+                i,
+                node,
+                format!("batch matrix multiply of {da:?} and {db:?} does not fit"),
+            )
+        })?;
+        self.expect_dims(i, node, out, &want)?;
+        if self.dynamic {
+            return self.dynamic_batch_matmul(i, node, [a, b, out], transpose_b);
+        }
+        let args = vec![
+            self.slot(a),
+            self.slot(b),
+            self.push(Value::Bool(transpose_b)),
+            self.slot(out),
+        ];
+        self.kernel(BATCH_MATMUL, args);
+        Ok(())
+    }
+
+    // Pooling.
+
+    /// Max or average pooling over NHWC images.
+    fn pool2d(
+        &mut self,
+        i: usize,
+        node: &XNode,
+        max: bool,
+        [input, out]: [usize; 2],
+        padding: &[usize; 4],
+        [kernel, stride, dilation]: [&[usize; 2]; 3],
+    ) -> Step {
+        let win = self.pool_window(i, node)?;
+        if self.dynamic {
+            let [top, right, bottom, left] = *padding;
+            if top != bottom || left != right {
+                return Err(self.node_unsupported(
+                    i,
+                    node,
+                    format!("pooling with uneven padding {padding:?} in a subgraph with a dynamic input"),
+                ));
+            }
+            return self.dynamic_pool(i, node, max, [input, out], &win);
+        }
+        let mut args = vec![
+            self.slot(input),
+            self.int_list(kernel),
+            self.int_list(stride),
+            self.int_list(padding),
+        ];
+        if max {
+            args.push(self.int_list(dilation));
+        }
+        args.extend([self.double(node.min), self.double(node.max), self.slot(out)]);
+        let name = if max { MAX_POOL2D_NHWC } else { AVG_POOL2D_NHWC };
+        self.kernel(name, args);
+        Ok(())
+    }
+
+    /// The mean over the spatial dims of NHWC images.
+    fn global_avg_pool(&mut self, i: usize, node: &XNode, input: usize, out: usize) -> Step {
+        let x = self.dims(input);
+        let [n, _, _, c] = *x else {
+            return Err(self.node_error(i, node, format!("input dims {x:?} are not [N, H, W, C]")));
+        };
+        let o = self.dims(out);
+        if o.iter().product::<usize>() != n * c || o.last() != Some(&c) {
+            self.expect_dims(i, node, out, &[n, 1, 1, c])?;
+        }
+        if self.dynamic {
+            return self.dynamic_global_avg_pool(i, node, input, out);
+        }
+        let args = vec![
+            self.slot(input),
+            self.double(node.min),
+            self.double(node.max),
+            self.slot(out),
+        ];
+        self.kernel(GLOBAL_AVG_POOL2D_NHWC, args);
+        Ok(())
+    }
+
+    // Nodes that move elements: shapes, layouts, copies.
+
+    /// `out` dim `d` is `input` dim `perm[d]`.
+    fn transpose(&mut self, i: usize, node: &XNode, perm: &[usize], [input, out]: [usize; 2]) -> Step {
+        let x = self.dims(input);
+        let mut seen = vec![false; x.len()];
+        let is_perm = perm.len() == x.len()
+            && perm
+                .iter()
+                .all(|&p| p < x.len() && !std::mem::replace(&mut seen[p], true));
+        if !is_perm {
+            return Err(self.node_error(i, node, format!("{perm:?} is not a permutation of {} dims", x.len())));
+        }
+        let want: Vec<usize> = perm.iter().map(|&p| x[p]).collect();
+        self.expect_dims(i, node, out, &want)?;
+        let (si, p) = (self.slot(input), self.int_list(perm));
+        let o = self.slot(out);
+        self.aten(PERMUTE_COPY, vec![si, p], o);
+        Ok(())
+    }
+
+    /// Bilinear resizing of an NHWC image to `height × width`.
+    fn resize_bilinear(
+        &mut self,
+        i: usize,
+        node: &XNode,
+        [height, width]: [usize; 2],
+        align_corners: bool,
+        [input, out]: [usize; 2],
+    ) -> Step {
+        let &[n, h, w, c] = self.dims(input) else {
+            return Err(self.node_error(i, node, format!("input of dims {:?}, not NHWC", self.dims(input))));
+        };
+        if h == 0 || w == 0 || height == 0 || width == 0 {
+            return Err(self.node_error(i, node, "an empty image".into()));
+        }
+        self.expect_dims(i, node, out, &[n, height, width, c])?;
+        // aten's kernel runs on NCHW images: the image goes there and back.
+        let (si, o) = (self.slot(input), self.slot(out));
+        let nchw_in = self.temp(vec![n, c, h, w]);
+        let to_nchw = self.int_list(&[0, 3, 1, 2]);
+        self.aten(PERMUTE_COPY, vec![si, to_nchw], nchw_in);
+        let nchw_out = self.temp(vec![n, c, height, width]);
+        let size = self.int_list(&[height, width]);
+        let align = self.push(Value::Bool(align_corners));
+        let scales = self.null();
+        self.aten(
+            "aten::upsample_bilinear2d.vec_out",
+            vec![nchw_in, size, align, scales],
+            nchw_out,
+        );
+        let to_nhwc = self.int_list(&[0, 2, 3, 1]);
+        self.aten(PERMUTE_COPY, vec![nchw_out, to_nhwc], o);
+        Ok(())
+    }
+
+    /// The same elements in `new_shape` (a 0 in it inferred).
+    fn reshape(&mut self, i: usize, node: &XNode, new_shape: &[usize], [input, out]: [usize; 2]) -> Step {
+        let (x, o) = (self.dims(input), self.dims(out));
+        let fits = new_shape.len() == o.len() && new_shape.iter().zip(o).all(|(&s, &d)| s == 0 || s == d);
+        if !fits || x.iter().product::<usize>() != o.iter().product::<usize>() {
+            return Err(self.node_error(
+                i,
+                node,
+                format!("reshape of {x:?} to {new_shape:?} does not give the output's dims {o:?}"),
+            ));
+        }
+        // A varying input: XNNPACK's 0 (at most one) is inferred
+        // from the live element count, as view_copy's -1 is.
+        let shape = if self.dynamic && new_shape.contains(&0) {
+            let items = new_shape
+                .iter()
+                .map(|&s| {
+                    let v = if s == 0 { -1 } else { s as i64 };
+                    self.push(Value::Int(v))
+                })
+                .collect();
+            self.push(Value::IntList(items))
+        } else {
+            self.int_list(o)
+        };
+        let (si, so) = (self.slot(input), self.slot(out));
+        self.aten("aten::view_copy.out", vec![si, shape], so);
+        Ok(())
+    }
+
+    /// The box `offsets .. offsets + sizes` of `input`.
+    fn slice(&mut self, i: usize, node: &XNode, [offsets, sizes]: [&[usize]; 2], [input, out]: [usize; 2]) -> Step {
+        let (x, o) = (self.dims(input), self.dims(out));
+        let fits = offsets.len() == x.len()
+            && sizes.len() == x.len()
+            && o.len() == x.len()
+            && (0..x.len()).all(|d| {
+                (sizes[d] == 0 || sizes[d] == o[d]) && offsets[d].checked_add(o[d]).is_some_and(|e| e <= x[d])
+            });
+        if !fits {
+            return Err(self.node_error(
+                i,
+                node,
+                format!("slice at {offsets:?} of sizes {sizes:?} does not fit input {x:?} and output {o:?}"),
+            ));
+        }
+        let strides = contiguous_strides(x);
+        let start: usize = offsets.iter().zip(&strides).map(|(a, b)| a * b).sum();
+        let args = vec![
+            self.slot(input),
+            self.int_list(o),
+            self.int_list(&strides),
+            self.int(start),
+        ];
+        let so = self.slot(out);
+        self.aten("aten::as_strided_copy.out", args, so);
+        Ok(())
+    }
+
+    /// `input` padded with `value`, `pre[d]` before and `post[d]` after dim `d`.
+    fn pad(
+        &mut self,
+        i: usize,
+        node: &XNode,
+        [pre, post]: [&[usize]; 2],
+        value: f32,
+        [input, out]: [usize; 2],
+    ) -> Step {
+        let x = self.dims(input);
+        if pre.len() != x.len() || post.len() != x.len() {
+            return Err(self.node_error(
+                i,
+                node,
+                format!("paddings for {} dims, input has {}", pre.len(), x.len()),
+            ));
+        }
+        let want: Option<Vec<usize>> = (0..x.len())
+            .map(|d| x[d].checked_add(pre[d])?.checked_add(post[d]))
+            .collect();
+        let want = want.ok_or_else(|| self.node_error(i, node, "padded sizes overflow".into()))?;
+        self.expect_dims(i, node, out, &want)?;
+        // aten's pad list runs from the last dim to the first.
+        let pads: Vec<usize> = (0..x.len()).rev().flat_map(|d| [pre[d], post[d]]).collect();
+        let args = vec![self.slot(input), self.int_list(&pads), self.pad_value(input, value)];
+        let so = self.slot(out);
+        self.aten("aten::constant_pad_nd.out", args, so);
+        Ok(())
+    }
+
+    /// `inputs` concatenated along `axis`.
+    fn concat(&mut self, i: usize, node: &XNode, axis: usize, inputs: &[usize], out: usize) -> Step {
+        let first = self.dims(inputs[0]);
+        let mut want = first.to_vec();
+        let mut fits = axis < first.len();
+        if fits {
+            want[axis] = 0;
+            for &t in inputs {
+                let d = self.dims(t);
+                fits &= d.len() == first.len() && (0..d.len()).all(|j| j == axis || d[j] == first[j]);
                 if fits {
-                    want[*axis] = 0;
-                    for &t in inputs {
-                        let d = self.dims(t);
-                        fits &= d.len() == first.len() && (0..d.len()).all(|j| j == *axis || d[j] == first[j]);
-                        if fits {
-                            want[*axis] += d[*axis];
-                        }
-                    }
+                    want[axis] += d[axis];
                 }
-                if !fits {
-                    let all: Vec<&[usize]> = inputs.iter().map(|&t| self.dims(t)).collect();
-                    return Err(self.node_error(
-                        i,
-                        node,
-                        format!("inputs {all:?} do not concatenate along dim {axis}"),
-                    ));
-                }
-                self.expect_dims(i, node, *out, &want)?;
-                let items = inputs.iter().map(|&t| self.slot(t)).collect();
-                let list = self.push(Value::TensorList(items));
-                let ax = self.int(*axis);
-                let so = self.slot(*out);
-                self.aten("aten::cat.out", vec![list, ax], so);
-                Ok(())
-            }
-            Op::BatchMatMul { a, b, out, transpose_b } => {
-                let (da, db) = (self.dims(*a), self.dims(*b));
-                let want = batch_matmul_sizes(da, db, *transpose_b).ok_or_else(|| {
-                    self.node_error(
-                        i,
-                        node,
-                        format!("batch matrix multiply of {da:?} and {db:?} does not fit"),
-                    )
-                })?;
-                self.expect_dims(i, node, *out, &want)?;
-                if self.dynamic {
-                    return self.dynamic_batch_matmul(i, node, [*a, *b, *out], *transpose_b);
-                }
-                let args = vec![
-                    self.slot(*a),
-                    self.slot(*b),
-                    self.push(Value::Bool(*transpose_b)),
-                    self.slot(*out),
-                ];
-                self.kernel(BATCH_MATMUL, args);
-                Ok(())
             }
         }
+        if !fits {
+            let all: Vec<&[usize]> = inputs.iter().map(|&t| self.dims(t)).collect();
+            return Err(self.node_error(i, node, format!("inputs {all:?} do not concatenate along dim {axis}")));
+        }
+        self.expect_dims(i, node, out, &want)?;
+        let items = inputs.iter().map(|&t| self.slot(t)).collect();
+        let list = self.push(Value::TensorList(items));
+        let ax = self.int(axis);
+        let so = self.slot(out);
+        self.aten("aten::cat.out", vec![list, ax], so);
+        Ok(())
     }
 
     /// A convolution node: on NHWC images with XNNPACK's filter layout, or

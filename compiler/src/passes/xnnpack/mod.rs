@@ -2,9 +2,10 @@
 //!
 //! Most programs exported for CPU put their work in `DelegateCall`s to the
 //! backend `XnnpackBackend`, whose processed blob is a serialized XNNPACK
-//! subgraph. This pass takes each such blob, read and verified by
-//! [`crate::read::xnnpack`], and
-//! replaces the call by kernel calls over new values of the method
+//! subgraph. The read stage reads and verifies each call's subgraph
+//! ([`crate::read::xnnpack`]); this pass takes those subgraphs, never the
+//! blobs' bytes, and replaces each call by kernel calls over new values of
+//! the method
 //! ([`lower`]): the subgraph's nodes become instructions of the same IR that
 //! the rest of the compiler already turns into straight-line Rust, with
 //! `aten` operators where the semantics agree and ptec's own NHWC

@@ -1,10 +1,16 @@
 //! The pass on subgraphs built here, value by value: what it lowers to, and
 //! the located errors of subgraphs it must refuse.
-use super::lower_xnnpack_delegates;
 use crate::error::{ErrorKind, Errors};
 use crate::ir::*;
 use flatbuffers::FlatBufferBuilder;
 use ptec_schema::xnnpack as fb;
+
+/// The pass on `p`, whose blobs are byte ranges of `bytes`, read first as
+/// the read stage reads them.
+fn lower_blobs(p: &mut Program, bytes: &[u8]) -> Result<(), Errors> {
+    let graphs = crate::read::xnnpack::Graphs::read(p, bytes);
+    super::lower_xnnpack_delegates(p, graphs)
+}
 
 const INPUT: u32 = 1;
 const OUTPUT: u32 = 2;
@@ -220,7 +226,7 @@ fn lower_with(
 ) -> Result<Program, Errors> {
     let bytes = blob(values, nodes, constants, consts, datatype);
     let mut p = program(bytes.len(), sizes);
-    lower_xnnpack_delegates(&mut p, &bytes).map(|_| p)
+    lower_blobs(&mut p, &bytes).map(|_| p)
 }
 
 fn ops(m: &Method) -> Vec<String> {
@@ -294,7 +300,7 @@ fn a_varying_input_makes_the_intermediates_vary() {
             t.dynamism = Dynamism::DynamicBound;
         }
     }
-    lower_xnnpack_delegates(&mut p, &bytes).unwrap();
+    lower_blobs(&mut p, &bytes).unwrap();
     let m = &p.methods[0];
     assert_eq!(ops(m), ["aten::sigmoid.out", "aten::add.out"]);
     let Instruction::Kernel { args, .. } = &m.instructions[0] else {
@@ -365,7 +371,7 @@ fn jumps_and_stack_traces_follow_the_lowered_instructions() {
     );
     m.instructions.push(Instruction::Free { value: 1 });
     m.stacktraces = Some(vec![vec![], vec![], vec![]]);
-    lower_xnnpack_delegates(&mut p, &bytes).unwrap();
+    lower_blobs(&mut p, &bytes).unwrap();
     let m = &p.methods[0];
     assert_eq!(ops(m), ["JumpFalseCall", "aten::exp.out", "aten::tanh.out", "FreeCall"]);
     assert_eq!(
@@ -520,7 +526,7 @@ fn calls_of_other_backends_stay_and_are_renumbered() {
         delegate: 1,
         args: vec![1, 0],
     });
-    lower_xnnpack_delegates(&mut p, &bytes).unwrap();
+    lower_blobs(&mut p, &bytes).unwrap();
     let m = &p.methods[0];
     assert_eq!(ops(m), ["aten::exp.out", "DelegateCall"]);
     assert_eq!(m.delegates.len(), 1);
@@ -544,8 +550,10 @@ fn convolutions_become_folded_calls_that_absorb_the_residual_add() {
     use crate::passes::channels_last::int;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/xnnpack_conv.pte");
     let bytes = std::fs::read(path).unwrap();
-    let mut program = crate::load(&bytes, &[]).unwrap().program.unwrap();
-    lower_xnnpack_delegates(&mut program, &bytes).unwrap();
+    // The subgraphs the read stage read with the program.
+    let mut loaded = crate::load(&bytes, &[]).unwrap();
+    crate::passes::lower_delegates(&mut loaded, true).unwrap();
+    let mut program = loaded.program.unwrap();
     let lowered = program.methods[0].clone();
     let folded_calls = |m: &Method| -> Vec<Vec<usize>> {
         m.instructions
