@@ -770,16 +770,26 @@ pub fn global_avg_pool_nhwc(n: usize, pixels: usize, c: usize, x: &[i8], xq: &Qu
     let count = pixels as f32;
     let m = (xq.scale / y.scale) * (1.0 / count);
     let b = y.zero_point as f32 - (count * xq.zero_point as f32) * m;
+    // The sums of a run of channels at a time, pixel after pixel: the
+    // image is read in order (a channel at a time would stride through
+    // it once per channel), and the additions vectorize.
+    const RUN: usize = 256;
+    let mut sums = [0i32; RUN];
     for img in 0..n {
-        let o = &mut out[img * c..][..c];
-        for (ch, o) in o.iter_mut().enumerate() {
-            let mut sum = 0i32;
-            for p in 0..pixels {
-                sum = sum.wrapping_add(x[(img * pixels + p) * c + ch] as i32);
+        let image = &x[img * pixels * c..][..pixels * c];
+        for c0 in (0..c).step_by(RUN) {
+            let sums = &mut sums[..RUN.min(c - c0)];
+            sums.fill(0);
+            for pixel in image.chunks_exact(c) {
+                for (s, &v) in sums.iter_mut().zip(&pixel[c0..]) {
+                    *s = s.wrapping_add(v as i32);
+                }
             }
-            // Two roundings: XNNPACK's x86 build does not fuse them.
-            let v = libm::rintf(sum as f32 * m + b);
-            *o = (v.clamp(-128.0, 127.0) as i32).clamp(y.qmin, y.qmax) as i8;
+            for (o, &sum) in out[img * c + c0..].iter_mut().zip(sums.iter()) {
+                // Two roundings: XNNPACK's x86 build does not fuse them.
+                let v = libm::rintf(sum as f32 * m + b);
+                *o = (v.clamp(-128.0, 127.0) as i32).clamp(y.qmin, y.qmax) as i8;
+            }
         }
     }
 }
@@ -1129,5 +1139,30 @@ mod tests {
         // sums 10 + 30 - 128 + 5 = -83 and -20 + 41 + 127 + 6 = 154.
         let want = |s: f32| ((s * 0.25 + (-3.0 - (4.0 * -4.0) * 0.25)).round_ties_even()) as i8;
         assert_eq!(out, [want(-83.0), want(154.0)]);
+    }
+
+    #[test]
+    fn global_mean_of_many_channels_sums_each_one() {
+        extern crate std;
+        use std::vec::Vec;
+        // More channels than one run of sums, two images of 5 pixels.
+        let (n, pixels, c) = (2, 5, 300);
+        let x: Vec<i8> = (0..n * pixels * c).map(|i| (i * 37 % 251) as u8 as i8).collect();
+        let xq = Quant {
+            scale: 0.1,
+            zero_point: 3,
+        };
+        let y = Output { scale: 0.07, ..Y };
+        let mut out = std::vec![0i8; n * c];
+        global_avg_pool_nhwc(n, pixels, c, &x, &xq, &y, &mut out);
+        let m = (0.1f32 / 0.07) * (1.0 / 5.0);
+        let b = -3.0 - (5.0 * 3.0) * m;
+        for img in 0..n {
+            for ch in 0..c {
+                let sum: i32 = (0..pixels).map(|p| x[(img * pixels + p) * c + ch] as i32).sum();
+                let want = ((sum as f32 * m + b).round_ties_even().clamp(-128.0, 127.0)) as i8;
+                assert_eq!(out[img * c + ch], want, "image {img}, channel {ch}");
+            }
+        }
     }
 }
