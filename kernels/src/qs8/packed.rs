@@ -296,12 +296,12 @@ impl<'a> Source<'a> {
         }
     }
 
-    /// Rows `r0..r0 + R` of a gathered source (those past `rows` repeat
-    /// the last one) into `rows_out`: each output pixel's window, tap
+    /// Rows `r0..` of a gathered source, one per row of `rows_out` (those
+    /// past `rows` repeat the last one): each output pixel's window, tap
     /// after tap, the padding's taps zero points. Bytes past the window
     /// are left as they are (they meet zero weights).
     #[inline(always)]
-    pub(crate) fn gather<const R: usize>(&self, r0: usize, rows: usize, rows_out: &mut [Patch; R]) {
+    pub(crate) fn gather(&self, r0: usize, rows: usize, rows_out: &mut [Patch]) {
         let Source::Gathered { g, x, zp } = *self else {
             unreachable!("only a gathered source gathers")
         };
@@ -441,10 +441,15 @@ impl BlockParams {
 }
 
 /// Taps a tile's table holds; layers with more take the portable path.
+#[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
 pub(crate) const MAX_TAPS: usize = 64;
 
 /// Rows the portable path sums at once.
 const ROWS: usize = 4;
+
+/// Taps whose inputs the portable path finds at once (the table is on the
+/// stack: 512 bytes on a 32-bit microcontroller).
+const TABLE_TAPS: usize = 16;
 
 /// The portable path: the same blocks, summed in plain integer code
 /// (which the compiler vectorizes for this CPU where it can).
@@ -457,21 +462,32 @@ pub(super) fn portable(job: &Job<'_>, out: &mut Out<'_>) {
         type Output = ();
         #[inline(always)]
         fn run(self) {
-            portable_body(self.job, self.out)
+            // A gathered layer's windows or the others' table of inputs,
+            // not both: in disjoint scopes, they share the stack.
+            if let Source::Gathered { .. } = self.job.source {
+                portable_body::<0, ROWS>(self.job, self.out, &mut [], &mut [[0; PATCH]; ROWS]);
+            } else {
+                portable_body::<TABLE_TAPS, 0>(self.job, self.out, &mut [[None; ROWS]; TABLE_TAPS], &mut []);
+            }
         }
     }
     crate::cpu::with_best_isa(Work { job, out })
 }
 
+/// [`portable`] with `table` (`T` = [`TABLE_TAPS`] long) for a visited
+/// source, `patches` (`P` = [`ROWS`] of them) for a gathered one.
 #[inline(always)]
-fn portable_body(job: &Job<'_>, out: &mut Out<'_>) {
+fn portable_body<'a, const T: usize, const P: usize>(
+    job: &Job<'a>,
+    out: &mut Out<'_>,
+    table: &mut [[Option<&'a [i8]>; ROWS]; T],
+    patches: &mut [Patch; P],
+) {
     let l = &job.layout;
     let bytes = bytes(job.packed);
     let qpt = l.quads_per_tap();
     let zp = job.xq.zero_point as i8;
     let input = job.source.input();
-    let mut table = [[None; ROWS]; MAX_TAPS];
-    let mut patches = [[0; PATCH]; ROWS];
     for g in 0..l.groups {
         for b in job.blocks.0..job.blocks.1 {
             let block = l.block(bytes, g, b);
@@ -482,18 +498,18 @@ fn portable_body(job: &Job<'_>, out: &mut Out<'_>) {
                 let mut acc = [[0i32; COLS]; ROWS];
                 // Taps a table at a time: any number of them.
                 for t in 0..l.taps {
-                    if t % MAX_TAPS == 0 && !matches!(job.source, Source::Gathered { .. }) {
-                        let taps = MAX_TAPS.min(l.taps - t);
+                    if t % TABLE_TAPS == 0 && !matches!(job.source, Source::Gathered { .. }) {
+                        let taps = TABLE_TAPS.min(l.taps - t);
                         job.source.visit::<ROWS>(t, taps, r0, rows, g, l.gin, |t, r, at| {
                             table[t][r] = at.map(|at| &input[at..at + l.gin]);
                         });
                     }
                     let segs = match job.source {
                         Source::Gathered { .. } => {
-                            job.source.gather(r0, rows, &mut patches);
+                            job.source.gather(r0, rows, patches);
                             core::array::from_fn(|r| Some(&patches[r][..l.gin]))
                         }
-                        _ => table[t % MAX_TAPS],
+                        _ => table[t % TABLE_TAPS],
                     };
                     for q in 0..qpt {
                         let w = &quads[(t * qpt + q) * COLS * 4..][..COLS * 4];
