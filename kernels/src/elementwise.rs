@@ -232,7 +232,10 @@ fn map_strided_by<A: Copy + Sync, O: Send>(
         type Output = ();
         #[inline(always)]
         fn run(self) {
-            map(self.x, self.out, self.f);
+            // `f` itself, not `&F`'s `FnMut` (which LLVM may leave as a
+            // call per element, the loop then scalar).
+            let f = self.f;
+            map(self.x, self.out, #[inline(always)] |v| f(v));
         }
     }
     let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
