@@ -258,10 +258,23 @@ impl<'a, T> Pieces<'a, T> {
 #[cfg(feature = "std")]
 mod pool {
     extern crate std;
-    use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+    use core::sync::atomic::Ordering::*;
+    // Under `--cfg loom` the protocol's atomics, locks and threads are
+    // loom's, so that its model (`loom_model` below) explores them.
+    #[cfg(not(loom))]
+    use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
+    #[cfg(loom)]
+    use loom::sync::{
+        atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize},
+        Condvar, Mutex, MutexGuard,
+    };
     use std::boxed::Box;
-    use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
-    use std::time::{Duration, Instant};
+    use std::sync::OnceLock;
+    #[cfg(not(loom))]
+    use std::sync::{Condvar, Mutex, MutexGuard};
+    use std::time::Duration;
+    #[cfg(not(loom))]
+    use std::time::Instant;
 
     /// How long an idle worker spins for the next job before it sleeps.
     const SPIN: Duration = Duration::from_millis(2);
@@ -278,7 +291,7 @@ mod pool {
     /// The CPU this thread runs on, where the system tells.
     fn current_cpu() -> usize {
         // Miri does not model CPUs (nor this call).
-        #[cfg(all(target_os = "linux", not(miri)))]
+        #[cfg(all(target_os = "linux", not(miri), not(loom)))]
         {
             // SAFETY: no arguments; fails with -1.
             let cpu = unsafe { libc::sched_getcpu() };
@@ -325,8 +338,12 @@ mod pool {
         wake: Condvar,
         sleepers: AtomicUsize,
         /// The CPU each thread was last seen on (the caller's first, then
-        /// the workers'), `NO_CPU` when not known.
-        cpus: [AtomicUsize; super::MAX_THREADS],
+        /// the workers'), `NO_CPU` when not known. A hint, not part of the
+        /// protocol: never loom's.
+        cpus: [core::sync::atomic::AtomicUsize; super::MAX_THREADS],
+        /// Tells the workers of a loom model to return.
+        #[cfg(loom)]
+        stop: AtomicBool,
     }
 
     fn pool() -> &'static Pool {
@@ -350,7 +367,9 @@ mod pool {
                 sleep: Mutex::new(()),
                 wake: Condvar::new(),
                 sleepers: AtomicUsize::new(0),
-                cpus: core::array::from_fn(|_| AtomicUsize::new(NO_CPU)),
+                cpus: core::array::from_fn(|_| core::sync::atomic::AtomicUsize::new(NO_CPU)),
+                #[cfg(loom)]
+                stop: AtomicBool::new(false),
             }
         }
     }
@@ -374,20 +393,37 @@ mod pool {
             longest: Duration,
             ready: impl Fn() -> bool,
         ) -> bool {
-            let start = Instant::now();
+            // Loom has no clock: a bounded spin looks once (the model then
+            // sees both a waiter that found it ready and one that gave up),
+            // an unbounded one yields until ready, as loom needs.
+            #[cfg(loom)]
             loop {
-                for _ in 0..32 {
-                    if ready() {
-                        return true;
-                    }
-                    core::hint::spin_loop();
+                if ready() {
+                    return true;
                 }
-                let cpu = self.seen_on(me);
-                if cpu != NO_CPU && self.cpus[others.clone()].iter().any(|c| c.load(Relaxed) == cpu) {
-                    std::thread::yield_now();
-                }
-                if start.elapsed() >= longest {
+                if longest != Duration::MAX {
                     return false;
+                }
+                let _ = (me, &others);
+                loom::thread::yield_now();
+            }
+            #[cfg(not(loom))]
+            {
+                let start = Instant::now();
+                loop {
+                    for _ in 0..32 {
+                        if ready() {
+                            return true;
+                        }
+                        core::hint::spin_loop();
+                    }
+                    let cpu = self.seen_on(me);
+                    if cpu != NO_CPU && self.cpus[others.clone()].iter().any(|c| c.load(Relaxed) == cpu) {
+                        std::thread::yield_now();
+                    }
+                    if start.elapsed() >= longest {
+                        return false;
+                    }
                 }
             }
         }
@@ -537,9 +573,9 @@ mod pool {
     }
 
     /// Worker `me` (from 1; the caller is 0).
-    fn worker(p: &'static Pool, me: usize, mut seen: u64) {
+    fn worker(p: &Pool, me: usize, mut seen: u64) {
         loop {
-            let fresh = || p.word.load(SeqCst) >> 1 != seen;
+            let fresh = || p.word.load(SeqCst) >> 1 != seen || p.stopping();
             if !p.spin_until(me, 0..1, SPIN, fresh) {
                 let mut guard = lock(&p.sleep);
                 p.sleepers.fetch_add(1, SeqCst);
@@ -548,8 +584,21 @@ mod pool {
                 }
                 p.sleepers.fetch_sub(1, SeqCst);
             }
+            if p.stopping() {
+                return;
+            }
             // A panic here is already recorded for the job's caller.
             seen = p.work(me).0;
+        }
+    }
+
+    impl Pool {
+        /// Whether the workers are to return: only a loom model's ever do.
+        fn stopping(&self) -> bool {
+            #[cfg(loom)]
+            return self.stop.load(SeqCst);
+            #[cfg(not(loom))]
+            false
         }
     }
 
@@ -574,35 +623,41 @@ mod pool {
     /// have taken: a worker that comes late (switched out, or asleep) finds
     /// none left.
     pub(super) fn run(parts: usize, part: &(dyn Fn(usize) + Sync)) -> bool {
-        let p = pool();
-        let Ok(_guard) = p.submit.try_lock() else {
-            return false;
-        };
-        let threads = p.threads.load(Relaxed);
-        if p.workers.load(Relaxed).min(threads - 1) == 0 {
-            return false;
+        pool().run(parts, part)
+    }
+
+    impl Pool {
+        fn run(&self, parts: usize, part: &(dyn Fn(usize) + Sync)) -> bool {
+            let p = self;
+            let Ok(_guard) = p.submit.try_lock() else {
+                return false;
+            };
+            let threads = p.threads.load(Relaxed);
+            if p.workers.load(Relaxed).min(threads - 1) == 0 {
+                return false;
+            }
+            // SAFETY: erases the part's lifetime; this function does not return
+            // before every claimed part is done, and no part is claimed after.
+            let part: Part = unsafe { core::mem::transmute(part) };
+            p.open(parts, threads, &part);
+            if p.sleepers.load(SeqCst) > 0 {
+                let _sleep = lock(&p.sleep);
+                p.wake.notify_all();
+            }
+            p.seen_on(0);
+            let (_, caller_panic) = p.work(0);
+            let slots = Slots::of(parts).count;
+            p.spin_until(0, 1..super::MAX_THREADS, Duration::MAX, || {
+                p.done.load(Acquire) == slots
+            });
+            if let Some(e) = caller_panic {
+                std::panic::resume_unwind(e);
+            }
+            if p.panicked.load(Relaxed) {
+                panic!("a part of a parallel kernel panicked");
+            }
+            true
         }
-        // SAFETY: erases the part's lifetime; this function does not return
-        // before every claimed part is done, and no part is claimed after.
-        let part: Part = unsafe { core::mem::transmute(part) };
-        p.open(parts, threads, &part);
-        if p.sleepers.load(SeqCst) > 0 {
-            let _sleep = lock(&p.sleep);
-            p.wake.notify_all();
-        }
-        p.seen_on(0);
-        let (_, caller_panic) = p.work(0);
-        let slots = Slots::of(parts).count;
-        p.spin_until(0, 1..super::MAX_THREADS, Duration::MAX, || {
-            p.done.load(Acquire) == slots
-        });
-        if let Some(e) = caller_panic {
-            std::panic::resume_unwind(e);
-        }
-        if p.panicked.load(Relaxed) {
-            panic!("a part of a parallel kernel panicked");
-        }
-        true
     }
 
     #[cfg(test)]
@@ -623,7 +678,7 @@ mod pool {
             // Thread 1 of 2 takes part 1, then steals part 0.
             p.open(2, 2, &part);
             assert_eq!(claims(&p, 1), [1..2, 0..1]);
-            assert_eq!(claims(&p, 0), []);
+            assert!(claims(&p, 0).is_empty());
             // Thread 0 of 2 takes 0 and 2, then 1 and 3.
             p.open(4, 2, &part);
             assert_eq!(claims(&p, 0), [0..1, 2..3, 1..2, 3..4]);
@@ -654,6 +709,97 @@ mod pool {
             // A thread that read the old word marks slot 1 under it.
             p.slots[1].store(stale >> 1, SeqCst);
             assert_eq!(claims(&p, 1), [1..2, 0..1]);
+        }
+    }
+
+    /// The hand-off protocol under loom, which runs the code above (its
+    /// atomics, locks and threads loom's) in every interleaving of its
+    /// threads and every outcome the memory model allows its atomics, up
+    /// to loom's preemption bound. Run alone, with
+    /// `RUSTFLAGS="--cfg loom" cargo test -p ptec-kernels --release --lib
+    /// parallel::pool::loom_model` (docs/soundness.md): under `--cfg loom`
+    /// the global pool is loom's too, which only a model may use.
+    #[cfg(all(test, loom))]
+    mod loom_model {
+        use super::*;
+        use loom::cell::UnsafeCell;
+        use loom::sync::Arc;
+        use std::vec::Vec;
+
+        /// What each part writes, with no synchronisation of its own:
+        /// loom reports any access the pool's hand-offs do not order
+        /// after the last write.
+        struct Outputs([UnsafeCell<usize>; 3]);
+
+        // SAFETY: the model checks that the pool orders every access (loom
+        // reports a race on an `UnsafeCell` as a failure).
+        unsafe impl Sync for Outputs {}
+
+        impl Outputs {
+            fn slot(&self, i: usize) -> &UnsafeCell<usize> {
+                &self.0[i]
+            }
+        }
+
+        /// A caller and `workers` workers run `jobs` (their part counts)
+        /// back to back: each part runs once, for its own job, and the
+        /// caller sees every part's writes when its call returns. Exhaustive
+        /// up to `preemptions` preemptions (`LOOM_MAX_PREEMPTIONS` sets
+        /// another); unbounded, it runs for hours.
+        fn check(workers: usize, jobs: &'static [usize], preemptions: usize) {
+            let mut model = loom::model::Builder::new();
+            model.preemption_bound.get_or_insert(preemptions);
+            model.check(move || {
+                let pool = Arc::new(Pool::new());
+                pool.threads.store(workers + 1, Relaxed);
+                pool.workers.store(workers, Relaxed);
+                let workers: Vec<_> = (1..=workers)
+                    .map(|me| {
+                        let pool = pool.clone();
+                        loom::thread::spawn(move || worker(&pool, me, 0))
+                    })
+                    .collect();
+                let out = Outputs(core::array::from_fn(|_| UnsafeCell::new(0)));
+                for (job, &parts) in jobs.iter().enumerate() {
+                    // Part `i` adds its job's mark: a part run twice, or
+                    // for another job, leaves a wrong sum.
+                    let part = |i: usize| {
+                        out.slot(i).with_mut(|v| {
+                            // SAFETY: only part `i` writes slot `i` (loom checks
+                            // the order against the caller's reads).
+                            unsafe { *v += 1 << (4 * job) }
+                        })
+                    };
+                    assert!(pool.run(parts, &part), "the pool took job {job}");
+                    for (i, slot) in out.0.iter().enumerate() {
+                        let want: usize = (0..=job).filter(|&j| i < jobs[j]).map(|j| 1 << (4 * j)).sum();
+                        // SAFETY: the job is done: no part runs now.
+                        assert_eq!(slot.with(|v| unsafe { *v }), want, "job {job}, part {i}");
+                    }
+                }
+                pool.stop.store(true, SeqCst);
+                {
+                    let _sleep = lock(&pool.sleep);
+                    pool.wake.notify_all();
+                }
+                for w in workers {
+                    w.join().unwrap();
+                }
+            });
+        }
+
+        /// A job of two parts, then one of three: a worker that comes late
+        /// to the first may read the second's part count.
+        #[test]
+        fn two_workers_two_jobs() {
+            check(2, &[2, 3], 2);
+        }
+
+        /// The same on one worker, to three preemptions: enough for a
+        /// worker to read one job's word and the next job's part count.
+        #[test]
+        fn one_worker_two_jobs() {
+            check(1, &[2, 3], 3);
         }
     }
 }
