@@ -231,11 +231,19 @@ fn map_strided_by<A: Copy + Sync, O: Send>(
     impl<A: Copy, O, F: Fn(A) -> O> crate::cpu::Vectorized for Run<'_, A, O, F> {
         type Output = ();
         #[inline(always)]
+        // The closure is not redundant: passing `&F` itself is what
+        // leaves the call un-inlined (below).
+        #[allow(clippy::redundant_closure)]
         fn run(self) {
             // `f` itself, not `&F`'s `FnMut` (which LLVM may leave as a
             // call per element, the loop then scalar).
             let f = self.f;
-            map(self.x, self.out, #[inline(always)] |v| f(v));
+            map(
+                self.x,
+                self.out,
+                #[inline(always)]
+                |v| f(v),
+            );
         }
     }
     let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
