@@ -24,7 +24,7 @@ use crate::ir::*;
 use crate::names::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::names::CONV2D_FOLDED_CHAIN as CHAIN;
 use crate::passes::channels_last::{image, int, number, residual_add_after, usizes};
-use crate::passes::rewrite::kernel_call;
+use crate::passes::rewrite::{fuse_runs, Fused};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
 
 /// Smallest result between two convolutions worth a chain: below it the
@@ -44,6 +44,7 @@ pub fn fuse_chains(m: &mut Method) {
             reads: vec![args[0]],
             out: args[args.len() - 1],
             args,
+            logged_as_last: false,
         })
     })
 }
@@ -63,76 +64,9 @@ pub fn fuse_residual_adds(m: &mut Method) {
             reads: vec![args[X], args[RESIDUAL]],
             out: args[OUT],
             args,
+            logged_as_last: false,
         })
     })
-}
-
-/// A run of instructions that becomes one call.
-struct Fused {
-    len: usize,
-    name: &'static str,
-    args: Vec<usize>,
-    /// What the call reads as it writes `out`: an `out` planned on the
-    /// bytes of one of them loses its plan (see the module's notes).
-    reads: Vec<usize>,
-    out: usize,
-}
-
-/// Replaces the runs `find` finds (scanning from the first instruction,
-/// past each run found) by their calls; the call keeps its first
-/// instruction's stack frames. Methods with jumps are left as they are.
-fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> Option<Fused>) {
-    if m.has_jumps() {
-        return;
-    }
-    let uses = Uses::of(m);
-    let mut runs = Vec::new();
-    let mut n = 0;
-    while n < m.instructions.len() {
-        match find(m, &uses, n) {
-            Some(run) => {
-                let len = run.len;
-                runs.push((n, run));
-                n += len;
-            }
-            None => n += 1,
-        }
-    }
-    if runs.is_empty() {
-        return;
-    }
-    let old = std::mem::take(&mut m.instructions);
-    let mut traces = m.stacktraces.take();
-    // A run keeps its first instruction's origin, as its stack trace.
-    let mut origins: Vec<Origin> = (0..old.len()).map(|n| m.origin(n)).collect();
-    let mut code = Vec::with_capacity(old.len());
-    let mut moved = Vec::new();
-    let mut next = 0;
-    for (start, run) in runs {
-        code.extend_from_slice(&old[next..start]);
-        if run.reads.iter().any(|&r| share_bytes(m, r, run.out)) {
-            moved.push(run.out);
-        }
-        code.push(kernel_call(m, run.name, run.args));
-        if let Some(t) = traces.as_mut() {
-            for _ in 1..run.len {
-                t.remove(code.len());
-            }
-        }
-        for _ in 1..run.len {
-            origins.remove(code.len());
-        }
-        next = start + run.len;
-    }
-    code.extend_from_slice(&old[next..]);
-    m.instructions = code;
-    m.stacktraces = traces;
-    m.origins = origins;
-    for v in moved {
-        if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
-            t.placement = Placement::Unplanned;
-        }
-    }
 }
 
 /// The arguments of the call that instruction `n` and the `add` after it
@@ -233,7 +167,7 @@ fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::rewrite::{push_f32_tensor, push_int_list, push_value};
+    use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
     use ptec_runtime::kernels::nhwc::FilterLayout;
 
     const TORCH: FilterLayout = FilterLayout::Torch;

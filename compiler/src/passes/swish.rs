@@ -9,44 +9,23 @@ use crate::analysis::alias::share_bytes;
 use crate::analysis::uses::Uses;
 use crate::ir::*;
 use crate::names::SIGMOID_MUL;
-use crate::passes::rewrite::kernel_call;
+use crate::passes::rewrite::{fuse_runs, Fused};
 
 /// Fuses every such pair of `m` (see the module docs). Methods with jumps
 /// are left as they are (fusing renumbers instructions).
 pub fn fuse_sigmoid_mul(m: &mut Method) {
-    if m.has_jumps() {
-        return;
-    }
-    let uses = Uses::of(m);
-    let pairs: Vec<(usize, [usize; 2])> = (0..m.instructions.len().saturating_sub(1))
-        .filter_map(|n| Some((n, pair_args(m, &uses, n)?)))
-        .collect();
-    if pairs.is_empty() {
-        return;
-    }
-    let old = std::mem::take(&mut m.instructions);
-    let mut traces = m.stacktraces.take();
-    let mut origins: Vec<Origin> = (0..old.len()).map(|n| m.origin(n)).collect();
-    let mut code = Vec::with_capacity(old.len());
-    let mut next = 0;
-    for (n, [x, y]) in pairs {
-        // Pairs cannot overlap: a `mul` is not a `sigmoid`.
-        code.extend_from_slice(&old[next..n]);
-        let at = code.len();
-        code.push(kernel_call(m, SIGMOID_MUL, vec![x, y, y]));
-        // The call keeps the sigmoid's origin and stack trace, and logs
-        // its result as the `mul`'s.
-        let mul = origins.remove(at + 1);
-        origins[at].logged_as = Some(mul.logged_as.unwrap_or(mul.instruction));
-        if let Some(t) = traces.as_mut() {
-            t.remove(at + 1);
-        }
-        next = n + 2;
-    }
-    code.extend_from_slice(&old[next..]);
-    m.instructions = code;
-    m.stacktraces = traces;
-    m.origins = origins;
+    fuse_runs(m, |m, uses, n| {
+        let [x, y] = pair_args(m, uses, n)?;
+        Some(Fused {
+            len: 2,
+            name: SIGMOID_MUL,
+            args: vec![x, y, y],
+            reads: vec![x],
+            out: y,
+            // The result is the `mul`'s.
+            logged_as_last: true,
+        })
+    })
 }
 
 /// `[x, y]` when instruction `n` is `sigmoid(x)` and the next one
@@ -84,7 +63,7 @@ fn pair_args(m: &Method, uses: &Uses, n: usize) -> Option<[usize; 2]> {
 mod tests {
     use super::*;
     use crate::names::aten::{MUL, SIGMOID};
-    use crate::passes::rewrite::push_f32_tensor;
+    use crate::passes::rewrite::{kernel_call, push_f32_tensor};
 
     /// `sigmoid(x)` into `s`, then `mul(a, b)` into `y` (`a`, `b` chosen
     /// from x, s and a third tensor by `mul_args`), on `[1, 4, 4, 8]`
