@@ -112,6 +112,20 @@ pub(crate) mod qd8_fully_connected {
     pub(crate) const COUNT: usize = 9;
 }
 
+/// `qd8_fully_connected_shared(x, weight, scales, group, bias?, min, max,
+/// kept, rows, fresh, out)`: [`qd8_fully_connected`] (the same first eight
+/// arguments) over input rows quantized into `rows`, an `f32` tensor of
+/// `qd8::scratch_len` words. With `fresh` it quantizes `x` into `rows`;
+/// without, it reads the rows the call before it made of the same `x`
+/// (see [`crate::passes::shared_rows`]).
+pub(crate) mod qd8_fully_connected_shared {
+    pub(crate) const NAME: &str = "ptec_xnn::qd8_fully_connected_shared.out";
+    pub(crate) const ROWS: usize = 8;
+    pub(crate) const FRESH: usize = 9;
+    /// Arguments in all.
+    pub(crate) const COUNT: usize = 11;
+}
+
 /// `depthwise_conv2d_nhwc(x, weight, bias?, padding, stride, dilation, min,
 /// max, out)`.
 pub(crate) const DEPTHWISE_CONV2D_NHWC: &str = "ptec_xnn::depthwise_conv2d_nhwc.out";

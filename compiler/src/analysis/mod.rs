@@ -21,11 +21,29 @@ pub(crate) mod test_methods {
         })
     }
 
+    /// A method with no values or instructions yet, of one planned buffer
+    /// (buffer 1) of `buffer_bytes` bytes.
+    pub(crate) fn empty(buffer_bytes: u64) -> Method {
+        Method {
+            name: "forward".into(),
+            values: vec![],
+            inputs: vec![],
+            outputs: vec![],
+            instructions: vec![],
+            operators: vec![],
+            delegates: vec![],
+            buffer_sizes: vec![0, buffer_bytes],
+            program_buffers: 2,
+            stacktraces: None,
+            origins: Vec::new(),
+            channels_last: Default::default(),
+        }
+    }
+
     /// A method of one 1024-byte planned buffer whose instructions are
     /// calls naming the values listed (the last one as what they write).
     pub(crate) fn calls(values: Vec<Value>, calls: &[&[usize]], inputs: &[usize], outputs: &[usize]) -> Method {
         Method {
-            name: "forward".into(),
             values,
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
@@ -40,12 +58,7 @@ pub(crate) mod test_methods {
                 name: "aten::op".into(),
                 overload: "out".into(),
             }],
-            delegates: vec![],
-            buffer_sizes: vec![0, 1024],
-            program_buffers: 2,
-            stacktraces: None,
-            origins: Vec::new(),
-            channels_last: Default::default(),
+            ..empty(1024)
         }
     }
 }

@@ -214,20 +214,7 @@ mod tests {
     }
 
     fn method() -> Method {
-        Method {
-            name: "forward".into(),
-            values: vec![],
-            inputs: vec![],
-            outputs: vec![],
-            instructions: vec![],
-            operators: vec![],
-            delegates: vec![],
-            buffer_sizes: vec![0, 1 << 30],
-            program_buffers: 2,
-            stacktraces: None,
-            origins: Vec::new(),
-            channels_last: Default::default(),
-        }
+        crate::analysis::test_methods::empty(1 << 30)
     }
 
     /// Input `[1, side, side, 8]` expanded to 64 channels, then a 3×3

@@ -6,13 +6,16 @@
 //!    batch norms and clamps folded into the convolutions;
 //! 3. [`conv_chains`]: residual adds fold into the convolution before them,
 //!    and runs of 1×1 convolutions become one chained call;
-//! 4. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call.
+//! 4. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call;
+//! 5. [`shared_rows`]: dynamically quantized layers on one input quantize
+//!    its rows once.
 //!
 //! The tensors the passes add have no bytes yet: the next stage, `plan`,
 //! gives them some.
 pub(crate) mod channels_last;
 pub(crate) mod conv_chains;
 pub(crate) mod rewrite;
+pub(crate) mod shared_rows;
 pub(crate) mod swish;
 pub mod xnnpack;
 
@@ -41,6 +44,7 @@ pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
         }
     }
     each_method(program, suites, swish::fuse_sigmoid_mul)?;
+    each_method(program, suites, shared_rows::share_quantized_rows)?;
     Ok(())
 }
 

@@ -70,20 +70,7 @@ mod tests {
     /// tensors planned apart (`other_sizes`: the third one's), `y` the
     /// output: the method and `[x, s, y, other]`.
     fn pair(mul_args: impl Fn([usize; 3]) -> [usize; 2], other_sizes: Vec<usize>) -> (Method, [usize; 4]) {
-        let mut m = Method {
-            name: "forward".into(),
-            values: vec![],
-            inputs: vec![],
-            outputs: vec![],
-            instructions: vec![],
-            operators: vec![],
-            delegates: vec![],
-            buffer_sizes: vec![0, 1 << 20],
-            program_buffers: 2,
-            stacktraces: None,
-            origins: Vec::new(),
-            channels_last: Default::default(),
-        };
+        let mut m = crate::analysis::test_methods::empty(1 << 20);
         let planned = |m: &mut Method, sizes: Vec<usize>, offset: u64| {
             push_f32_tensor(m, sizes, Placement::Planned { buffer: 1, offset })
         };

@@ -12,7 +12,9 @@
 //! In external-weights mode the weights are not known to the binary, and
 //! the first run prepares them as before.
 use crate::ir::*;
-use crate::names::{conv2d_nhwc, folded, fully_connected, qd8_fully_connected, qs8, CONV2D_FOLDED_CHAIN};
+use crate::names::{
+    conv2d_nhwc, folded, fully_connected, qd8_fully_connected, qd8_fully_connected_shared, qs8, CONV2D_FOLDED_CHAIN,
+};
 use crate::read::Files;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -44,7 +46,7 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
         }
         fully_connected::NAME => vec![(fully_connected::KEPT, vec![fully_connected::WEIGHT])],
         conv2d_nhwc::NAME => vec![(conv2d_nhwc::KEPT, vec![conv2d_nhwc::WEIGHT])],
-        qd8_fully_connected::NAME => vec![(
+        qd8_fully_connected::NAME | qd8_fully_connected_shared::NAME => vec![(
             qd8_fully_connected::KEPT,
             vec![qd8_fully_connected::WEIGHT, qd8_fully_connected::SCALES],
         )],
@@ -59,7 +61,7 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
 /// `qd8_fully_connected`'s names its weight and scales whatever its kept
 /// packing; the others read only the preparation.
 pub(crate) fn reads_sources_when_prepared(name: &str) -> bool {
-    name == qd8_fully_connected::NAME
+    name == qd8_fully_connected::NAME || name == qd8_fully_connected_shared::NAME
 }
 
 /// Whether value `v` is absent or a constant whose bytes the compiler has.

@@ -393,7 +393,8 @@ fn kept_sums(kept: &[f32], k: usize, n: usize, group: usize) -> Option<(&[f32], 
 /// XNNPACK does. `scratch`: [`scratch_len`]`(rows, k, group)` floats.
 /// With threads, each takes a share of the outputs (and so of the
 /// weights); every output is summed in the same order whatever their
-/// number.
+/// number. The same as [`quantize_rows`] then
+/// [`fully_connected_quantized`].
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected(
     x: &[f32],
@@ -407,28 +408,66 @@ pub fn fully_connected(
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    let (group, kept) = match *weights {
-        Weights::Blockwise4 { group, kept, .. } => (group, kept.and_then(|v| kept_sums(v, k, n, group))),
-        _ => (0, None),
-    };
-    let ksums = kept.map(|(sums, _)| sums);
-    let order = blockwise_order();
-    // The repacked weights, where this CPU has the kernel for them.
-    let repacked = kept.and_then(|(_, r)| r).filter(|_| repacked_kernel::available());
-    let blocks = blocks_of(k, group);
-    let words = row_words(k, blocks);
-    let (x, out, scratch) = (&x[..rows * k], &mut out[..rows * n], &mut scratch[..rows * words]);
-    if let Some(b) = bias {
-        assert!(b.len() >= n, "a bias of {} for {n} outputs", b.len());
+    quantize_rows(x, rows, k, n, weights, scratch);
+    fully_connected_quantized(rows, k, n, weights, bias, min, max, scratch, out);
+}
+
+/// What a layer's rows are quantized for: its group, its weight sums and
+/// repacked weights where kept, and the row layout its kernel reads. The
+/// same for every layer of one kind, `k` and group whose kept buffer
+/// [`prepare_blockwise`] has filled, so that such layers can share rows.
+struct Plan<'a> {
+    group: usize,
+    ksums: Option<&'a [f32]>,
+    repacked: Option<&'a [f32]>,
+    order: BlockwiseOrder,
+    fast: Option<simd::Blockwise>,
+    layout: RowLayout,
+    blocks: usize,
+    words: usize,
+}
+
+impl<'a> Plan<'a> {
+    fn of(weights: &Weights<'a>, k: usize, n: usize) -> Plan<'a> {
+        let (group, kept) = match *weights {
+            Weights::Blockwise4 { group, kept, .. } => (group, kept.and_then(|v| kept_sums(v, k, n, group))),
+            _ => (0, None),
+        };
+        let order = blockwise_order();
+        // The repacked weights, where this CPU has the kernel for them.
+        let repacked = kept.and_then(|(_, r)| r).filter(|_| repacked_kernel::available());
+        let blocks = blocks_of(k, group);
+        // The AVX2 kernel sums in its own order only.
+        let fast = simd::Blockwise::for_layer(weights, k).filter(|_| order == BlockwiseOrder::Partials);
+        let layout = match (repacked, fast) {
+            (Some(_), _) if order == BlockwiseOrder::Blocks => RowLayout::UnsignedQuads,
+            (Some(_), _) => RowLayout::Quads,
+            (None, Some(_)) => RowLayout::Interleaved,
+            (None, None) => RowLayout::Plain,
+        };
+        Plan {
+            group,
+            ksums: kept.map(|(sums, _)| sums),
+            repacked,
+            order,
+            fast,
+            layout,
+            blocks,
+            words: row_words(k, blocks),
+        }
     }
-    // The AVX2 kernel sums in its own order only.
-    let fast = simd::Blockwise::for_layer(weights, k).filter(|_| order == BlockwiseOrder::Partials);
-    let layout = match (repacked, fast) {
-        (Some(_), _) if order == BlockwiseOrder::Blocks => RowLayout::UnsignedQuads,
-        (Some(_), _) => RowLayout::Quads,
-        (None, Some(_)) => RowLayout::Interleaved,
-        (None, None) => RowLayout::Plain,
-    };
+}
+
+/// The first half of [`fully_connected`]: `rows` rows of `k` inputs of `x`
+/// quantized into `scratch` ([`scratch_len`]`(rows, k, group)` floats), as
+/// the layer of `weights` (`n` outputs) reads them. Layers of the same
+/// kind, `k` and group, each prepared ([`prepare_blockwise`]), read the
+/// same rows: one quantization serves them all.
+pub fn quantize_rows(x: &[f32], rows: usize, k: usize, n: usize, weights: &Weights<'_>, scratch: &mut [f32]) {
+    let Plan {
+        group, layout, words, ..
+    } = Plan::of(weights, k, n);
+    let (x, scratch) = (&x[..rows * k], &mut scratch[..rows * words]);
     // Rows quantized in bands across threads (a prompt's rows).
     let grain = PREPARE_GRAIN.div_ceil(k.max(1));
     crate::parallel::for_each_band(scratch, rows, words, grain, true, &|band, scratch| {
@@ -441,7 +480,36 @@ pub fn fully_connected(
             scratch,
         })
     });
-    let scratch = &*scratch;
+}
+
+/// The second half of [`fully_connected`], over rows [`quantize_rows`]
+/// made in `scratch` for this layer or one like it.
+#[allow(clippy::too_many_arguments)]
+pub fn fully_connected_quantized(
+    rows: usize,
+    k: usize,
+    n: usize,
+    weights: &Weights<'_>,
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    scratch: &[f32],
+    out: &mut [f32],
+) {
+    let Plan {
+        group,
+        ksums,
+        repacked,
+        order,
+        fast,
+        blocks,
+        words,
+        ..
+    } = Plan::of(weights, k, n);
+    let (out, scratch) = (&mut out[..rows * n], &scratch[..rows * words]);
+    if let Some(b) = bias {
+        assert!(b.len() >= n, "a bias of {} for {n} outputs", b.len());
+    }
     // A row of scratch: its interleaved or plain bytes, block sums, zero
     // point and scale.
     let row_of = |r: usize| {
@@ -1455,6 +1523,75 @@ mod tests {
             assert_eq!(before, bits(&kept));
         }
         assert!(differ, "the two orders gave the same bits everywhere");
+    }
+
+    /// Prepared blockwise layers of one `k` and group (q, k and v of a
+    /// transformer's attention, its gate and up) read the rows one
+    /// [`quantize_rows`] made for any of them: each gives the bits of its
+    /// own [`fully_connected`], on one and two threads, a row or several.
+    #[cfg(feature = "std")]
+    #[test]
+    fn layers_of_one_shape_share_quantized_rows() {
+        extern crate std;
+        use std::vec::Vec;
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seed = 11u64;
+        let mut next = || crate::testing::rng(&mut seed);
+        for (rows, k, group, ns) in [
+            (1, 576, 32, [576, 192, 40]),
+            (9, 576, 32, [192, 576, 17]),
+            (3, 256, 64, [16, 300, 33]),
+            (2, 40, 8, [5, 7, 16]),
+        ] {
+            let x: Vec<f32> = (0..rows * k).map(|_| (next() % 2001) as f32 / 500.0 - 2.0).collect();
+            let layers: Vec<(Vec<u8>, Vec<bf16>, Vec<f32>)> = ns
+                .iter()
+                .map(|&n| {
+                    let w = (0..n * k / 2).map(|_| next() as u8).collect();
+                    let scales = (0..n * k / group)
+                        .map(|_| bf16::from_f32((1 + next() % 1000) as f32 * 1e-4))
+                        .collect();
+                    (w, scales, std::vec![0f32; blockwise_kept_len(k, n, group)])
+                })
+                .collect();
+            let layers: Vec<_> = layers
+                .into_iter()
+                .zip(ns)
+                .map(|((w, scales, mut kept), n)| {
+                    prepare_blockwise(&w, &scales, group, k, n, &mut kept);
+                    (w, scales, kept, n)
+                })
+                .collect();
+            fn weights(layer: &(Vec<u8>, Vec<bf16>, Vec<f32>, usize), group: usize) -> Weights<'_> {
+                Weights::Blockwise4 {
+                    w: &layer.0,
+                    scales: &layer.1,
+                    group,
+                    kept: Some(&layer.2),
+                }
+            }
+            for threads in [1, 2] {
+                crate::parallel::set_threads(threads);
+                let mut shared = std::vec![f32::NAN; scratch_len(rows, k, group)];
+                quantize_rows(&x, rows, k, ns[1], &weights(&layers[1], group), &mut shared);
+                for layer in &layers {
+                    let n = layer.3;
+                    let (mut want, mut got) = (std::vec![0f32; rows * n], std::vec![0f32; rows * n]);
+                    let mut scratch = std::vec![0f32; scratch_len(rows, k, group)];
+                    let w = weights(layer, group);
+                    fully_connected(&x, rows, k, n, &w, None, -9.0, 9.0, &mut scratch, &mut want);
+                    fully_connected_quantized(rows, k, n, &w, None, -9.0, 9.0, &shared, &mut got);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{rows}x{k}x{n}, group {group}, {threads} threads"
+                    );
+                }
+            }
+            crate::parallel::set_threads(1);
+        }
     }
 
     /// Per-channel layers (int8 and 4-bit weights; whole vectors and

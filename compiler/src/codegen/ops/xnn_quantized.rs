@@ -3,9 +3,10 @@
 //! arguments), whose activations are static, contiguous `i8` tensors
 //! quantized per tensor, weights `i8` with `f32` scales and biases `i32`;
 //! and the dynamically quantized fully connected layer
-//! ([`qd8_fully_connected`]).
+//! ([`qd8_fully_connected`], and [`qd8_fully_connected_shared`] over rows
+//! another layer quantized).
 use super::*;
-use crate::names::{qd8_fully_connected, qs8};
+use crate::names::{qd8_fully_connected, qd8_fully_connected_shared, qs8};
 use ptec_runtime::kernels::bf16;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
 use ptec_runtime::kernels::qd8::{blockwise_kept_len, prepare_blockwise};
@@ -21,6 +22,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     (qs8::SUB, sub),
     (qs8::MUL, mul),
     (qd8_fully_connected::NAME, qd8_fully_connected),
+    (qd8_fully_connected_shared::NAME, qd8_fully_connected_shared),
 ];
 
 /// Requires static, contiguous tensors of `dtype`.
@@ -434,15 +436,33 @@ fn mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// A blockwise layer's `kept` holds its weight sums, made at compile time
 /// when the weights are embedded, else on the first run.
 fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    use qd8_fully_connected::{COUNT, KEPT, SCALES, WEIGHT};
-    ctx.arity(COUNT)?;
+    qd8_layer(ctx, false)
+}
+
+/// `qd8_fully_connected_shared(x, weight, scales, group, bias?, min, max,
+/// kept, rows, fresh, out)`: as [`qd8_fully_connected`], its quantized rows
+/// in `rows`, made here if `fresh`, else by the call before it.
+fn qd8_fully_connected_shared(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    qd8_layer(ctx, true)
+}
+
+/// A dynamically quantized layer, whose quantized rows are `shared`
+/// (`qd8_fully_connected_shared`) or its own scratch.
+fn qd8_layer(ctx: &mut OpCtx<'_>, shared: bool) -> Result<TokenStream, String> {
+    use qd8_fully_connected::{KEPT, SCALES, WEIGHT};
+    use qd8_fully_connected_shared::{FRESH, ROWS};
+    let count = match shared {
+        true => qd8_fully_connected_shared::COUNT,
+        false => qd8_fully_connected::COUNT,
+    };
+    ctx.arity(count)?;
     let (x, w, scales, bias, kept, out) = (
         ctx.tensor(0)?,
         ctx.tensor(WEIGHT)?,
         ctx.tensor(SCALES)?,
         ctx.opt_tensor(4)?,
         ctx.opt_tensor(KEPT)?,
-        ctx.tensor(COUNT - 1)?,
+        ctx.tensor(count - 1)?,
     );
     let group = usize::try_from(ctx.int(3)?).map_err(|_| "negative group")?;
     let (min, max) = (ctx.double(5)? as f32, ctx.double(6)? as f32);
@@ -496,10 +516,20 @@ fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     let (ml, set) = product_rows(ctx, &x, &out, k, n)?;
     let (o, s5) = ctx.write(&out)?;
     let (kl, nl, gl) = (lit(k), lit(n), lit(group));
-    let (sc, s6) = ctx.scratch_f32(
-        quote!(::ptec_runtime::kernels::qd8::scratch_len(#ml, #kl, #gl)),
-        ptec_runtime::kernels::qd8::scratch_len(m, k, group),
-    );
+    let rows_len = ptec_runtime::kernels::qd8::scratch_len(m, k, group);
+    // The quantized rows: this call's scratch, or the shared tensor,
+    // written if this call makes them.
+    let (fresh, (sc, s6)) = if shared {
+        let (rows, fresh) = (ctx.tensor(ROWS)?, ctx.bool(FRESH)?);
+        static_of(&[&rows], ScalarType::Float)?;
+        if rows.numel() < rows_len {
+            return Err(format!("the rows tensor holds {} floats of {rows_len}", rows.numel()));
+        }
+        (fresh, if fresh { ctx.write(&rows)? } else { ctx.read(&rows)? })
+    } else {
+        let len = quote!(::ptec_runtime::kernels::qd8::scratch_len(#ml, #kl, #gl));
+        (true, ctx.scratch_f32(len, rows_len))
+    };
     let (weights, s7) = if group == 0 {
         if kept.is_some() {
             return Err("a per-channel layer keeps nothing".into());
@@ -536,8 +566,21 @@ fn qd8_fully_connected(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         (weights, s7)
     };
     let (minl, maxl) = (f32_lit(min), f32_lit(max));
+    let quantize = match (shared, fresh) {
+        (false, _) => quote! {
+            ::ptec_runtime::kernels::qd8::fully_connected(#xi, #ml, #kl, #nl, &#weights, #bi, #minl, #maxl, #sc, #o);
+        },
+        (true, true) => quote! {
+            ::ptec_runtime::kernels::qd8::quantize_rows(#xi, #ml, #kl, #nl, &#weights, #sc);
+            ::ptec_runtime::kernels::qd8::fully_connected_quantized(#ml, #kl, #nl, &#weights, #bi, #minl, #maxl, #sc, #o);
+        },
+        (true, false) => quote! {
+            let _ = #xi;
+            ::ptec_runtime::kernels::qd8::fully_connected_quantized(#ml, #kl, #nl, &#weights, #bi, #minl, #maxl, #sc, #o);
+        },
+    };
     Ok(quote! {
         #set #s1 #s2 #s3 #s4 #s5 #s6 #s7
-        ::ptec_runtime::kernels::qd8::fully_connected(#xi, #ml, #kl, #nl, &#weights, #bi, #minl, #maxl, #sc, #o);
+        #quantize
     })
 }
