@@ -58,11 +58,14 @@ et_note="et_runner not found"
 et_build="$root/../shared/anchors/executorch-runner/build.sh"
 if [ -f "$et_build" ] && et="$(bash "$et_build" "$et_dir" 2>/dev/null | tail -n 1)" && [ -x "$et" ]; then
   et_total=$(stripped "$et")
-  libs=$(ldd "$et" | awk '/libexecutorch/ { print $3 }')
-  for lib in $libs; do
-    et_total=$((et_total + $(stripped "$lib")))
+  et_note="et_runner $(kib "$et_total")"
+  # Each library apart: the core runtime (libexecutorch.so) is the floor
+  # of a selective build, which drops kernels only.
+  for lib in $(ldd "$et" | awk '/libexecutorch/ { print $3 }'); do
+    size=$(stripped "$lib")
+    et_total=$((et_total + size))
+    et_note="$et_note + $(basename "$lib") $(kib "$size")"
   done
-  et_note="et_runner $(kib "$(stripped "$et")") + $(echo "$libs" | xargs -n1 basename | paste -sd, - | sed 's/,/, /g')"
 fi
 
 host="$(rustc -vV | sed -n 's/^host: //p')"

@@ -58,7 +58,8 @@ pub struct Difference {
     pub operator: String,
     /// Where it comes from in the model's source, when the program says.
     pub location: Option<String>,
-    /// Which output, and by how much.
+    /// Which output (with its value in the program), by how much, and the
+    /// tolerance it exceeds.
     pub detail: String,
 }
 
@@ -265,13 +266,34 @@ fn run(
     let location = method
         .and_then(|m| m.stacktraces.as_ref()?.get(instruction)?.last())
         .map(|f| format!("{}:{} in {}", f.filename, f.lineno, f.name));
-    let output = first["output"].as_u64().unwrap_or(0);
+    let output = first["output"].as_u64().unwrap_or(0) as usize;
+    // ExecuTorch logs a kernel's last argument, the value it returns (the
+    // out argument again, or a list of them); a delegate's outputs are not
+    // told apart.
+    let value = method
+        .and_then(|m| match m.instructions.get(instruction)? {
+            ptec::ir::Instruction::Kernel { args, .. } => {
+                let last = *args.last()?;
+                match m.values.get(last)? {
+                    ptec::ir::Value::TensorList(items) => items.get(output).copied(),
+                    _ => (output == 0).then_some(last),
+                }
+            }
+            _ => None,
+        })
+        .map(|v| format!(" (value {v})"))
+        .unwrap_or_default();
     Ok(Verdict::Differs(Difference {
         method: case.method.clone(),
         instruction,
         operator,
         location,
-        detail: format!("output {output}: {}", first["why"].as_str().unwrap_or("")),
+        detail: format!(
+            "output {output}{value}: {}, beyond the check's tolerance (rtol {}, atol {})",
+            first["why"].as_str().unwrap_or(""),
+            input.rtol,
+            input.atol
+        ),
     }))
 }
 

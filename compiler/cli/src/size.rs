@@ -78,6 +78,19 @@ pub struct OperatorCode {
     pub kernels: Vec<String>,
 }
 
+/// One section of the binary.
+#[derive(Clone, Debug, Serialize)]
+pub struct SectionSize {
+    pub name: String,
+    /// `code`, `read-only data`, `data`, `zero-initialised` (no bytes in
+    /// the file), `debug` or `other`.
+    pub kind: &'static str,
+    /// Its size in memory (or, for what is not loaded, its size).
+    pub bytes: u64,
+    /// What it takes in the file.
+    pub file_bytes: u64,
+}
+
 /// What `ptec size` reports.
 #[derive(Clone, Debug, Serialize)]
 pub struct SizeReport {
@@ -89,6 +102,8 @@ pub struct SizeReport {
     pub binary_bytes: u64,
     /// Its executable sections.
     pub code_bytes: u64,
+    /// Its sections, in the file's order.
+    pub sections: Vec<SectionSize>,
     /// Its embedded constants (`EMBEDDED_DATA`).
     pub embedded_bytes: u64,
     /// The program object's size (host only): planned memory and all.
@@ -200,9 +215,21 @@ struct Symbol {
     size: u64,
 }
 
-/// The binary's code bytes, its function symbols and the size of its
-/// `EMBEDDED_DATA` symbols.
-fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<Symbol>, u64), String> {
+/// What a section holds, as the report names it.
+fn section_kind(kind: SectionKind) -> &'static str {
+    match kind {
+        SectionKind::Text => "code",
+        SectionKind::ReadOnlyData | SectionKind::ReadOnlyDataWithRel | SectionKind::ReadOnlyString => "read-only data",
+        SectionKind::Data | SectionKind::Tls => "data",
+        SectionKind::UninitializedData | SectionKind::UninitializedTls | SectionKind::Common => "zero-initialised",
+        SectionKind::Debug | SectionKind::DebugString => "debug",
+        _ => "other",
+    }
+}
+
+/// The binary's code bytes, its sections, its function symbols and the
+/// size of its `EMBEDDED_DATA` symbols.
+fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<SectionSize>, Vec<Symbol>, u64), String> {
     if bytes.starts_with(b"\0asm") {
         return Err("ptec size reads ELF, Mach-O and PE binaries, and this target builds WebAssembly".into());
     }
@@ -213,6 +240,16 @@ fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<Symbol>, u64), String> {
         .map(|s| (s.index().0, (s.address(), s.size())))
         .collect();
     let code = text.values().map(|(_, size)| size).sum();
+    let sections = file
+        .sections()
+        .filter(|s| s.size() > 0)
+        .map(|s| SectionSize {
+            name: s.name().unwrap_or("?").to_string(),
+            kind: section_kind(s.kind()),
+            bytes: s.size(),
+            file_bytes: s.file_range().map_or(0, |(_, len)| len),
+        })
+        .collect();
     let mut embedded = 0;
     let mut functions: Vec<(u64, u64, usize, String)> = Vec::new();
     for s in file.symbols() {
@@ -250,7 +287,7 @@ fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<Symbol>, u64), String> {
             size,
         });
     }
-    Ok((code, symbols, embedded))
+    Ok((code, sections, symbols, embedded))
 }
 
 /// For each state type's instruction function (`(state, "i12")`), its
@@ -453,7 +490,7 @@ pub fn size(req: &SizeRequest, mut progress: impl FnMut(&str)) -> Result<SizeRep
     if let Some(keep) = &req.keep {
         std::fs::copy(&exe, keep).map_err(|e| format!("{}: {e}", keep.display()))?;
     }
-    let (code_bytes, symbols, embedded_bytes) = read_binary(&bytes)?;
+    let (code_bytes, sections, symbols, embedded_bytes) = read_binary(&bytes)?;
 
     // On the host: run it for the state's size, the plans and the stacks.
     let mut state_bytes = None;
@@ -581,6 +618,7 @@ pub fn size(req: &SizeRequest, mut progress: impl FnMut(&str)) -> Result<SizeRep
         target: triple,
         binary_bytes: bytes.len() as u64,
         code_bytes,
+        sections,
         embedded_bytes,
         state_bytes,
         methods,
@@ -626,6 +664,15 @@ impl SizeReport {
             kib(self.code_bytes),
             kib(self.embedded_bytes)
         );
+        let mut kinds: Vec<(&str, u64)> = Vec::new();
+        for section in &self.sections {
+            match kinds.iter_mut().find(|(k, _)| *k == section.kind) {
+                Some((_, b)) => *b += section.bytes,
+                None => kinds.push((section.kind, section.bytes)),
+            }
+        }
+        let kinds: Vec<String> = kinds.iter().map(|(k, b)| format!("{k} {}", kib(*b))).collect();
+        let _ = writeln!(s, "sections: {}", kinds.join(", "));
         if let Some(b) = self.state_bytes {
             let _ = writeln!(s, "program object (planned memory and state): {}", kib(b));
         }

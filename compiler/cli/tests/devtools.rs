@@ -320,6 +320,29 @@ fn check_with_venv(venv: &Path, args: &[&std::ffi::OsStr]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// The arguments (value indices) of instruction `n` of the first method
+/// of the bundle `file`, as ExecuTorch's Python reader of programs gives
+/// them.
+fn instruction_args(venv: &Path, file: &Path, n: usize) -> Vec<u64> {
+    let script = "import sys, json\n\
+        from executorch.devtools.bundled_program.serialize import deserialize_from_flatbuffer_to_bundled_program\n\
+        from executorch.exir._serialize._program import deserialize_pte_binary\n\
+        bundle = deserialize_from_flatbuffer_to_bundled_program(open(sys.argv[1], 'rb').read())\n\
+        program = deserialize_pte_binary(bundle.program)\n\
+        program = getattr(program, 'program', program)\n\
+        chain = program.execution_plan[0].chains[0]\n\
+        print(json.dumps(chain.instructions[int(sys.argv[2])].instr_args.args))\n";
+    let out = Command::new(venv.join("bin/python"))
+        .arg("-c")
+        .arg(script)
+        .arg(file)
+        .arg(n.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// A failing `ptec check` runs the case in ExecuTorch's runtime and names
 /// the first instruction whose output differs. With ExecuTorch running the
 /// original program as the reference, ptec's run of the perturbed one
@@ -339,10 +362,38 @@ fn check_names_the_first_instruction_that_differs_from_executorch() {
     let original = fixture("channels_last.bpte");
     let (ok, report) = check_with_venv(&venv, &[file.as_os_str(), "--reference".as_ref(), original.as_os_str()]);
     assert!(!ok, "{report}");
+    // The relu's out argument, as ExecuTorch's own reader of the file
+    // gives it (`relu.out(self, *, out)`: its second argument).
+    let out = instruction_args(&venv, &original, 6)[1];
     assert!(
-        report.contains(
-            "first instruction whose output differs from ExecuTorch's runtime: `forward` instruction 6 (aten::relu.out)"
-        ),
+        report.contains(&format!(
+            "first instruction whose output differs from ExecuTorch's runtime: `forward` instruction 6 (aten::relu.out): \
+             output 0 (value {out}): max |ptec - ExecuTorch| "
+        )),
+        "{report}"
+    );
+    // The size of the difference, and the tolerance it is beyond (the
+    // check's defaults).
+    let tolerance = ptec::Tolerance::default();
+    let diff: f64 = report
+        .split("max |ptec - ExecuTorch| ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no difference in {report}"));
+    assert!(diff > 1e-3, "{report}");
+    assert!(
+        report.contains(&format!(
+            "beyond the check's tolerance (rtol {}, atol {})",
+            tolerance.rtol, tolerance.atol
+        )),
+        "{report}"
+    );
+    // The program as exported passes, and nothing is named.
+    let (ok, report) = check_with_venv(&venv, &[original.as_os_str()]);
+    assert!(ok, "{report}");
+    assert!(
+        !report.contains("first instruction whose output differs") && !report.contains("no reference"),
         "{report}"
     );
     // A reference with other instructions cannot be matched, and is not.

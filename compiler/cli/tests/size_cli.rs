@@ -45,6 +45,34 @@ fn the_size_report_measures_a_release_build() {
     let code = u(&report["code_bytes"]);
     assert!(code > 0 && code < binary, "{report}");
 
+    // Its sections: the code is the executable ones, what they take in the
+    // file fits in it (zero-initialised ones take nothing), and the
+    // embedded constants are data.
+    let sections = report["sections"].as_array().unwrap();
+    let of_kind = |kind: &str| -> u64 {
+        sections
+            .iter()
+            .filter(|s| s["kind"] == kind)
+            .map(|s| u(&s["bytes"]))
+            .sum()
+    };
+    assert_eq!(of_kind("code"), code, "{report}");
+    let in_file: u64 = sections.iter().map(|s| u(&s["file_bytes"])).sum();
+    assert!(in_file <= binary, "{in_file} of {binary}: {report}");
+    for s in sections {
+        assert!(u(&s["file_bytes"]) <= u(&s["bytes"]), "{s}");
+        if s["kind"] == "zero-initialised" {
+            assert_eq!(u(&s["file_bytes"]), 0, "{s}");
+        }
+    }
+    #[cfg(target_os = "linux")]
+    assert!(
+        sections.iter().any(|s| s["name"] == ".text" && s["kind"] == "code"),
+        "{report}"
+    );
+    let data = of_kind("read-only data") + of_kind("data");
+    assert!(u(&report["embedded_bytes"]) <= data, "{report}");
+
     // Code by origin and by operator are parts of the code, none counted
     // twice.
     let origins: u64 = ["generated_bytes", "kernel_bytes", "runtime_bytes", "other_bytes"]
@@ -90,10 +118,19 @@ fn the_size_report_measures_a_release_build() {
     let method = &inspected["methods"][0];
     assert_eq!(methods.len(), 1);
     assert_eq!(methods[0]["name"], "forward");
+    let plan: u64 = method["buffers"].as_array().unwrap().iter().map(u).sum();
+    assert_eq!(u(&methods[0]["planned_bytes"]), plan, "{report}");
     assert_eq!(u(&methods[0]["planned_bytes"]), u(&method["planned_bytes"]), "{report}");
     assert_eq!(
         u(&methods[0]["constant_bytes"]),
         u(&method["constant_bytes"]),
+        "{report}"
+    );
+    // The fixture's constants: Linear(16, 32) and Linear(32, 10), weights
+    // and biases, in f32.
+    assert_eq!(
+        u(&methods[0]["constant_bytes"]),
+        (16 * 32 + 32 + 32 * 10 + 10) * 4,
         "{report}"
     );
     // ptec embeds the constants it prepares from them: here the same
