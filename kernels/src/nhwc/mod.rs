@@ -31,6 +31,7 @@ mod fold;
 mod im2col;
 mod pool;
 
+pub(crate) use chain::Plan as ChainPlan;
 pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MAX_CHAIN_PARTS};
 pub use conv::conv2d_nhwc;
 pub use deconv::{deconv2d_nhwc, Deconv2dNhwc};
