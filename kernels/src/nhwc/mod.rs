@@ -179,6 +179,13 @@ pub struct Conv2dNhwc {
     pub groups: usize,
 }
 
+/// So that the int8 chains plan from geometries or from their stages.
+impl AsRef<Conv2dNhwc> for Conv2dNhwc {
+    fn as_ref(&self) -> &Conv2dNhwc {
+        self
+    }
+}
+
 impl Conv2dNhwc {
     /// A regular (possibly grouped) convolution of an `input` of sizes
     /// `[N, H, W, C]` with a `filter` of `[O, kH, kW, C / groups]`.

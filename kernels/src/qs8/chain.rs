@@ -24,7 +24,7 @@ const BAND_BYTES: usize = 64 * 1024;
 /// One convolution of a chain, as [`conv2d_nhwc`] takes it.
 #[derive(Clone, Copy)]
 pub struct ChainStage<'a> {
-    pub g: Conv2dNhwc,
+    pub g: &'a Conv2dNhwc,
     pub w: &'a [i8],
     pub w_scales: &'a [f32],
     pub bias: Option<&'a [i32]>,
@@ -34,9 +34,15 @@ pub struct ChainStage<'a> {
     pub y: Output,
 }
 
+impl AsRef<Conv2dNhwc> for ChainStage<'_> {
+    fn as_ref(&self) -> &Conv2dNhwc {
+        self.g
+    }
+}
+
 /// Bytes of a chain's expansion rows and of its band of depthwise output.
-fn buffers(plan: &Plan, stages: &[Conv2dNhwc]) -> Option<(usize, usize)> {
-    let dw = &stages[plan.depthwise()];
+fn buffers<G: AsRef<Conv2dNhwc>>(plan: &Plan, stages: &[G]) -> Option<(usize, usize)> {
+    let dw = stages[plan.depthwise()].as_ref();
     let win = &dw.window;
     let expansion = match plan.expand {
         true => plan.buffer_rows.checked_mul(win.in_w)?.checked_mul(dw.in_c)?,
@@ -70,18 +76,23 @@ fn span(w: &crate::nhwc::Window2d) -> usize {
 /// How `stages` run as a chain, or `None` when they are not a pointwise
 /// then a depthwise convolution, a depthwise then a pointwise one, or all
 /// three, each reading what the previous one writes.
-fn plan(stages: &[Conv2dNhwc], budget: usize) -> Option<Plan> {
-    let (expand, project) = match stages {
-        [a, b] if pointwise(a) && depthwise(b) => (true, false),
-        [a, b] if depthwise(a) && pointwise(b) => (false, true),
-        [a, b, c] if pointwise(a) && depthwise(b) && pointwise(c) => (true, true),
+fn plan<G: AsRef<Conv2dNhwc>>(stages: &[G], budget: usize) -> Option<Plan> {
+    let (pw, dw) = (
+        |i: usize| pointwise(stages[i].as_ref()),
+        |i: usize| depthwise(stages[i].as_ref()),
+    );
+    let (expand, project) = match stages.len() {
+        2 if pw(0) && dw(1) => (true, false),
+        2 if dw(0) && pw(1) => (false, true),
+        3 if pw(0) && dw(1) && pw(2) => (true, true),
         _ => return None,
     };
     let feeds = stages.windows(2).all(|p| {
-        let w = &p[1].window;
-        [w.batch, w.in_h, w.in_w, p[1].in_c] == p[0].output_sizes()
+        let (a, b) = (p[0].as_ref(), p[1].as_ref());
+        let w = &b.window;
+        [w.batch, w.in_h, w.in_w, b.in_c] == a.output_sizes()
     });
-    let win = &stages[usize::from(expand)].window;
+    let win = &stages[usize::from(expand)].as_ref().window;
     let span = span(win);
     // Padding shallower than the window keeps at least one input row in
     // every band (see `conv2d_chain`).
@@ -90,7 +101,7 @@ fn plan(stages: &[Conv2dNhwc], budget: usize) -> Option<Plan> {
         return None;
     }
     let s = win.stride_h;
-    let c = stages[usize::from(expand)].in_c.max(1);
+    let c = stages[usize::from(expand)].as_ref().in_c.max(1);
     // Output rows o0 .. o0 + n read (n - 1)·s + span input rows.
     let row_bytes = if expand { win.in_w * c } else { win.out_w * c };
     let fit = budget / row_bytes.max(1);
@@ -134,10 +145,8 @@ pub fn conv2d_chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch
 
 /// [`conv2d_chain`] with bands of about `budget` bytes.
 fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8], budget: usize) {
-    let geometries: [Conv2dNhwc; 3] = core::array::from_fn(|i| stages[i.min(stages.len() - 1)].g);
-    let geometries = &geometries[..stages.len()];
-    let plan = plan(geometries, budget).expect("a chain of convolutions");
-    let (e_len, b_len) = buffers(&plan, geometries).expect("a chain's buffers");
+    let plan = plan(stages, budget).expect("a chain of convolutions");
+    let (e_len, b_len) = buffers(&plan, stages).expect("a chain's buffers");
     let (expansion, rest) = scratch.split_at_mut(e_len);
     let band = &mut rest[..b_len];
     let d = plan.depthwise();
@@ -145,9 +154,9 @@ fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8]
     let win = &dw.g.window;
     let (c, s, span) = (dw.g.in_c, win.stride_h, span(win));
     let in_row = win.in_w * c;
-    let first = &geometries[0].window;
-    let image_in = first.in_h * first.in_w * geometries[0].in_c;
-    let last = &geometries[geometries.len() - 1];
+    let first = &stages[0].g.window;
+    let image_in = first.in_h * first.in_w * stages[0].g.in_c;
+    let last = stages[stages.len() - 1].g;
     let out_row = win.out_w * last.out_c;
     let x = &x[..win.batch * image_in];
     let out = &mut out[..win.batch * win.out_h * out_row];
@@ -169,7 +178,7 @@ fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8]
                     expansion.copy_within((a - h0) * in_row..(h1 - h0) * in_row, 0);
                 }
                 let from = a + keep;
-                let g = rows_of(&e.g, b - from);
+                let g = rows_of(e.g, b - from);
                 let at = (from - a) * in_row;
                 let src = &x[from * first.in_w * e.g.in_c..b * first.in_w * e.g.in_c];
                 run(e, &g, false, src, &mut expansion[at..(b - a) * in_row]);
@@ -178,7 +187,7 @@ fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8]
             } else {
                 &x[a * in_row..b * in_row]
             };
-            let mut g = dw.g;
+            let mut g = *dw.g;
             g.window.batch = 1;
             g.window.in_h = b - a;
             g.window.out_h = o1 - o0;
@@ -188,7 +197,7 @@ fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8]
                 let band = &mut band[..(o1 - o0) * win.out_w * c];
                 run(dw, &g, true, rows, band);
                 let p = &stages[d + 1];
-                run(p, &rows_of(&p.g, o1 - o0), false, band, dst);
+                run(p, &rows_of(p.g, o1 - o0), false, band, dst);
             } else {
                 run(dw, &g, true, rows, dst);
             }
@@ -275,7 +284,7 @@ mod tests {
 
         fn stage(&self) -> ChainStage<'_> {
             ChainStage {
-                g: self.g,
+                g: &self.g,
                 w: &self.w,
                 w_scales: &self.scales,
                 bias: Some(&self.bias),

@@ -227,7 +227,7 @@ fn conv2d_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
         stmts.extend(quote!(#own #filter));
         views.push(quote! {
             ::ptec_runtime::kernels::qs8::ChainStage {
-                g: #geometry, w: #wi, w_scales: #ws, bias: #bi, packed: #pi, xq: #xq, y: #y,
+                g: &#geometry, w: #wi, w_scales: #ws, bias: #bi, packed: #pi, xq: #xq, y: #y,
             }
         });
     }
