@@ -73,41 +73,20 @@ fn a_block_whose_expansion_is_viewed_forms_no_chain() {
     assert!(code.contains("conv2d_folded("), "the convolutions still run NHWC");
 }
 
-/// The int8 fixture's depthwise then pointwise convolutions (before its
-/// residual add) run as one chain, in a scratch of the arena apart from
-/// the chain's input and output, and its intermediate is nobody's: no view
-/// of its size is left.
+/// The int8 fixture's depthwise then pointwise pair (2 KiB between them)
+/// stays two calls: a chain's scratch would find no room in so small a
+/// plan and add to the arena what the pair's temporary shares with others
+/// (see `passes/qs8_chains.rs`; MobileNetV2's blocks, which do chain, are
+/// measured by hand in docs/cortex-m.md).
 #[test]
-fn int8_blocks_chain_in_scratch_apart_from_their_operands() {
+fn small_int8_blocks_stay_unchained() {
     let input = ptec::Input::new(fixture("xnnpack_qs8_cnn.pte"), "xnnpack_qs8_cnn");
     let code = ptec::compile(&input, &ptec::Options::new())
         .and_then(|o| o.to_source())
         .unwrap()
         .replace(char::is_whitespace, "");
-    let calls: Vec<&str> = code.split("kernels::qs8::conv2d_chain(").skip(1).collect();
-    assert_eq!(calls.len(), 1, "one chain: the depthwise and pointwise pair");
-    // The stem, the grouped convolution and the two branches stay single.
-    assert_eq!(code.matches("kernels::qs8::conv2d_nhwc(").count(), 4);
-    // The chain's statements: from the end of the call before it.
-    let before = code.split("kernels::qs8::conv2d_chain(").next().unwrap();
-    let stmts = &before[before.rfind(");").unwrap()..];
-    // Its views: `view(base, offset, len)` of the input (16 channels of
-    // 16 × 16 pixels), the output (the same) and the scratch.
-    let mut spans = Vec::new();
-    for view in stmts.split("::view").skip(1) {
-        let args = view.split('(').nth(1).unwrap().split(')').next().unwrap();
-        let mut parts = args.split(',');
-        assert_eq!(parts.next(), Some("base"));
-        let offset: usize = parts.next().unwrap().trim_end_matches("usize").parse().unwrap();
-        let len: usize = parts.next().unwrap().trim_end_matches("usize").parse().unwrap();
-        spans.push((offset, offset + len));
-    }
-    let scratch = *spans.last().unwrap();
-    assert!(spans.len() >= 3, "{stmts}");
-    for (i, a) in spans.iter().enumerate() {
-        for b in &spans[i + 1..] {
-            assert!(a.1 <= b.0 || b.1 <= a.0, "views {a:?} and {b:?} overlap: {stmts}");
-        }
-    }
-    assert!(scratch.1 - scratch.0 > 0);
+    assert_eq!(code.matches("kernels::qs8::conv2d_chain(").count(), 0);
+    // The stem, the depthwise and pointwise pair, the grouped convolution
+    // and the two branches.
+    assert_eq!(code.matches("kernels::qs8::conv2d_nhwc(").count(), 6);
 }

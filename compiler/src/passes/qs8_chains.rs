@@ -2,13 +2,17 @@
 //! `ptec_xnn::qs8_conv2d_nhwc` then a depthwise one, a depthwise one then a
 //! pointwise one, or all three (the expansion, depthwise and projection of
 //! an XNNPACK-quantized block), each result read only by the next
-//! instruction, become one `ptec_xnn::qs8_conv2d_chain`. The chain runs
-//! band by band (see `ptec_runtime::kernels::qs8::conv2d_chain`) in a few
-//! rows of scratch, so those results, temporaries of the XNNPACK lowering,
-//! are no longer used and get no bytes: the arena shrinks (MobileNetV2's
-//! second block's expansion alone is 1.15 MiB). Small blocks chain too:
-//! their buffers are never larger than the results they replace, and a
-//! block that fits in one band runs the same calls as unchained.
+//! instruction, become one `ptec_xnn::qs8_conv2d_chain` when a result
+//! between them is large. The chain runs band by band (see
+//! `ptec_runtime::kernels::qs8::conv2d_chain`) in a few rows of scratch,
+//! so those results, temporaries of the XNNPACK lowering, are no longer
+//! used and get no bytes: the arena shrinks (MobileNetV2's second block's
+//! expansion alone is 1.15 MiB).
+//!
+//! Small blocks stay apart: the chain's scratch goes only where
+//! ExecuTorch's plan is free, and a small model's plan has no such room
+//! while its temporaries' buffer does, so chaining DS-CNN's 8000-byte
+//! blocks added 8000 bytes of scratch to its arena and saved nothing.
 //!
 //! A chain reads its input while it writes its output: an output planned
 //! on the input's bytes loses its plan, and [`crate::plan::temporaries`]
@@ -22,6 +26,10 @@ use crate::passes::channels_last::{int, usizes};
 use crate::passes::rewrite::{fuse_runs, Fused};
 use ptec_runtime::kernels::nhwc::Conv2dNhwc;
 use ptec_runtime::kernels::qs8::chain_scratch_len;
+
+/// Smallest result between two stages worth streaming (see the module
+/// docs).
+const CHAIN_MIN_BYTES: usize = 128 * 1024;
 
 /// Arguments of a `qs8_conv2d_nhwc`.
 const CONV_ARGS: usize = 11 + qs8::TAIL;
@@ -52,6 +60,7 @@ fn chain_args(m: &Method, uses: &Uses, n: usize, len: usize) -> Option<Vec<usize
         calls.push(args);
     }
     let mut geometries = Vec::with_capacity(len);
+    let mut large = false;
     for (i, args) in calls.iter().enumerate() {
         geometries.push(geometry(m, args)?);
         let Some(next) = calls.get(i + 1) else { break };
@@ -60,12 +69,13 @@ fn chain_args(m: &Method, uses: &Uses, n: usize, len: usize) -> Option<Vec<usize
         if !(only_reader && next[0] == args[OUT]) {
             return None;
         }
+        large |= tensor(m, args[OUT])?.numel() >= CHAIN_MIN_BYTES;
     }
     // The depthwise stage is the one flagged so, whose filter is laid out
     // as one (the geometries alone do not tell).
     let d = usize::from(len == 3 || !flag(m, calls[0])?);
     let flags = calls.iter().enumerate().all(|(i, c)| flag(m, c) == Some(i == d));
-    if !(flags && chain_scratch_len(&geometries).is_some()) {
+    if !(large && flags && chain_scratch_len(&geometries).is_some()) {
         return None;
     }
     let (x, out) = (calls[0][0], calls[len - 1][OUT]);
