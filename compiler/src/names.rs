@@ -79,6 +79,14 @@ pub(crate) mod qs8 {
     /// arguments.
     pub(crate) const CONV_WEIGHT: usize = 1;
     pub(crate) const CONV_KEPT: usize = 10;
+    /// `conv2d_chain(x, <the arguments of a conv2d_nhwc from its weight to
+    /// its qmax> for each of 2 or 3 convolutions, out)`: a pointwise then a
+    /// depthwise convolution, a depthwise then a pointwise one, or all
+    /// three, each reading the previous one's result, run band by band
+    /// (see `passes::qs8_chains`).
+    pub(crate) const CHAIN: &str = "ptec_xnn::qs8_conv2d_chain.out";
+    /// Arguments of one stage of a chain.
+    pub(crate) const CHAIN_STAGE_ARGS: usize = 10 + TAIL - 1;
     /// `fully_connected(x, weight, bias?, weight_scales?, weight_scale,
     /// weight_transposed, kept?, <tail>)`: `kept`, the packed weight.
     pub(crate) const FULLY_CONNECTED: &str = "ptec_xnn::qs8_fully_connected.out";

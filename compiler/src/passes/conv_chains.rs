@@ -38,14 +38,7 @@ pub fn fuse_chains(m: &mut Method) {
         let (len, args) = [3, 2]
             .into_iter()
             .find_map(|len| Some((len, chain_args(m, uses, &m.instructions, n, len)?)))?;
-        Some(Fused {
-            len,
-            name: CHAIN,
-            reads: vec![args[0]],
-            out: args[args.len() - 1],
-            args,
-            logged_as_last: false,
-        })
+        Some(Fused::chain(len, CHAIN, args, false))
     })
 }
 

@@ -6,14 +6,17 @@
 //!    batch norms and clamps folded into the convolutions;
 //! 3. [`conv_chains`]: residual adds fold into the convolution before them,
 //!    and runs of 1×1 convolutions become one chained call;
-//! 4. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call;
-//! 5. [`shared_rows`]: dynamically quantized layers on one input quantize
+//! 4. [`qs8_chains`]: int8 inverted residual blocks of the XNNPACK
+//!    lowering become one call run band by band;
+//! 5. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call;
+//! 6. [`shared_rows`]: dynamically quantized layers on one input quantize
 //!    its rows once.
 //!
 //! The tensors the passes add have no bytes yet: the next stage, `plan`,
 //! gives them some.
 pub(crate) mod channels_last;
 pub(crate) mod conv_chains;
+pub(crate) mod qs8_chains;
 pub(crate) mod rewrite;
 pub(crate) mod shared_rows;
 pub(crate) mod swish;
@@ -43,6 +46,7 @@ pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
             crate::analysis::alias::check_relaid(old, new)?;
         }
     }
+    each_method(program, suites, qs8_chains::fuse_chains)?;
     each_method(program, suites, swish::fuse_sigmoid_mul)?;
     each_method(program, suites, shared_rows::share_quantized_rows)?;
     Ok(())

@@ -67,6 +67,21 @@ pub(crate) struct Fused {
     pub logged_as_last: bool,
 }
 
+impl Fused {
+    /// A chain of `len` instructions as one call of `name` with `args`,
+    /// which reads its first argument and writes its last.
+    pub fn chain(len: usize, name: &'static str, args: Vec<usize>, logged_as_last: bool) -> Self {
+        Fused {
+            len,
+            name,
+            reads: vec![args[0]],
+            out: args[args.len() - 1],
+            args,
+            logged_as_last,
+        }
+    }
+}
+
 /// Replaces the runs `find` finds (scanning from the first instruction,
 /// past each run found) by their calls; the call keeps its first
 /// instruction's origin and stack frames. An output planned on bytes the

@@ -51,6 +51,14 @@ pub(crate) fn kept_arguments(name: &str, n_args: usize) -> Vec<(usize, Vec<usize
             vec![qd8_fully_connected::WEIGHT, qd8_fully_connected::SCALES],
         )],
         qs8::CONV2D_NHWC => vec![(qs8::CONV_KEPT, vec![qs8::CONV_WEIGHT])],
+        qs8::CHAIN => {
+            // A stage's arguments are a convolution's from its weight on.
+            let stages = n_args.saturating_sub(2) / qs8::CHAIN_STAGE_ARGS;
+            let at = |i: usize, arg: usize| 1 + i * qs8::CHAIN_STAGE_ARGS + arg - qs8::CONV_WEIGHT;
+            (0..stages)
+                .map(|i| (at(i, qs8::CONV_KEPT), vec![at(i, qs8::CONV_WEIGHT)]))
+                .collect()
+        }
         qs8::FULLY_CONNECTED => vec![(qs8::FC_KEPT, vec![qs8::FC_WEIGHT])],
         _ => Vec::new(),
     }

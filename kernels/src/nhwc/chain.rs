@@ -34,18 +34,18 @@ pub const MAX_CHAIN_PARTS: usize = 4;
 
 /// How a chain runs: which stages surround the depthwise convolution,
 /// output rows per band, and the rows of the expansion a band's buffer
-/// holds.
+/// holds (the int8 chains' too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Plan {
-    expand: bool,
-    project: bool,
-    out_rows: usize,
-    buffer_rows: usize,
+pub(crate) struct Plan {
+    pub expand: bool,
+    pub project: bool,
+    pub out_rows: usize,
+    pub buffer_rows: usize,
 }
 
 impl Plan {
     /// The depthwise stage's index.
-    fn depthwise(&self) -> usize {
+    pub(crate) fn depthwise(&self) -> usize {
         usize::from(self.expand)
     }
 

@@ -31,6 +31,7 @@ mod fold;
 mod im2col;
 mod pool;
 
+pub(crate) use chain::Plan as ChainPlan;
 pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MAX_CHAIN_PARTS};
 pub use conv::conv2d_nhwc;
 pub use deconv::{deconv2d_nhwc, Deconv2dNhwc};
@@ -176,6 +177,13 @@ pub struct Conv2dNhwc {
     pub out_c: usize,
     /// Channel groups; equal to `in_c` for a depthwise convolution.
     pub groups: usize,
+}
+
+/// So that the int8 chains plan from geometries or from their stages.
+impl AsRef<Conv2dNhwc> for Conv2dNhwc {
+    fn as_ref(&self) -> &Conv2dNhwc {
+        self
+    }
 }
 
 impl Conv2dNhwc {

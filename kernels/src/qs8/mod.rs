@@ -11,6 +11,7 @@ use crate::nhwc::{Conv2dNhwc, Window2d};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod chain;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod neon;
 mod packed;
@@ -21,6 +22,7 @@ mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
+pub use chain::{chain_scratch_len, conv2d_chain, ChainStage};
 pub use packed::{pack_conv, pack_fully_connected, Layout};
 
 /// A per-tensor quantization: `real = scale · (q - zero_point)`.

@@ -696,6 +696,11 @@ impl<'a> OpCtx<'a> {
         self.scratch_of(quote!(f32), 4, len, max_len)
     }
 
+    /// A scratch of `len` bytes, as [`Self::scratch_f32`].
+    pub fn scratch_i8(&mut self, len: usize) -> (Ident, TokenStream) {
+        self.scratch_of(quote!(i8), 1, lit(len), len)
+    }
+
     fn scratch_of(
         &mut self,
         ty: TokenStream,

@@ -15,6 +15,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     (qs8::QUANTIZE, quantize),
     (qs8::DEQUANTIZE, dequantize),
     (qs8::CONV2D_NHWC, conv2d_nhwc),
+    (qs8::CHAIN, conv2d_chain),
     (qs8::FULLY_CONNECTED, fully_connected),
     (qs8::MAX_POOL2D_NHWC, max_pool2d_nhwc),
     (qs8::GLOBAL_AVG_POOL2D_NHWC, global_avg_pool2d_nhwc),
@@ -70,6 +71,17 @@ struct Tail {
 
 fn tail(ctx: &OpCtx<'_>) -> Result<Tail, String> {
     let at = ctx.args.len().checked_sub(qs8::TAIL).ok_or("too few arguments")?;
+    let (x, y) = quantizations(ctx, at)?;
+    Ok(Tail {
+        x,
+        y,
+        out: ctx.tensor(at + 6)?,
+    })
+}
+
+/// The quantizations at `at`: the input's scale and zero point, then the
+/// output's with its clamp (an `Output` expression).
+fn quantizations(ctx: &OpCtx<'_>, at: usize) -> Result<((f32, i32), TokenStream), String> {
     let x = (scale(ctx, at)?, quantum(ctx, at + 1)?);
     let (s, zp) = (scale(ctx, at + 2)?, quantum(ctx, at + 3)?);
     let (qmin, qmax) = (quantum(ctx, at + 4)?, quantum(ctx, at + 5)?);
@@ -80,11 +92,7 @@ fn tail(ctx: &OpCtx<'_>) -> Result<Tail, String> {
     let y = quote! {
         ::ptec_runtime::kernels::qs8::Output { scale: #sl, zero_point: #zp, qmin: #qmin, qmax: #qmax }
     };
-    Ok(Tail {
-        x,
-        y,
-        out: ctx.tensor(at + 6)?,
-    })
+    Ok((x, y))
 }
 
 /// `quantize(x, scale, zero_point, out)`: `f32` to `i8`.
@@ -145,55 +153,175 @@ fn bias(ctx: &mut OpCtx<'_>, i: usize, n: usize) -> Result<(TokenStream, TokenSt
 /// stride, dilation, groups, depthwise, <tail>)`.
 fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(11 + qs8::TAIL)?;
-    let (x, w) = (ctx.tensor(0)?, ctx.tensor(qs8::CONV_WEIGHT)?);
-    let t = tail(ctx)?;
-    static_of(&[&x, &w, &t.out], ScalarType::Char)?;
-    let padding: [usize; 4] = fixed(ctx, 5)?;
-    let (stride, dilation): ([usize; 2], [usize; 2]) = (fixed(ctx, 6)?, fixed(ctx, 7)?);
-    let groups = usize::try_from(ctx.int(8)?).map_err(|_| "negative groups")?;
-    let depthwise = ctx.bool(9)?;
+    let x = ctx.tensor(0)?;
+    let out = ctx.tensor(11 + qs8::TAIL - 1)?;
+    static_of(&[&x, &out], ScalarType::Char)?;
+    let c = conv_stage(ctx, &x.sizes, 0)?;
+    require_sizes(&out, &c.g.output_sizes())?;
+    let ConvStage {
+        g,
+        depthwise,
+        xq,
+        y,
+        ws,
+        bi,
+        stmts,
+        ..
+    } = &c;
+    let geometry = super::xnnpack::conv_tokens(g);
+    let (xi, s2) = ctx.read(&x)?;
+    let (wi, pi, s3) = conv_filter(ctx, &c, quote!(&geometry))?;
+    let (oi, s4) = ctx.write(&out)?;
+    Ok(quote! {
+        let geometry = #geometry;
+        #stmts #s2 #s3 #s4
+        ::ptec_runtime::kernels::qs8::conv2d_nhwc(&geometry, #depthwise, #xi, &#xq, #wi, #ws, #bi, #pi, &#y, #oi);
+    })
+}
+
+/// `conv2d_chain(x, <the 16 arguments of a conv2d_nhwc from its weight
+/// to its qmax> for each of 2 or 3 convolutions, out)`: an int8 inverted
+/// residual block's convolutions, run band by band (see
+/// [`crate::passes::qs8_chains`]).
+fn conv2d_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    let count = ctx.args.len().saturating_sub(2) / qs8::CHAIN_STAGE_ARGS;
+    if !(2..=3).contains(&count) {
+        return Err(format!(
+            "a chain of 2 or 3 convolutions has {} or {} arguments, not {}",
+            2 + 2 * qs8::CHAIN_STAGE_ARGS,
+            2 + 3 * qs8::CHAIN_STAGE_ARGS,
+            ctx.args.len()
+        ));
+    }
+    ctx.arity(2 + count * qs8::CHAIN_STAGE_ARGS)?;
+    let x = ctx.tensor(0)?;
+    let out = ctx.tensor(1 + count * qs8::CHAIN_STAGE_ARGS)?;
+    static_of(&[&x, &out], ScalarType::Char)?;
+    let mut sizes = x.sizes.clone();
+    let mut stages = Vec::with_capacity(count);
+    for i in 0..count {
+        let stage = conv_stage(ctx, &sizes, i * qs8::CHAIN_STAGE_ARGS)?;
+        sizes = stage.g.output_sizes().to_vec();
+        stages.push(stage);
+    }
+    require_sizes(&out, &sizes)?;
+    let geometries: Vec<Conv2dNhwc> = stages.iter().map(|s| s.g).collect();
+    let len = ptec_runtime::kernels::qs8::chain_scratch_len(&geometries)
+        .ok_or_else(|| format!("convolutions {geometries:?} cannot run as a chain"))?;
+    // The kernel takes the depthwise stage from the geometries: each
+    // stage's filter must be laid out as its geometry says.
+    let depthwise_at = usize::from(count == 3 || !stages[0].depthwise);
+    if stages
+        .iter()
+        .enumerate()
+        .any(|(i, s)| s.depthwise != (i == depthwise_at))
+    {
+        return Err("a chain's middle (or only depthwise) convolution alone is depthwise".into());
+    }
+    let (xi, s1) = ctx.read(&x)?;
+    let mut stmts = quote!();
+    let mut views = Vec::with_capacity(count);
+    for s in &stages {
+        let geometry = super::xnnpack::conv_tokens(&s.g);
+        let (wi, pi, filter) = conv_filter(ctx, s, quote!(&#geometry))?;
+        let ConvStage { xq, y, ws, bi, .. } = s;
+        let own = &s.stmts;
+        stmts.extend(quote!(#own #filter));
+        views.push(quote! {
+            ::ptec_runtime::kernels::qs8::ChainStage {
+                g: &#geometry, w: #wi, w_scales: #ws, bias: #bi, packed: #pi, xq: #xq, y: #y,
+            }
+        });
+    }
+    let (oi, s2) = ctx.write(&out)?;
+    let (sc, s3) = ctx.scratch_i8(len);
+    Ok(quote! {
+        #s1 #stmts #s2 #s3
+        ::ptec_runtime::kernels::qs8::conv2d_chain(&[#(#views),*], #xi, #oi, #sc);
+    })
+}
+
+/// A convolution's checked geometry and operands, its arguments from the
+/// weight on at `at + 1` (a call's own, or a chain's stage's).
+struct ConvStage {
+    g: Conv2dNhwc,
+    depthwise: bool,
+    w: TArg,
+    kept: Option<TArg>,
+    /// The input's quantization, and the output's with its clamp.
+    xq: TokenStream,
+    y: TokenStream,
+    /// Its weight scales and bias, as slice expressions.
+    ws: TokenStream,
+    bi: TokenStream,
+    /// The statements that make them.
+    stmts: TokenStream,
+}
+
+/// The convolution over an input of `input` sizes whose arguments start
+/// at `at + 1` with its weight (see [`ConvStage`]).
+fn conv_stage(ctx: &mut OpCtx<'_>, input: &[usize], at: usize) -> Result<ConvStage, String> {
+    let w = ctx.tensor(at + qs8::CONV_WEIGHT)?;
+    static_of(&[&w], ScalarType::Char)?;
+    let (x, y) = quantizations(ctx, at + 11)?;
+    let padding: [usize; 4] = fixed(ctx, at + 5)?;
+    let (stride, dilation): ([usize; 2], [usize; 2]) = (fixed(ctx, at + 6)?, fixed(ctx, at + 7)?);
+    let groups = usize::try_from(ctx.int(at + 8)?).map_err(|_| "negative groups")?;
+    let depthwise = ctx.bool(at + 9)?;
     let g = if depthwise {
-        Conv2dNhwc::depthwise(&x.sizes, &w.sizes, stride, padding, dilation).filter(|g| g.groups == groups)
+        Conv2dNhwc::depthwise(input, &w.sizes, stride, padding, dilation).filter(|g| g.groups == groups)
     } else {
-        Conv2dNhwc::regular(&x.sizes, &w.sizes, stride, padding, dilation, groups)
+        Conv2dNhwc::regular(input, &w.sizes, stride, padding, dilation, groups)
     }
     .ok_or_else(|| {
         format!(
-            "convolution of {:?} with filter {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid",
-            x.sizes, w.sizes
+            "convolution of {input:?} with filter {:?} (stride {stride:?}, padding {padding:?}, dilation {dilation:?}, {groups} groups) is invalid",
+            w.sizes
         )
     })?;
-    require_sizes(&t.out, &g.output_sizes())?;
-    let (ws, s0) = weight_scales(ctx, 3, g.out_c)?;
-    let (bi, s1) = bias(ctx, 2, g.out_c)?;
-    let geometry = super::xnnpack::conv_tokens(&g);
-    let xq = quant_tokens(t.x.0, t.x.1);
-    let y = t.y;
-    let kept = ctx.opt_tensor(qs8::CONV_KEPT)?;
+    let (ws, s0) = weight_scales(ctx, at + 3, g.out_c)?;
+    let (bi, s1) = bias(ctx, at + 2, g.out_c)?;
+    let kept = ctx.opt_tensor(at + qs8::CONV_KEPT)?;
     if depthwise && kept.is_some() {
         return Err("a depthwise convolution keeps no packed filter".into());
     }
+    Ok(ConvStage {
+        g,
+        depthwise,
+        w,
+        kept,
+        xq: quant_tokens(x.0, x.1),
+        y,
+        ws,
+        bi,
+        stmts: quote!(#s0 #s1),
+    })
+}
+
+/// A convolution's filter as its call reads it, and its packing (or
+/// `None`), made at compile time or on the first run; `geometry`, an
+/// expression of its `&Conv2dNhwc`.
+fn conv_filter(
+    ctx: &mut OpCtx<'_>,
+    c: &ConvStage,
+    geometry: TokenStream,
+) -> Result<(Ident, TokenStream, TokenStream), String> {
+    let (g, w, kept) = (c.g, &c.w, &c.kept);
     let layout = ptec_runtime::kernels::qs8::Layout::conv(&g);
-    let (xi, s2) = ctx.read(&x)?;
-    let (wi, s3) = read_weight(ctx, &w, &kept)?;
+    let (wi, s3) = read_weight(ctx, w, kept)?;
     let (pi, s5) = packed(
         ctx,
-        &kept,
-        &w,
+        kept,
+        w,
         layout.packed_len(),
         |ctx, into| {
-            let w = constant_i8(ctx, &w)?;
+            let w = constant_i8(ctx, w)?;
             ptec_runtime::kernels::qs8::pack_conv(&g, &w, into);
             Ok(())
         },
-        |kept| quote!(::ptec_runtime::kernels::qs8::pack_conv(&geometry, #wi, #kept);),
+        |kept| quote!(::ptec_runtime::kernels::qs8::pack_conv(#geometry, #wi, #kept);),
     )?;
-    let (oi, s4) = ctx.write(&t.out)?;
-    Ok(quote! {
-        let geometry = #geometry;
-        #s0 #s1 #s2 #s3 #s5 #s4
-        ::ptec_runtime::kernels::qs8::conv2d_nhwc(&geometry, #depthwise, #xi, &#xq, #wi, #ws, #bi, #pi, &#y, #oi);
-    })
+    Ok((wi, pi, quote!(#s3 #s5)))
 }
 
 /// The weight `w` as a call reads it: not at all when its packing `kept`
