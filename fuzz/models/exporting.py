@@ -59,6 +59,8 @@ def tolerance(model, inputs, outs32):
             for xs, o32 in zip(inputs, outs32):
                 xs64 = tuple(x.double() if x.dtype == torch.float32 else x for x in xs)
                 o64 = ref(*xs64)
+                # A lone tensor is one output, not a sequence of its rows.
+                o64 = o64 if isinstance(o64, (tuple, list)) else (o64,)
                 for a, b in zip(o32, o64):
                     if a.dtype.is_floating_point:
                         err = max(err, (a.double() - b.double()).abs().max().item())
