@@ -222,6 +222,94 @@ def yolo26():
     return FirstOutput(YOLO("yolo26n.yaml").model.eval())
 
 
+def et_example(module, cls):
+    """One of ExecuTorch's examples/models as the wheel's model class builds
+    it (`get_eager_model`), or the module itself where the class is one."""
+
+    def make():
+        model = getattr(importlib.import_module(f"executorch.examples.models.{module}"), cls)()
+        return model.get_eager_model() if hasattr(model, "get_eager_model") else model
+
+    return make
+
+
+def et_example_inputs(module, cls):
+    """Fresh random inputs of the shapes and dtypes of the class's
+    `get_example_inputs`."""
+
+    def make(g):
+        model = getattr(importlib.import_module(f"executorch.examples.models.{module}"), cls)()
+        like = model.get_example_inputs()
+        return tuple(
+            torch.randn(x.shape, generator=g, dtype=x.dtype) if x.is_floating_point()
+            else torch.randint(0, 10, x.shape, generator=g, dtype=x.dtype)
+            for x in like
+        )
+
+    return make
+
+
+class Lstm(torch.nn.Module):
+    """examples/models/lstm: a quantizable two-layer LSTM, its state in and
+    out as tensors rather than a nested tuple."""
+
+    def __init__(self):
+        super().__init__()
+        from executorch.examples.models.lstm.model import LSTMModel
+
+        self.lstm = LSTMModel().get_eager_model()
+
+    def forward(self, x, h0, c0):
+        y, (h, c) = self.lstm(x, (h0, c0))
+        return y, h, c
+
+
+def lstm_inputs(g):
+    return (torch.randn(5, 3, 10, generator=g), torch.randn(2, 3, 20, generator=g), torch.randn(2, 3, 20, generator=g))
+
+
+def efficient_sam_tiny():
+    """examples/models/efficient_sam: the wheel's EfficientSAM classes as
+    build_efficient_sam assembles them, at a 64 x 64 image, width 32 and
+    two layers (the wheel's ViT-T is 1024 x 1024 with downloaded weights)."""
+    from executorch.examples.models.efficient_sam.efficient_sam_core import efficient_sam as S
+    from executorch.examples.models.efficient_sam.efficient_sam_core.efficient_sam_decoder import (
+        MaskDecoder,
+        PromptEncoder,
+    )
+    from executorch.examples.models.efficient_sam.efficient_sam_core.efficient_sam_encoder import ImageEncoderViT
+    from executorch.examples.models.efficient_sam.efficient_sam_core.two_way_transformer import TwoWayTransformer
+
+    gelu = torch.nn.GELU
+    encoder = ImageEncoderViT(
+        img_size=64, patch_size=16, in_chans=3, patch_embed_dim=32, normalization_type="layer_norm", depth=2,
+        num_heads=2, mlp_ratio=2.0, neck_dims=[32, 32], act_layer=gelu,
+    )
+    size = encoder.image_embedding_size
+    dim = encoder.transformer_output_dim
+    decoder = MaskDecoder(
+        transformer_dim=dim,
+        transformer=TwoWayTransformer(depth=2, embedding_dim=dim, num_heads=2, mlp_dim=64, activation=gelu,
+                                      normalize_before_activation=False),
+        num_multimask_outputs=3, activation=gelu, normalization_type="layer_norm",
+        normalize_before_activation=False, iou_head_depth=2, iou_head_hidden_dim=32, upscaling_layer_dims=[16, 8],
+    )
+    return S.EfficientSam(
+        image_encoder=encoder,
+        prompt_encoder=PromptEncoder(embed_dim=dim, image_embedding_size=(size, size), input_image_size=(64, 64)),
+        decoder_max_num_input_points=6, mask_decoder=decoder,
+        pixel_mean=[0.485, 0.456, 0.406], pixel_std=[0.229, 0.224, 0.225],
+    )
+
+
+def sam_inputs(g):
+    return (
+        torch.randn(1, 3, 64, 64, generator=g),
+        torch.rand(1, 1, 2, 2, generator=g) * 64,
+        torch.ones(1, 1, 2),
+    )
+
+
 def vad_inputs(g):
     return (torch.randn(1, 576, generator=g), 0.1 * torch.randn(2, 1, 128, generator=g))
 
@@ -448,9 +536,132 @@ FULL = dict(
         "hf_dinov2": (hf("dinov2"), image()),
         "et_silero_vad": (silero_vad, vad_inputs),
         "et_yolo26": (yolo26, image(64, 64)),
+        # The rest of ExecuTorch's examples/models that build from the
+        # pinned packages without downloads (see EXAMPLES below).
+        "et_lstm": (Lstm, lstm_inputs),
+        **{
+            f"et_toy_{name}": (et_example("toy_model", cls), et_example_inputs("toy_model", cls))
+            for name, cls in [("mul", "MulModule"), ("linear", "LinearModule"), ("add", "AddModule"),
+                              ("add_mul", "AddMulModule"), ("softmax", "SoftmaxModule"),
+                              ("conv1d", "Conv1dModule"), ("sdpa", "SdpaModule")]
+        },
+        **{
+            f"et_mlperf_{name}": (et_example("mlperf_tiny", cls), et_example_inputs("mlperf_tiny", cls))
+            for name, cls in [("deep_autoencoder", "DeepAutoEncoderModel"), ("ds_cnn", "DSCNNKWSModel"),
+                              ("mobilenet_v1_025", "MobileNetV1025Model"), ("resnet8", "ResNet8Model")]
+        },
+        "et_efficient_sam": (efficient_sam_tiny, sam_inputs),
+        "et_edsr": (et_example("edsr", "EdsrModel"), image(32, 32)),
+        # examples/models/deeplab_v3 and inception_v4 (the wheel's load
+        # downloaded weights; these are the same constructors without).
+        "et_deeplab_v3": (tv("deeplabv3_resnet50", weights_backbone=None, num_classes=3, aux_loss=False), image(64, 64)),
+        "et_inception_v4": (timm_model("inception_v4"), image(96, 96)),
     }
 )
 FULL.update(DEFAULT)
+
+
+# Every directory of the pinned wheel's executorch/examples/models and
+# where it is checked: zoo models (their result is read from the rows),
+# fixtures (`cargo test` compiles each and checks it against ExecuTorch's
+# runtime; see tests/fixtures/README.md and docs/llm-families.md), or why
+# it is not exported. compiler/cli/tests/model_coverage.rs fails when a
+# directory of the wheel is missing from docs/model-coverage.md's table.
+def _llm(name):
+    return [f"llm_{name}", f"xnnpack_llm_{name}"]
+
+
+IGNORED = "the pinned export_llama ignores"
+TORCHTUNE = "its code imports torchtune, which is not in the pins: `ModuleNotFoundError: No module named 'torchtune'`"
+MLX_ONLY = (
+    "the wheel cannot load its MLX delegate: `ImportError: MLX delegate generated files not found. Run "
+    "'python install_executorch.py' first.`"
+)
+EXAMPLES = {
+    "codegen": {"fixtures": _llm("codegen"), "note": "CodeGen's params.json keys through export_llama (the directory holds only convert_weight.py); " + IGNORED + " its layer norms, missing feed-forward norm and biased output: the program has Hugging Face's rotary layout on half of each head"},
+    "deepseek-r1-distill-llama-8B": {"fixtures": ["xnnpack_llama_8da4w"], "note": "only a recipe (`config/deepseek_xnnpack_q8da4w.yaml`): export_llama's Llama 3 through XNNPACK with 8da4w"},
+    "deeplab_v3": {"zoo": ["et_deeplab_v3"], "note": "torchvision's DeepLabV3-ResNet50, as the wheel's class builds it, without the downloaded weights"},
+    "deit_tiny": {"zoo": ["timm_deit_tiny"]},
+    "dinov2": {"zoo": ["hf_dinov2"]},
+    "edsr": {"zoo": ["et_edsr"], "note": "the wheel's `EdsrModel` builds on torchsr"},
+    "efficient_sam": {"zoo": ["et_efficient_sam"], "note": "the wheel's EfficientSAM classes at a 64 x 64 image, width 32, two layers (its ViT-T needs downloaded weights)"},
+    "emformer_rnnt": {"zoo": ["et_emformer_transcribe", "et_emformer_predict", "et_emformer_join"]},
+    "gemma": {"fixtures": _llm("gemma1"), "note": "Gemma's params.json keys through export_llama (the directory holds only convert_weights.py); " + IGNORED + " its GELU, norm type and embedding scale: the program is a Llama with one KV head"},
+    "gemma2": {"fixtures": _llm("gemma2"), "note": "Gemma 2's params.json keys through export_llama; " + IGNORED + " its GELU, post-norms and soft-capping: the program has its sliding-window layer"},
+    "gemma3": {"fixtures": _llm("gemma3"), "note": "Gemma 3's params.json keys through export_llama; " + IGNORED + " its GELU, post-norms, embedding scale and local rotary base: the program has its normed queries and keys and sliding-window layer"},
+    "gemma4": {"where": "make_fixtures.py's `fx_xnnpack_gemma4` (not committed)", "result": "refused by ptec: `llama::custom_sdpa.out: the caches [1, 61, 1, 32] and [1, 61, 1, 32] differ or are dynamic` (its KV-sharing layers attend over a slice of an earlier layer's cache whose length varies); the text decoder exports through export_gemma4.py's own functions at a tiny config of ours (the wheel ships none) and ExecuTorch's runtime matches eager PyTorch on it (docs/llm-families.md#gemma-4)"},
+    "gemma4_31b": {"why": "its `export.py` lowers to CUDA or MLX only (no portable or XNNPACK path); " + MLX_ONLY},
+    "glm": {"fixtures": _llm("glm"), "note": "GLM's params.json features through export_llama: Hugging Face's rotary layout, a head wider than dim / heads"},
+    "granite": {"fixtures": ["llama_dynamic", "xnnpack_llama_dynamic"], "note": "Granite's params.json keys through export_llama (the directory holds only convert_weights.py); " + IGNORED + " all of its multipliers and its embedding scale: the program is a plain Llama (`llm_granite` made and passed, not kept; docs/llm-families.md)"},
+    "granite_speech": {"fixtures": ["llama_dynamic"], "why": "only `convert_weights.py` for its Granite text decoder (a plain Llama as export_llama builds it; see granite), and it does not import: " + TORCHTUNE + "; the wheel has no export of its speech encoder"},
+    "inception_v3": {"zoo": ["tv_inception_v3"]},
+    "inception_v4": {"zoo": ["et_inception_v4"], "note": "timm's, as the wheel's class builds it, without the downloaded weights"},
+    "internvl3": {"fixtures": _llm("qwen2_5"), "why": "only `convert_weights.py`, mapping its Qwen2.5 text decoder for export_llama (the qwen2_5 fixtures' architecture); the wheel has no export of its vision encoder"},
+    "lfm2": {"fixtures": _llm("lfm2") + ["xnnpack_llm_lfm2_8da4w"]},
+    "llama": {"fixtures": ["llama_kv", "llama_dynamic", "xnnpack_llama_dynamic", "xnnpack_llama_8da4w"], "note": "and the other `llama*` fixtures; `examples/llama`"},
+    "llama3_2_vision": {"why": TORCHTUNE},
+    "llava": {"fixtures": ["llava", "xnnpack_llava", "xnnpack_llava_recipe"], "note": "`examples/multimodal` runs a whole turn"},
+    "lstm": {"zoo": ["et_lstm"]},
+    "mlperf_tiny": {"zoo": ["et_mlperf_deep_autoencoder", "et_mlperf_ds_cnn", "et_mlperf_mobilenet_v1_025", "et_mlperf_resnet8"], "note": "also int8 on emulated Cortex-M and RISC-V boards (`examples/cortex-m`, docs/cortex-m.md)"},
+    "mobilebert": {"zoo": ["et_mobilebert"]},
+    "mobilenet_v2": {"zoo": ["tv_mobilenet_v2_full", "tv_mobilenet_v2"]},
+    "mobilenet_v3": {"zoo": ["tv_mobilenet_v3_small", "tv_mobilenet_v3_large"]},
+    "moshi": {"why": "only a test (`mimi/test_mimi.py`) that builds Mimi with the moshi package and downloads its weights: `ModuleNotFoundError: No module named 'moshi'`"},
+    "muse-glimmer": {"why": "the same sources as muse_glimmer (an alias directory)"},
+    "muse_glimmer": {"why": "its export scripts lower to CUDA or MLX only; " + MLX_ONLY},
+    "parakeet": {"why": "`export_parakeet_tdt.py` builds the model with NeMo from a downloaded checkpoint: `ModuleNotFoundError: No module named 'torchaudio'` in the pinned environment, then `No module named 'nemo'` (NeMo is not in the pins)"},
+    "phi-3-mini": {"why": "its `__init__.py` imports a module the wheel does not ship: `ModuleNotFoundError: No module named 'executorch.examples.models.phi-3-mini.phi_3_mini'`"},
+    "phi-3-mini-lora": {"why": TORCHTUNE},
+    "phi_4_mini": {"fixtures": _llm("phi4") + ["xnnpack_llm_phi4_8da4w"]},
+    "qwen2_5": {"fixtures": _llm("qwen2_5")},
+    "qwen3": {"fixtures": _llm("qwen3") + ["xnnpack_llm_qwen3_8da4w"]},
+    "qwen3_5": {"fixtures": _llm("qwen3_5")},
+    "qwen3_5_moe": {"fixtures": _llm("qwen3_5_moe"), "note": "its own `export.py` lowers to CUDA, Metal or MLX only; the fixtures are its architecture (Gated DeltaNet and gated attention, routed experts beside a shared one) through export_llama"},
+    "resnet": {"zoo": ["tv_resnet18", "tv_resnet50"]},
+    "silero_vad": {"zoo": ["et_silero_vad"]},
+    "smollm2": {"fixtures": ["llama_dynamic"], "note": "a Llama; the real SmolLM2-135M in `examples/chat` (docs/chat.md)"},
+    "smollm3": {"fixtures": ["llama_dynamic", "xnnpack_llama_dynamic"], "note": "SmolLM3's params.json keys through export_llama; " + IGNORED + " `no_rope_layer_interval`: the program is a plain Llama (`llm_smollm3` made and passed, not kept; docs/llm-families.md)"},
+    "smolvlm": {"fixtures": ["llama_dynamic"], "why": "only `convert_weights.py`, mapping its SmolLM2 (Llama) text decoder for export_llama; the wheel has no export of its vision encoder"},
+    "sortformer": {"why": "`export_sortformer.py` builds the model with NeMo from a downloaded checkpoint: `ModuleNotFoundError: No module named 'nemo'`"},
+    "stable_diffusion": {"why": "`ImportError: Please install diffusers and transformers: pip install diffusers transformers` (diffusers is not in the pins; the model is loaded from the hub)"},
+    "stable_diffusion_3_5_large": {"why": "`model.py` imports diffusers, which is not in the pins (`export_sd3_5_large.py`'s relative import fails on it, then its fallback with `ModuleNotFoundError: No module named 'model'`); the script writes `torch.export` archives (`.pt2`), not ExecuTorch programs"},
+    "supertonic": {"why": "`export_supertonic.py` lowers to the MLX delegate only; " + MLX_ONLY},
+    "test": {"why": "not a model: the wheel's test of exporting the models above"},
+    "torchvision_vit": {"zoo": ["tv_vit_b_16"]},
+    "toy_model": {"zoo": ["et_toy_mul", "et_toy_linear", "et_toy_add", "et_toy_add_mul", "et_toy_softmax", "et_toy_conv1d", "et_toy_sdpa"]},
+    "voxtral_realtime": {"why": "`load_model(model_path)` reads Mistral's `params.json` and safetensors checkpoint; a tiny synthetic checkpoint is not made yet"},
+    "voxtral_tts": {"why": "`load_model(model_path)` reads Mistral's `params.json` and safetensors checkpoint; a tiny synthetic checkpoint is not made yet"},
+    "wav2letter": {"zoo": ["et_wav2letter"]},
+    "whisper": {"zoo": ["hf_whisper_encoder", "hf_whisper_decoder"], "note": "transformers' Whisper, which the wheel's class loads, encoder and decoder with its cache"},
+    "yolo26": {"zoo": ["et_yolo26"]},
+}
+
+
+def example_rows(rows):
+    """The examples/models table: one row per directory of the wheel."""
+    by_model = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    lines = ["| directory | covered by | result |", "|---|---|---|"]
+    for name, e in sorted(EXAMPLES.items()):
+        where = [f"zoo `{m}`" for m in e.get("zoo", [])] + [f"fixture `{f}`" for f in e.get("fixtures", [])]
+        where += [e["where"]] if "where" in e else []
+        result = [e["result"]] if "result" in e else []
+        for m in e.get("zoo", []):
+            got = by_model.get(m)
+            if not got:
+                result.append(f"`{m}`: not run")
+                continue
+            kinds = sorted({r["result"] + (f" ({r['reason']})" if r.get("reason") else "") for r in got})
+            result.append(f"`{m}`: " + "; ".join(f"{k}" for k in kinds) + f" ({', '.join(r['lowering'] for r in got)})")
+        if e.get("fixtures") and "why" not in e:
+            result.append("pass (`cargo test`)")
+        if "why" in e:
+            result.append(("not exported: " if not e.get("fixtures") else "the architecture passes; the model itself is not exported: ") + e["why"])
+        note = f" ({e['note']})" if e.get("note") else ""
+        text = ("; ".join(result)).replace("|", "\\|")
+        lines.append(f"| `{name}` | {', '.join(where) or 'none'}{note} | {text} |")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------
@@ -710,6 +921,14 @@ def report(rows):
         "text decoder), compiles portably and through XNNPACK and matches eager PyTorch and ExecuTorch's "
         "runtime method by method and over a whole turn; SmolVLM, InternVL3 and Llama 3.2 Vision do not "
         "export from the wheel's examples (see [llm-families.md](llm-families.md#vision-language-llava)).\n\n"
+        "## ExecuTorch's examples/models\n\n"
+        "Every directory of the pinned wheel's `executorch/examples/models`, where it is checked and how it "
+        "fared, or why it is not exported (`compiler/cli/tests/model_coverage.rs` fails when one is missing). "
+        "Fixtures are compiled and checked against ExecuTorch's runtime by `cargo test`; a family fixture "
+        "named for a directory holding only `convert_weights.py` is a tiny random model with that family's "
+        "`params.json` features, exported by `export_llama` (see [llm-families.md](llm-families.md)).\n\n"
+        + example_rows(rows)
+        + "\n\n## The zoo's runs\n\n"
         + "".join(f"- {len(m)} models on {d}, ptec {c}, {cpu}\n" for (d, c, cpu), m in runs.items())
         + f"\n{summary(rows)}\n\n{table(rows)}\n"
     )
