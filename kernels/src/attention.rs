@@ -184,8 +184,9 @@ pub fn sdpa_scratch_len(cache_len: usize) -> usize {
 }
 
 /// Products of attention (`q · k` and `p · v` over all heads and keys)
-/// below which [`custom_sdpa`] stays on the calling thread.
-const SDPA_SPLIT_WORK: usize = 1 << 16;
+/// below which [`custom_sdpa`] stays on the calling thread. Under Miri
+/// lower, so that the tests' smaller sizes still split across threads.
+const SDPA_SPLIT_WORK: usize = if cfg!(miri) { 1 << 8 } else { 1 << 16 };
 
 /// `llama::custom_sdpa`: for each batch line, head and query, softmax over
 /// the keys at positions `0..start_pos + seq` (with a mask, the whole cache; only those up to the
@@ -575,7 +576,8 @@ impl QuantizedRows<'_> {
 }
 
 /// ExecuTorch's block of keys (`kv_split_size`) in its flash attention.
-const KV_SPLIT: usize = 512;
+/// Under Miri 32, so that the tests' short caches still take several.
+const KV_SPLIT: usize = if cfg!(miri) { 32 } else { 512 };
 
 /// Scratch floats [`custom_quantized_sdpa`] needs: one block of scores.
 pub fn quantized_sdpa_scratch_len(cache_len: usize) -> usize {
@@ -901,7 +903,13 @@ mod tests {
         #[cfg(not(target_os = "wasi"))]
         let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
         let mut rng = Lcg(12);
-        let (h, kvh, d, len, start) = (9, 3, 64, 512, 400);
+        // Under Miri a shorter cache and heads with a tail past the 16
+        // lanes, still split (`SDPA_SPLIT_WORK`).
+        let (h, kvh, d, len, start) = if cfg!(miri) {
+            (9, 3, 20, 12, 10)
+        } else {
+            (9, 3, 64, 512, 400)
+        };
         let q = rng.vec(h * d);
         let k = rng.vec(len * kvh * d);
         let v = rng.vec(len * kvh * d);
@@ -954,7 +962,12 @@ mod tests {
         #[cfg(not(target_os = "wasi"))]
         let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
         let mut rng = Lcg(11);
-        let (b, s, h, kvh, d, len) = (2, 37, 4, 2, 21, 64);
+        // Under Miri fewer rows and keys, still split (`SDPA_SPLIT_WORK`).
+        let (b, s, h, kvh, d, len) = if cfg!(miri) {
+            (2, 3, 4, 2, 17, 12)
+        } else {
+            (2, 37, 4, 2, 21, 64)
+        };
         let q = rng.vec(b * s * h * d);
         let k = rng.vec(b * len * kvh * d);
         let v = rng.vec(b * len * kvh * d);
@@ -991,7 +1004,7 @@ mod tests {
             if masked {
                 // Keys hidden by the mask: attention over the others.
                 let kept: Vec<usize> = (0..keys).filter(|j| j % 3 != 1).collect();
-                for (si, hi, bi) in [(0, 0, 0), (s - 1, h - 1, b - 1), (7, 2, 1)] {
+                for (si, hi, bi) in [(0, 0, 0), (s - 1, h - 1, b - 1), (7.min(s - 2), 2, 1)] {
                     let kv = hi / (h / kvh);
                     let at = |t: &[f32], j: usize, e: usize| t[((bi * len + j) * kvh + kv) * d + e] as f64;
                     let qv = |e: usize| q[((bi * s + si) * h + hi) * d + e] as f64;
@@ -1089,16 +1102,23 @@ mod tests {
     #[test]
     fn quantized_sdpa_is_attention_over_the_dequantized_operands() {
         let mut rng = Lcg(5);
-        let (h, kvh, d, len) = (4, 2, 8, 600);
+        // Under Miri a short cache in blocks of 32 keys (`KV_SPLIT`): rows
+        // in the first block, past it and across its end.
+        let (len, long, past, across) = if cfg!(miri) {
+            (48, 12, 36, (29, 4))
+        } else {
+            (600, 40, 520, (498, 37))
+        };
+        let (h, kvh, d) = (4, 2, 8);
         let k = int8_rows(&mut rng, len * kvh, d);
         let v = int8_rows(&mut rng, len * kvh, d);
         let (kf, vf) = (dequantized(&k, d), dequantized(&v, d));
         for (start, s, masked) in [
             (0, 1, false),
             (7, 3, false),
-            (0, 40, false),
-            (520, 2, false),
-            (498, 37, false),
+            (0, long, false),
+            (past, 2, false),
+            (across.0, across.1, false),
             (5, 3, true),
         ] {
             let q = int8_rows(&mut rng, s * h, d);
@@ -1152,7 +1172,7 @@ mod tests {
         let args = Sdpa {
             q_sizes: &[1, 2, h, d],
             cache_sizes: &[1, len, kvh, d],
-            start_pos: 599,
+            start_pos: len as i64 - 1,
             mask: None,
             mask_sizes: &[],
             is_causal: true,

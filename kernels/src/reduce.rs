@@ -736,7 +736,8 @@ mod tests {
     #[test]
     fn topk_random_vs_sorting() {
         let mut seed = 11;
-        for case in 0..300 {
+        // Under Miri fewer random cases (of ranks 1 to 3, either order).
+        for case in 0..if cfg!(miri) { 60 } else { 300 } {
             let r = 1 + (rng(&mut seed) % 3) as usize;
             let sizes: Vec<usize> = (0..r).map(|_| 1 + (rng(&mut seed) % 7) as usize).collect();
             let dim = (rng(&mut seed) as usize) % r;
@@ -787,7 +788,8 @@ mod tests {
     #[test]
     fn sum_random_vs_naive() {
         let mut seed = 3;
-        for _ in 0..200 {
+        // Under Miri fewer random cases (ranks 0 to 4, empty sizes too).
+        for _ in 0..if cfg!(miri) { 50 } else { 200 } {
             let r = (rng(&mut seed) % 5) as usize;
             let sizes: Vec<usize> = (0..r).map(|_| (rng(&mut seed) % 4) as usize).collect();
             let dims: Vec<usize> = (0..r).filter(|_| rng(&mut seed) & 1 == 0).collect();
@@ -893,7 +895,8 @@ mod tests {
     fn sum_f32_accuracy() {
         // 10^7 copies of 0.1f32: a naive f32 running sum drifts by ~10%;
         // the exact sum of the f32 value 0.1f32 is 1e7 * 0.100000001490116.
-        let n = 10_000_000usize;
+        // Under Miri 10^4, where the naive sum still drifts by 1e-4.
+        let n = if cfg!(miri) { 10_000 } else { 10_000_000usize };
         let x = vec![0.1f32; n];
         let mut o = [0.0f32];
         sum(&x, &[n], &[0], &mut o);

@@ -663,10 +663,15 @@ mod tests {
         (4, 2100, 5),
     ];
 
+    /// Under Miri (whose portable tiles are 4 × 32) a few small shapes,
+    /// one with a whole tile and strip and partial ones; `fused_bias_relu`
+    /// takes two depth blocks (`KC`) and two column blocks (`NC`).
+    const MIRI_SHAPES: [(usize, usize, usize); 5] = [(1, 1, 1), (1, 37, 3), (3, 1, 5), (5, 7, 3), (5, 33, 4)];
+
     #[test]
     fn every_kernel_and_layout() {
         let mut rng = Lcg(1);
-        for &(m, n, k) in &SHAPES {
+        for &(m, n, k) in if cfg!(miri) { &MIRI_SHAPES[..] } else { &SHAPES[..] } {
             for at in [false, true] {
                 for bt in [false, true] {
                     for &(alpha, beta) in &SCALES {
@@ -698,7 +703,8 @@ mod tests {
 
     #[test]
     fn beta_zero_ignores_nan_in_c() {
-        let (m, n, k) = (20, 30, 40);
+        // Under Miri smaller, still a partial tile and strip.
+        let (m, n, k) = if cfg!(miri) { (5, 30, 4) } else { (20, 30, 40) };
         let mut rng = Lcg(7);
         let a = rng.vec(m * k);
         let b = rng.vec(k * n);
@@ -732,15 +738,21 @@ mod tests {
         let mut rng = Lcg(5);
         // Depths above KC so the bias and ReLU must wait for the last block;
         // widths above NC so there are several column blocks.
-        for &(m, n, k) in &[
-            (1, 37, 300),
-            (1, 1000, 300),
-            (8, 64, 1024),
-            (3, 3, 3),
-            (40, 33, 70),
-            (30, 2100, 600),
-            (9, 5, 0),
-        ] {
+        let shapes: &[(usize, usize, usize)] = if cfg!(miri) {
+            // Smaller, through the same blocks.
+            &[(1, 5, 257), (1, 513, 2), (3, 3, 3), (5, 33, 4), (9, 5, 0)]
+        } else {
+            &[
+                (1, 37, 300),
+                (1, 1000, 300),
+                (8, 64, 1024),
+                (3, 3, 3),
+                (40, 33, 70),
+                (30, 2100, 600),
+                (9, 5, 0),
+            ]
+        };
+        for &(m, n, k) in shapes {
             for bt in [false, true] {
                 let a = rng.vec(m * k);
                 let b = rng.vec(k * n);
@@ -811,7 +823,8 @@ mod tests {
     /// residual only when there are some and clamp only when asked.
     #[test]
     fn whole_tiles_apply_exactly_their_epilogue() {
-        let (m, n, k) = (16, 64, 24);
+        // Under Miri whole tiles of the portable kernel (4 × 32), shallower.
+        let (m, n, k) = if cfg!(miri) { (8, 64, 4) } else { (16, 64, 24) };
         let a = rng(4, m * k);
         let b = rng(5, k * n);
         let bias = rng(6, n);
@@ -878,6 +891,13 @@ mod tests {
     /// residual, strided as C).
     #[test]
     fn products_match_a_reference() {
+        // Under Miri (portable kernels) the smaller shapes, and a smaller
+        // strided one: still ragged rows, columns and depth blocks.
+        let strided = if cfg!(miri) {
+            (2, 3, 257, 1024)
+        } else {
+            (300, 70, 300, 1024)
+        };
         for (m, n, k, lda) in [
             (1, 1, 1),
             (3, 17, 5),
@@ -911,10 +931,11 @@ mod tests {
             (1, 70, 600),
         ]
         .iter()
+        .filter(|&&(m, n, k)| !crate::testing::too_large_for_miri(m * n * k))
         .map(|&(m, n, k)| (m, n, k, k + 3))
         // Rows of A 4 KB apart, many of them, two depth blocks: the AVX2
         // tiles copy each row tile together.
-        .chain([(300, 70, 300, 1024)])
+        .chain([strided])
         {
             for b_trans in [false, true] {
                 let ldc = n + 5;

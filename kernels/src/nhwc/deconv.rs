@@ -204,7 +204,10 @@ mod tests {
     fn matches_the_gathered_definition() {
         let mut rng = Lcg(7);
         let mut checked = 0;
-        for case in 0..300 {
+        // Under Miri every seventh case: 7 is prime to the periods of the
+        // choices below, so each still takes all its values.
+        let (step, least) = if cfg!(miri) { (7, 20) } else { (1, 200) };
+        for case in (0..300).step_by(step) {
             let groups = 1 + case % 3;
             let (gi, go) = (1 + (case / 3) % 3, 1 + (case / 9) % 3);
             let kernel = [1 + case % 4, 1 + (case / 4) % 3];
@@ -236,7 +239,7 @@ mod tests {
             }
             checked += 1;
         }
-        assert!(checked > 200, "only {checked} geometries fit");
+        assert!(checked > least, "only {checked} geometries fit");
     }
 
     #[test]

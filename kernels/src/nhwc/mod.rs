@@ -353,6 +353,14 @@ mod tests {
         Lcg(seed).vec(n)
     }
 
+    /// Whether the convolution `g` is too large a case to interpret under
+    /// Miri ([`crate::testing::too_large_for_miri`]), by its multiply-adds.
+    pub(super) fn too_large_for_miri(g: &Conv2dNhwc) -> bool {
+        let win = &g.window;
+        let work = win.out_pixels() * g.out_c * win.kernel_h * win.kernel_w * (g.in_c / g.groups);
+        crate::testing::too_large_for_miri(work)
+    }
+
     /// Direct NHWC convolution in f64 (grouped or depthwise by `groups`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn reference(

@@ -646,6 +646,11 @@ mod tests {
         let Some(g) = Conv2dNhwc::regular(&x_sizes, &w_sizes, stride, padding, dilation, groups) else {
             panic!("{what}: invalid geometry");
         };
+        // Under Miri only the smaller layers (by multiply-adds).
+        let win = &g.window;
+        if crate::testing::too_large_for_miri(win.out_pixels() * g.out_c * win.kernel_h * win.kernel_w * w_sizes[3]) {
+            return;
+        }
         let x = bytes_of(seed, x_sizes.iter().product());
         let w = bytes_of(seed, w_sizes.iter().product());
         let bias: Vec<i32> = (0..g.out_c).map(|_| rng(seed) as i32 % 4000 - 2000).collect();
@@ -820,6 +825,10 @@ mod tests {
         .iter()
         .enumerate()
         {
+            // Under Miri only the smaller layers.
+            if crate::testing::too_large_for_miri(rows * k * n) {
+                continue;
+            }
             for transposed in [false, true] {
                 let x = bytes_of(&mut seed, rows * k);
                 let w = bytes_of(&mut seed, k * n);
