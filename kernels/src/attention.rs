@@ -183,6 +183,16 @@ pub fn sdpa_scratch_len(cache_len: usize) -> usize {
     cache_len * crate::parallel::MAX_THREADS
 }
 
+/// Checks that a key cache and a value cache of varying length have the
+/// same live sizes, which [`custom_sdpa`] takes once for both.
+pub fn same_cache_sizes(k_sizes: &[usize], v_sizes: &[usize]) -> KernelResult {
+    if k_sizes == v_sizes {
+        Ok(())
+    } else {
+        Err(KernelError::ShapeMismatch)
+    }
+}
+
 /// Products of attention (`q · k` and `p · v` over all heads and keys)
 /// below which [`custom_sdpa`] stays on the calling thread. Under Miri
 /// lower, so that the tests' smaller sizes still split across threads.
@@ -1032,6 +1042,99 @@ mod tests {
                 assert!((x - y).abs() < 1e-5, "start {start} causal {causal}: {x} vs {y}");
             }
         }
+    }
+
+    #[test]
+    fn custom_sdpa_reads_caches_of_a_live_length_within_their_bound() {
+        // Caches planned for 16 positions, of which a slice of `live` is
+        // attended over (as Gemma 4's KV-sharing layers do): the live
+        // elements are the first of the bound's buffer.
+        let mut rng = Lcg(5);
+        let (b, s, h, kvh, d, bound) = (1, 2, 4, 2, 6, 16);
+        let q = rng.vec(b * s * h * d);
+        let k = rng.vec(b * bound * kvh * d);
+        let v = rng.vec(b * bound * kvh * d);
+        let mut scores = vec![0.0; sdpa_scratch_len(bound)];
+        let q_sizes = [b, s, h, d];
+        fn causal<'a>(q_sizes: &'a [usize], cache_sizes: &'a [usize], start_pos: i64) -> Sdpa<'a> {
+            Sdpa {
+                q_sizes,
+                cache_sizes,
+                start_pos,
+                mask: None,
+                mask_sizes: &[],
+                is_causal: true,
+                scale: 0.4,
+            }
+        }
+        for (live, start) in [(2, 0), (7, 5), (11, 3), (16, 14)] {
+            let n = b * live * kvh * d;
+            let mut out = vec![0.0; q.len()];
+            let sizes = [b, live, kvh, d];
+            custom_sdpa(
+                &q,
+                &k[..n],
+                &v[..n],
+                &causal(&q_sizes, &sizes, start as i64),
+                &mut out,
+                &mut scores,
+            )
+            .unwrap();
+            let want = reference(
+                &q,
+                &k[..n],
+                &v[..n],
+                [b, s, h, kvh, d, live],
+                start,
+                true,
+                0.4f32 as f64,
+            );
+            for (x, y) in out.iter().zip(&want) {
+                assert!((x - y).abs() < 1e-5, "live {live} start {start}: {x} vs {y}");
+            }
+        }
+        let mut out = vec![0.0; q.len()];
+        // A live length over the bound: more than the caches hold.
+        let over = [b, bound + 1, kvh, d];
+        assert_eq!(
+            custom_sdpa(&q, &k, &v, &causal(&q_sizes, &over, 0), &mut out, &mut scores),
+            Err(KernelError::ShapeMismatch)
+        );
+        // Sizes that disagree with the live views, or with the query.
+        let n = b * 7 * kvh * d;
+        for sizes in [[b, 8, kvh, d], [b, 7, kvh, d + 1], [b + 1, 7, kvh, d]] {
+            assert_eq!(
+                custom_sdpa(
+                    &q,
+                    &k[..n],
+                    &v[..n],
+                    &causal(&q_sizes, &sizes, 0),
+                    &mut out,
+                    &mut scores
+                ),
+                Err(KernelError::ShapeMismatch),
+                "{sizes:?}"
+            );
+        }
+        // Queries past the live length.
+        let sizes = [b, 7, kvh, d];
+        assert!(matches!(
+            custom_sdpa(
+                &q,
+                &k[..n],
+                &v[..n],
+                &causal(&q_sizes, &sizes, 6),
+                &mut out,
+                &mut scores
+            ),
+            Err(KernelError::IndexOutOfRange { .. })
+        ));
+        // Key and value caches of different live sizes.
+        assert_eq!(same_cache_sizes(&[1, 7, 2, 6], &[1, 7, 2, 6]), Ok(()));
+        assert_eq!(
+            same_cache_sizes(&[1, 7, 2, 6], &[1, 8, 2, 6]),
+            Err(KernelError::ShapeMismatch)
+        );
     }
 
     #[test]

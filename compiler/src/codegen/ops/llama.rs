@@ -227,7 +227,11 @@ fn attention(ctx: &mut OpCtx<'_>, at: [usize; 8], extra: Extra) -> Result<TokenS
         rank4(t, what)?;
         require_dtype(t, &[dtype])?;
     }
-    if k.dynamic || v.dynamic || k.sizes != v.sizes {
+    // Only `custom_sdpa` reads caches of a varying length (a slice of an
+    // earlier layer's, as Gemma 4's KV-sharing layers attend over); the
+    // others write or scale their caches in place.
+    let dynamic = k.dynamic || v.dynamic;
+    if k.sizes != v.sizes || (dynamic && !matches!(extra, Extra::None)) {
         return Err(format!(
             "the caches {:?} and {:?} differ or are dynamic",
             k.sizes, v.sizes
@@ -255,7 +259,15 @@ fn attention(ctx: &mut OpCtx<'_>, at: [usize; 8], extra: Extra) -> Result<TokenS
     let scale = f32_lit(scale);
     let q_sizes = ctx.sizes(&q);
     let set = ctx.set_sizes(&out, q_sizes.clone());
-    let cache_sizes = usize_slice(cs);
+    // Dynamic caches: their live sizes, equal at run time, which the
+    // kernel checks against the live views and the query.
+    let (cache_sizes, same_caches) = if dynamic {
+        let (ks, vs) = (ctx.sizes(&k), ctx.sizes(&v));
+        let check = ctx.kernel_result(quote!(::ptec_runtime::kernels::attention::same_cache_sizes(#ks, #vs)));
+        (ks, check)
+    } else {
+        (usize_slice(cs), quote!())
+    };
     let (mask_expr, mask_sizes, s2) = match &mask {
         Some(m) => {
             let sizes = ctx.sizes(m);
@@ -313,7 +325,7 @@ fn attention(ctx: &mut OpCtx<'_>, at: [usize; 8], extra: Extra) -> Result<TokenS
         let (scores, s6) = ctx.scratch_f32(lit(len), len);
         let call = ctx
             .kernel_result(quote!(::ptec_runtime::kernels::attention::custom_sdpa(#qi, #ki, #vi, #args, #o, #scores)));
-        return Ok(quote! { #set #s1 #s2 #s3 #s4 #s5 #s6 #call });
+        return Ok(quote! { #same_caches #set #s1 #s2 #s3 #s4 #s5 #s6 #call });
     };
     let (kp, vp) = (ctx.tensor(k_at)?, ctx.tensor(v_at)?);
     for (t, what) in [(&kp, "key"), (&vp, "value")] {
