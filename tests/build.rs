@@ -104,6 +104,10 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         0.0,
         0.0,
     ),
+    // Its two int8 inverted residual blocks streamed band by band
+    // (compiler/tests/chains.rs), to the bit; also on two threads
+    // (tests/threads.rs).
+    ("xnnpack_qs8_chains", "fixtures/xnnpack_qs8_chains.bpte", None, 0.0, 0.0),
     ("xnnpack_qd8_mlp", "fixtures/xnnpack_qd8_mlp.bpte", None, 0.0, 0.0),
     // ExecuTorch's runtime on an x86 CPU without AVX-512 VNNI and on one
     // with it, whose XNNPACK sums the 4-bit blocks in other orders: here

@@ -90,3 +90,18 @@ fn small_int8_blocks_stay_unchained() {
     // and the two branches.
     assert_eq!(code.matches("kernels::qs8::conv2d_nhwc(").count(), 6);
 }
+
+/// The xnnpack_qs8_chains fixture's two blocks, whose expansions are
+/// 96 × 40 × 40 int8 (150 KiB), each run as one chain: only the stem stays
+/// a convolution of its own. (The `tests` crate and `ptec check` run its
+/// bundle, ExecuTorch's runtime's outputs, to the bit.)
+#[test]
+fn large_int8_blocks_run_as_chains() {
+    let input = ptec::Input::new(fixture("xnnpack_qs8_chains.pte"), "xnnpack_qs8_chains");
+    let code = ptec::compile(&input, &ptec::Options::new())
+        .and_then(|o| o.to_source())
+        .unwrap()
+        .replace(char::is_whitespace, "");
+    assert_eq!(code.matches("kernels::qs8::conv2d_chain(").count(), 2);
+    assert_eq!(code.matches("kernels::qs8::conv2d_nhwc(").count(), 1);
+}

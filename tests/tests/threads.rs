@@ -5,7 +5,9 @@
 //! thread computes it). The small_heads fixture's batched products are
 //! split by head with no scratch to share out. The conv_chains fixture's
 //! two inverted residual blocks run as chains, each thread's band buffers
-//! in its own share of the thread scratch.
+//! in its own share of the thread scratch. The xnnpack_qs8_chains
+//! fixture's two int8 blocks run as int8 chains, and must give ExecuTorch's
+//! runtime's outputs to the bit on two threads as on one.
 
 mod attention {
     ptec_macros::include_pte!("fixtures/attention.bpte", name = Program, tests);
@@ -17,6 +19,16 @@ mod small_heads {
 
 mod conv_chains {
     ptec_macros::include_pte!("fixtures/conv_chains.bpte", name = Program, tests);
+}
+
+mod qs8_chains {
+    ptec_macros::include_pte!(
+        "fixtures/xnnpack_qs8_chains.bpte",
+        name = Program,
+        tests,
+        rtol = 0.0,
+        atol = 0.0
+    );
 }
 
 type Input = [[[f32; 32]; 128]; 1];
@@ -98,4 +110,26 @@ fn conv_chains_on_two_threads_match_one_thread_and_pytorch() {
         one.iter().zip(&two).all(|(a, b)| a.to_bits() == b.to_bits()),
         "outputs differ between one and two threads: {one:?} vs {two:?}"
     );
+}
+
+#[test]
+fn int8_chains_on_one_and_two_threads_match_executorch_to_the_bit() {
+    let mut model = qs8_chains::Program::boxed();
+    let cases = qs8_chains::bundled::CASES.len();
+    assert_eq!(cases, 2);
+    assert_eq!(qs8_chains::bundled::TOLERANCE.atol, 0.0);
+    assert_eq!(qs8_chains::bundled::TOLERANCE.rtol, 0.0);
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut results = Vec::new();
+    for threads in [1, 2] {
+        ptec_runtime::set_threads(threads);
+        for case in 0..cases {
+            let r = qs8_chains::bundled::run_case(&mut *model, case, qs8_chains::bundled::TOLERANCE);
+            results.push((threads, case, r.map_err(|e| e.to_string())));
+        }
+    }
+    ptec_runtime::set_threads(1);
+    for (threads, case, r) in results {
+        r.unwrap_or_else(|e| panic!("case {case} on {threads} thread(s): {e}"));
+    }
 }
