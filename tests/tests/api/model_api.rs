@@ -705,6 +705,38 @@ adversarial! {
     complex_values: fixture_complex, 24;
 }
 
+/// The same for programs compiled with external weights: each instance is
+/// made from the files it reads (mapped, or read where mapping is not
+/// available), keeps its mutable state's initial values there, and
+/// prepares its kernels' filters on its first run, which the calls may make
+/// any of them.
+macro_rules! adversarial_external {
+    ($($test:ident: $module:ident, [$($file:literal),+], $cases:expr;)*) => {$(
+        #[test]
+        fn $test() {
+            use crate::$module::{bundled, Program};
+            let open = |name: &str| {
+                let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+                ptec_runtime::Blob::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+            };
+            drive(
+                || Program::boxed([$(open($file)),+]).expect("the files are the ones compiled against"),
+                bundled::CASES.len(),
+                bundled::run_case,
+                bundled::TOLERANCE,
+                $cases,
+            );
+        }
+    )*};
+}
+
+adversarial_external! {
+    external_weights_and_data: external_external_weights, ["external_weights.bpte", "external_weights.ptd"], 16;
+    external_state: external_kv_cache, ["kv_cache.bpte"], 16;
+    external_several_methods: external_multi_method, ["multi_method.bpte"], 16;
+    external_prepared_delegate: external_xnnpack_conv, ["xnnpack_conv.bpte"], 12;
+}
+
 /// Programs without user backends are `Send` and `Sync` (docs/soundness.md;
 /// those that must not be are `macros/tests/ui`'s compile-fail cases), and
 /// one moved to another thread runs there.
