@@ -178,45 +178,43 @@ fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8]
                     expansion.copy_within((a - h0) * in_row..(h1 - h0) * in_row, 0);
                 }
                 let from = a + keep;
-                let g = rows_of(e.g, b - from);
                 let at = (from - a) * in_row;
                 let src = &x[from * first.in_w * e.g.in_c..b * first.in_w * e.g.in_c];
-                run(e, &g, false, src, &mut expansion[at..(b - a) * in_row]);
+                let rows = b - from;
+                run(e, false, [rows, rows, 0], src, &mut expansion[at..(b - a) * in_row]);
                 (h0, h1) = (a, b);
                 &expansion[..(b - a) * in_row]
             } else {
                 &x[a * in_row..b * in_row]
             };
-            let mut g = *dw.g;
-            g.window.batch = 1;
-            g.window.in_h = b - a;
-            g.window.out_h = o1 - o0;
-            g.window.pad_top = win.pad_top.saturating_sub(o0 * s);
+            let dw_rows = [b - a, o1 - o0, win.pad_top.saturating_sub(o0 * s)];
             let dst = &mut out[o0 * out_row..o1 * out_row];
             if plan.project {
                 let band = &mut band[..(o1 - o0) * win.out_w * c];
-                run(dw, &g, true, rows, band);
-                let p = &stages[d + 1];
-                run(p, &rows_of(p.g, o1 - o0), false, band, dst);
+                run(dw, true, dw_rows, rows, band);
+                run(&stages[d + 1], false, [o1 - o0, o1 - o0, 0], band, dst);
             } else {
-                run(dw, &g, true, rows, dst);
+                run(dw, true, dw_rows, rows, dst);
             }
         }
     }
 }
 
-/// A pointwise convolution's geometry over `rows` rows of one image.
-fn rows_of(g: &Conv2dNhwc, rows: usize) -> Conv2dNhwc {
-    let mut g = *g;
+/// `st` over rows of one image: `[in_h, out_h, pad_top]`, the input rows,
+/// the output rows and the window's top padding left above them (a
+/// pointwise stage's is 0). Not inlined, so that the band's geometry and
+/// `conv2d_nhwc`'s stacked arguments take stack only while a stage runs,
+/// not in the chain's frame under every kernel it calls: on a
+/// microcontroller the frames add up.
+#[inline(never)]
+fn run(st: &ChainStage<'_>, depthwise: bool, [in_h, out_h, pad_top]: [usize; 3], x: &[i8], out: &mut [i8]) {
+    let mut g = *st.g;
     g.window.batch = 1;
-    g.window.in_h = rows;
-    g.window.out_h = rows;
-    g
-}
-
-fn run(st: &ChainStage<'_>, g: &Conv2dNhwc, depthwise: bool, x: &[i8], out: &mut [i8]) {
+    g.window.in_h = in_h;
+    g.window.out_h = out_h;
+    g.window.pad_top = pad_top;
     conv2d_nhwc(
-        g,
+        &g,
         depthwise,
         x,
         &st.xq,

@@ -248,24 +248,43 @@ pub fn conv2d_nhwc(
         };
         return depthwise_conv(&d, out);
     }
+    let c = Conv {
+        g,
+        x,
+        xq,
+        w,
+        w_scales,
+        bias,
+        y,
+    };
+    let taps = g.window.kernel_h * g.window.kernel_w;
+    // With `std`, longer windows keep the per-pixel path.
+    if !depthwise && (taps * (g.in_c / g.groups) <= PATCH || !cfg!(feature = "std")) {
+        return conv_by_patches::<PATCH>(&c, out);
+    }
+    conv_by_pixels(&c, depthwise, out)
+}
+
+/// [`conv2d_nhwc`] an output pixel at a time, a block of channels at a
+/// time (grouped depthwise layers, and windows longer than [`PATCH`] with
+/// `std`). Not inlined: its sums would take stack in `conv2d_nhwc`'s
+/// frame on every path, above the depthwise and packed kernels' own.
+#[inline(never)]
+fn conv_by_pixels(c: &Conv<'_>, depthwise: bool, out: &mut [i8]) {
+    let &Conv {
+        g,
+        x,
+        xq,
+        w,
+        w_scales,
+        bias,
+        y,
+    } = c;
     let zp = xq.zero_point;
     let win = &g.window;
     let (cin, cout) = (g.in_c, g.out_c);
     let (gin, gout) = (cin / g.groups, cout / g.groups);
     let taps = win.kernel_h * win.kernel_w;
-    // With `std`, longer windows keep the per-pixel path below.
-    if !depthwise && (taps * gin <= PATCH || !cfg!(feature = "std")) {
-        let c = Conv {
-            g,
-            x,
-            xq,
-            w,
-            w_scales,
-            bias,
-            y,
-        };
-        return conv_by_patches::<PATCH>(&c, out);
-    }
     let mut pixel = 0;
     for n in 0..win.batch {
         for oy in 0..win.out_h {
@@ -516,8 +535,11 @@ type DwWeight = i8;
 /// the tests' reference.
 #[cfg_attr(all(target_arch = "aarch64", target_feature = "neon"), allow(dead_code))]
 fn depthwise_portable(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
-    struct Work<'d, 'a>(&'d Depthwise<'a>, (usize, usize), &'d mut [i8]);
-    impl crate::cpu::Vectorized for Work<'_, '_> {
+    /// `TAPS`: the most taps its weights array holds. A 3 × 3 window's
+    /// (the common one) keeps 144 of the 784 bytes on the stack
+    /// without `std`.
+    struct Work<'d, 'a, const TAPS: usize>(&'d Depthwise<'a>, (usize, usize), &'d mut [i8]);
+    impl<const TAPS: usize> crate::cpu::Vectorized for Work<'_, '_, TAPS> {
         type Output = ();
         #[inline(always)]
         // `DwWeight` is `i32` with `std`.
@@ -529,7 +551,7 @@ fn depthwise_portable(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
             for c0 in (0..c).step_by(LANES) {
                 let lanes = LANES.min(c - c0);
                 let (scale, start) = d.lanes(c0);
-                let mut wt = [[0 as DwWeight; LANES]; DEPTHWISE_TAPS];
+                let mut wt = [[0 as DwWeight; LANES]; TAPS];
                 for (t, wt) in wt.iter_mut().enumerate().take(taps) {
                     for (v, &w) in wt.iter_mut().zip(&d.w[t * c + c0..][..lanes]) {
                         *v = DwWeight::from(w);
@@ -558,7 +580,17 @@ fn depthwise_portable(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
             }
         }
     }
-    crate::cpu::with_best_isa(Work(d, rows, out))
+    // Each in a function of its own, so that the smaller one's frame is
+    // not the larger one's.
+    #[inline(never)]
+    fn run<const TAPS: usize>(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
+        crate::cpu::with_best_isa(Work::<TAPS>(d, rows, out))
+    }
+    if d.g.window.kernel_h * d.g.window.kernel_w <= 9 {
+        run::<9>(d, rows, out)
+    } else {
+        run::<DEPTHWISE_TAPS>(d, rows, out)
+    }
 }
 
 /// A regular convolution's operands, as [`conv2d_nhwc`] takes them.
