@@ -77,12 +77,18 @@ def tolerance(model, inputs, outs32):
     # Outputs far below 1 (untrained normalisation can shrink a deep
     # model's to 1e-8) are measured in their own unit: a fixed floor above
     # them would pass any result.
-    unit = min(1.0, output_scale(outs32)) or 1.0
+    unit = output_unit(outs32)
     want = max(ATOL_LADDER[0], (2.0 if low else ERR_FACTOR) * err / unit)
     for a in ATOL_LADDER:
         if a >= want:
             return RTOL, a * unit
     return RTOL, want * unit
+
+
+def output_unit(outs):
+    """The unit tolerances are measured in: 1, or the outputs' largest
+    magnitude when that is below 1 (and not 0)."""
+    return min(1.0, output_scale(outs)) or 1.0
 
 
 def output_scale(outs):

@@ -720,7 +720,8 @@ def check_versions():
 
 
 def build(make, inputs_of):
-    """The model in eval mode, two inputs, eager outputs and tolerances."""
+    """The model in eval mode, two inputs, eager outputs, tolerances and the
+    outputs' largest magnitude."""
     torch.manual_seed(0)
     model = make().eval()
     g = torch.Generator().manual_seed(1)
@@ -737,11 +738,11 @@ def build(make, inputs_of):
         rtol, atol = exporting.RTOL, exporting.ATOL_LADDER[0]
     scale = exporting.output_scale(outs)
     # At least 1e-4 of the outputs' unit (1, or their scale when below it).
-    atol = max(atol, 1e-4 * (min(1.0, scale) or 1.0))
+    atol = max(atol, 1e-4 * exporting.output_unit(outs))
     if atol > 1e-2 * scale:
         # A tolerance near the outputs' own size passes any result.
         raise ValueError(f"atol {atol:.3g} is more than 1% of the outputs' largest magnitude {scale:.3g}: no test")
-    return model, inputs, outs, rtol, atol
+    return model, inputs, outs, rtol, atol, scale
 
 
 def as_tuple(out):
@@ -774,14 +775,14 @@ def run(models, out_dir, log, per_model=False, progress=None):
         t = time.time()
         mine = []
         try:
-            model, inputs, outs, rtol, atol = build(make, inputs_of)
+            model, inputs, outs, rtol, atol, scale = build(make, inputs_of)
         except Exception as e:  # the zoo's or PyTorch's failure, not ptec's
             for lowering in ("portable", "xnnpack"):
                 rows.append({"model": name, "lowering": lowering, "result": "not built", "reason": first_line(e)})
             log(f"{name}: not built: {first_line(e)}")
             continue
         for lowering in ("portable", "xnnpack"):
-            row = {"model": name, "lowering": lowering, "rtol": rtol, "atol": atol, "scale": exporting.output_scale(outs)}
+            row = {"model": name, "lowering": lowering, "rtol": rtol, "atol": atol, "scale": scale}
             rows.append(row)
             try:
                 bundle, _ = exporting.lower_and_bundle(model, inputs, outs, lowering)
@@ -984,7 +985,7 @@ def report(rows):
 
 
 def earlier_rule(rows):
-    """A line naming the models whose rows predate the tolerances in the
+    """A line counting the models whose rows predate the tolerances in the
     outputs' unit (they record no output scale): their checks used the
     absolute floor of 1e-4."""
     old = sorted({r["model"] for r in rows if "scale" not in r and r.get("atol") is not None})
