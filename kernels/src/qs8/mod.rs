@@ -586,8 +586,10 @@ fn depthwise_portable(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
     fn run<const TAPS: usize>(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
         crate::cpu::with_best_isa(Work::<TAPS>(d, rows, out))
     }
-    if d.g.window.kernel_h * d.g.window.kernel_w <= 9 {
-        run::<9>(d, rows, out)
+    // A 3 × 3 window's.
+    const SMALL_TAPS: usize = 9;
+    if d.g.window.kernel_h * d.g.window.kernel_w <= SMALL_TAPS {
+        run::<SMALL_TAPS>(d, rows, out)
     } else {
         run::<DEPTHWISE_TAPS>(d, rows, out)
     }
