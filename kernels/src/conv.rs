@@ -257,6 +257,7 @@ fn path(g: &Geom) -> Path {
 fn scratch_parts(g: &Geom) -> (usize, usize) {
     let kk = g.kh * g.kw;
     match path(g) {
+        Path::Depthwise if is_depthwise3x3(g) => (0, DW3_ROWS * (g.iw + 2)),
         Path::Depthwise => (0, 0),
         Path::Pointwise => (0, gemm_scratch_len(g.cout_g(), g.ovol(), g.cin_g())),
         Path::Im2col => {
@@ -367,10 +368,10 @@ pub fn convolution<T: Float>(
                 #[cfg(target_arch = "x86_64")]
                 if crate::cpu::has_avx2_fma() {
                     // SAFETY: AVX2 and FMA were detected on this CPU.
-                    unsafe { depthwise_f32_avx2(&g, x, w, b, o) };
+                    unsafe { depthwise_f32_avx2(&g, x, w, b, o, scratch) };
                     return Ok(());
                 }
-                depthwise_any_f32(&g, x, w, b, o)
+                depthwise_any_f32(&g, x, w, b, o, scratch)
             }
             Path::Pointwise => pointwise_f32(&g, x, w, b, o, scratch),
             Path::Im2col => {
@@ -488,9 +489,12 @@ fn axpy_strided<const S: usize>(dst: &mut [f32], wv: f32, src: &[f32]) {
     }
 }
 
-/// Widest input row the 3×3 depthwise path takes (its row buffers live on
-/// the stack).
+/// Widest input row, padded, the 3×3 depthwise path takes.
 const DW3_MAX_ROW: usize = 1026;
+/// Padded rows the 3×3 depthwise path keeps in the scratch: three input
+/// rows and a row of zeros. In the scratch rather than the stack, where
+/// they took 16 KB on microcontrollers for rows of a few dozen.
+const DW3_ROWS: usize = 4;
 
 /// Whether [`depthwise3x3_f32`] handles `g`: MobileNet's depthwise layers
 /// (3×3, padding 1, stride 1 or 2, one output channel per input channel).
@@ -507,7 +511,7 @@ fn is_depthwise3x3(g: &Geom) -> bool {
 /// stride 2 its even columns first, then its odd ones, so that every tap of
 /// every output reads a contiguous run.
 #[inline(always)]
-fn padded_row(row: &[f32], stride: usize, dst: &mut [f32; DW3_MAX_ROW]) {
+fn padded_row(row: &[f32], stride: usize, dst: &mut [f32]) {
     let iw = row.len();
     if stride == 1 {
         dst[0] = 0.0;
@@ -529,17 +533,23 @@ fn padded_row(row: &[f32], stride: usize, dst: &mut [f32; DW3_MAX_ROW]) {
 /// 3×3 depthwise convolution with padding 1 and stride 1 or 2 (see
 /// [`is_depthwise3x3`]): padded copies of the three input rows an output row
 /// reads (kept while later rows reuse them), then all nine taps of each
-/// output summed at once, which vectorizes across the row.
+/// output summed at once, which vectorizes across the row. `scratch` holds
+/// [`DW3_ROWS`] padded rows.
 #[inline(always)]
-fn depthwise3x3_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+fn depthwise3x3_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32], scratch: &mut [f32]) {
     let (s, ow, iw) = (g.sw, g.ow, g.iw);
     let (ihw, ohw) = (g.ih * iw, g.oh * ow);
     let evens = (iw + 3) / 2;
     // Where tap column j starts in a padded row: stride 1 reads p = x + j;
     // stride 2 reads p = 2x + j, i.e. evens[x], odds[x], evens[x + 1].
     let starts: [usize; 3] = if s == 1 { [0, 1, 2] } else { [0, evens, 1] };
-    let zeros = [0.0f32; DW3_MAX_ROW];
-    let mut rows = [[0.0f32; DW3_MAX_ROW]; 3];
+    let Some(scratch) = scratch.get_mut(..DW3_ROWS * (iw + 2)) else {
+        return;
+    };
+    scratch.fill(0.0);
+    let (zeros, held_rows) = scratch.split_at_mut(iw + 2);
+    let mut rows = held_rows.chunks_exact_mut(iw + 2);
+    let rows: [&mut [f32]; 3] = [(); 3].map(|_| rows.next().unwrap_or_default());
     for ni in 0..g.n {
         for c in 0..g.cout {
             let plane = &x[(ni * g.cin + c) * ihw..][..ihw];
@@ -560,14 +570,14 @@ fn depthwise3x3_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mu
                     }
                     let iy = iy as usize;
                     if held[iy % 3] != iy {
-                        padded_row(&plane[iy * iw..][..iw], s, &mut rows[iy % 3]);
+                        padded_row(&plane[iy * iw..][..iw], s, rows[iy % 3]);
                         held[iy % 3] = iy;
                     }
                     *slot = Some(iy % 3);
                 }
                 let src: [&[f32]; 3] = slots.map(|sl| match sl {
-                    Some(k) => &rows[k][..],
-                    None => &zeros[..],
+                    Some(k) => &*rows[k],
+                    None => &*zeros,
                 });
                 let tap = |i: usize, j: usize| &src[i][starts[j]..][..ow];
                 let (t0, t1, t2) = (tap(0, 0), tap(0, 1), tap(0, 2));
@@ -586,9 +596,9 @@ fn depthwise3x3_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mu
 
 /// The depthwise paths: 3×3 specialised, or the general row-wise one.
 #[inline(always)]
-fn depthwise_any_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
+fn depthwise_any_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32], scratch: &mut [f32]) {
     if is_depthwise3x3(g) {
-        depthwise3x3_f32(g, x, w, bias, o)
+        depthwise3x3_f32(g, x, w, bias, o, scratch)
     } else {
         depthwise_f32(g, x, w, bias, o)
     }
@@ -600,8 +610,8 @@ fn depthwise_any_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &m
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_f32_avx2(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32]) {
-    depthwise_any_f32(g, x, w, bias, o)
+unsafe fn depthwise_f32_avx2(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mut [f32], scratch: &mut [f32]) {
+    depthwise_any_f32(g, x, w, bias, o, scratch)
 }
 
 /// 1×1, stride 1, unpadded: `out_g = W_g · x_g` per batch and group.
