@@ -157,6 +157,10 @@ pub struct Method {
     /// How many entries of `buffer_sizes` (the reserved one included) are
     /// the program's own plan; the passes append the rest.
     pub program_buffers: usize,
+    /// The appended buffer that holds the temporaries the program's plan
+    /// had no room for (`plan::temporaries`), if any: its bytes hold
+    /// nothing between runs, nor outside those temporaries' lives.
+    pub temporaries_buffer: Option<usize>,
     /// Source frames of each instruction, when the program carries them.
     pub stacktraces: Option<Vec<Vec<Frame>>>,
     /// Where each instruction came from in the program as read (its
@@ -520,6 +524,11 @@ impl AddedBuffer {
         let offset = self.size;
         self.size = offset + bytes.div_ceil(PLAN_ALIGN) * PLAN_ALIGN;
         Placement::Planned { buffer, offset }
+    }
+
+    /// Its memory id, if it was ever needed.
+    pub(crate) fn memory_id(&self) -> Option<usize> {
+        self.id
     }
 
     /// Writes the buffer's final size into the method's plan.

@@ -34,6 +34,7 @@ pub(crate) mod test_methods {
             delegates: vec![],
             buffer_sizes: vec![0, buffer_bytes],
             program_buffers: 2,
+            temporaries_buffer: None,
             stacktraces: None,
             origins: Vec::new(),
             channels_last: Default::default(),

@@ -239,6 +239,7 @@ mod tests {
                 delegates: vec![],
                 buffer_sizes: vec![0],
                 program_buffers: 1,
+                temporaries_buffer: None,
                 stacktraces: None,
                 origins: Vec::new(),
                 channels_last: Default::default(),

@@ -256,7 +256,10 @@ impl Occupancy {
                 held: Vec::new(),
             };
         }
+        // The program's plan, and ptec's buffer of temporaries: a scratch
+        // may go wherever neither holds a value in use.
         let regions = (1..m.program_buffers.min(m.buffer_sizes.len()))
+            .chain(m.temporaries_buffer)
             .filter_map(|b| {
                 Some((
                     layout.at(b, 0)?,
@@ -277,9 +280,9 @@ impl Occupancy {
         Occupancy { regions, held }
     }
 
-    /// The arena offset (a multiple of 64) of `bytes` the program's plan
-    /// leaves free during instruction `n`, clear of `taken`; `None` when
-    /// no buffer has such room.
+    /// The arena offset (a multiple of 64) of `bytes` that neither the
+    /// program's plan nor ptec's temporaries use during instruction `n`,
+    /// clear of `taken`; `None` when no buffer has such room.
     pub fn room(&self, n: usize, bytes: usize, taken: &[(usize, usize)]) -> Option<usize> {
         let at = Life { first: n, last: n };
         self.regions.iter().find_map(|&(start, end)| {

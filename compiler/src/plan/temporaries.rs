@@ -95,6 +95,7 @@ pub(crate) fn plan_temporaries(m: &mut Method) {
         }
     }
     own.install(m);
+    m.temporaries_buffer = own.memory_id();
 }
 
 /// Bytes of a buffer in use, and while.

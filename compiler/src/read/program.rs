@@ -388,6 +388,7 @@ impl<'f> Reader<'f> {
             operators,
             delegates,
             program_buffers: buffer_sizes.len(),
+            temporaries_buffer: None,
             buffer_sizes,
             stacktraces,
             origins: Vec::new(),

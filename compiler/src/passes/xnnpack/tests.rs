@@ -202,6 +202,7 @@ fn program(blob_len: usize, sizes: &[&[usize]]) -> Program {
             }],
             buffer_sizes: vec![0, 1024 * sizes.len() as u64],
             program_buffers: 2,
+            temporaries_buffer: None,
             stacktraces: None,
             origins: Vec::new(),
             channels_last: Default::default(),
