@@ -204,9 +204,9 @@ mod tests {
     fn matches_the_gathered_definition() {
         let mut rng = Lcg(7);
         let mut checked = 0;
-        // Under Miri every seventh case: 7 is prime to the periods of the
-        // choices below, so each still takes all its values.
-        let (step, least) = if cfg!(miri) { (7, 20) } else { (1, 200) };
+        // Under Miri every 19th case: 19 is prime to the periods of the
+        // choices below, so each still takes all its values (12 cases fit).
+        let (step, least) = if cfg!(miri) { (19, 10) } else { (1, 200) };
         for case in (0..300).step_by(step) {
             let groups = 1 + case % 3;
             let (gi, go) = (1 + (case / 3) % 3, 1 + (case / 9) % 3);
@@ -225,17 +225,22 @@ mod tests {
             let bias: Vec<f32> = (0..groups * go).map(|_| rng.next()).collect();
             let want = reference(&g, &x, &w, &bias);
             let mut got = vec![f32::NAN; want.len()];
-            deconv2d_nhwc(&g, &x, &w, Some(&bias), f32::NEG_INFINITY, f32::INFINITY, &mut got);
-            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "case {case} {g:?}: [{k}] {a} vs {b}"
-                );
+            // Under Miri unclamped or clamped, in turn.
+            if !cfg!(miri) || checked % 2 == 0 {
+                deconv2d_nhwc(&g, &x, &w, Some(&bias), f32::NEG_INFINITY, f32::INFINITY, &mut got);
+                for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "case {case} {g:?}: [{k}] {a} vs {b}"
+                    );
+                }
             }
             // And clamped.
-            deconv2d_nhwc(&g, &x, &w, Some(&bias), -0.25, 0.5, &mut got);
-            for (a, b) in got.iter().zip(&want) {
-                assert!((a - b.clamp(-0.25, 0.5)).abs() <= 1e-4 * (1.0 + b.abs()));
+            if !cfg!(miri) || checked % 2 == 1 {
+                deconv2d_nhwc(&g, &x, &w, Some(&bias), -0.25, 0.5, &mut got);
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b.clamp(-0.25, 0.5)).abs() <= 1e-4 * (1.0 + b.abs()));
+                }
             }
             checked += 1;
         }

@@ -641,6 +641,7 @@ mod tests {
         padding: [usize; 4],
         dilation: [usize; 2],
         groups: usize,
+        miri_limit: usize,
         what: &str,
     ) {
         let Some(g) = Conv2dNhwc::regular(&x_sizes, &w_sizes, stride, padding, dilation, groups) else {
@@ -648,7 +649,8 @@ mod tests {
         };
         // Under Miri only the smaller layers (by multiply-adds).
         let win = &g.window;
-        if crate::testing::too_large_for_miri(win.out_pixels() * g.out_c * win.kernel_h * win.kernel_w * w_sizes[3]) {
+        let work = win.out_pixels() * g.out_c * win.kernel_h * win.kernel_w * w_sizes[3];
+        if crate::testing::too_large_for_miri(work, miri_limit) {
             return;
         }
         let x = bytes_of(seed, x_sizes.iter().product());
@@ -673,6 +675,11 @@ mod tests {
         pack_conv(&g, &w, &mut packed);
         assert!(l.is_packed(&packed));
         for threads in [1, 2] {
+            // Under Miri the best path is the portable one, which on one
+            // thread is the call below.
+            if cfg!(miri) && threads == 1 {
+                continue;
+            }
             crate::parallel::set_threads(threads);
             let mut got = vec![0i8; len];
             let b = Some(&bias[..]);
@@ -732,10 +739,22 @@ mod tests {
             ([1, 30, 30, 3], [16, 3, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 1),
         ];
         for (i, &(xs, ws, s, p, d, grp)) in cases.iter().enumerate() {
-            check_conv(&mut seed, xs, ws, s, p, d, grp, &std::format!("case {i}"));
+            check_conv(
+                &mut seed,
+                xs,
+                ws,
+                s,
+                p,
+                d,
+                grp,
+                crate::testing::MIRI_WORK,
+                &std::format!("case {i}"),
+            );
         }
-        // Random shapes.
-        for i in 0..60 {
+        // Random shapes; under Miri those of the first 20 of at most 2^12
+        // multiply-adds (pointwise and gathered ones among them; the
+        // cases above have the portable path's edges).
+        for i in 0..if cfg!(miri) { 20 } else { 60 } {
             let r = |seed: &mut u64, n: u64| 1 + (rng(seed) % n) as usize;
             let groups = if rng(&mut seed).is_multiple_of(4) {
                 r(&mut seed, 3)
@@ -761,6 +780,7 @@ mod tests {
                 pad,
                 [1, 1],
                 groups,
+                1 << 12,
                 &std::format!("random {i}"),
             );
         }
@@ -802,8 +822,12 @@ mod tests {
             ([1, 9, 9, 24], [24, 3, 3, 8], [1, 1], [2, 2, 2, 2], [2, 2], 3),
             ([1, 4, 5, 320], [320, 3, 3, 8], [1, 1], [1, 1, 1, 1], [1, 1], 40),
         ];
+        // Under Miri (the portable path) the edges of at most 2^12
+        // multiply-adds: a single row and pixel, partial tiles of rows,
+        // blocks of outputs and quads of inputs, grouped layers (the test
+        // above has gathered ones, and blocks split across threads).
         for (i, &(xs, ws, s, p, d, grp)) in cases.iter().enumerate() {
-            check_conv(&mut seed, xs, ws, s, p, d, grp, &std::format!("edge {i}"));
+            check_conv(&mut seed, xs, ws, s, p, d, grp, 1 << 12, &std::format!("edge {i}"));
         }
     }
 
@@ -825,8 +849,10 @@ mod tests {
         .iter()
         .enumerate()
         {
-            // Under Miri only the smaller layers.
-            if crate::testing::too_large_for_miri(rows * k * n) {
+            // Under Miri only the layers of at most 2^12 multiply-adds:
+            // still whole and partial tiles of rows, blocks of outputs and
+            // quads of inputs, and no rows.
+            if crate::testing::too_large_for_miri(rows * k * n, 1 << 12) {
                 continue;
             }
             for transposed in [false, true] {
