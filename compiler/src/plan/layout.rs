@@ -360,6 +360,31 @@ mod tests {
     }
 
     #[test]
+    fn scratch_goes_where_the_temporaries_buffer_is_free() {
+        // Value 0 fills the program's buffer throughout; temporaries 1
+        // (512 bytes, calls 0 to 1) and 2 (256 bytes, calls 2 to 3) find
+        // no room there and share ptec's buffer, half of which is free
+        // during call 2.
+        let unplanned = |size| bytes(size, Placement::Unplanned);
+        let mut m = method(
+            vec![tensor(1024, 0), unplanned(512), unplanned(256)],
+            &[&[0, 1], &[1, 0], &[0, 2], &[2, 0]],
+        );
+        crate::plan::temporaries::plan_temporaries(&mut m);
+        let own = m.temporaries_buffer.expect("the temporaries have a buffer");
+        let layout = layout_method(&m).unwrap();
+        let o = occupancy(&m, &Folds::default());
+        let free_half = layout.at(own, 256);
+        assert!(free_half.is_some());
+        assert_eq!(o.room(2, 256, &[]), free_half);
+        assert_eq!(o.room(2, 257, &[]), None);
+        assert_eq!(o.room(1, 64, &[]), None);
+        // Without it, only the program's buffer counts.
+        m.temporaries_buffer = None;
+        assert_eq!(occupancy(&m, &Folds::default()).room(2, 256, &[]), None);
+    }
+
+    #[test]
     fn without_jumps_only() {
         let mut m = method(vec![tensor(64, 0), Value::Bool(true)], &[&[0]]);
         m.instructions.push(Instruction::JumpFalse {
