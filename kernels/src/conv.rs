@@ -546,8 +546,9 @@ fn depthwise3x3_f32(g: &Geom, x: &[f32], w: &[f32], bias: Option<&[f32]>, o: &mu
     let Some(scratch) = scratch.get_mut(..DW3_ROWS * (iw + 2)) else {
         return;
     };
-    scratch.fill(0.0);
+    // Only the zero row: every other row is written whole before it is read.
     let (zeros, held_rows) = scratch.split_at_mut(iw + 2);
+    zeros.fill(0.0);
     let mut rows = held_rows.chunks_exact_mut(iw + 2);
     let rows: [&mut [f32]; 3] = [(); 3].map(|_| rows.next().unwrap_or_default());
     for ni in 0..g.n {
