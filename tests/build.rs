@@ -170,6 +170,10 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    // Gemma 4's text decoder as its own export script lowers it: caches
+    // the model registers as zeros, written at the run-time position by a
+    // `slice_scatter` and back by `copy_`, a prompt then seven tokens.
+    ("xnnpack_gemma4", "fixtures/xnnpack_gemma4.bpte", None, 1e-4, 1e-4),
     // MLPerf Tiny's models through ExecuTorch's Cortex-M backend flow
     // (`cortex_m::` operators), against the converted graph's eager run, to
     // the bit (examples/cortex-m, make_fixtures.py --only cortex_m).

@@ -289,14 +289,21 @@ pub(crate) mod llama {
     pub(crate) const VALUE_CACHE: usize = 4;
 }
 
+/// `copy_(self, src, non_blocking, out)`: the exporter's write-back of a
+/// mutated buffer (or input) at the end of the method.
+pub(crate) const COPY_INPLACE: &str = "aten::copy_";
+
 /// The arguments other than the last (the out tensor) that operator `name`
 /// writes in place. Their bytes hold data from run to run (a KV cache), so
 /// every analysis treats them as written by the call and in use
-/// throughout.
+/// throughout. A `copy_`'s `self` is a mutable buffer even when the file
+/// gives it no initial state (a cache the model registered as zeros,
+/// which ExecuTorch leaves in its planned memory from run to run).
 pub(crate) fn written_in_place(name: &str) -> &'static [usize] {
     match name {
         llama::UPDATE_CACHE | llama::UPDATE_CACHE_WITH_INDICES => &[llama::CACHE],
         llama::SDPA_WITH_KV_CACHE => &[llama::KEY_CACHE, llama::VALUE_CACHE],
+        COPY_INPLACE => &[0],
         _ => &[],
     }
 }

@@ -597,6 +597,32 @@ pub fn slice_scatter<T: Copy>(
     Ok(())
 }
 
+/// [`slice_scatter`] of a window known only at run time: `src` has the
+/// live sizes `src_sizes`, which must be the slice's (the input's sizes,
+/// `dim` of length [`slice_output_len`]), as ATen requires; otherwise
+/// `Err(ShapeMismatch)`, and `dst` is left as it was. `window` is
+/// `(start, end, step)`.
+pub fn slice_scatter_live<T: Copy>(
+    dst: &mut [T],
+    sizes: &[usize],
+    dim: usize,
+    window: (Option<i64>, Option<i64>, i64),
+    src: &[T],
+    src_sizes: &[usize],
+) -> KernelResult {
+    let (start, end, step) = window;
+    let Some(len) = slice_output_len(sizes[dim], start, end, step) else {
+        return Err(KernelError::ShapeMismatch);
+    };
+    let fits = src_sizes.len() == sizes.len()
+        && (0..sizes.len()).all(|k| src_sizes[k] == if k == dim { len } else { sizes[k] })
+        && src.len() == src_sizes.iter().product::<usize>();
+    if !fits {
+        return Err(KernelError::ShapeMismatch);
+    }
+    slice_scatter(dst, sizes, dim, start, end, step, src)
+}
+
 /// `aten::flip(dims)`: reverses the listed (non-negative) dims.
 pub fn flip<T: Copy>(src: &[T], sizes: &[usize], dims: &[usize], dst: &mut [T]) {
     let r = sizes.len();
@@ -964,6 +990,32 @@ mod tests {
             slice_scatter(&mut d, &[2, 3], 0, None, None, 0, &[]),
             Err(KernelError::ShapeMismatch)
         );
+    }
+
+    #[test]
+    fn slice_scatter_of_a_run_time_window_checks_the_live_source() {
+        // A [2, 4] cache written at position 1 by a [2, 2] source, then
+        // at the end by one of [2, 1].
+        let mut d = [0; 8];
+        slice_scatter_live(&mut d, &[2, 4], 1, (Some(1), Some(3), 1), &[1, 2, 3, 4], &[2, 2]).unwrap();
+        assert_eq!(d, [0, 1, 2, 0, 0, 3, 4, 0]);
+        slice_scatter_live(&mut d, &[2, 4], 1, (Some(3), Some(4), 1), &[5, 6], &[2, 1]).unwrap();
+        assert_eq!(d, [0, 1, 2, 5, 0, 3, 4, 6]);
+        // A window past the end is clamped, so its source no longer fits;
+        // nor does one of another rank or other sizes, or too few elements.
+        for (start, end, src, sizes) in [
+            (3, 5, &[1, 2, 3, 4][..], &[2, 2][..]),
+            (0, 2, &[1, 2, 3, 4], &[4]),
+            (0, 2, &[1, 2, 3, 4], &[1, 4]),
+            (0, 2, &[1, 2, 3], &[2, 2]),
+        ] {
+            let before = d;
+            assert_eq!(
+                slice_scatter_live(&mut d, &[2, 4], 1, (Some(start), Some(end), 1), src, sizes),
+                Err(KernelError::ShapeMismatch)
+            );
+            assert_eq!(d, before);
+        }
     }
 
     #[test]

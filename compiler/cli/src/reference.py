@@ -29,6 +29,15 @@ from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc 
 from executorch.exir.scalar_type import ScalarType  # noqa: E402
 from executorch.extension.pybindings import portable_lib  # noqa: E402
 
+# The kernels of the `llama::` and quantized operators of LLM exports are
+# registered by loading their libraries; without them the runtime stops
+# at the first such call (OperatorMissing, 0x14).
+try:
+    import executorch.kernels.quantized  # noqa: E402, F401
+    from executorch.extension.llm.custom_ops import custom_ops  # noqa: E402, F401
+except ImportError:
+    pass
+
 DTYPES = {
     ScalarType.BYTE: torch.uint8,
     ScalarType.CHAR: torch.int8,

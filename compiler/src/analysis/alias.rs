@@ -425,6 +425,36 @@ mod tests {
         assert!(uses.kernel_uses(1, usize::MAX).is_none());
     }
 
+    /// A buffer the exporter writes back with `copy_` holds its bytes from
+    /// run to run even when the file gives it no initial state (Gemma 4's
+    /// caches, read before anything in the method writes them): without
+    /// it, ptec took some of a cache's bytes for a temporary of its own
+    /// between two of its reads.
+    #[test]
+    fn a_buffer_written_back_by_copy_is_held_across_runs() {
+        // 0 writes value 2, planned over the cache (value 0); 1 reads the
+        // cache into value 1; 2 copies value 1 back into the cache.
+        let mut m = calls(
+            vec![at(0, 64), at(128, 64), at(0, 64)],
+            &[&[2], &[0, 1], &[0, 1, 0]],
+            &[],
+            &[1],
+        );
+        m.operators.push(Operator {
+            name: "aten::copy_".into(),
+            overload: String::new(),
+        });
+        if let Instruction::Kernel { op, .. } = &mut m.instructions[2] {
+            *op = 1;
+        }
+        assert_eq!(held(&m), [0]);
+        let lives = crate::analysis::lives::lives(&m, |_| None);
+        assert_eq!(lives[0], Some(Life::ALWAYS));
+        let a = Aliases::of(&m);
+        assert!(a.partners(0).contains(&2), "{:?}", a.partners(0));
+        assert!(a.spans().iter().any(|s| s.value == 0 && s.life.last == usize::MAX));
+    }
+
     #[test]
     fn reused_bytes_are_no_alias() {
         // Value 0 is written and read, then value 1 takes its bytes.

@@ -460,7 +460,17 @@ pub(super) fn slice_scatter(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> 
     }
     let d = norm_dim(dim, x.rank())?;
     let (start, end, step) = slice_parts(ctx, 3)?;
-    let (start, end) = (constant_bound(ctx, start)?, constant_bound(ctx, end)?);
+    let constant = |v: &Option<IntArg>| match v {
+        None => Some(None),
+        Some(v) => v.constant().map(Some),
+    };
+    let (start, end) = match (constant(&start), constant(&end)) {
+        (Some(s), Some(e)) if !src.dynamic => (s, e),
+        // A window known only at run time (a KV cache written at the
+        // position of the tokens given): the kernel checks that the
+        // source's live sizes are the slice's.
+        _ => return slice_scatter_live(ctx, (&x, &src, &out), d, (start, end, step)),
+    };
     let len = ptec_runtime::kernels::shape::slice_output_len(x.sizes[d], start, end, step).expect("positive step");
     let mut want = x.sizes.clone();
     want[d] = len;
@@ -480,6 +490,32 @@ pub(super) fn slice_scatter(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> 
             i64_lit(step),
         );
         let call = ctx.kernel_result(quote!(#k::slice_scatter(#o, #sizes, #dl, #s0, #e0, #st, #si)));
+        Ok(quote! { #s #call })
+    })
+}
+
+/// [`slice_scatter`] of a source or window whose sizes are known only at
+/// run time, into a static `self`.
+fn slice_scatter_live(
+    ctx: &mut OpCtx<'_>,
+    (x, src, out): (&TArg, &TArg, &TArg),
+    d: usize,
+    (start, end, step): (Option<IntArg>, Option<IntArg>, i64),
+) -> Result<TokenStream, String> {
+    if src.rank() != x.rank() {
+        return Err(format!(
+            "slice_scatter source of rank {}, expected {}",
+            src.rank(),
+            x.rank()
+        ));
+    }
+    let sizes = usize_slice(&x.sizes);
+    let src_sizes = ctx.sizes(src);
+    emit_copy_then(ctx, x, out, |ctx, o| {
+        let (si, s) = ctx.read(src)?;
+        let (k, dl) = (kernels(), lit(d));
+        let (s0, e0, st) = (opt_expr(&start), opt_expr(&end), i64_lit(step));
+        let call = ctx.kernel_result(quote!(#k::slice_scatter_live(#o, #sizes, #dl, (#s0, #e0, #st), #si, #src_sizes)));
         Ok(quote! { #s #call })
     })
 }

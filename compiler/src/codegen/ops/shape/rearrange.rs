@@ -2,14 +2,6 @@
 //! reflection and replication pads, `tril`/`triu`, pixel shuffles.
 use super::*;
 
-/// An optional slice bound that must be known at compile time.
-pub(super) fn constant_bound(ctx: &OpCtx<'_>, bound: Option<IntArg>) -> Result<Option<i64>, String> {
-    match bound {
-        None => Ok(None),
-        Some(b) => b.constant().map(Some).ok_or_else(|| no_dynamic(ctx)),
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Rearrangements.
 
