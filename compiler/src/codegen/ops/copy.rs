@@ -9,7 +9,7 @@ pub const OPS: &[(&str, Emitter)] = &[
     ("dim_order_ops::_clone_dim_order.out", clone_dim_order),
     ("aten::clone.out", clone),
     ("aten::_to_copy.out", to_copy),
-    ("aten::copy_", copy_inplace),
+    (crate::names::COPY_INPLACE, copy_inplace),
     ("aten::copy.out", copy_out),
     ("aten::native_dropout.out", native_dropout),
     ("et_copy::_h2d_copy.out", device_copy),

@@ -269,6 +269,15 @@ pub(super) fn slice_parts(ctx: &OpCtx<'_>, first: usize) -> Result<(Option<IntAr
     Ok((start, end, step))
 }
 
+/// An optional slice bound known at compile time (`Some(None)`: absent),
+/// or `None` when the run computes it.
+fn known_bound(v: &Option<IntArg>) -> Option<Option<i64>> {
+    match v {
+        None => Some(None),
+        Some(v) => v.constant().map(Some),
+    }
+}
+
 pub(super) fn opt_expr(v: &Option<IntArg>) -> TokenStream {
     match v {
         Some(v) => {
@@ -290,11 +299,7 @@ pub(super) fn emit_slice(
     step: i64,
 ) -> Result<TokenStream, String> {
     require_same(&[x, out])?;
-    let constant = |v: &Option<IntArg>| match v {
-        None => Some(None),
-        Some(v) => v.constant().map(Some),
-    };
-    let set = match (x.dynamic, constant(&start), constant(&end)) {
+    let set = match (x.dynamic, known_bound(&start), known_bound(&end)) {
         (false, Some(s), Some(e)) => {
             let len = ptec_runtime::kernels::shape::slice_output_len(x.sizes[d], s, e, step).expect("positive step");
             let mut want = x.sizes.clone();
@@ -460,11 +465,7 @@ pub(super) fn slice_scatter(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> 
     }
     let d = norm_dim(dim, x.rank())?;
     let (start, end, step) = slice_parts(ctx, 3)?;
-    let constant = |v: &Option<IntArg>| match v {
-        None => Some(None),
-        Some(v) => v.constant().map(Some),
-    };
-    let (start, end) = match (constant(&start), constant(&end)) {
+    let (start, end) = match (known_bound(&start), known_bound(&end)) {
         (Some(s), Some(e)) if !src.dynamic => (s, e),
         // A window known only at run time (a KV cache written at the
         // position of the tokens given): the kernel checks that the
