@@ -364,6 +364,10 @@ const NCHW: &[&str] = &["conv", "channels_last"];
 /// dynamic shapes and mutable state.
 const TRACED: &[&str] = &["cond", "xnnpack_conv", "conv", "dynamic", "kv_cache"];
 
+/// Fixtures whose delegates `examples/tiny-backend`'s backend serves: one
+/// delegate call, and the same with device copies around it.
+const USER_BACKEND: &[&str] = &["tiny_delegate", "device_copies"];
+
 /// XNNPACK-delegated corpus programs, compiled with their delegates left to
 /// a user backend (tests/recording_backend.rs) rather than compiled.
 const DELEGATED: &[&str] = &["xnnpack_mlp", "xnnpack_partial"];
@@ -464,6 +468,15 @@ fn main() {
         let module = format!("fixture_{name}");
         let file = format!("fixtures/{name}.bpte");
         generate(&module, Path::new(&file), None, rtol, atol, Mode::Default, &out);
+        modules.push(module);
+    }
+    // Programs whose delegates a user backend serves (examples/tiny-backend's
+    // `TinyBackend`), for the Model API's property test: with delegates,
+    // no `#[test]`s are generated (they cannot make the backend).
+    for name in USER_BACKEND {
+        let module = format!("user_backend_{name}");
+        let file = format!("fixtures/{name}.bpte");
+        generate(&module, Path::new(&file), None, 1e-4, 1e-5, Mode::Default, &out);
         modules.push(module);
     }
     let corpus = Path::new("../../shared/corpus");

@@ -19,6 +19,10 @@
 //! - at the end the bundle's cases, from a reset, still give PyTorch's
 //!   outputs.
 //!
+//! The programs: fixtures with every kind of instruction, compiled with
+//! embedded or external weights, and two whose delegate a user backend
+//! serves.
+//!
 //! Included by `build_step.rs`, whose binary holds the generated modules.
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
@@ -735,6 +739,37 @@ adversarial_external! {
     external_state: external_kv_cache, ["kv_cache.bpte"], 16;
     external_several_methods: external_multi_method, ["multi_method.bpte"], 16;
     external_prepared_delegate: external_xnnpack_conv, ["xnnpack_conv.bpte"], 12;
+}
+
+/// The same for programs whose delegates a user backend serves
+/// (`examples/tiny-backend`'s `TinyBackend`): each instance gets a backend
+/// of its own, which `init` hands the delegate's blob at construction and
+/// every run calls, whatever came before. Each backend lives as long as the
+/// test (leaked: a few dozen small ones).
+macro_rules! adversarial_user_backend {
+    ($($test:ident: $module:ident, $cases:expr;)*) => {$(
+        #[test]
+        fn $test() {
+            use crate::$module::{bundled, Program};
+            use ptec_runtime::{Backend, BackendRegistry};
+            drive(
+                || {
+                    let backend: &'static mut example_tiny_backend::TinyBackend = Box::leak(Box::default());
+                    let backends: &'static mut [&'static mut dyn Backend; 1] = Box::leak(Box::new([backend]));
+                    Program::boxed(BackendRegistry::new(backends)).expect("the backend takes the delegate")
+                },
+                bundled::CASES.len(),
+                bundled::run_case,
+                bundled::TOLERANCE,
+                $cases,
+            );
+        }
+    )*};
+}
+
+adversarial_user_backend! {
+    user_backend_delegate: user_backend_tiny_delegate, 24;
+    user_backend_with_device_copies: user_backend_device_copies, 24;
 }
 
 /// Programs without user backends are `Send` and `Sync` (docs/soundness.md;
