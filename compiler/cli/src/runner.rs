@@ -180,6 +180,14 @@ impl RunnerCrate {
     /// Creates the crate with the given `[profile.release]` settings (TOML
     /// lines).
     pub fn new(name: &'static str, release_profile: &str) -> std::result::Result<Self, String> {
+        // `bench` for `ptec bench`'s executables; `ptec check`'s take it
+        // too, so a target directory they share builds one runtime.
+        Self::with_runtime(name, release_profile, "features = [\"bench\"]")
+    }
+
+    /// [`RunnerCrate::new`] with `runtime` (TOML: the features of the
+    /// `ptec-runtime` dependency) in place of `bench`'s.
+    pub fn with_runtime(name: &'static str, release_profile: &str, runtime: &str) -> std::result::Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("{name}-"))
             .tempdir()
@@ -190,10 +198,8 @@ impl RunnerCrate {
             RuntimeSource::Path(dir) => (format!("path = {:?}", dir.display().to_string()), true),
             RuntimeSource::Registry => (format!("version = \"={}\"", env!("CARGO_PKG_VERSION")), false),
         };
-        // `bench` for `ptec bench`'s executables; `ptec check`'s take it
-        // too, so a target directory they share builds one runtime.
         let manifest = format!(
-            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {{ {dependency}, features = [\"bench\"] }}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n"
+            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\nptec-runtime = {{ {dependency}, {runtime} }}\n\n[profile.release]\n{release_profile}\n\n[workspace]\n"
         );
         std::fs::write(dir.path().join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
         // The source tree's lock file pins the runtime's dependencies, so an

@@ -1,6 +1,6 @@
-//! `ptec size` on the `mlp` fixture: a release build measured, its numbers
-//! checked against each other and against what `ptec inspect` reads from
-//! the file.
+//! `ptec size` on the `mlp` fixture: a release build measured (for the
+//! host, and for a microcontroller), its numbers checked against each
+//! other and against what `ptec inspect` reads from the file.
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -147,6 +147,83 @@ fn the_size_report_measures_a_release_build() {
     // of bytes of frames, far from the 8 MiB painted.
     assert!(stack > 64 && stack < 1 << 20, "{report}");
     assert!(u(&report["state_bytes"]) > 0, "{report}");
+}
+
+/// Whether rustup has the standard library (`core`) of `target`.
+fn target_installed(target: &str) -> bool {
+    let out = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .args(["--print", "target-libdir", "--target", target])
+        .output();
+    out.is_ok_and(|o| o.status.success() && PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).is_dir())
+}
+
+/// For a microcontroller (a `*-none-*` target) the runner is `no_std`: the
+/// binary is built and measured, not run; the state is its static.
+#[test]
+#[ignore = "slow: run with `cargo test --workspace --tests -- --ignored`"]
+fn the_size_report_measures_a_microcontroller_build() {
+    let target = "thumbv7em-none-eabihf";
+    if !target_installed(target) {
+        // CI (.ci/run) installs it before the tests.
+        assert!(
+            std::env::var_os("PTEC_REQUIRE_CORPUS").is_none(),
+            "rustup target add {target}: CI must run this test"
+        );
+        eprintln!("NOT RUN: no {target} standard library (rustup target add {target})");
+        return;
+    }
+    let file = fixture("mlp.pte");
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("mlp-size.elf");
+    let report = ptec_json(&[
+        "size".as_ref(),
+        file.as_os_str(),
+        "--target".as_ref(),
+        target.as_ref(),
+        "--json".as_ref(),
+        "--keep".as_ref(),
+        kept.as_os_str(),
+    ]);
+    let inspected = ptec_json(&["inspect".as_ref(), file.as_os_str(), "--json".as_ref()]);
+    assert_eq!(report["target"], target, "{report}");
+    assert_eq!(report["ran"], false, "{report}");
+    // A 32-bit Arm ELF file.
+    let binary = std::fs::read(&kept).unwrap();
+    assert_eq!(&binary[..5], b"\x7fELF\x01", "not a 32-bit ELF file");
+    assert_eq!(u16::from_le_bytes([binary[18], binary[19]]), 40, "e_machine is not Arm");
+    assert_eq!(binary.len() as u64, u(&report["binary_bytes"]));
+
+    // Everything a firmware calls is linked: the program's code (called
+    // through the `Model` trait, not inlined away), its kernels.
+    let code = u(&report["code_bytes"]);
+    for k in ["generated_bytes", "kernel_bytes"] {
+        assert!(u(&report[k]) > 0 && u(&report[k]) < code, "{k}: {report}");
+    }
+    let methods = report["methods"].as_array().unwrap();
+    assert!(u(&methods[0]["code_bytes"]) > 0, "{report}");
+    assert!(methods[0]["stack_bytes"].is_null(), "{report}");
+    // The plan and constants are the file's; the program object is a
+    // zero-initialised static.
+    let method = &inspected["methods"][0];
+    assert_eq!(u(&methods[0]["planned_bytes"]), u(&method["planned_bytes"]), "{report}");
+    assert_eq!(
+        u(&methods[0]["constant_bytes"]),
+        (16 * 32 + 32 + 32 * 10 + 10) * 4,
+        "{report}"
+    );
+    let state = u(&report["state_bytes"]);
+    let zeroed: u64 = report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "zero-initialised")
+        .map(|s| u(&s["bytes"]))
+        .sum();
+    assert!(
+        state > 0 && state <= zeroed,
+        "state {state}, zero-initialised {zeroed}: {report}"
+    );
+    assert!(u(&report["embedded_bytes"]) >= u(&method["constant_bytes"]), "{report}");
 }
 
 #[test]
