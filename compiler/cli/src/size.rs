@@ -270,6 +270,10 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 }
 "#;
 
+/// The runner crates: with `std`, and without an operating system.
+const RUNNER: &str = "ptec-size-run";
+const RUNNER_BARE: &str = "ptec-size-bare";
+
 /// A function symbol of the binary: its demangled name (no hash) and size.
 struct Symbol {
     name: String,
@@ -288,9 +292,21 @@ fn section_kind(kind: SectionKind) -> &'static str {
     }
 }
 
-/// The binary's code bytes, its sections, its function symbols and the
-/// size of its `EMBEDDED_DATA` symbols.
-fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<SectionSize>, Vec<Symbol>, u64), String> {
+/// What `ptec size` reads from the built binary.
+struct Binary {
+    /// The bytes of its executable sections.
+    code: u64,
+    sections: Vec<SectionSize>,
+    /// Its function symbols.
+    symbols: Vec<Symbol>,
+    /// The bytes of its `EMBEDDED_DATA` symbols.
+    embedded: u64,
+    /// The size of the no_std runner's `PTEC_SIZE_STATE` static, where the
+    /// binary says it.
+    state_static: Option<u64>,
+}
+
+fn read_binary(bytes: &[u8]) -> Result<Binary, String> {
     if bytes.starts_with(b"\0asm") {
         return Err("ptec size reads ELF, Mach-O and PE binaries, and this target builds WebAssembly".into());
     }
@@ -311,12 +327,15 @@ fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<SectionSize>, Vec<Symbol>, u64)
             file_bytes: s.file_range().map_or(0, |(_, len)| len),
         })
         .collect();
-    let mut embedded = 0;
+    let (mut embedded, mut state_static) = (0, None);
     let mut functions: Vec<(u64, u64, usize, String)> = Vec::new();
     for s in file.symbols() {
         let Ok(name) = s.name() else { continue };
         if s.kind() == SymbolKind::Data && name.contains("EMBEDDED_DATA") {
             embedded += s.size();
+        }
+        if name == "PTEC_SIZE_STATE" && s.size() > 0 {
+            state_static = Some(s.size());
         }
         match s.section_index() {
             Some(i) if s.kind() == SymbolKind::Text && s.is_definition() && text.contains_key(&i.0) => {
@@ -348,14 +367,13 @@ fn read_binary(bytes: &[u8]) -> Result<(u64, Vec<SectionSize>, Vec<Symbol>, u64)
             size,
         });
     }
-    Ok((code, sections, symbols, embedded))
-}
-
-/// The size of the data symbol `name`, where the binary says it.
-fn data_symbol_size(bytes: &[u8], name: &str) -> Option<u64> {
-    let file = object::File::parse(bytes).ok()?;
-    let found = file.symbols().find(|s| s.name() == Ok(name))?;
-    Some(found.size()).filter(|&n| n > 0)
+    Ok(Binary {
+        code,
+        sections,
+        symbols,
+        embedded,
+        state_static,
+    })
 }
 
 /// For each state type's instruction function (`(state, "i12")`), its
@@ -490,7 +508,8 @@ enum Owner<'a> {
     Other,
 }
 
-fn owner<'a>(name: &str, states: &'a [String]) -> Owner<'a> {
+/// Who owns the function `name` of the binary `runner` built.
+fn owner<'a>(name: &str, runner: &str, states: &'a [String]) -> Owner<'a> {
     let path = name.trim_start_matches('<');
     if let Some(rest) = path.strip_prefix("ptec_kernels::") {
         let module: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
@@ -499,9 +518,10 @@ fn owner<'a>(name: &str, states: &'a [String]) -> Owner<'a> {
     if path.starts_with("ptec_runtime::") {
         return Owner::Runtime;
     }
-    // The runner crates: `ptec-size-run`, and `ptec-size-bare` without an
-    // operating system.
-    if !path.starts_with("ptec_size_run::program::") && !path.starts_with("ptec_size_bare::program::") {
+    let generated = path
+        .strip_prefix(runner.replace('-', "_").as_str())
+        .is_some_and(|rest| rest.starts_with("::program::"));
+    if !generated {
         return Owner::Other;
     }
     let state = states
@@ -543,11 +563,13 @@ pub fn size(req: &SizeRequest, mut progress: impl FnMut(&str)) -> Result<SizeRep
     let triple = req.target.clone().unwrap_or_else(|| host.clone());
     // A target without an operating system gets a runner without `std`.
     let bare = triple.split('-').any(|part| part == "none");
+    let runner = if bare { RUNNER_BARE } else { RUNNER };
+    let release = "opt-level = 3\ndebug = false\nstrip = \"debuginfo\"";
     let krate = match bare {
-        false => RunnerCrate::new("ptec-size-run", "opt-level = 3\ndebug = false\nstrip = \"debuginfo\"")?,
+        false => RunnerCrate::new(runner, release)?,
         true => RunnerCrate::with_runtime(
-            "ptec-size-bare",
-            "opt-level = 3\ndebug = false\nstrip = \"debuginfo\"\npanic = \"abort\"",
+            runner,
+            &format!("{release}\npanic = \"abort\""),
             "default-features = false",
         )?,
     };
@@ -569,9 +591,15 @@ pub fn size(req: &SizeRequest, mut progress: impl FnMut(&str)) -> Result<SizeRep
     if let Some(keep) = &req.keep {
         std::fs::copy(&exe, keep).map_err(|e| format!("{}: {e}", keep.display()))?;
     }
-    let (code_bytes, sections, symbols, embedded_bytes) = read_binary(&bytes)?;
+    let Binary {
+        code: code_bytes,
+        sections,
+        symbols,
+        embedded: embedded_bytes,
+        state_static,
+    } = read_binary(&bytes)?;
     // Without a run, the state's size from its static's symbol.
-    let mut state_bytes = bare.then(|| data_symbol_size(&bytes, "PTEC_SIZE_STATE")).flatten();
+    let mut state_bytes = state_static;
 
     // On the host: run it for the state's size, the plans and the stacks.
     let ran = triple == host;
@@ -627,7 +655,7 @@ pub fn size(req: &SizeRequest, mut progress: impl FnMut(&str)) -> Result<SizeRep
     let mut op_code: BTreeMap<&str, u64> = BTreeMap::new();
     let (mut shared_kernel_bytes, mut other_kernel_bytes) = (0, 0);
     for s in &symbols {
-        match owner(&s.name, &states) {
+        match owner(&s.name, runner, &states) {
             Owner::Generated { state, function } => {
                 generated_bytes += s.size;
                 if let Some(state) = state {
@@ -843,7 +871,7 @@ mod tests {
     #[test]
     fn symbols_are_owned_by_their_path() {
         let states = vec!["ProgramForwardState".to_string()];
-        let owner_of = |name: &str| match owner(name, &states) {
+        let owner_of = |name: &str| match owner(name, RUNNER, &states) {
             Owner::Generated { state, function } => format!("generated {state:?} {function:?}"),
             Owner::Kernel(m) => format!("kernel {m}"),
             Owner::Runtime => "runtime".into(),
@@ -863,5 +891,16 @@ mod tests {
         );
         assert_eq!(owner_of("ptec_runtime::harness::compare"), "runtime");
         assert_eq!(owner_of("std::rt::lang_start"), "other");
+        // Another runner's program is not this binary's.
+        assert_eq!(owner_of("ptec_size_bare::program::__ptec_mlp::Program::new"), "other");
+        let bare = match owner(
+            "ptec_size_bare::program::__ptec_mlp::ProgramForwardState::i1",
+            RUNNER_BARE,
+            &states,
+        ) {
+            Owner::Generated { function, .. } => function,
+            _ => None,
+        };
+        assert_eq!(bare.as_deref(), Some("i1"));
     }
 }

@@ -630,6 +630,17 @@ fn play(
     Ok(())
 }
 
+/// The number of call sequences a test runs: its own, unless
+/// PROPTEST_CASES asks for another.
+fn cases_to_run(default: u32) -> u32 {
+    match std::env::var("PROPTEST_CASES") {
+        Ok(n) => n
+            .parse()
+            .unwrap_or_else(|_| panic!("PROPTEST_CASES={n} is not a number")),
+        Err(_) => default,
+    }
+}
+
 type RunCase = fn(&mut dyn Model, usize, Tolerance) -> Result<(), CaseFailure>;
 
 /// `cases` generated call sequences on fresh instances of a program from
@@ -641,9 +652,7 @@ fn drive<M: Model>(make: impl Fn() -> M, bundled: usize, run_case: RunCase, tol:
         failure_persistence: None,
         ..Config::default()
     };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = cases;
-    }
+    config.cases = cases_to_run(cases);
     if config.rng_seed == RngSeed::Random {
         config.rng_seed = RngSeed::Fixed(59);
     }
@@ -744,24 +753,35 @@ adversarial_external! {
 /// The same for programs whose delegates a user backend serves
 /// (`examples/tiny-backend`'s `TinyBackend`): each instance gets a backend
 /// of its own, which `init` hands the delegate's blob at construction and
-/// every run calls, whatever came before. Each backend lives as long as the
-/// test (leaked: a few dozen small ones).
+/// every run calls, whatever came before. The backends come from a pool
+/// made up front, two per call sequence (the instance and its reference),
+/// and outlive the instances; only a failing case's shrinking, which makes
+/// more, leaks the rest (LeakSanitizer reports leaks, `.ci/sanitizers`).
 macro_rules! adversarial_user_backend {
     ($($test:ident: $module:ident, $cases:expr;)*) => {$(
         #[test]
         fn $test() {
             use crate::$module::{bundled, Program};
             use ptec_runtime::{Backend, BackendRegistry};
+            use example_tiny_backend::TinyBackend;
+            let cases = cases_to_run($cases);
+            let mut owned: Vec<TinyBackend> = (0..2 * cases).map(|_| TinyBackend::default()).collect();
+            let mut slots: Vec<[&mut dyn Backend; 1]> =
+                owned.iter_mut().map(|b| [b as &mut dyn Backend]).collect();
+            let pool = core::cell::RefCell::new(slots.iter_mut());
             drive(
                 || {
-                    let backend: &'static mut example_tiny_backend::TinyBackend = Box::leak(Box::default());
-                    let backends: &'static mut [&'static mut dyn Backend; 1] = Box::leak(Box::new([backend]));
-                    Program::boxed(BackendRegistry::new(backends)).expect("the backend takes the delegate")
+                    let next = pool.borrow_mut().next();
+                    let slot = next.unwrap_or_else(|| {
+                        let backend: &mut dyn Backend = Box::leak(Box::<TinyBackend>::default());
+                        Box::leak(Box::new([backend]))
+                    });
+                    Program::boxed(BackendRegistry::new(slot)).expect("the backend takes the delegate")
                 },
                 bundled::CASES.len(),
                 bundled::run_case,
                 bundled::TOLERANCE,
-                $cases,
+                cases,
             );
         }
     )*};
