@@ -205,7 +205,9 @@ const SDPA_SPLIT_WORK: usize = if cfg!(miri) { 1 << 8 } else { 1 << 16 };
 /// (heads / kv_heads)` (grouped-query attention). Dot products are taken
 /// over 16 lanes and `exp` is a polynomial ([`crate::scalar::exp_nonpositive`],
 /// within 2 ulp), vectorized; query positions are split across threads in
-/// ranges of equal work, each with its own row of `scores`.
+/// ranges of equal work, each with its own share of `scores` (on AVX-512
+/// the heads of a row that share a kv head are taken together, a row of
+/// scores each, as many as the share holds).
 pub fn custom_sdpa(
     q: &[f32],
     k_cache: &[f32],
@@ -258,8 +260,8 @@ pub fn custom_sdpa(
     };
     // The (query row, head) pairs, each d outputs in place, split in
     // contiguous ranges of about equal work (a causal row reads as many
-    // keys as its position), one row of scores each: a prompt's rows, or
-    // a decoded token's heads.
+    // keys as its position), an equal share of the scores each: a
+    // prompt's rows, or a decoded token's heads.
     let units = rows * h;
     let total: usize = (0..rows).map(|r| job.seen(r)).sum::<usize>() * h;
     let parts = crate::parallel::threads()
@@ -267,7 +269,7 @@ pub fn custom_sdpa(
         .min(scores.len() / keys)
         .min(units);
     if parts <= 1 || total * d * 2 < SDPA_SPLIT_WORK {
-        job.run_units(0, out, &mut scores[..keys]);
+        job.run_units(0, out, scores);
         return Ok(());
     }
     let mut starts = [units; crate::parallel::MAX_THREADS];
@@ -281,10 +283,12 @@ pub fn custom_sdpa(
     }
     let parts = p;
     let outs = crate::parallel::Pieces::new(out, starts[..parts].iter().map(|&u| u * d));
-    let scratch = crate::parallel::Pieces::new(scores, (0..parts).map(|i| i * keys));
+    // Each part's scores: as many rows of `keys` as fit.
+    let share = scores.len() / parts;
+    let scratch = crate::parallel::Pieces::new(scores, (0..parts).map(|i| i * share));
     crate::parallel::run_parts(parts, &|i| {
         if let (Some(o), Some(sc)) = (outs.take(i), scratch.take(i)) {
-            job.run_units(starts[i], o, &mut sc[..keys]);
+            job.run_units(starts[i], o, &mut sc[..share]);
         }
     });
     Ok(())
@@ -327,6 +331,8 @@ impl SdpaRows<'_> {
         crate::cpu::with_best_isa(Work(self, first, out, scores))
     }
 
+    /// `scores` holds one row of `start + seq` floats for each head
+    /// taken together (at least one).
     #[inline(always)]
     fn units(&self, first: usize, out: &mut [f32], scores: &mut [f32]) {
         let [s, h, kvh, d, len] = self.dims;
@@ -335,24 +341,35 @@ impl SdpaRows<'_> {
         let stride = kvh * d;
         #[cfg(target_arch = "x86_64")]
         let wide = d.is_multiple_of(16) && crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
-        for (i, o) in out.chunks_exact_mut(d).enumerate() {
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide = false;
+        // On AVX-512, the query heads of one row that share a kv head go
+        // together, up to four (their weighted sums' registers), each key
+        // block read once for all of them while it is in L1. Each head's
+        // sums are taken in the same order as alone: the same bits.
+        let most = if wide { (scores.len() / keys).clamp(1, 4) } else { 1 };
+        let units = out.len() / d;
+        let mut i = 0;
+        while i < units {
             let (r, hi) = ((first + i) / h, (first + i) % h);
             let (bi, si) = (r / s, r % s);
+            let g = most.min(units - i).min(reps - hi % reps);
             let seen = self.seen(r);
-            {
-                let qrow = &self.q[(r * h + hi) * d..][..d];
-                let at = (bi * len * kvh + hi / reps) * d;
-                let (k, v) = (&self.k_cache[at..], &self.v_cache[at..]);
-                let row = &mut scores[..seen];
-                #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // SAFETY: the CPU has AVX-512F.
-                    unsafe { avx512::dots(qrow, k, stride, row) };
-                } else {
-                    dots(qrow, k, stride, row);
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                dots(qrow, k, stride, row);
+            let qs = &self.q[(r * h + hi) * d..][..g * d];
+            let at = (bi * len * kvh + hi / reps) * d;
+            let (k, v) = (&self.k_cache[at..], &self.v_cache[at..]);
+            let rows = &mut scores[..g * keys];
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: the CPU has AVX-512F.
+                unsafe { avx512::dots_heads(qs, k, stride, seen, rows, keys) };
+            }
+            if !wide {
+                dots(qs, k, stride, &mut rows[..seen]);
+            }
+            let mut inv = [0.0f32; 4];
+            for (row, inv) in rows.chunks_exact_mut(keys).zip(&mut inv) {
+                let row = &mut row[..seen];
                 match args.mask {
                     Some(m) => {
                         for (sc, &m) in row.iter_mut().zip(&m[si * keys..]) {
@@ -361,15 +378,26 @@ impl SdpaRows<'_> {
                     }
                     None => row.iter_mut().for_each(|sc| *sc = *sc * args.scale + 0.0),
                 }
-                let sum = crate::softmax::exp_sum_in_place(row, max_of(row));
-                #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // SAFETY: the CPU has AVX-512F.
-                    unsafe { avx512::weighted_sum(row, v, stride, 1.0 / sum, o) };
-                    continue;
-                }
-                weighted_sum(row, v, stride, 1.0 / sum, o);
+                *inv = 1.0 / crate::softmax::exp_sum_in_place(row, max_of(row));
             }
+            let o = &mut out[i * d..][..g * d];
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                let sums = avx512::Sums {
+                    p: rows,
+                    row: keys,
+                    n: seen,
+                    v,
+                    stride,
+                    inv: &inv[..g],
+                };
+                // SAFETY: the CPU has AVX-512F.
+                unsafe { avx512::weighted_sums_heads(&sums, o) };
+            }
+            if !wide {
+                weighted_sum(&rows[..seen], v, stride, inv[0], o);
+            }
+            i += g;
         }
     }
 }
@@ -425,39 +453,95 @@ fn weighted_sum(p: &[f32], v: &[f32], stride: usize, inv: f32, out: &mut [f32]) 
 mod avx512 {
     use core::arch::x86_64::*;
 
+    /// How many keys ahead the products fetch rows into L1.
+    const PREFETCH: usize = 48;
+
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(test)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dots(q: &[f32], k: &[f32], stride: usize, dots: &mut [f32]) {
+        let n = dots.len();
+        // SAFETY: as for this function; one head, one row of n.
+        unsafe { dots_heads(q, k, stride, n, dots, n) }
+    }
+
+    /// [`dots`] for `q.len() / rows.len() · row` heads of one kv head:
+    /// head `i`'s query is `q[i · d..][..d]` and its `n` dots go to
+    /// `rows[i · row..]`. Each block of 16 keys is read for every head in
+    /// turn, while it is in L1.
+    ///
     /// # Safety
     /// The CPU must support AVX-512F.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn dots(q: &[f32], k: &[f32], stride: usize, dots: &mut [f32]) {
-        let (d, n) = (q.len(), dots.len());
-        assert!(d.is_multiple_of(16) && (n == 0 || (n - 1) * stride + d <= k.len()));
+    pub(super) unsafe fn dots_heads(q: &[f32], k: &[f32], stride: usize, n: usize, rows: &mut [f32], row: usize) {
+        if n == 0 {
+            return;
+        }
+        let g = rows.len() / row;
+        assert!(g > 0 && q.len().is_multiple_of(g) && n <= row);
+        // The common head sizes with their loops unrolled: the chunks'
+        // loads and products independent, only the adds chained.
+        match q.len() / g {
+            // SAFETY: as for this function.
+            64 => unsafe { dots_of::<4>(q, k, stride, n, rows, row) },
+            // SAFETY: as for this function.
+            128 => unsafe { dots_of::<8>(q, k, stride, n, rows, row) },
+            // SAFETY: as for this function.
+            _ => unsafe { dots_of::<0>(q, k, stride, n, rows, row) },
+        }
+    }
+
+    /// [`dots_heads`] for heads of `C` chunks of 16 (any multiple of 16
+    /// when `C` is 0).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn dots_of<const C: usize>(q: &[f32], k: &[f32], stride: usize, n: usize, rows: &mut [f32], row: usize) {
+        let g = rows.len() / row;
+        let d = if C == 0 { q.len() / g } else { 16 * C };
+        assert!(q.len() == g * d && d.is_multiple_of(16) && (n == 0 || (n - 1) * stride + d <= k.len()));
         let full = n / 16 * 16;
-        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        let kp = k.as_ptr();
         for j0 in (0..full).step_by(16) {
-            // SAFETY: key j0 + t < n reads k[(j0 + t) · stride..][..d],
-            // within k (asserted); q holds d floats.
-            let mut a: [__m512; 16] = core::array::from_fn(|t| unsafe {
-                let key = kp.add((j0 + t) * stride);
-                let mut lanes = _mm512_setzero_ps();
+            // The next block's rows, while this one is worked on.
+            for t in (j0 + PREFETCH..(j0 + PREFETCH + 16).min(n)).rev() {
                 for c in (0..d).step_by(16) {
-                    let x = _mm512_mul_ps(_mm512_loadu_ps(qp.add(c)), _mm512_loadu_ps(key.add(c)));
-                    lanes = _mm512_add_ps(lanes, x);
+                    // SAFETY: key t < n: its row is within k (asserted).
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(kp.add(t * stride + c).cast()) };
                 }
-                lanes
-            });
-            transpose(&mut a);
-            // Lane l of every key, l = 0, 1, ...: dot16's `sum()`, then
-            // its `+ tail` (zero).
-            let mut sum = a[0];
-            for lane in &a[1..] {
-                sum = _mm512_add_ps(sum, *lane);
             }
-            let sum = _mm512_add_ps(sum, _mm512_setzero_ps());
-            // SAFETY: j0 + 16 <= n floats in dots.
-            unsafe { _mm512_storeu_ps(dots.as_mut_ptr().add(j0), sum) };
+            for (head, qh) in q.chunks_exact(d).enumerate() {
+                let qp = qh.as_ptr();
+                // SAFETY: key j0 + t < n reads k[(j0 + t) · stride..][..d],
+                // within k (asserted); qh holds d floats.
+                let mut a: [__m512; 16] = core::array::from_fn(|t| unsafe {
+                    let key = kp.add((j0 + t) * stride);
+                    let mut lanes = _mm512_setzero_ps();
+                    for c in (0..d).step_by(16) {
+                        let x = _mm512_mul_ps(_mm512_loadu_ps(qp.add(c)), _mm512_loadu_ps(key.add(c)));
+                        lanes = _mm512_add_ps(lanes, x);
+                    }
+                    lanes
+                });
+                transpose(&mut a);
+                // Lane l of every key, l = 0, 1, ...: dot16's `sum()`,
+                // then its `+ tail` (zero).
+                let mut sum = a[0];
+                for lane in &a[1..] {
+                    sum = _mm512_add_ps(sum, *lane);
+                }
+                let sum = _mm512_add_ps(sum, _mm512_setzero_ps());
+                // SAFETY: head < g and j0 + 16 <= n <= row: within rows.
+                unsafe { _mm512_storeu_ps(rows.as_mut_ptr().add(head * row + j0), sum) };
+            }
         }
         if full < n {
-            super::dots(q, &k[full * stride..], stride, &mut dots[full..]);
+            for (qh, out) in q.chunks_exact(d).zip(rows.chunks_exact_mut(row)) {
+                super::dots(qh, &k[full * stride..], stride, &mut out[full..n]);
+            }
         }
     }
 
@@ -492,27 +576,128 @@ mod avx512 {
 
     /// # Safety
     /// The CPU must support AVX-512F.
+    #[cfg(test)]
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn weighted_sum(p: &[f32], v: &[f32], stride: usize, inv: f32, out: &mut [f32]) {
-        let (d, n) = (out.len(), p.len());
-        assert!(d.is_multiple_of(16) && (n == 0 || (n - 1) * stride + d <= v.len()));
-        let vp = v.as_ptr();
-        // Up to 64 outputs a pass, four registers.
+        // SAFETY: as for this function; one head.
+        let sums = Sums {
+            p,
+            row: p.len(),
+            n: p.len(),
+            v,
+            stride,
+            inv: &[inv],
+        };
+        // SAFETY: as for this function.
+        unsafe { weighted_sums_heads(&sums, out) }
+    }
+
+    /// The weighted sums of `inv.len()` heads of one kv head: head `i`'s
+    /// `n` weights are `p[i · row..]`, its scale `inv[i]`; key `j`'s values
+    /// are `v[j · stride..]`.
+    #[derive(Clone, Copy)]
+    pub(super) struct Sums<'a> {
+        pub p: &'a [f32],
+        pub row: usize,
+        pub n: usize,
+        pub v: &'a [f32],
+        pub stride: usize,
+        pub inv: &'a [f32],
+    }
+
+    /// [`weighted_sum`] for the heads of `sums`, head `i`'s outputs to
+    /// `out[i · d..][..d]`. Each key's values are loaded once for all the
+    /// heads.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weighted_sums_heads(sums: &Sums<'_>, out: &mut [f32]) {
+        // SAFETY: as for this function.
+        unsafe {
+            match sums.inv.len() {
+                1 => weighted_sums_of::<1>(sums, out),
+                2 => weighted_sums_of::<2>(sums, out),
+                3 => weighted_sums_of::<3>(sums, out),
+                4 => weighted_sums_of::<4>(sums, out),
+                _ => unreachable!("at most four heads together"),
+            }
+        }
+    }
+
+    /// [`weighted_sums_heads`] for `G` heads.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn weighted_sums_of<const G: usize>(sums: &Sums<'_>, out: &mut [f32]) {
+        let Sums {
+            p,
+            row,
+            n,
+            v,
+            stride,
+            inv,
+        } = *sums;
+        let d = out.len() / G;
+        assert!(inv.len() == G && out.len() == G * d && d.is_multiple_of(16));
+        assert!(n <= row && (G - 1) * row + n <= p.len() && (n == 0 || (n - 1) * stride + d <= v.len()));
+        match d {
+            // SAFETY: as for this function.
+            64 => unsafe { weighted_sums_d::<G, 4>(sums, out) },
+            // SAFETY: as for this function.
+            _ => unsafe { weighted_sums_d::<G, 0>(sums, out) },
+        }
+    }
+
+    /// [`weighted_sums_of`] for heads of `W` chunks of 16 (any multiple of
+    /// 16 when `W` is 0), checked by the caller.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn weighted_sums_d<const G: usize, const W: usize>(sums: &Sums<'_>, out: &mut [f32]) {
+        let Sums {
+            p,
+            row,
+            n,
+            v,
+            stride,
+            inv,
+        } = *sums;
+        let d = if W == 0 { out.len() / G } else { 16 * W };
+        let (vp, pp) = (v.as_ptr(), p.as_ptr());
+        // Up to 64 outputs a pass, four registers a head.
         for c0 in (0..d).step_by(64) {
             let w = (d - c0).min(64) / 16;
-            let mut acc = [_mm512_setzero_ps(); 4];
-            for (j, &pj) in p.iter().enumerate() {
-                let pj = _mm512_set1_ps(pj);
-                for (t, acc) in acc.iter_mut().enumerate().take(w) {
-                    // SAFETY: j < n and c0 + 16t + 16 <= d: within v.
-                    let x = unsafe { _mm512_loadu_ps(vp.add(j * stride + c0 + 16 * t)) };
-                    *acc = _mm512_add_ps(*acc, _mm512_mul_ps(pj, x));
+            let mut acc = [[_mm512_setzero_ps(); 4]; G];
+            for j in 0..n {
+                if j + PREFETCH < n {
+                    for t in 0..w {
+                        // SAFETY: key j + PREFETCH < n: within v.
+                        unsafe { _mm_prefetch::<_MM_HINT_T0>(vp.add((j + PREFETCH) * stride + c0 + 16 * t).cast()) };
+                    }
+                }
+                // SAFETY: j < n and c0 + 16t + 16 <= d: within v
+                // (checked by the caller).
+                let x: [__m512; 4] =
+                    core::array::from_fn(|t| unsafe { _mm512_loadu_ps(vp.add(j * stride + c0 + 16 * t.min(w - 1))) });
+                for (head, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: head < G and j < n: within p (checked).
+                    let pj = _mm512_set1_ps(unsafe { *pp.add(head * row + j) });
+                    for (t, acc) in acc.iter_mut().enumerate().take(w) {
+                        *acc = _mm512_add_ps(*acc, _mm512_mul_ps(pj, x[t]));
+                    }
                 }
             }
-            for (t, acc) in acc.iter().enumerate().take(w) {
-                let y = _mm512_mul_ps(*acc, _mm512_set1_ps(inv));
-                // SAFETY: c0 + 16t + 16 <= d floats in out.
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(c0 + 16 * t), y) };
+            for (head, acc) in acc.iter().enumerate() {
+                for (t, acc) in acc.iter().enumerate().take(w) {
+                    let y = _mm512_mul_ps(*acc, _mm512_set1_ps(inv[head]));
+                    // SAFETY: head < G, c0 + 16t + 16 <= d: within out.
+                    unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(head * d + c0 + 16 * t), y) };
+                }
             }
         }
     }
@@ -850,6 +1035,69 @@ mod tests {
                 // SAFETY: as above.
                 unsafe { avx512::weighted_sum(&p, &k, stride, 0.3, &mut got) };
                 assert_eq!(bits(&got), bits(&want), "weighted sum, d {d}, {n} keys");
+            }
+        }
+    }
+
+    /// Query heads that share a kv head, taken together on AVX-512 (up to
+    /// four), give each head's bits alone on the portable path: for head
+    /// sizes with and without unrolled paths, groups cut at four, heads
+    /// that share nothing, masks, one and two threads.
+    #[test]
+    fn heads_taken_together_give_each_heads_bits_alone() {
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rng = Lcg(31);
+        let shapes: &[(usize, usize, usize)] = if cfg!(miri) {
+            &[(3, 1, 16), (6, 1, 32)]
+        } else {
+            &[(9, 3, 64), (8, 2, 128), (12, 2, 64), (6, 3, 48), (4, 4, 64), (5, 1, 16)]
+        };
+        let len = if cfg!(miri) { 20 } else { 96 };
+        for &(h, kvh, d) in shapes {
+            for start in [0, 4, 15, len - 1] {
+                for masked in [false, true] {
+                    let q = rng.vec(h * d);
+                    let k = rng.vec(len * kvh * d);
+                    let v = rng.vec(len * kvh * d);
+                    let mask: Vec<f32> = rng.vec(len).iter().map(|x| if *x > 0.5 { -1e9 } else { *x }).collect();
+                    let (start, keys) = if masked { (len - 1, len) } else { (start, start + 1) };
+                    // Each head alone, portable.
+                    let mut want = vec![0.0f32; h * d];
+                    for hi in 0..h {
+                        let at = (hi / (h / kvh)) * d;
+                        let mut row = vec![0.0f32; keys];
+                        dots(&q[hi * d..][..d], &k[at..], kvh * d, &mut row);
+                        for (j, sc) in row.iter_mut().enumerate() {
+                            *sc = *sc * 0.125 + if masked { mask[j] } else { 0.0 };
+                        }
+                        let m = max_of(&row);
+                        let sum = crate::softmax::exp_sum_in_place(&mut row, m);
+                        weighted_sum(&row, &v[at..], kvh * d, 1.0 / sum, &mut want[hi * d..][..d]);
+                    }
+                    for threads in [1, 2] {
+                        crate::parallel::set_threads(threads);
+                        let mut out = vec![0.0f32; h * d];
+                        let mut scores = vec![0.0f32; sdpa_scratch_len(len)];
+                        let args = Sdpa {
+                            q_sizes: &[1, 1, h, d],
+                            cache_sizes: &[1, len, kvh, d],
+                            start_pos: start as i64,
+                            mask: masked.then_some(&mask[..]),
+                            mask_sizes: if masked { &[1, len] } else { &[] },
+                            is_causal: !masked,
+                            scale: 0.125,
+                        };
+                        custom_sdpa(&q, &k, &v, &args, &mut out, &mut scores).unwrap();
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&out),
+                            bits(&want),
+                            "{h} heads over {kvh}, d {d}, start {start}, mask {masked}, {threads} threads"
+                        );
+                    }
+                    crate::parallel::set_threads(1);
+                }
             }
         }
     }
