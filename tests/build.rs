@@ -174,6 +174,17 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     // the model registers as zeros, written at the run-time position by a
     // `slice_scatter` and back by `copy_`, a prompt then seven tokens.
     ("xnnpack_gemma4", "fixtures/xnnpack_gemma4.bpte", None, 1e-4, 1e-4),
+    // Voxtral Realtime as its export script makes it from a (synthetic)
+    // Mistral checkpoint: an audio encoder of run-time length, a text
+    // decoder over embeddings with adaptive norms, a token embedding.
+    ("voxtral_realtime", "fixtures/voxtral_realtime.bpte", None, 1e-4, 1e-4),
+    (
+        "xnnpack_voxtral_realtime",
+        "fixtures/xnnpack_voxtral_realtime.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
     // MLPerf Tiny's models through ExecuTorch's Cortex-M backend flow
     // (`cortex_m::` operators), against the converted graph's eager run, to
     // the bit (examples/cortex-m, make_fixtures.py --only cortex_m).

@@ -673,7 +673,7 @@ EXAMPLES = {
     "test": {"why": "not a model: the wheel's test of exporting the models above"},
     "torchvision_vit": {"zoo": ["tv_vit_b_16"]},
     "toy_model": {"zoo": ["et_toy_mul", "et_toy_linear", "et_toy_add", "et_toy_add_mul", "et_toy_softmax", "et_toy_conv1d", "et_toy_sdpa"]},
-    "voxtral_realtime": {"why": "`load_model(model_path)` reads Mistral's `params.json` and safetensors checkpoint; a tiny synthetic checkpoint is not made yet"},
+    "voxtral_realtime": {"fixtures": ["voxtral_realtime", "xnnpack_voxtral_realtime"], "note": "`load_model` on a tiny synthetic Mistral checkpoint (params.json and safetensors under the checkpoint's names), then export_voxtral_rt.py's `export_all` and `lower_to_executorch` (portable and XNNPACK): the audio encoder, the text decoder over embeddings with its KV cache, the token embedding; the mel input bounded at 192 frames rather than 24,000 (whose plan holds 6.6 GB for the encoder's attention); the streaming export (`--streaming`) is not made"},
     "voxtral_tts": {"why": "`load_model(model_path)` reads Mistral's `params.json` and safetensors checkpoint; a tiny synthetic checkpoint is not made yet"},
     "wav2letter": {"zoo": ["et_wav2letter"]},
     "whisper": {"zoo": ["hf_whisper_encoder", "hf_whisper_decoder"], "note": "transformers' Whisper, which the wheel's class loads, encoder and decoder with its cache"},
