@@ -185,6 +185,23 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    // Its streaming export: an encoder chunk a call, its convolutions'
+    // edges and attention in ring buffers, the decoder's caches rings of
+    // the sliding window.
+    (
+        "voxtral_realtime_streaming",
+        "fixtures/voxtral_realtime_streaming.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
+    (
+        "xnnpack_voxtral_realtime_streaming",
+        "fixtures/xnnpack_voxtral_realtime_streaming.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
     // MLPerf Tiny's models through ExecuTorch's Cortex-M backend flow
     // (`cortex_m::` operators), against the converted graph's eager run, to
     // the bit (examples/cortex-m, make_fixtures.py --only cortex_m).
