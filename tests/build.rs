@@ -202,6 +202,25 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         1e-4,
         1e-4,
     ),
+    // Voxtral TTS's two programs: the language model with the flow-matching
+    // head (five methods, the KV cache in the buffer its export shares
+    // between methods), and the codec decoder.
+    ("voxtral_tts", "fixtures/voxtral_tts.bpte", None, 1e-4, 1e-4),
+    (
+        "xnnpack_voxtral_tts",
+        "fixtures/xnnpack_voxtral_tts.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
+    ("voxtral_tts_codec", "fixtures/voxtral_tts_codec.bpte", None, 1e-4, 1e-4),
+    (
+        "xnnpack_voxtral_tts_codec",
+        "fixtures/xnnpack_voxtral_tts_codec.bpte",
+        None,
+        1e-4,
+        1e-4,
+    ),
     // MLPerf Tiny's models through ExecuTorch's Cortex-M backend flow
     // (`cortex_m::` operators), against the converted graph's eager run, to
     // the bit (examples/cortex-m, make_fixtures.py --only cortex_m).

@@ -8,7 +8,7 @@ use crate::options::{prepared_file, prepared_include, Options};
 use crate::passes::transform;
 use crate::plan::{plan_program, plan_temporaries};
 use crate::read::{parse, Loaded};
-use crate::verify::verify_program;
+use crate::verify::{verify_program, verify_shared_state};
 use proc_macro2::TokenStream;
 use std::borrow::Cow;
 use std::path::Path;
@@ -42,6 +42,7 @@ pub fn load<'a>(bytes: &'a [u8], data_files: &[&'a [u8]]) -> Result<Loaded<'a>> 
     let loaded = parse(bytes, data_files)?;
     if let Some(p) = &loaded.program {
         verify_program(p, &loaded.suites)?;
+        verify_shared_state(p)?;
     }
     Ok(loaded)
 }
@@ -336,6 +337,7 @@ fn compile_with_cases(bytes: &[u8], data: &[&[u8]], cases: &Named<'_>, options: 
         loaded.suites = suites;
         if let Some(p) = &loaded.program {
             verify_program(p, &loaded.suites)?;
+            verify_shared_state(p)?;
         }
         transform(&mut loaded, options)?;
         plan_temporaries(&mut loaded)?;
