@@ -1,5 +1,6 @@
 //! The one entry point of the three front ends: file bytes in, Rust out
 //! ([`compile`]: an [`Input`] and [`Options`] in, an [`Output`] out).
+use crate::analysis::shared::SharedState;
 use crate::codegen::Generated;
 use crate::error::{ErrorKind, Errors, Location, Result};
 use crate::format::render;
@@ -8,7 +9,7 @@ use crate::options::{prepared_file, prepared_include, Options};
 use crate::passes::transform;
 use crate::plan::{plan_program, plan_temporaries};
 use crate::read::{parse, Loaded};
-use crate::verify::{verify_program, verify_shared_state};
+use crate::verify::verify_program;
 use proc_macro2::TokenStream;
 use std::borrow::Cow;
 use std::path::Path;
@@ -39,10 +40,10 @@ pub fn generate(loaded: &Loaded<'_>, options: &Options) -> Result<Generated> {
 /// resolving external tensors against the `.ptd` files in `data_files`:
 /// the first two stages.
 pub fn load<'a>(bytes: &'a [u8], data_files: &[&'a [u8]]) -> Result<Loaded<'a>> {
-    let loaded = parse(bytes, data_files)?;
+    let mut loaded = parse(bytes, data_files)?;
     if let Some(p) = &loaded.program {
         verify_program(p, &loaded.suites)?;
-        verify_shared_state(p)?;
+        loaded.shared = SharedState::of(p);
     }
     Ok(loaded)
 }
@@ -337,7 +338,6 @@ fn compile_with_cases(bytes: &[u8], data: &[&[u8]], cases: &Named<'_>, options: 
         loaded.suites = suites;
         if let Some(p) = &loaded.program {
             verify_program(p, &loaded.suites)?;
-            verify_shared_state(p)?;
         }
         transform(&mut loaded, options)?;
         plan_temporaries(&mut loaded)?;

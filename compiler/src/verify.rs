@@ -10,19 +10,6 @@ use crate::error::{Diagnostic, ErrorKind, Errors, Location, Result};
 use crate::ir::*;
 use std::collections::HashSet;
 
-/// Refuses a program whose methods share mutable state (see
-/// `Verifier::shared_state`). Only for the program as read: ptec's own
-/// temporaries may later take a method's free bytes in any buffer.
-pub fn verify_shared_state(program: &Program) -> Result<()> {
-    let mut v = Verifier { errors: Vec::new() };
-    v.shared_state(program);
-    if v.errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Errors(v.errors))
-    }
-}
-
 /// Checks `program` (and the test suites of its bundle, if any).
 pub fn verify_program(program: &Program, suites: &[TestSuite]) -> Result<()> {
     let mut v = Verifier { errors: Vec::new() };
@@ -80,50 +67,6 @@ impl Verifier {
                 at.clone(),
             );
             None
-        }
-    }
-
-    /// A program exported with `share_mutable_buffers` plans the mutable
-    /// state of all its methods in memory buffer 2, the same bytes for every
-    /// method: ExecuTorch's runtime gives them one buffer, so state one
-    /// method writes, another reads. ptec gives each method its own arena, so
-    /// such a program is refused when more than one method holds tensors
-    /// there (one alone, as in Voxtral's exports, loses nothing).
-    fn shared_state(&mut self, program: &Program) {
-        let shares = |m: &Method| m.program_buffers == 3 && m.buffer_sizes.len() >= 3;
-        let Some(size) = program.methods.iter().find(|m| shares(m)).map(|m| m.buffer_sizes[2]) else {
-            return;
-        };
-        if !program
-            .methods
-            .iter()
-            .all(|m| m.buffer_sizes.len() < 3 || (shares(m) && m.buffer_sizes[2] == size))
-        {
-            return;
-        }
-        let holders: Vec<&str> = program
-            .methods
-            .iter()
-            .filter(|m| {
-                m.values.iter().any(|v| {
-                    matches!(v, Value::Tensor(t) if matches!(t.placement,
-                        Placement::Planned { buffer: 2, .. } | Placement::Mutable { buffer: 2, .. }))
-                })
-            })
-            .map(|m| m.name.as_str())
-            .collect();
-        if holders.len() > 1 {
-            self.err(
-                ErrorKind::Unsupported {
-                    detail: format!(
-                        "methods {} all hold tensors in memory buffer 2, the mutable state a program exported \
-                         with `share_mutable_buffers` shares between its methods ({size} bytes); ptec gives each \
-                         method its own memory, so state one method writes would not be the state another reads",
-                        holders.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
-                    ),
-                },
-                Location::method(holders[1]),
-            );
         }
     }
 

@@ -1,8 +1,10 @@
 //! What the passes, the memory plan and code generation ask of a method:
 //! where each value is used ([`uses`]), how long it lives ([`lives`]), and
-//! which values share planned bytes ([`alias`]).
+//! which values share planned bytes ([`alias`]); and of a program, what
+//! mutable state its methods share ([`shared`]).
 pub(crate) mod alias;
 pub(crate) mod lives;
+pub(crate) mod shared;
 pub(crate) mod uses;
 
 /// Small methods for the tests of the passes that place bytes.

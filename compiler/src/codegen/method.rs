@@ -35,6 +35,9 @@ pub struct MethodCode {
     pub typed_fn: TokenStream,
     /// What each instruction does, in a few words (see [`short_name`]).
     pub instructions: Vec<String>,
+    /// It holds some of the program's shared state (its state has
+    /// `shared_save` and `shared_load`).
+    pub shares: bool,
 }
 
 pub fn scalar_ty(v: &Value) -> Option<TokenStream> {
@@ -179,6 +182,7 @@ pub fn generate_method(
         layout,
         mut folds,
         occupancy,
+        shared,
     } = plan;
     // The weights packed at compile time go first among the constants
     // prepared for the method.
@@ -393,6 +397,7 @@ pub fn generate_method(
             ctx,
         )
     });
+    let shared_fns = shared_fns(&shared);
     let n_in = lit(m.inputs.len());
     let n_out = lit(m.outputs.len());
     let fits = super::fits_target(&format!("the memory of method `{}`", m.name), arena_total);
@@ -462,6 +467,8 @@ pub fn generate_method(
             #(#ins_fns)*
 
             #traced
+
+            #shared_fns
         }
     };
 
@@ -484,7 +491,7 @@ pub fn generate_method(
             num_instructions: #len_lit,
         }
     };
-    let typed_fn = typed_fn(m, &layout, &rt, index, &mident, &field, ctx);
+    let typed_fn = typed_fn(m, &layout, &rt, index, &mident, &field, ctx, !shared.is_empty());
     let instructions = m
         .instructions
         .iter()
@@ -499,7 +506,36 @@ pub fn generate_method(
         meta,
         typed_fn,
         instructions,
+        shares: !shared.is_empty(),
     })
+}
+
+/// The state's hand-over of the shared state it holds (see
+/// [`crate::plan::shared`]): `shared_save` copies its bytes into the
+/// program's shared buffer, `shared_load` takes them from there.
+fn shared_fns(runs: &[crate::plan::shared::SharedRun]) -> TokenStream {
+    if runs.is_empty() {
+        return quote!();
+    }
+    let (mut save, mut load) = (Vec::new(), Vec::new());
+    for r in runs {
+        let (s, a, n) = (lit(r.shared), lit(r.arena), lit(r.len));
+        save.push(quote!(shared[#s..#s + #n].copy_from_slice(&self.arena.0[#a..#a + #n]);));
+        load.push(quote!(self.arena.0[#a..#a + #n].copy_from_slice(&shared[#s..#s + #n]);));
+    }
+    quote! {
+        /// Copies the shared state this method holds into the program's
+        /// shared buffer.
+        fn shared_save(&self, shared: &mut [u8]) {
+            #(#save)*
+        }
+
+        /// Takes the shared state this method holds from the program's
+        /// shared buffer.
+        fn shared_load(&mut self, shared: &[u8]) {
+            #(#load)*
+        }
+    }
 }
 
 /// What traced code adds to a method's state (the `trace` option):
@@ -967,6 +1003,7 @@ fn output_arm(m: &Method, layout: &MethodLayout, rt: &[bool], k: usize, vi: usiz
 
 /// The typed function of a method: inputs and outputs as arrays whose dtype
 /// and shape rustc checks (`TensorRef` for dynamic and bool tensors).
+#[allow(clippy::too_many_arguments)]
 fn typed_fn(
     m: &Method,
     layout: &MethodLayout,
@@ -975,6 +1012,7 @@ fn typed_fn(
     mident: &str,
     field: &Ident,
     ctx: &Ctx<'_>,
+    shares: bool,
 ) -> TokenStream {
     let fname = format_ident!("{}", mident);
     let (self_rs_mut, self_rs_ref) = (ctx.self_rs(true, false), ctx.self_rs(false, true));
@@ -1069,16 +1107,23 @@ fn typed_fn(
     } else {
         quote!()
     };
-    let takes_mut = !m.instructions.is_empty() || !sets.is_empty();
+    let takes_mut = !m.instructions.is_empty() || !sets.is_empty() || shares;
     let recv = if takes_mut { quote!(&mut self) } else { quote!(&self) };
     let exec = if m.instructions.is_empty() {
         quote!()
     } else {
         quote!(self.#field.execute(#self_rs_mut)?;)
     };
+    let share = if shares {
+        let i = lit(index);
+        quote!(self.shared_switch(#i);)
+    } else {
+        quote!()
+    };
     quote! {
         #[doc = #doc]
         pub fn #fname(#recv, #(#params),*) -> ::core::result::Result<#ret_ty, ::ptec_runtime::Error> {
+            #share
             #(#sets)*
             #exec
             #bind_rs

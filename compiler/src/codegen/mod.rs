@@ -207,6 +207,7 @@ pub(crate) fn generate(mut plan: Plan<'_>, options: &Options) -> Result<Generate
         trace: options.trace,
     };
     let with_tests = options.tests.is_some() && !plan.suites.is_empty();
+    let shared_size = plan.shared_size;
     let suites: &[TestSuite] = &plan.suites;
     let methods = generate_methods(&ctx, std::mem::take(&mut plan.methods))?;
     check_reads(&ctx, &plan.reads)?;
@@ -264,15 +265,20 @@ pub(crate) fn generate(mut plan: Plan<'_>, options: &Options) -> Result<Generate
         .map(|(m, code)| (m.name.clone(), code.instructions.clone()))
         .collect();
     let state_items = methods.iter().map(|m| &m.items);
-    let fields = methods.iter().map(|m| {
-        let (f, s) = (&m.field, &m.state_ident);
-        quote!(#f: #s)
-    });
+    let shared = Shared::of(&ctx, &methods, shared_size);
+    let mut fields: Vec<TokenStream> = methods
+        .iter()
+        .map(|m| {
+            let (f, s) = (&m.field, &m.state_ident);
+            quote!(#f: #s)
+        })
+        .collect();
+    fields.extend(shared.fields.iter().cloned());
     let field_names: Vec<&Ident> = methods.iter().map(|m| &m.field).collect();
     let metas = methods.iter().map(|m| &m.meta);
     let typed = methods.iter().map(|m| &m.typed_fn);
     let abi = ptec_runtime::ABI_VERSION;
-    let zeroed: Vec<TokenStream> = methods
+    let mut zeroed: Vec<TokenStream> = methods
         .iter()
         .map(|m| {
             let f = &m.field;
@@ -280,6 +286,7 @@ pub(crate) fn generate(mut plan: Plan<'_>, options: &Options) -> Result<Generate
             quote!(#f: #s::zeroed())
         })
         .collect();
+    zeroed.extend(shared.zeroed.iter().cloned());
     let zero_impls = methods.iter().map(|m| {
         let s = &m.state_ident;
         quote! {
@@ -312,11 +319,12 @@ pub(crate) fn generate(mut plan: Plan<'_>, options: &Options) -> Result<Generate
         quote!()
     };
     let (construction, resources) = if ctx.has_resources() {
-        construction_with_resources(&ctx, &file_checks, &field_names, &zeroed)
+        construction_with_resources(&ctx, &file_checks, &field_names, &zeroed, &shared)
     } else {
-        (construction_plain(&ctx, &field_names, &zeroed), quote!())
+        (construction_plain(&ctx, &field_names, &zeroed, &shared), quote!())
     };
-    let model_impl = model_impl(&ctx, &field_names);
+    let model_impl = model_impl(&ctx, &field_names, &shared);
+    let shared_impl = &shared.items;
     let tokens = quote! {
         const _: () = ::ptec_runtime::check_abi(#abi);
 
@@ -356,6 +364,8 @@ pub(crate) fn generate(mut plan: Plan<'_>, options: &Options) -> Result<Generate
         }
 
         #construction
+
+        #shared_impl
 
         #tests_module
 
@@ -521,16 +531,117 @@ fn data_statics(
     Ok(statics)
 }
 
+/// What the program struct adds for the state its methods share (see
+/// [`crate::plan::shared`]): nothing when they share none.
+#[derive(Default)]
+struct Shared {
+    /// Its fields: the shared buffer, and which method's arena holds the
+    /// shared state as it is now (method + 1; 0: the buffer does).
+    fields: Vec<TokenStream>,
+    /// The fields' all-zero values.
+    zeroed: Vec<TokenStream>,
+    /// At construction, after every method's `init`.
+    init: TokenStream,
+    /// By method, what runs before it does (or is reset).
+    switch: Vec<TokenStream>,
+    /// `shared_switch` and `shared_init`.
+    items: TokenStream,
+}
+
+impl Shared {
+    fn of(ctx: &Ctx<'_>, methods: &[method::MethodCode], size: Option<usize>) -> Shared {
+        let Some(size) = size.filter(|_| methods.iter().any(|m| m.shares)) else {
+            return Shared {
+                switch: vec![quote!(); methods.len()],
+                ..Shared::default()
+            };
+        };
+        let (st, gen) = (&ctx.struct_ident, ctx.generics());
+        let n = crate::codegen::ops::lit(size.next_multiple_of(64));
+        let holders: Vec<(TokenStream, TokenStream, &Ident)> = methods
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.shares)
+            .map(|(i, m)| (crate::codegen::ops::lit(i), crate::codegen::ops::lit(i + 1), &m.field))
+            .collect();
+        let idx = holders.iter().map(|h| &h.0);
+        let owner = holders.iter().map(|h| &h.1);
+        let (f1, f2, f3) = (
+            holders.iter().map(|h| h.2),
+            holders.iter().map(|h| h.2),
+            holders.iter().map(|h| h.2),
+        );
+        let switch = methods
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let i = crate::codegen::ops::lit(i);
+                if m.shares {
+                    quote!(self.shared_switch(#i);)
+                } else {
+                    quote!()
+                }
+            })
+            .collect();
+        let items = quote! {
+            impl #gen #st #gen {
+                /// Before method `method` runs: the method whose arena holds
+                /// the shared state hands it to the shared buffer, and
+                /// `method` takes its part from there (nothing moves while
+                /// the same method runs again).
+                fn shared_switch(&mut self, method: usize) {
+                    if self.shared_owner == method + 1 {
+                        return;
+                    }
+                    match self.shared_owner {
+                        #(#owner => self.#f1.shared_save(&mut self.shared.0),)*
+                        _ => {}
+                    }
+                    match method {
+                        #(#idx => self.#f2.shared_load(&self.shared.0),)*
+                        _ => {}
+                    }
+                    self.shared_owner = method + 1;
+                }
+
+                /// The shared buffer filled from each method's initial
+                /// state in turn (as ExecuTorch's runtime loading them in
+                /// order would).
+                fn shared_init(&mut self) {
+                    #(self.#f3.shared_save(&mut self.shared.0);)*
+                    self.shared_owner = 0;
+                }
+            }
+        };
+        Shared {
+            fields: vec![
+                quote!(shared: ::ptec_runtime::mem::Arena<#n>),
+                quote!(shared_owner: usize),
+            ],
+            zeroed: vec![
+                // SAFETY: all-zero bytes are a valid byte array.
+                quote!(shared: unsafe { ::ptec_runtime::mem::zeroed_state() }),
+                quote!(shared_owner: 0),
+            ],
+            init: quote!(s.shared_init();),
+            switch,
+            items,
+        }
+    }
+}
+
 /// Constructors of a program that needs nothing at construction: `new`,
 /// `Default`, `boxed` and in-place initialisation.
-fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStream]) -> TokenStream {
+fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStream], shared: &Shared) -> TokenStream {
     let st = &ctx.struct_ident;
+    let shared_init = &shared.init;
     quote! {
         impl #st {
             /// A new instance, built on the stack.
             pub fn new() -> Self {
                 let mut s = #st { #(#zeroed,)* };
                 #(s.#field_names.init();)*
+                #shared_init
                 s
             }
         }
@@ -565,6 +676,7 @@ fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStre
                 // valid value of Self.
                 let s = unsafe { &mut *slot };
                 #(s.#field_names.init();)*
+                #shared_init
             }
         }
     }
@@ -577,8 +689,15 @@ fn construction_with_resources(
     file_checks: &[TokenStream],
     field_names: &[&Ident],
     zeroed: &[TokenStream],
+    shared: &Shared,
 ) -> (TokenStream, TokenStream) {
     let st = &ctx.struct_ident;
+    let shared_init = &shared.init;
+    let shared_init_raw = if shared.fields.is_empty() {
+        quote!()
+    } else {
+        quote!((*p).shared_init();)
+    };
     let r = ctx.resources_ident();
     let (params, args) = resources::constructor_params(ctx, file_checks.len());
     let n_files = crate::codegen::ops::lit(file_checks.len());
@@ -609,6 +728,7 @@ fn construction_with_resources(
                 let rs = #r::new(#args)?;
                 let mut s = #st { rs, #(#zeroed,)* };
                 #(s.#field_names.init(&s.rs);)*
+                #shared_init
                 Ok(s)
             }
         }
@@ -625,6 +745,7 @@ fn construction_with_resources(
                         ::ptec_runtime::try_new_boxed_with::<Self>(|p| {
                             ::core::ptr::addr_of_mut!((*p).rs).write(rs);
                             #((*::core::ptr::addr_of_mut!((*p).#field_names)).init(&(*p).rs);)*
+                            #shared_init_raw
                         })
                     }
                 }
@@ -636,8 +757,9 @@ fn construction_with_resources(
 
 /// The program's implementation of `ptec_runtime::Model`: each call
 /// dispatched to the state of the method it names.
-fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
+fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident], shared: &Shared) -> TokenStream {
     let (st, gen) = (&ctx.struct_ident, ctx.generics());
+    let switch = &shared.switch;
     let idx: Vec<TokenStream> = (0..field_names.len()).map(crate::codegen::ops::lit).collect();
     let n_methods = crate::codegen::ops::lit(field_names.len());
     let (rs_mut, rs_ref, rs_ref_after) = (
@@ -650,7 +772,7 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
         quote! {
             fn execute_traced(&mut self, method: usize, tracer: &mut dyn ::ptec_runtime::trace::Tracer) -> ::core::result::Result<(), ::ptec_runtime::Error> {
                 match method {
-                    #(#idx => self.#field_names.execute_traced(tracer #rs_after),)*
+                    #(#idx => { #switch self.#field_names.execute_traced(tracer #rs_after) })*
                     _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
                 }
             }
@@ -687,14 +809,14 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
 
         fn execute(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             match method {
-                #(#idx => self.#field_names.execute(#rs_mut),)*
+                #(#idx => { #switch self.#field_names.execute(#rs_mut) })*
                 _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
             }
         }
 
         fn step(&mut self, method: usize) -> ::core::result::Result<::ptec_runtime::Step, ::ptec_runtime::Error> {
             match method {
-                #(#idx => self.#field_names.step(#rs_mut),)*
+                #(#idx => { #switch self.#field_names.step(#rs_mut) })*
                 _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
             }
         }
@@ -708,7 +830,7 @@ fn model_impl(ctx: &Ctx<'_>, field_names: &[&Ident]) -> TokenStream {
 
         fn reset(&mut self, method: usize) -> ::core::result::Result<(), ::ptec_runtime::Error> {
             match method {
-                #(#idx => { self.#field_names.init(#rs_ref); Ok(()) })*
+                #(#idx => { #switch self.#field_names.init(#rs_ref); Ok(()) })*
                 _ => Err(::ptec_runtime::Error::IndexOutOfRange { what: "method", index: method, len: #n_methods }),
             }
         }

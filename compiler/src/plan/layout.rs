@@ -215,6 +215,21 @@ impl MethodLayout {
         Some(self.squeezed.map(self.buffer_base.get(buffer)?.checked_add(offset)?))
     }
 
+    /// Of bytes `start..end` of planned buffer `buffer`, the runs the
+    /// squeeze kept: (start, end) in the buffer and where each starts in
+    /// the arena.
+    pub fn kept(&self, buffer: usize, start: usize, end: usize) -> Option<Vec<(usize, usize, usize)>> {
+        let base = *self.buffer_base.get(buffer)?;
+        let runs = self
+            .squeezed
+            .kept_within(base.checked_add(start)?, base.checked_add(end)?);
+        Some(
+            runs.into_iter()
+                .map(|(s, e)| (s - base, e - base, self.squeezed.map(s)))
+                .collect(),
+        )
+    }
+
     /// Byte range a tensor value occupies, at its upper-bound size.
     pub fn range(&self, m: &Method, value: usize) -> Option<(Home, usize)> {
         let t = m.values.get(value)?.as_tensor()?;

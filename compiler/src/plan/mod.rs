@@ -19,6 +19,7 @@ pub(crate) mod fold;
 pub(crate) mod layout;
 pub(crate) mod prepare;
 pub(crate) mod reads;
+pub(crate) mod shared;
 pub(crate) mod squeeze;
 pub(crate) mod temporaries;
 
@@ -61,12 +62,20 @@ pub(crate) struct MethodPlan {
     pub(crate) folds: Folds,
     /// Which arena bytes each instruction leaves free, for its scratch.
     pub(crate) occupancy: Occupancy,
+    /// Where the bytes of the program's shared state that the method holds
+    /// are in its arena ([`shared`]); empty when it holds none.
+    pub(crate) shared: Vec<shared::SharedRun>,
 }
 
 /// Plans method `m`. With `files` (the constants' bytes, known at compile
 /// time) the compiler prepares filters and packs weights now; without (in
 /// external-weights mode) the first run does.
-pub(crate) fn plan_method(m: &Method, files: Option<&PreparedData<'_>>) -> Result<MethodPlan, Vec<Diagnostic>> {
+/// `held` are the ranges of the program's shared state it holds.
+pub(crate) fn plan_method(
+    m: &Method,
+    files: Option<&PreparedData<'_>>,
+    held: &[(usize, usize)],
+) -> Result<MethodPlan, Vec<Diagnostic>> {
     let at_compile_time = match files {
         Some(_) => prepare::prepared_at_compile_time(m),
         None => Default::default(),
@@ -86,10 +95,19 @@ pub(crate) fn plan_method(m: &Method, files: Option<&PreparedData<'_>>) -> Resul
     // What the folds left untouched takes no bytes.
     layout.squeeze(m, |v| !folds.bypassed(v));
     let occupancy = Occupancy::of(m, &layout, |n| folds.elided(n), |v| folds.bypassed(v));
+    let shared = shared::runs(held, &layout).ok_or_else(|| {
+        vec![Diagnostic::new(
+            ErrorKind::Internal {
+                detail: "a method holding shared state has no shared buffer in its layout".into(),
+            },
+            Location::method(&m.name),
+        )]
+    })?;
     Ok(MethodPlan {
         layout,
         folds,
         occupancy,
+        shared,
     })
 }
 
@@ -114,6 +132,8 @@ pub(crate) struct Plan<'a> {
     /// The files the program was read from, which the bundled tests and
     /// external-weights mode name.
     pub(crate) files: Files<'a>,
+    /// Bytes of the state the methods share ([`shared`]), if they do.
+    pub(crate) shared_size: Option<usize>,
 }
 
 /// Plans a loaded program (see [`Plan`]).
@@ -134,8 +154,16 @@ pub(crate) fn plan_program<'a>(loaded: &'a Loaded<'_>, options: &Options) -> Res
     }
     let with_tests = options.tests.is_some() && !loaded.suites.is_empty();
     let suites: &[TestSuite] = if with_tests { &loaded.suites } else { &[] };
+    let held =
+        |i: usize| -> &[(usize, usize)] { loaded.shared.as_ref().and_then(|s| s.held.get(i)).map_or(&[], |h| h) };
+    let shared_size = loaded.shared.as_ref().map(|s| s.size);
     if options.external_weights {
-        let methods: Vec<_> = program.methods.iter().map(|m| plan_method(m, None)).collect();
+        let methods: Vec<_> = program
+            .methods
+            .iter()
+            .enumerate()
+            .map(|(i, m)| plan_method(m, None, held(i)))
+            .collect();
         let reads = reads::predict(program, &methods);
         return Ok(Plan {
             program: Cow::Borrowed(program),
@@ -144,13 +172,15 @@ pub(crate) fn plan_program<'a>(loaded: &'a Loaded<'_>, options: &Options) -> Res
             prepared: None,
             reads,
             files: files.clone(),
+            shared_size,
         });
     }
     let constants = PreparedData::new(files.clone());
     let mut methods: Vec<_> = program
         .methods
         .iter()
-        .map(|m| plan_method(m, Some(&constants)))
+        .enumerate()
+        .map(|(i, m)| plan_method(m, Some(&constants), held(i)))
         .collect();
     let reads = reads::predict(program, &methods);
     let c = compact::compact(program, suites, &reads, files)
@@ -171,6 +201,7 @@ pub(crate) fn plan_program<'a>(loaded: &'a Loaded<'_>, options: &Options) -> Res
         prepared: Some(PreparedData::compacted(c.embedded, c.prepare_only)),
         reads,
         files: files.clone(),
+        shared_size,
     })
 }
 

@@ -12,6 +12,7 @@
 //! shared bytes still share exactly the same bytes and those that did not
 //! still do not. Runs are cut in whole multiples of 64 bytes, so every
 //! offset keeps its alignment. Untouched values may land anywhere.
+use crate::analysis::shared::merged;
 use crate::plan::ALIGN;
 
 /// A monotone map of arena offsets that drops the runs nothing touches.
@@ -29,27 +30,34 @@ impl Squeeze {
     /// an arena of `size` bytes.
     pub fn keeping(touched: impl IntoIterator<Item = (usize, usize)>, size: usize) -> Squeeze {
         let align = ALIGN as usize;
-        let mut runs: Vec<(usize, usize)> = touched
-            .into_iter()
-            .filter(|&(s, e)| e > s)
-            .map(|(s, e)| {
-                (
-                    s / align * align,
-                    e.next_multiple_of(align).min(size.next_multiple_of(align)),
-                )
-            })
-            .collect();
-        runs.sort_unstable();
-        let mut kept: Vec<(usize, usize)> = Vec::new();
-        for (s, e) in runs {
-            match kept.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => kept.push((s, e)),
-            }
-        }
+        let kept = merged(
+            touched
+                .into_iter()
+                .filter(|&(s, e)| e > s)
+                .map(|(s, e)| {
+                    (
+                        s / align * align,
+                        e.next_multiple_of(align).min(size.next_multiple_of(align)),
+                    )
+                })
+                .collect(),
+        );
         let covered: usize = kept.iter().map(|&(s, e)| e - s).sum();
         let cuts = covered < size.next_multiple_of(align);
         Squeeze { kept, cuts }
+    }
+
+    /// Of the arena bytes `start..end`, the runs kept (in offsets from
+    /// before the squeeze).
+    pub fn kept_within(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        if !self.cuts {
+            return if end > start { vec![(start, end)] } else { Vec::new() };
+        }
+        self.kept
+            .iter()
+            .map(|&(s, e)| (s.max(start), e.min(end)))
+            .filter(|&(s, e)| e > s)
+            .collect()
     }
 
     /// The new offset of arena offset `offset`: less the bytes cut below
@@ -86,6 +94,10 @@ mod tests {
         assert_eq!([0, 256, 1280, 1344, 1536].map(|o| s.map(o)), [0, 256, 256, 320, 512]);
         // Untouched offsets land at the cut's place; the arena's end too.
         assert_eq!([300, 1600, 4096].map(|o| s.map(o)), [256, 512, 512]);
+        // What of a range was kept.
+        assert_eq!(s.kept_within(200, 1400), [(200, 256), (1280, 1400)]);
+        assert_eq!(s.kept_within(300, 1200), []);
+        assert_eq!(Squeeze::keeping([(0, 64)], 64).kept_within(10, 20), [(10, 20)]);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct Loaded<'a> {
     /// The subgraph of each XNNPACK delegate call of the program (or why
     /// its blob could not be read), for the lowering.
     pub(crate) xnnpack: xnnpack::Graphs,
+    /// The mutable state its methods share, found once the program is
+    /// verified and before the passes change it ([`crate::load`]).
+    pub(crate) shared: Option<crate::analysis::shared::SharedState>,
 }
 
 impl Loaded<'_> {
@@ -55,6 +58,7 @@ impl Loaded<'_> {
                 data: self.files.data,
             },
             xnnpack: self.xnnpack,
+            shared: self.shared,
         }
     }
 
@@ -142,5 +146,6 @@ pub fn parse<'a>(bytes: &'a [u8], data_files: &[&'a [u8]]) -> Result<Loaded<'a>>
         suites,
         tensor_data,
         files: Files::new(bytes, data_files),
+        shared: None,
     })
 }
