@@ -125,7 +125,6 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
     // A row of zero points for pixels in the padding, as long as a pixel.
     let pad = [job.xq.zero_point as i8; PAD_ROW];
     let r = Requant::new(job.y);
-    let flip = _mm512_set1_epi8(-128);
     // Quad `q` of each lane's group: lane `j` is output `j % gout` of the
     // vector's group `j / gout`, whose inputs start at dword
     // `(j / gout) · qpt`.
@@ -190,22 +189,16 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
                 let out_mask = (u32::MAX >> (32 - n * gout)) as __mmask16;
                 let first = v * per * gin;
                 let w = &w[(v - v0) * quads..][..quads];
-                let mut acc = [_mm512_setzero_si512(); ROWS];
-                for (t, xt) in x.iter().enumerate().take(l.taps) {
-                    for (a, &p) in acc.iter_mut().zip(xt) {
-                        // SAFETY: `p` has a pixel's channels (asserted
-                        // above, or the pixel of zero points); the masked
-                        // load reads the `n` groups' inputs among them;
-                        // each of `w` is 64 bytes.
-                        unsafe {
-                            let xv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(in_mask, p.add(first)), flip);
-                            for q in 0..qpt {
-                                let wv = _mm512_loadu_si512(w[t * qpt + q].as_ptr().cast());
-                                *a = _mm512_dpbusd_epi32(*a, _mm512_permutexvar_epi32(idx[q], xv), wv);
-                            }
-                        }
+                // SAFETY: every pointer of `x`'s first `taps` has a
+                // pixel's channels (asserted above, or the pixel of zero
+                // points), of which the masked loads read the `n` groups'
+                // inputs.
+                let acc = unsafe {
+                    match qpt {
+                        2 => narrow_sums::<2>(&x[..l.taps], first, in_mask, &idx, w),
+                        _ => narrow_sums::<0>(&x[..l.taps], first, in_mask, &idx[..qpt], w),
                     }
-                }
+                };
                 // SAFETY: 16-lane loads of arrays of 16.
                 let (off, sc) = unsafe {
                     (
@@ -222,6 +215,43 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
             }
         }
     }
+}
+
+/// The raw sums of [`narrow`]'s [`ROWS`] rows for one vector of groups:
+/// for each tap, each row's inputs loaded once, then for each quad its
+/// weights loaded once for all rows, the sums kept in registers. `Q`: the
+/// quads a tap (RegNet's 2, unrolled), or 0 for `idx.len()`.
+///
+/// # Safety
+/// As for [`run`]; each pointer of `x` must be readable where `in_mask`
+/// selects from `first`; `w` holds `x.len()` taps of quads.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn narrow_sums<const Q: usize>(
+    x: &[[*const i8; ROWS]],
+    first: usize,
+    in_mask: u64,
+    idx: &[__m512i],
+    w: &[[u8; 64]],
+) -> [__m512i; ROWS] {
+    let qpt = if Q > 0 { Q } else { idx.len() };
+    assert!(idx.len() >= qpt && w.len() >= x.len() * qpt);
+    let flip = _mm512_set1_epi8(-128);
+    let mut acc = [_mm512_setzero_si512(); ROWS];
+    for (t, xt) in x.iter().enumerate() {
+        // SAFETY: as vouched for.
+        let xv: [__m512i; ROWS] = core::array::from_fn(|r| unsafe {
+            _mm512_xor_si512(_mm512_maskz_loadu_epi8(in_mask, xt[r].add(first)), flip)
+        });
+        for q in 0..qpt {
+            // SAFETY: each of `w` is 64 bytes.
+            let wv = unsafe { _mm512_loadu_si512(w[t * qpt + q].as_ptr().cast()) };
+            for r in 0..ROWS {
+                acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_permutexvar_epi32(idx[q], xv[r]), wv);
+            }
+        }
+    }
+    acc
 }
 
 /// Each row's input sum (over all taps), in every lane: what the weights'
