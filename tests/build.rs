@@ -108,6 +108,13 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     // (compiler/tests/chains.rs), to the bit; also on two threads
     // (tests/threads.rs).
     ("xnnpack_qs8_chains", "fixtures/xnnpack_qs8_chains.bpte", None, 0.0, 0.0),
+    (
+        "xnnpack_qs8_hardswish",
+        "fixtures/xnnpack_qs8_hardswish.bpte",
+        None,
+        0.0,
+        0.0,
+    ),
     ("xnnpack_qd8_mlp", "fixtures/xnnpack_qd8_mlp.bpte", None, 0.0, 0.0),
     // ExecuTorch's runtime on an x86 CPU without AVX-512 VNNI and on one
     // with it, whose XNNPACK sums the 4-bit blocks in other orders: here

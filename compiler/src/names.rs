@@ -20,6 +20,7 @@ pub(crate) mod aten {
     pub(crate) const PERMUTE_COPY: &str = "aten::permute_copy.out";
     pub(crate) const RELU: &str = "aten::relu.out";
     pub(crate) const SIGMOID: &str = "aten::sigmoid.out";
+    pub(crate) const HARDSWISH: &str = "aten::hardswish.out";
 }
 
 /// `sigmoid_mul(x, out)`: `x · sigmoid(x)` in the two `f32` steps of the
@@ -69,6 +70,10 @@ pub(crate) mod qs8 {
     pub(crate) const QUANTIZE: &str = "ptec_xnn::qs8_quantize.out";
     /// `dequantize(q, scale, zero_point, out)`: `i8` to `f32`.
     pub(crate) const DEQUANTIZE: &str = "ptec_xnn::qs8_dequantize.out";
+    /// `lut_NAME(q, in_scale, in_zero_point, out_scale, out_zero_point,
+    /// out)`: a dequantize, `aten::NAME` and a quantize as one table of
+    /// the 256 inputs (see `passes::qs8_lut`).
+    pub(crate) const LUT_HARDSWISH: &str = "ptec_xnn::qs8_lut_hardswish.out";
     /// `conv2d_nhwc(x, weight, bias?, weight_scales?, weight_scale, padding,
     /// stride, dilation, groups, depthwise, kept?, <tail>)`: weights `[O,
     /// kH, kW, C / groups]` (`[1, kH, kW, O]` depthwise) with one scale per

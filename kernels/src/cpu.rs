@@ -94,6 +94,30 @@ pub(crate) fn has_avx512_vnni() -> bool {
     }
 }
 
+/// Whether AVX-512 with byte lanes and VBMI's byte permutations may run on
+/// this CPU (the table lookups of `qs8::lut`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn has_avx512_vbmi() -> bool {
+    if cfg!(miri) {
+        return false;
+    }
+    #[cfg(feature = "std")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        cfg!(all(
+            target_feature = "avx512f",
+            target_feature = "avx512bw",
+            target_feature = "avx512vbmi"
+        ))
+    }
+}
+
 /// Work to be compiled once per instruction set: `run` must be
 /// `#[inline(always)]`, so that each wrapper below gets its own copy of it,
 /// which the compiler vectorizes for that set. (A closure would not do: the

@@ -8,8 +8,10 @@
 //!    and runs of 1×1 convolutions become one chained call;
 //! 4. [`qs8_chains`]: int8 inverted residual blocks of the XNNPACK
 //!    lowering become one call run band by band;
-//! 5. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call;
-//! 6. [`shared_rows`]: dynamically quantized layers on one input quantize
+//! 5. [`qs8_lut`]: an int8 value dequantized, through hardswish and
+//!    quantized again becomes one lookup in a table;
+//! 6. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call;
+//! 7. [`shared_rows`]: dynamically quantized layers on one input quantize
 //!    its rows once.
 //!
 //! The tensors the passes add have no bytes yet: the next stage, `plan`,
@@ -17,6 +19,7 @@
 pub(crate) mod channels_last;
 pub(crate) mod conv_chains;
 pub(crate) mod qs8_chains;
+pub(crate) mod qs8_lut;
 pub(crate) mod rewrite;
 pub(crate) mod shared_rows;
 pub(crate) mod swish;
@@ -47,6 +50,7 @@ pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
         }
     }
     each_method(program, suites, qs8_chains::fuse_chains)?;
+    each_method(program, suites, qs8_lut::fuse_tables)?;
     each_method(program, suites, swish::fuse_sigmoid_mul)?;
     each_method(program, suites, shared_rows::share_quantized_rows)?;
     Ok(())

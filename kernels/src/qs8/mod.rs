@@ -111,6 +111,60 @@ pub fn quantize(x: &[f32], q: &Quant, out: &mut [i8]) {
     crate::cpu::with_best_isa(Work(x, q, out))
 }
 
+/// `out[i] = table[x[i] as u8]`: a function of one `i8` (a float
+/// function between a dequantize and a quantize, tabulated by the
+/// compiler). Large inputs are split in bands across threads.
+pub fn lut(x: &[i8], table: &[i8; 256], out: &mut [i8]) {
+    let n = out.len().min(x.len());
+    let out = &mut out[..n];
+    crate::parallel::for_each_band(
+        out,
+        n,
+        1,
+        crate::parallel::band_grain(1, 1),
+        crate::parallel::local_bands_for(n),
+        &|rows, piece| lut_run(&x[rows], table, piece),
+    );
+}
+
+fn lut_run(x: &[i8], table: &[i8; 256], out: &mut [i8]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::has_avx512_vbmi() {
+        // SAFETY: the CPU has AVX-512 F, BW and VBMI.
+        return unsafe { lut_vbmi(x, table, out) };
+    }
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = table[v as u8 as usize];
+    }
+}
+
+/// [`lut`] 64 bytes at a time: two 128-entry permutations (the table's
+/// halves, by each byte's low 7 bits), the byte's top bit choosing.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VBMI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn lut_vbmi(x: &[i8], table: &[i8; 256], out: &mut [i8]) {
+    use core::arch::x86_64::*;
+    let n = out.len().min(x.len());
+    // SAFETY: 64-byte loads within the 256-byte table.
+    let t: [__m512i; 4] = core::array::from_fn(|i| unsafe { _mm512_loadu_si512(table[64 * i..].as_ptr().cast()) });
+    let mut i = 0;
+    while i < n {
+        let mask = u64::MAX >> (64 - (n - i).min(64));
+        // SAFETY: the masked load and store touch bytes `i..n` only.
+        unsafe {
+            let v = _mm512_maskz_loadu_epi8(mask, x.as_ptr().add(i));
+            let low = _mm512_permutex2var_epi8(t[0], v, t[1]);
+            let high = _mm512_permutex2var_epi8(t[2], v, t[3]);
+            let r = _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high);
+            _mm512_mask_storeu_epi8(out.as_mut_ptr().add(i), mask, r);
+        }
+        i += 64;
+    }
+}
+
 /// `out[i] = (q[i] - zero_point) · scale` (XNNPACK's `qs8 → f32` convert).
 pub fn dequantize(x: &[i8], q: &Quant, out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(x) {
@@ -1011,6 +1065,20 @@ mod tests {
         qmin: -128,
         qmax: 127,
     };
+
+    #[test]
+    fn a_table_maps_each_byte() {
+        extern crate std;
+        let table: [i8; 256] = core::array::from_fn(|i| (i as i32 * 37 % 251 - 120) as i8);
+        for n in [0, 1, 63, 64, 65, 200, 70_000] {
+            let x: std::vec::Vec<i8> = (0..n).map(|i| (i * 7919 % 256) as u8 as i8).collect();
+            let mut out = std::vec![0i8; n];
+            lut(&x, &table, &mut out);
+            for (i, (&o, &v)) in out.iter().zip(&x).enumerate() {
+                assert_eq!(o, table[v as u8 as usize], "n {n}, element {i}");
+            }
+        }
+    }
 
     #[test]
     fn rounding_by_the_bits_is_round_half_to_even() {

@@ -14,6 +14,7 @@ use ptec_runtime::kernels::qd8::{blockwise_kept_len, prepare_blockwise};
 pub const OPS: &[(&str, Emitter)] = &[
     (qs8::QUANTIZE, quantize),
     (qs8::DEQUANTIZE, dequantize),
+    (qs8::LUT_HARDSWISH, lut_hardswish),
     (qs8::CONV2D_NHWC, conv2d_nhwc),
     (qs8::CHAIN, conv2d_chain),
     (qs8::FULLY_CONNECTED, fully_connected),
@@ -103,6 +104,37 @@ fn quantize(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// `dequantize(q, scale, zero_point, out)`: `i8` to `f32`.
 fn dequantize(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     convert(ctx, ScalarType::Char, ScalarType::Float, quote!(dequantize))
+}
+
+fn lut_hardswish(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    lut(ctx, ptec_runtime::kernels::scalar::hardswish::<f32>)
+}
+
+/// `lut_NAME(q, in_scale, in_zero_point, out_scale, out_zero_point,
+/// out)`: the table of the 256 inputs, made here by the kernels the
+/// dequantize, the element-wise `f` and the quantize run (so the outputs
+/// are theirs to the bit), looked up.
+fn lut(ctx: &mut OpCtx<'_>, f: fn(f32) -> f32) -> Result<TokenStream, String> {
+    use ptec_runtime::kernels::qs8;
+    ctx.arity(6)?;
+    let (x, out) = (ctx.tensor(0)?, ctx.tensor(5)?);
+    static_of(&[&x, &out], ScalarType::Char)?;
+    require_sizes(&out, &x.sizes)?;
+    let q = |scale: f32, zero_point: i32| qs8::Quant { scale, zero_point };
+    let (q_in, q_out) = (q(scale(ctx, 1)?, quantum(ctx, 2)?), q(scale(ctx, 3)?, quantum(ctx, 4)?));
+    let inputs: [i8; 256] = core::array::from_fn(|i| i as u8 as i8);
+    let mut floats = [0f32; 256];
+    qs8::dequantize(&inputs, &q_in, &mut floats);
+    let floats = floats.map(f);
+    let mut table = [0i8; 256];
+    qs8::quantize(&floats, &q_out, &mut table);
+    let (xi, s1) = ctx.read(&x)?;
+    let (oi, s2) = ctx.write(&out)?;
+    Ok(quote! {
+        #s1 #s2
+        static TABLE: [i8; 256] = [#(#table),*];
+        ::ptec_runtime::kernels::qs8::lut(#xi, &TABLE, #oi);
+    })
 }
 
 /// A conversion `(x, scale, zero_point, out)` from `from` to `to` by the
