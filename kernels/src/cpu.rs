@@ -67,31 +67,33 @@ pub(crate) fn has_avx2_fma() -> bool {
     Isa::detect() != Isa::Portable
 }
 
+/// Whether this CPU has every x86 feature named: detected when the
+/// program runs with `std`, as compiled for without; never under Miri,
+/// which runs the portable paths only (see `Isa::detect`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_has {
+    ($($feature:tt),+) => {{
+        if cfg!(miri) {
+            false
+        } else {
+            #[cfg(feature = "std")]
+            {
+                $(std::is_x86_feature_detected!($feature))&&+
+            }
+            #[cfg(not(feature = "std"))]
+            {
+                cfg!(all($(target_feature = $feature),+))
+            }
+        }
+    }};
+}
+
 /// Whether AVX-512 with byte and word lanes, vector lengths and VNNI may
 /// run on this CPU (the int8 dot products' set).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn has_avx512_vnni() -> bool {
-    // The portable paths only, under Miri (see `Isa::detect`).
-    if cfg!(miri) {
-        return false;
-    }
-    #[cfg(feature = "std")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        cfg!(all(
-            target_feature = "avx512f",
-            target_feature = "avx512bw",
-            target_feature = "avx512vl",
-            target_feature = "avx512vnni"
-        ))
-    }
+    x86_has!("avx512f", "avx512bw", "avx512vl", "avx512vnni")
 }
 
 /// Whether AVX-512 with byte lanes and VBMI's byte permutations may run on
@@ -99,23 +101,7 @@ pub(crate) fn has_avx512_vnni() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn has_avx512_vbmi() -> bool {
-    if cfg!(miri) {
-        return false;
-    }
-    #[cfg(feature = "std")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vbmi")
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        cfg!(all(
-            target_feature = "avx512f",
-            target_feature = "avx512bw",
-            target_feature = "avx512vbmi"
-        ))
-    }
+    x86_has!("avx512f", "avx512bw", "avx512vbmi")
 }
 
 /// Work to be compiled once per instruction set: `run` must be

@@ -540,8 +540,8 @@ struct Shared {
     fields: Vec<TokenStream>,
     /// The fields' all-zero values.
     zeroed: Vec<TokenStream>,
-    /// At construction, after every method's `init`.
-    init: TokenStream,
+    /// Whether the methods share state (the rest is empty if not).
+    active: bool,
     /// By method, what runs before it does (or is reset).
     switch: Vec<TokenStream>,
     /// `shared_switch` and `shared_init`.
@@ -549,6 +549,16 @@ struct Shared {
 }
 
 impl Shared {
+    /// At construction, after every method's `init`, on the program
+    /// `receiver`.
+    fn init(&self, receiver: TokenStream) -> TokenStream {
+        if self.active {
+            quote!(#receiver.shared_init();)
+        } else {
+            quote!()
+        }
+    }
+
     fn of(ctx: &Ctx<'_>, methods: &[method::MethodCode], size: Option<usize>) -> Shared {
         let Some(size) = size.filter(|_| methods.iter().any(|m| m.shares)) else {
             return Shared {
@@ -558,19 +568,12 @@ impl Shared {
         };
         let (st, gen) = (&ctx.struct_ident, ctx.generics());
         let n = crate::codegen::ops::lit(size.next_multiple_of(64));
-        let holders: Vec<(TokenStream, TokenStream, &Ident)> = methods
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.shares)
-            .map(|(i, m)| (crate::codegen::ops::lit(i), crate::codegen::ops::lit(i + 1), &m.field))
-            .collect();
-        let idx = holders.iter().map(|h| &h.0);
-        let owner = holders.iter().map(|h| &h.1);
-        let (f1, f2, f3) = (
-            holders.iter().map(|h| h.2),
-            holders.iter().map(|h| h.2),
-            holders.iter().map(|h| h.2),
-        );
+        // The methods that hold shared state: their index, their index + 1
+        // (as the owner) and their field.
+        let holders = || methods.iter().enumerate().filter(|(_, m)| m.shares);
+        let idx: Vec<TokenStream> = holders().map(|(i, _)| crate::codegen::ops::lit(i)).collect();
+        let owner: Vec<TokenStream> = holders().map(|(i, _)| crate::codegen::ops::lit(i + 1)).collect();
+        let field: Vec<&Ident> = holders().map(|(_, m)| &m.field).collect();
         let switch = methods
             .iter()
             .enumerate()
@@ -594,11 +597,11 @@ impl Shared {
                         return;
                     }
                     match self.shared_owner {
-                        #(#owner => self.#f1.shared_save(&mut self.shared.0),)*
+                        #(#owner => self.#field.shared_save(&mut self.shared.0),)*
                         _ => {}
                     }
                     match method {
-                        #(#idx => self.#f2.shared_load(&self.shared.0),)*
+                        #(#idx => self.#field.shared_load(&self.shared.0),)*
                         _ => {}
                     }
                     self.shared_owner = method + 1;
@@ -608,7 +611,7 @@ impl Shared {
                 /// state in turn (as ExecuTorch's runtime loading them in
                 /// order would).
                 fn shared_init(&mut self) {
-                    #(self.#f3.shared_save(&mut self.shared.0);)*
+                    #(self.#field.shared_save(&mut self.shared.0);)*
                     self.shared_owner = 0;
                 }
             }
@@ -623,7 +626,7 @@ impl Shared {
                 quote!(shared: unsafe { ::ptec_runtime::mem::zeroed_state() }),
                 quote!(shared_owner: 0),
             ],
-            init: quote!(s.shared_init();),
+            active: true,
             switch,
             items,
         }
@@ -634,7 +637,7 @@ impl Shared {
 /// `Default`, `boxed` and in-place initialisation.
 fn construction_plain(ctx: &Ctx<'_>, field_names: &[&Ident], zeroed: &[TokenStream], shared: &Shared) -> TokenStream {
     let st = &ctx.struct_ident;
-    let shared_init = &shared.init;
+    let shared_init = shared.init(quote!(s));
     quote! {
         impl #st {
             /// A new instance, built on the stack.
@@ -692,12 +695,7 @@ fn construction_with_resources(
     shared: &Shared,
 ) -> (TokenStream, TokenStream) {
     let st = &ctx.struct_ident;
-    let shared_init = &shared.init;
-    let shared_init_raw = if shared.fields.is_empty() {
-        quote!()
-    } else {
-        quote!((*p).shared_init();)
-    };
+    let (shared_init, shared_init_raw) = (shared.init(quote!(s)), shared.init(quote!((*p))));
     let r = ctx.resources_ident();
     let (params, args) = resources::constructor_params(ctx, file_checks.len());
     let n_files = crate::codegen::ops::lit(file_checks.len());
