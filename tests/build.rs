@@ -115,6 +115,7 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
         0.0,
         0.0,
     ),
+    ("xnnpack_qs8_silu", "fixtures/xnnpack_qs8_silu.bpte", None, 0.0, 0.0),
     ("xnnpack_qd8_mlp", "fixtures/xnnpack_qd8_mlp.bpte", None, 0.0, 0.0),
     // ExecuTorch's runtime on an x86 CPU without AVX-512 VNNI and on one
     // with it, whose XNNPACK sums the 4-bit blocks in other orders: here

@@ -20,6 +20,7 @@ pub(crate) mod aten {
     pub(crate) const PERMUTE_COPY: &str = "aten::permute_copy.out";
     pub(crate) const RELU: &str = "aten::relu.out";
     pub(crate) const SIGMOID: &str = "aten::sigmoid.out";
+    pub(crate) const TANH: &str = "aten::tanh.out";
     pub(crate) const HARDSWISH: &str = "aten::hardswish.out";
 }
 
@@ -74,6 +75,10 @@ pub(crate) mod qs8 {
     /// out)`: a dequantize, `aten::NAME` and a quantize as one table of
     /// the 256 inputs (see `passes::qs8_lut`).
     pub(crate) const LUT_HARDSWISH: &str = "ptec_xnn::qs8_lut_hardswish.out";
+    pub(crate) const LUT_SIGMOID: &str = "ptec_xnn::qs8_lut_sigmoid.out";
+    pub(crate) const LUT_TANH: &str = "ptec_xnn::qs8_lut_tanh.out";
+    /// The same for `sigmoid` then `mul` by its input (SiLU).
+    pub(crate) const LUT_SIGMOID_MUL: &str = "ptec_xnn::qs8_lut_sigmoid_mul.out";
     /// `conv2d_nhwc(x, weight, bias?, weight_scales?, weight_scale, padding,
     /// stride, dilation, groups, depthwise, kept?, <tail>)`: weights `[O,
     /// kH, kW, C / groups]` (`[1, kH, kW, O]` depthwise) with one scale per

@@ -10,11 +10,15 @@ use crate::names::{qd8_fully_connected, qd8_fully_connected_shared, qs8};
 use ptec_runtime::kernels::bf16;
 use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Window2d};
 use ptec_runtime::kernels::qd8::{blockwise_kept_len, prepare_blockwise};
+use ptec_runtime::kernels::scalar;
 
 pub const OPS: &[(&str, Emitter)] = &[
     (qs8::QUANTIZE, quantize),
     (qs8::DEQUANTIZE, dequantize),
     (qs8::LUT_HARDSWISH, lut_hardswish),
+    (qs8::LUT_SIGMOID, lut_sigmoid),
+    (qs8::LUT_TANH, lut_tanh),
+    (qs8::LUT_SIGMOID_MUL, lut_sigmoid_mul),
     (qs8::CONV2D_NHWC, conv2d_nhwc),
     (qs8::CHAIN, conv2d_chain),
     (qs8::FULLY_CONNECTED, fully_connected),
@@ -107,7 +111,20 @@ fn dequantize(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 }
 
 fn lut_hardswish(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
-    lut(ctx, ptec_runtime::kernels::scalar::hardswish::<f32>)
+    lut(ctx, scalar::hardswish::<f32>)
+}
+
+fn lut_sigmoid(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    lut(ctx, scalar::sigmoid::<f32>)
+}
+
+fn lut_tanh(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    lut(ctx, scalar::tanh::<f32>)
+}
+
+/// The two rounded steps of the `sigmoid` and the `mul` it replaces.
+fn lut_sigmoid_mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    lut(ctx, |a| a * scalar::sigmoid(a))
 }
 
 /// `lut_NAME(q, in_scale, in_zero_point, out_scale, out_zero_point,
