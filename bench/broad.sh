@@ -4,7 +4,7 @@
 # in one run (bench/run.sh's interleaved rounds), then one table of the
 # ratios with geometric means and the targets of docs/benchmarking.md.
 #
-#   bench/broad.sh [--threads "1 2"] [--rounds N] [--iters N] [--keep DIR] [NAME...]
+#   bench/broad.sh [--threads "1 2"] [--rounds N] [--iters N] [--keep DIR] [--readme] [NAME...]
 #
 # The models (bench/broad.py: torchvision's ResNet-18/50, MobileNetV2,
 # MobileNetV3-Large/Small, RegNetY-400MF, EfficientNet-B0, ShuffleNetV2,
@@ -16,6 +16,9 @@
 # NAMEs (e.g. resnet50 resnet50_q8) time a subset.
 # --keep DIR keeps run.sh's JSON results (t1.json, t2.json) in DIR;
 # --render DIR prints the table from such a DIR without running anything.
+# --readme also writes the table, with the machine, its ISA, the date and
+# the commit that ran, into README.md between <!-- broad:begin --> and
+# <!-- broad:end -->.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 threads="1 2"
@@ -23,6 +26,7 @@ rounds=5
 iters=10
 keep=""
 render=""
+readme=""
 names=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,7 +35,8 @@ while [ $# -gt 0 ]; do
     --iters) iters="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
     --render) render="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --readme) readme="$here/../README.md"; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) names+=("$1"); shift ;;
   esac
@@ -66,18 +71,39 @@ if [ -z "$render" ]; then
   fi
   render="${keep:-$(mktemp -d)}"
   mkdir -p "$render"
+  # What the table names: this machine, today, this commit.
+  commit="$(git -C "$here/.." rev-parse --short HEAD)"
+  git -C "$here/.." diff --quiet HEAD -- compiler/src compiler/cli/src kernels/src runtime-min/src macros/src schema \
+    || commit="$commit (with uncommitted changes to the code)"
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  isa=""
+  for f in avx2 fma avx512f avx512_vnni avx512vbmi avx512_bf16 avx_vnni; do
+    case "$flags" in *" $f "*) isa="$isa${isa:+, }$f" ;; esac
+  done
+  {
+    echo "date=$(date -u +%Y-%m-%d)"
+    echo "commit=$commit"
+    echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+    echo "family=$(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)"
+    echo "cores=$(nproc)"
+    echo "isa=${isa:-none of AVX2, FMA, AVX-512}"
+    echo "rounds=$rounds"
+    echo "iters=$iters"
+  } >"$render/machine"
   for t in $threads; do
     # ExecuTorch's portable kernels take 25 s an inference and more on
     # these models: they are left out (--et-iters 0).
     "$here/run.sh" --threads "$t" --rounds "$rounds" --iters "$iters" --et-iters 0 --no-gemm \
       --json "$render/t$t.json" "${models[@]}" >"$render/t$t.txt"
     cat "$render/t$t.txt"
+    # The load the run shared the machine with.
+    echo "load_t$t=$(cut -d' ' -f1-3 /proc/loadavg) (at its end)" >>"$render/machine"
   done
   echo
 fi
 
-python3 - "$render" <<'PY'
-import json, math, statistics, sys
+README="$readme" python3 - "$render" <<'PY'
+import json, math, os, statistics, sys
 from pathlib import Path
 
 d = Path(sys.argv[1])
@@ -147,4 +173,50 @@ for t in ts:
     if g is not None:
         print(f"{t} thread(s), same file: geomean {g:.2f}x over {len(best[t])} models (target <= {goal}x), "
               f"{slower} slower than XNNPACK (target 0)")
+
+readme = os.environ.get("README")
+if readme:
+    meta_file = d / "machine"
+    if not meta_file.exists():
+        sys.exit(f"broad: {meta_file} is missing (a run kept by an older broad.sh): no README table")
+    meta = dict(line.split("=", 1) for line in meta_file.read_text().splitlines() if "=" in line)
+    loads = "; ".join(f"{k[6:]} thread(s): {v}" for k, v in meta.items() if k.startswith("load_t"))
+    lines = [
+        f"Written by `bench/broad.sh --readme` on {meta['date']} at commit {meta['commit']}, on {meta['cpu']} "
+        f"(CPU family {meta['family']}, {meta['cores']} CPUs; {meta['isa']}; load average {loads}), "
+        f"{meta['rounds']} rounds of {meta['iters']} iterations. Each ratio is ptec's time over "
+        "ExecuTorch + XNNPACK's on the same `.pte` within a round, its median over rounds, with the range over "
+        "rounds (below 1× ptec is faster); `_q8` models are XNNPACK's static int8 flow.",
+        "",
+    ]
+    head_md = ["model"]
+    for t in ts:
+        head_md += [f"XNNPACK, {t} thread{'s' if t > 1 else ''}", f"ptec / XNNPACK, {t}T", "range"]
+    lines.append("| " + " | ".join(head_md) + " |")
+    lines.append("|" + " --- |" * len(head_md))
+    for n in names:
+        row = [f"`{n}`"]
+        for t in ts:
+            same = per_round(runs[t], n, "ptec_xnn")
+            x = med(runs[t], n, "xnnpack")
+            row.append(f"{x / 1000:.2f} ms" if x else "-")
+            m = statistics.median(same) if same else None
+            row.append((f"**{m:.2f}×**" if m <= 1 else f"{m:.2f}×") if same else "-")
+            row.append(f"{min(same):.2f}–{max(same):.2f}" if same else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    for t in ts:
+        g = geomean(best[t])
+        if g is not None:
+            wins = sum(v <= 1 for v in best[t])
+            lines.append(f"- {t} thread{'s' if t > 1 else ''}: geomean {g:.2f}× over {len(best[t])} models, "
+                         f"ptec as fast or faster on {wins}.")
+    text = Path(readme).read_text()
+    begin, end = "<!-- broad:begin -->", "<!-- broad:end -->"
+    if begin not in text or end not in text:
+        sys.exit(f"broad: {readme} has no {begin} / {end} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    Path(readme).write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
+    print(f"wrote the table into {readme}", file=sys.stderr)
 PY

@@ -89,6 +89,7 @@ pub mod shape;
 pub mod softmax;
 #[cfg(test)]
 mod testing;
+pub(crate) mod transpose;
 pub mod upsample;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -274,7 +274,7 @@ fn transpose_columns<T: Copy>(s: &[T], rows: usize, cols: usize, band: Range<usi
         2 => interleave::<T, 2>(s, cols, band, d),
         3 => interleave::<T, 3>(s, cols, band, d),
         4 => interleave::<T, 4>(s, cols, band, d),
-        _ => transpose_tiles(s, rows, cols, band, d),
+        _ => crate::transpose::columns(s, rows, cols, band, d),
     }
 }
 
@@ -286,21 +286,6 @@ fn interleave<T: Copy, const R: usize>(s: &[T], cols: usize, band: Range<usize>,
     for (col, out) in d[..R * band.len()].chunks_exact_mut(R).enumerate() {
         for (r, o) in out.iter_mut().enumerate() {
             *o = rows[r][col];
-        }
-    }
-}
-
-/// Columns `band` of one `rows × cols` transpose, 16 at a time so that
-/// each group's writes stay within a few cache lines.
-fn transpose_tiles<T: Copy>(s: &[T], rows: usize, cols: usize, band: Range<usize>, d: &mut [T]) {
-    const BLOCK: usize = 16;
-    for c0 in band.clone().step_by(BLOCK) {
-        let w = BLOCK.min(band.end - c0);
-        for r in 0..rows {
-            let from = &s[r * cols + c0..][..w];
-            for (i, &v) in from.iter().enumerate() {
-                d[(c0 - band.start + i) * rows + r] = v;
-            }
         }
     }
 }

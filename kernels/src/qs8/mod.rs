@@ -907,22 +907,110 @@ pub fn fully_connected(
 /// Max pooling of an NHWC image with `c` channels, clamped to
 /// `[y.qmin, y.qmax]` (input and output share their quantization).
 pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[i8], y: &Output, out: &mut [i8]) {
-    let mut pixel = 0;
-    for n in 0..win.batch {
-        for oy in 0..win.out_h {
-            for ox in 0..win.out_w {
-                let o = &mut out[pixel * c..][..c];
-                pixel += 1;
+    let rows = win.batch * win.out_h;
+    let row_len = win.out_w * c;
+    let out = &mut out[..rows * row_len];
+    let (lo, hi) = (y.qmin.clamp(-128, 127) as i8, y.qmax.clamp(-128, 127) as i8);
+    // Bands of output rows across threads, as other memory-bound kernels.
+    //
+    // Separable: each output row takes the maximum over its window's input
+    // rows first (long contiguous runs, vectorized), then over the
+    // window's columns of that row.
+    let split_up = crate::parallel::local_bands_for(out.len());
+    let grain = crate::parallel::band_grain(row_len, 1);
+    crate::parallel::for_each_band(out, rows, row_len, grain, split_up, &|band, piece| {
+        let mut buf = [i8::MIN; MAX_POOL_ROW];
+        let in_row_len = win.in_w * c;
+        for (row, o_row) in band.zip(piece.chunks_exact_mut(row_len.max(1))) {
+            let (n, oy) = (row / win.out_h, row % win.out_h);
+            let mut taps = [0usize; MAX_POOL_TAPS];
+            if in_row_len <= MAX_POOL_ROW && win.kernel_w <= MAX_POOL_TAPS {
+                let rows_max = &mut buf[..in_row_len];
+                rows_max.fill(i8::MIN);
+                for ky in 0..win.kernel_h {
+                    if let Some(iy) = win.in_row(oy, ky) {
+                        let x_row = &x[(n * win.in_h + iy) * in_row_len..][..in_row_len];
+                        for (a, &b) in rows_max.iter_mut().zip(x_row) {
+                            *a = (*a).max(b);
+                        }
+                    }
+                }
+                for (ox, o) in o_row.chunks_exact_mut(c.max(1)).enumerate().take(win.out_w) {
+                    let mut count = 0;
+                    for kx in 0..win.kernel_w {
+                        if let Some(ix) = win.in_col(ox, kx) {
+                            taps[count] = ix * c;
+                            count += 1;
+                        }
+                    }
+                    max_of_taps(&taps[..count], rows_max, o);
+                    clamp_to(o, lo, hi);
+                }
+                continue;
+            }
+            // Rows too long for the buffer: each window's pixels at once.
+            for (ox, o) in o_row.chunks_exact_mut(c.max(1)).enumerate().take(win.out_w) {
                 o.fill(i8::MIN);
                 for_each_tap(win, n, oy, ox, |_, pixel| {
-                    for (o, &v) in o.iter_mut().zip(&x[pixel * c..][..c]) {
-                        *o = (*o).max(v);
+                    for (a, &b) in o.iter_mut().zip(&x[pixel * c..][..c]) {
+                        *a = (*a).max(b);
                     }
                 });
-                for o in o.iter_mut() {
-                    *o = (*o as i32).clamp(y.qmin, y.qmax) as i8;
-                }
+                clamp_to(o, lo, hi);
             }
+        }
+    });
+}
+
+fn clamp_to(o: &mut [i8], lo: i8, hi: i8) {
+    for v in o.iter_mut() {
+        *v = (*v).clamp(lo, hi);
+    }
+}
+
+/// Bytes of an input row (`W · C`) that max pooling keeps the maximum of
+/// a window's rows in, on the stack (ResNet's 112 × 64 stem rows fit);
+/// wider rows go pixel by pixel. Small on 32-bit targets, whose stacks
+/// are a few KB.
+const MAX_POOL_ROW: usize = if cfg!(target_pointer_width = "64") {
+    8 * 1024
+} else {
+    1024
+};
+
+/// Window widths up to this take [`max_of_taps`].
+const MAX_POOL_TAPS: usize = 64;
+
+/// `o[i] = max over taps t of x[t + i]` (`i8::MIN` with no taps), 16
+/// channels at a time held in a register.
+#[inline(always)]
+fn max_of_taps(taps: &[usize], x: &[i8], o: &mut [i8]) {
+    let block = |i: usize| {
+        let mut acc = [i8::MIN; 16];
+        for &t in taps {
+            let v: &[i8; 16] = x[t + i..][..16].try_into().unwrap();
+            for k in 0..16 {
+                acc[k] = acc[k].max(v[k]);
+            }
+        }
+        acc
+    };
+    let c = o.len();
+    let mut i = 0;
+    while i + 16 <= c {
+        o[i..i + 16].copy_from_slice(&block(i));
+        i += 16;
+    }
+    if i == c {
+        return;
+    }
+    // The last few channels: a whole block's read where the input goes on
+    // past them (all but the last pixels), keeping what is asked for.
+    if taps.iter().all(|&t| t + i + 16 <= x.len()) {
+        o[i..].copy_from_slice(&block(i)[..c - i]);
+    } else {
+        for (j, o) in o.iter_mut().enumerate().skip(i) {
+            *o = taps.iter().map(|&t| x[t + j]).max().unwrap_or(i8::MIN);
         }
     }
 }
@@ -1076,6 +1164,64 @@ mod tests {
             lut(&x, &table, &mut out);
             for (i, (&o, &v)) in out.iter().zip(&x).enumerate() {
                 assert_eq!(o, table[v as u8 as usize], "n {n}, element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn max_pooling_takes_each_windows_largest_clamped() {
+        extern crate std;
+        let mut seed = 5;
+        // Channels below, at and past a vector of 16; padded and
+        // unpadded, strided windows; an output that splits in bands on two
+        // threads (32 × 32 × 24); input rows too long for the row buffer
+        // (300 × 64).
+        for (case, &(batch, h, w, c, k, stride, pad)) in [
+            (1, 9, 7, 3, 3, 2, 1),
+            (2, 8, 8, 16, 2, 2, 0),
+            (1, 64, 64, 24, 3, 2, 1),
+            (1, 12, 12, 37, 3, 1, 1),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let win = Window2d::new(batch, h, w, [k, k], [stride, stride], [pad; 4], [1, 1]).unwrap();
+            let x: std::vec::Vec<i8> = (0..batch * h * w * c)
+                .map(|_| crate::testing::rng(&mut seed) as u8 as i8)
+                .collect();
+            let y = Output {
+                qmin: -100,
+                qmax: 90,
+                ..Y
+            };
+            let mut want = std::vec::Vec::new();
+            for n in 0..batch {
+                for oy in 0..win.out_h {
+                    for ox in 0..win.out_w {
+                        for ch in 0..c {
+                            let mut m = i8::MIN;
+                            for ky in 0..k {
+                                for kx in 0..k {
+                                    let (iy, ix) = (
+                                        (oy * stride + ky) as isize - pad as isize,
+                                        (ox * stride + kx) as isize - pad as isize,
+                                    );
+                                    if (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix) {
+                                        m = m.max(x[((n * h + iy as usize) * w + ix as usize) * c + ch]);
+                                    }
+                                }
+                            }
+                            want.push(m.clamp(-100, 90));
+                        }
+                    }
+                }
+            }
+            for threads in [1, 2] {
+                crate::parallel::set_threads(threads);
+                let mut out = std::vec![0i8; want.len()];
+                max_pool2d_nhwc(&win, c, &x, &y, &mut out);
+                crate::parallel::set_threads(1);
+                assert_eq!(out, want, "case {case}, {threads} threads");
             }
         }
     }

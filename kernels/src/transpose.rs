@@ -1,0 +1,288 @@
+//! Matrix transposes in register tiles: columns `band` of a row-major
+//! `rows × cols` matrix `s` into `d`, column `c` as row `c - band.start`
+//! (`d[(c - band.start) · rows + r] = s[r · cols + c]`).
+//!
+//! Bytes (int8 channel shuffles between NHWC and NCHW) go 16 × 16 at a
+//! time and 4-byte words (`f32`, `i32`) 4 × 4, through SSE2's unpack
+//! instructions on x86-64: each tile is 16 or 4 loads, the same number of
+//! stores and a few shuffles, where an element at a time is a load and a
+//! strided store each. Other sizes and targets, and the edges that make no
+//! whole tile, go an element at a time.
+use core::ops::Range;
+
+/// Columns `band` of the `rows × cols` matrix `s`, transposed into `d`
+/// (see the module docs).
+pub(crate) fn columns<T: Copy>(s: &[T], rows: usize, cols: usize, band: Range<usize>, d: &mut [T]) {
+    assert!(band.start <= band.end && band.end <= cols && s.len() >= rows * cols && d.len() >= band.len() * rows);
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let size = core::mem::size_of::<T>();
+        let align = core::mem::align_of::<T>();
+        if size == 1 || (size == 4 && align == 4) {
+            let (tile, done) = if size == 1 {
+                (16, tiles_of_bytes as Tiles)
+            } else {
+                (4, tiles_of_words as Tiles)
+            };
+            let (full_cols, full_rows) = (band.len() / tile * tile, rows / tile * tile);
+            // SAFETY: `T` is `Copy` of the size the tiles move (1 or 4
+            // bytes, aligned as a word for 4); they copy whole elements
+            // within the bounds asserted above (see `Tiles`).
+            unsafe {
+                done(
+                    s.as_ptr().cast(),
+                    cols,
+                    band.start,
+                    full_cols,
+                    full_rows,
+                    rows,
+                    d.as_mut_ptr().cast(),
+                )
+            };
+            edges(s, rows, cols, band.clone(), full_cols, full_rows, d);
+            return;
+        }
+    }
+    edges(s, rows, cols, band, 0, 0, d);
+}
+
+/// What the tiles leave: for the first `full_cols` columns of the band the
+/// rows from `full_rows` on, and for the rest every row.
+fn edges<T: Copy>(
+    s: &[T],
+    rows: usize,
+    cols: usize,
+    band: Range<usize>,
+    full_cols: usize,
+    full_rows: usize,
+    d: &mut [T],
+) {
+    let split = band.start + full_cols;
+    for c in band.start..split {
+        let out = &mut d[(c - band.start) * rows..][..rows];
+        for (r, o) in out.iter_mut().enumerate().skip(full_rows) {
+            *o = s[r * cols + c];
+        }
+    }
+    // 16 columns at a time, so that each group's writes stay within a few
+    // cache lines.
+    const BLOCK: usize = 16;
+    for c0 in (split..band.end).step_by(BLOCK) {
+        let w = BLOCK.min(band.end - c0);
+        for r in 0..rows {
+            for (i, &v) in s[r * cols + c0..][..w].iter().enumerate() {
+                d[(c0 - band.start + i) * rows + r] = v;
+            }
+        }
+    }
+}
+
+/// `(s, cols, first, full_cols, full_rows, rows, d)`: the whole tiles of
+/// columns `first..first + full_cols` and rows `0..full_rows` (both whole
+/// tiles) of `s` (`rows × cols` elements) into `d` (`rows` elements a
+/// column of the band).
+///
+/// # Safety
+/// `s` holds `rows · cols` elements and `d` `(full_cols) · rows` at
+/// least, `first + full_cols <= cols` and `full_rows <= rows`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+type Tiles = unsafe fn(*const u8, usize, usize, usize, usize, usize, *mut u8);
+
+/// [`Tiles`] of bytes, 16 × 16.
+///
+/// # Safety
+/// As [`Tiles`], elements being bytes.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+unsafe fn tiles_of_bytes(
+    s: *const u8,
+    cols: usize,
+    first: usize,
+    full_cols: usize,
+    full_rows: usize,
+    rows: usize,
+    d: *mut u8,
+) {
+    use core::arch::x86_64::*;
+    for c in (0..full_cols).step_by(16) {
+        for r0 in (0..full_rows).step_by(16) {
+            // SAFETY: rows `r0..r0 + 16` of columns `first + c..+ 16` lie
+            // within `s` (the caller's bounds); SSE2 is x86-64's baseline.
+            let a: [__m128i; 16] =
+                core::array::from_fn(|i| unsafe { _mm_loadu_si128(s.add((r0 + i) * cols + first + c).cast()) });
+            // Four rounds of interleaving: pairs of rows into 16-bit
+            // pairs, then 4-row, 8-row and 16-row columns. After round
+            // one, b[2k + h] holds rows 2k, 2k + 1 at columns 8h..8h + 8.
+            let b = round(|k| (a[2 * k], a[2 * k + 1]), sse2::unpacklo_epi8, sse2::unpackhi_epi8);
+            // cc[(2m + h) · 2 + g]: rows 4m..4m + 4, columns 8h + 4g..+ 4.
+            let cc = round(
+                |mh| (b[4 * (mh / 2) + mh % 2], b[4 * (mh / 2) + 2 + mh % 2]),
+                sse2::unpacklo_epi16,
+                sse2::unpackhi_epi16,
+            );
+            // dd[((2n + h) · 2 + g) · 2 + f]: rows 8n..8n + 8, columns
+            // 8h + 4g + 2f..+ 2.
+            let dd = round(
+                |nhg| (cc[2 * (nhg / 4) * 4 + nhg % 4], cc[(2 * (nhg / 4) + 1) * 4 + nhg % 4]),
+                sse2::unpacklo_epi32,
+                sse2::unpackhi_epi32,
+            );
+            for j in 0..16 {
+                // Column j = 8h + 4g + 2f + e: rows 0..8 from dd[hgf],
+                // rows 8..16 from dd[8 + hgf].
+                let (hgf, e) = (j / 2, j % 2);
+                // SAFETY: column `c + j` of the band holds `rows` elements
+                // of `d`, of which rows `r0..r0 + 16` are in bounds.
+                unsafe {
+                    let (x, y) = (dd[hgf], dd[8 + hgf]);
+                    let v = if e == 0 {
+                        _mm_unpacklo_epi64(x, y)
+                    } else {
+                        _mm_unpackhi_epi64(x, y)
+                    };
+                    _mm_storeu_si128(d.add((c + j) * rows + r0).cast(), v);
+                }
+            }
+        }
+    }
+}
+
+/// SSE2's interleaving shuffles, safe: x86-64 always has SSE2.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod sse2 {
+    use core::arch::x86_64::{self as arch, __m128i};
+    macro_rules! shuffles {
+        ($($name:ident = $intrinsic:ident),*) => {$(
+            #[inline(always)]
+            pub(super) fn $name(x: __m128i, y: __m128i) -> __m128i {
+                // SAFETY: a register shuffle; SSE2 is x86-64's baseline.
+                unsafe { arch::$intrinsic(x, y) }
+            }
+        )*};
+    }
+    shuffles!(
+        unpacklo_epi8 = _mm_unpacklo_epi8,
+        unpackhi_epi8 = _mm_unpackhi_epi8,
+        unpacklo_epi16 = _mm_unpacklo_epi16,
+        unpackhi_epi16 = _mm_unpackhi_epi16,
+        unpacklo_epi32 = _mm_unpacklo_epi32,
+        unpackhi_epi32 = _mm_unpackhi_epi32
+    );
+}
+
+/// One round of [`tiles_of_bytes`]: register `i` is the low (`i` even)
+/// or high (odd) interleaving of the pair `pair(i / 2)`.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[inline(always)]
+fn round(
+    pair: impl Fn(usize) -> (core::arch::x86_64::__m128i, core::arch::x86_64::__m128i),
+    lo: impl Fn(core::arch::x86_64::__m128i, core::arch::x86_64::__m128i) -> core::arch::x86_64::__m128i,
+    hi: impl Fn(core::arch::x86_64::__m128i, core::arch::x86_64::__m128i) -> core::arch::x86_64::__m128i,
+) -> [core::arch::x86_64::__m128i; 16] {
+    core::array::from_fn(|i| {
+        let (x, y) = pair(i / 2);
+        if i % 2 == 0 {
+            lo(x, y)
+        } else {
+            hi(x, y)
+        }
+    })
+}
+
+/// [`Tiles`] of 4-byte words, 4 × 4.
+///
+/// # Safety
+/// As [`Tiles`], elements being 4-byte words (counted in words).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+unsafe fn tiles_of_words(
+    s: *const u8,
+    cols: usize,
+    first: usize,
+    full_cols: usize,
+    full_rows: usize,
+    rows: usize,
+    d: *mut u8,
+) {
+    use core::arch::x86_64::*;
+    let (s, d) = (s.cast::<u32>(), d.cast::<u32>());
+    for c in (0..full_cols).step_by(4) {
+        for r0 in (0..full_rows).step_by(4) {
+            // SAFETY: rows `r0..r0 + 4` of columns `first + c..+ 4` lie
+            // within `s`, and rows `r0..r0 + 4` of columns `c..c + 4` of
+            // the band within `d` (the caller's bounds); SSE2 is x86-64's
+            // baseline.
+            unsafe {
+                let a: [__m128i; 4] =
+                    core::array::from_fn(|i| _mm_loadu_si128(s.add((r0 + i) * cols + first + c).cast()));
+                let t0 = _mm_unpacklo_epi32(a[0], a[1]);
+                let t1 = _mm_unpackhi_epi32(a[0], a[1]);
+                let t2 = _mm_unpacklo_epi32(a[2], a[3]);
+                let t3 = _mm_unpackhi_epi32(a[2], a[3]);
+                let out = [
+                    _mm_unpacklo_epi64(t0, t2),
+                    _mm_unpackhi_epi64(t0, t2),
+                    _mm_unpacklo_epi64(t1, t3),
+                    _mm_unpackhi_epi64(t1, t3),
+                ];
+                for (j, v) in out.into_iter().enumerate() {
+                    _mm_storeu_si128(d.add((c + j) * rows + r0).cast(), v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Every band of several shapes, against the definition, for bytes,
+    /// words and 2-byte elements (no tiles).
+    fn check<T: Copy + PartialEq + core::fmt::Debug + Default>(of: fn(usize) -> T) {
+        for (rows, cols) in [
+            (1, 1),
+            (5, 3),
+            (16, 16),
+            (17, 33),
+            (32, 48),
+            (116, 784),
+            (784, 116),
+            (4, 9),
+            (40, 20),
+        ] {
+            let s: Vec<T> = (0..rows * cols).map(of).collect();
+            for band in [
+                0..cols,
+                cols / 3..cols,
+                0..cols / 2,
+                cols / 5..cols / 5 + (cols / 2).max(1).min(cols - cols / 5),
+            ] {
+                let mut d = vec![T::default(); band.len() * rows + 3];
+                columns(&s, rows, cols, band.clone(), &mut d);
+                for c in band.clone() {
+                    for r in 0..rows {
+                        assert_eq!(
+                            d[(c - band.start) * rows + r],
+                            s[r * cols + c],
+                            "{rows}x{cols} {band:?} at {r},{c}"
+                        );
+                    }
+                }
+                assert!(
+                    d[band.len() * rows..].iter().all(|&v| v == T::default()),
+                    "wrote past the band"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_transpose_every_shape_and_band() {
+        check(|i| (i % 251) as u8 + 1);
+        check(|i| i as u32 + 1);
+        check(|i| i as f32 + 0.5);
+        check(|i| (i % 30000) as u16 + 1);
+    }
+}
