@@ -252,6 +252,9 @@ mod tests {
             (4, 9),
             (40, 20),
         ] {
+            if crate::testing::too_large_for_miri(rows * cols, crate::testing::MIRI_WORK) {
+                continue;
+            }
             let s: Vec<T> = (0..rows * cols).map(of).collect();
             for band in [
                 0..cols,

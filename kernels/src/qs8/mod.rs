@@ -1186,6 +1186,10 @@ mod tests {
         .enumerate()
         {
             let win = Window2d::new(batch, h, w, [k, k], [stride, stride], [pad; 4], [1, 1]).unwrap();
+            let work = batch * win.out_h * win.out_w * c * k * k;
+            if crate::testing::too_large_for_miri(work, crate::testing::MIRI_WORK) {
+                continue;
+            }
             let x: std::vec::Vec<i8> = (0..batch * h * w * c)
                 .map(|_| crate::testing::rng(&mut seed) as u8 as i8)
                 .collect();
