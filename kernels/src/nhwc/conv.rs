@@ -5,20 +5,36 @@
 //! any other through tiles of gathered windows ([`super::im2col`]). The
 //! filter is packed for [`crate::gemm`], at each call or once, kept
 //! between calls ([`Conv2dNhwc::pack_filter`]).
-use super::{clamp, direct, im2col, Conv2dNhwc};
+use super::{clamp, direct, grouped, im2col, Conv2dNhwc};
 use crate::gemm::{ensure_packed, gemm_packed, is_packed, pack, packed_len, Epilogue};
 
 impl Conv2dNhwc {
-    /// Length, in `f32`, of the packed filter (see [`crate::gemm::pack`]) that
-    /// [`conv2d_nhwc`] can keep between calls of an ungrouped convolution.
+    /// Length, in `f32`, of the packed filter that [`conv2d_nhwc`] can keep
+    /// between calls of an ungrouped convolution (see [`crate::gemm::pack`])
+    /// or one of narrow groups ([`Self::keeps_packed_filter`]).
     pub fn packed_filter_len(&self) -> usize {
-        packed_len(self.depth(), self.out_c)
+        match self.narrow() {
+            Some(n) => n.packed_len(),
+            None => packed_len(self.depth(), self.out_c),
+        }
+    }
+
+    /// Whether [`conv2d_nhwc`] reads this convolution's filter packed, so
+    /// that it may be kept between calls ([`Self::pack_filter`]): an
+    /// ungrouped one, or one whose groups are narrow (at most 16 outputs
+    /// each: RegNet's, ResNeXt's), which runs 16 outputs at a time with a
+    /// block-diagonal filter.
+    pub fn keeps_packed_filter(&self) -> bool {
+        self.groups == 1 || self.narrow().is_some()
     }
 
     /// Scratch, in `f32` elements, that [`conv2d_nhwc`] needs; `kept_filter`:
     /// whether a kept packed filter is passed (grouped convolutions pack
     /// each group's filter into scratch regardless).
     pub fn scratch_len(&self, kept_filter: bool) -> usize {
+        if let Some(n) = self.narrow() {
+            return if kept_filter { 0 } else { n.packed_len() };
+        }
         let og = self.out_c / self.groups;
         let pack = if kept_filter && self.groups == 1 {
             0
@@ -28,22 +44,30 @@ impl Conv2dNhwc {
         self.gather_len() + pack
     }
 
-    /// Packs the filter `w` (`[O, kH, kW, C]`) of this ungrouped
-    /// convolution into `packed` ([`Self::packed_filter_len`] floats, serving
-    /// this filter alone) for [`conv2d_nhwc`]. Does nothing when `packed`
-    /// already holds it, so it can run before every call; ptec runs it at
-    /// compile time when the weights are embedded.
+    /// Packs the filter `w` (`[O, kH, kW, C / groups]`) of this convolution,
+    /// which must [keep a packed filter](Self::keeps_packed_filter), into
+    /// `packed` ([`Self::packed_filter_len`] floats, serving this filter
+    /// alone) for [`conv2d_nhwc`]. Does nothing when `packed` already holds
+    /// it, so it can run before every call; ptec runs it at compile time
+    /// when the weights are embedded.
     pub fn pack_filter(&self, w: &[f32], packed: &mut [f32]) {
-        assert_eq!(self.groups, 1, "a packed filter needs an ungrouped convolution");
+        if let Some(n) = self.narrow() {
+            return grouped::pack(self, &n, w, packed);
+        }
+        assert_eq!(
+            self.groups, 1,
+            "a packed filter needs an ungrouped convolution or narrow groups"
+        );
         ensure_packed(w, self.depth(), self.out_c, true, packed);
     }
 }
 
 /// Regular convolution (see [`Conv2dNhwc::regular`]): `out[N, OH, OW, O] =
-/// clamp(conv(x, w) + bias)`. `packed`, when given for an ungrouped
-/// convolution, is `w` packed by [`Conv2dNhwc::pack_filter`], and all the
-/// call reads of the filter (`w` may be empty); otherwise each call packs
-/// `w` into `scratch`: [`Conv2dNhwc::scratch_len`] floats.
+/// clamp(conv(x, w) + bias)`. `packed`, when given for a convolution that
+/// [keeps one](Conv2dNhwc::keeps_packed_filter), is `w` packed by
+/// [`Conv2dNhwc::pack_filter`], and all the call reads of the filter (`w`
+/// may be empty); otherwise each call packs `w` into `scratch`:
+/// [`Conv2dNhwc::scratch_len`] floats.
 ///
 /// A 1×1 convolution is one matrix product over the pixels (NHWC is
 /// already its row-major `[pixels, C]` operand); any other gathers tiles of
@@ -62,6 +86,16 @@ pub fn conv2d_nhwc(
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
+    if let Some(n) = g.narrow() {
+        let filter: &[f32] = match packed {
+            Some(p) => p,
+            None => {
+                grouped::repack(g, &n, w, scratch);
+                scratch
+            }
+        };
+        return grouped::conv(g, &n, x, filter, bias, min, max, out);
+    }
     let (groups, og, depth) = (g.groups, g.out_c / g.groups, g.depth());
     let (cols, spare) = scratch.split_at_mut(g.gather_len());
     for gi in 0..groups {
@@ -190,8 +224,8 @@ mod tests {
                 let mut scratch = vec![0.0f32; g.scratch_len(true)];
                 for _ in 0..2 {
                     let mut out = vec![f32::NAN; want.len()];
-                    // Grouped convolutions pack each group as they go.
-                    let packed = (groups == 1).then(|| {
+                    // Wide groups pack each group as they go.
+                    let packed = g.keeps_packed_filter().then(|| {
                         g.pack_filter(&w, &mut kept);
                         &kept[..]
                     });
@@ -199,7 +233,7 @@ mod tests {
                     close(&out, &want);
                 }
                 // The packing alone, as when ptec made it at compile time.
-                if groups == 1 {
+                if g.keeps_packed_filter() {
                     let mut out = vec![f32::NAN; want.len()];
                     conv2d_nhwc(&g, &x, &[], bias, min, max, Some(&kept), &mut out, &mut scratch);
                     close(&out, &want);

@@ -17,7 +17,8 @@
 //! [`Conv2dNhwc`]) and the loops over windows that the kernels share;
 //! `conv` runs regular convolutions (a 1×1 one as one product, shallow
 //! windows straight from the image in `direct`, any other through the
-//! gathered windows of `im2col`), `depthwise` the depthwise ones (a file
+//! gathered windows of `im2col`; narrow groups, 16 outputs at a time, in
+//! `grouped`), `depthwise` the depthwise ones (a file
 //! per instruction set below it), `fold` those whose constant filter is
 //! prepared once with a batch norm folded in, `chain` a few of those band
 //! by band, and `pool` the poolings.
@@ -28,6 +29,7 @@ mod deconv;
 mod depthwise;
 mod direct;
 mod fold;
+mod grouped;
 mod im2col;
 mod pool;
 

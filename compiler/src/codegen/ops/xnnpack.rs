@@ -320,8 +320,8 @@ fn emit_conv(
         Some(packed) => {
             if let Some(p) = &packed {
                 f32_static(&[p])?;
-                if g.groups != 1 {
-                    return Err("a kept packed filter needs an ungrouped convolution".into());
+                if !g.keeps_packed_filter() {
+                    return Err("a kept packed filter needs an ungrouped convolution or narrow groups".into());
                 }
             }
             check_packed(&packed, g.packed_filter_len())?;
@@ -350,8 +350,9 @@ fn emit_conv(
 /// `conv2d_nhwc.out(input, filter, bias?, padding, stride, dilation, groups,
 /// output_min, output_max, packed?, out)`: input `[N, H, W, C]`, filter
 /// `[O, kH, kW, C / groups]`, padding `[top, right, bottom, left]`.
-/// `packed`, when given (ungrouped only), keeps the packed filter between
-/// runs (it must belong to this call alone).
+/// `packed`, when given (ungrouped or narrow groups only: see
+/// `Conv2dNhwc::keeps_packed_filter`), keeps the packed filter between runs
+/// (it must belong to this call alone).
 fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     use conv2d_nhwc::{COUNT, DILATION, GROUPS, KEPT, MIN, OUT, PADDING, STRIDE};
     ctx.arity(COUNT)?;

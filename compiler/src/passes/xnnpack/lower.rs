@@ -1041,7 +1041,7 @@ impl<'a> CallLowering<'a> {
         }
         args.extend([self.double(node.min), self.double(node.max)]);
         if !depthwise {
-            let kept = if *groups == 1 {
+            let kept = if g.keeps_packed_filter() {
                 self.kept_packing(*filter, g.packed_filter_len())
             } else {
                 self.null()
