@@ -326,6 +326,21 @@ impl<'a> Source<'a> {
                 }
             }
             let across = w.dilation_w == 1 && w.in_col(ox, 0).is_some() && w.in_col(ox, kw - 1).is_some();
+            let down = w.in_row(oy, 0).is_some() && w.in_row(oy, w.kernel_h - 1).is_some();
+            if across && down && span <= 16 && (w.kernel_h - 1) * span + 16 <= PATCH {
+                // A window inside the image (most of them): its rows are
+                // runs of the image `step` apart, each copied as 16
+                // bytes (see below), no row checked on its own.
+                let first = ((n * w.in_h + oy * w.stride_h - w.pad_top) * w.in_w + ox * w.stride_w - w.pad_left) * cin;
+                let step = w.dilation_h * w.in_w * cin;
+                if first + (w.kernel_h - 1) * step + 16 <= x.len() {
+                    for ky in 0..w.kernel_h {
+                        let at = first + ky * step;
+                        row[ky * span..][..16].copy_from_slice(&x[at..at + 16]);
+                    }
+                    continue;
+                }
+            }
             for ky in 0..w.kernel_h {
                 let Some(iy) = w.in_row(oy, ky) else {
                     row[ky * span..][..span].fill(zp);
