@@ -154,7 +154,7 @@ pub(super) fn conv_group(
         }
         return;
     }
-    im2col::gathered(g, x, gi, filter, e, 0..pixels, out, cols);
+    im2col::gathered_split(g, x, gi, filter, e, out, cols);
 }
 
 /// `out = clamp(out + residual)`, element by element.
@@ -280,5 +280,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gathered_convolutions_split_across_threads_match_the_reference() {
+        // Enough pixels for one band of whole tiles per thread (a tile of
+        // these windows is 910 pixels; under Miri, 72), one with a
+        // residual, one strided over two images.
+        let cases: &[(Dims4, Dims4, Pair)] = if cfg!(miri) {
+            &[([1, 12, 13, 64], [4, 3, 3, 64], [1, 1])]
+        } else {
+            &[
+                ([1, 48, 47, 4], [24, 3, 3, 4], [1, 1]),
+                ([2, 61, 64, 4], [8, 3, 3, 4], [2, 1]),
+            ]
+        };
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        for threads in [2, 3] {
+            crate::parallel::set_threads(threads);
+            for (i, &(input, filter, stride)) in cases.iter().enumerate() {
+                let g = Conv2dNhwc::regular(&input, &filter, stride, [1, 1, 1, 1], [1, 1], 1).unwrap();
+                assert!(g.window.out_pixels() >= 2 * g.tile_rows(), "case {i} takes one band");
+                let x = rng(i as u64, input.iter().product());
+                let w = rng(100 + i as u64, filter.iter().product());
+                let b = rng(200 + i as u64, filter[0]);
+                let mut want = reference(&g, &x, &w, false, Some(&b), f32::NEG_INFINITY, f32::INFINITY);
+                let residual = rng(300 + i as u64, want.len());
+                for (v, r) in want.iter_mut().zip(&residual) {
+                    *v = (*v + r).clamp(-0.5, 0.75);
+                }
+                let mut kept = vec![0.0f32; g.packed_filter_len()];
+                g.pack_filter(&w, &mut kept);
+                let e = Epilogue {
+                    bias: Some(&b),
+                    residual: Some(&residual),
+                    min: -0.5,
+                    max: 0.75,
+                };
+                let mut out = vec![f32::NAN; want.len()];
+                let mut cols = vec![f32::NAN; g.gather_len()];
+                im2col::gathered_split(&g, &x, 0, &kept, &e, &mut out, &mut cols);
+                close(&out, &want);
+            }
+        }
+        crate::parallel::set_threads(1);
     }
 }
