@@ -32,10 +32,17 @@ impl Conv2dNhwc {
     /// whether a kept packed filter is passed (grouped convolutions pack
     /// each group's filter into scratch regardless).
     pub fn scratch_len(&self, kept_filter: bool) -> usize {
-        if let Some(n) = self.narrow() {
-            return if kept_filter { 0 } else { n.packed_len() };
-        }
         let og = self.out_c / self.groups;
+        if let Some(n) = self.narrow() {
+            // A product per group where the narrow kernel does not run
+            // (see `grouped::runs_here`); a packing per call where it does.
+            let per_group = self.gather_len() + packed_len(self.depth(), og);
+            return if kept_filter {
+                per_group
+            } else {
+                per_group.max(n.packed_len())
+            };
+        }
         let pack = if kept_filter && self.groups == 1 {
             0
         } else {
@@ -86,7 +93,8 @@ pub fn conv2d_nhwc(
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
-    if let Some(n) = g.narrow() {
+    let narrow = g.narrow();
+    if let Some(n) = narrow.filter(|_| grouped::runs_here()) {
         let filter: &[f32] = match packed {
             Some(p) => p,
             None => {
@@ -100,8 +108,12 @@ pub fn conv2d_nhwc(
     let (cols, spare) = scratch.split_at_mut(g.gather_len());
     for gi in 0..groups {
         // A packed filter is all the call reads (`w` may then be empty).
-        let filter: &[f32] = match packed {
-            Some(p) if groups == 1 => {
+        let filter: &[f32] = match (packed, &narrow) {
+            (Some(p), Some(n)) => {
+                grouped::pack_group(g, n, p, gi, spare);
+                spare
+            }
+            (Some(p), None) if groups == 1 => {
                 assert!(
                     is_packed(p, depth, og),
                     "the filter was not packed for this convolution"

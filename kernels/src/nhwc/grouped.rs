@@ -171,6 +171,39 @@ pub(super) fn repack(g: &Conv2dNhwc, n: &Narrow, w: &[f32], packed: &mut [f32]) 
     stamp(head, &g.narrow_header());
 }
 
+/// Whether this CPU runs the narrow-group kernel: with AVX-512. Elsewhere
+/// the block-diagonal broadcasts (twice the products, in 16-float arrays
+/// that AVX2's 16 registers cannot hold) ran 2.5× slower than one
+/// product per group (RegNetY's grouped layers with AVX2 alone, Zen 5),
+/// so those CPUs keep that path, their filters taken from the packing
+/// ([`pack_group`]).
+pub(super) fn runs_here() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
+        return true;
+    }
+    false
+}
+
+/// Packs group `gi`'s filter for the GEMM, as [`crate::gemm::pack`] packs
+/// its `[O / groups, kH · kW · C / groups]` rows, from the narrow packing
+/// `packed` (see [`pack`]).
+pub(super) fn pack_group(g: &Conv2dNhwc, n: &Narrow, packed: &[f32], gi: usize, into: &mut [f32]) {
+    assert!(
+        is_packed(g, n, packed),
+        "the filter was not packed for this convolution"
+    );
+    let w = &packed[HEADER..][..n.broadcast_len()];
+    let (og, cg) = (g.out_c / g.groups, g.in_c / g.groups);
+    crate::gemm::pack_with(g.depth(), og, into, |q, j| {
+        // Depth index q = tap · C / groups + channel, output j of the group.
+        let (tap, i, oc) = (q / cg, q % cg, gi * og + j);
+        let b = oc / LANES;
+        let s = gi * cg + i - g.block_input(n, b);
+        w[((b * n.taps + tap) * n.span + s) * LANES + oc % LANES]
+    });
+}
+
 /// Whether `packed` holds this convolution's narrow-group filter.
 pub(super) fn is_packed(g: &Conv2dNhwc, n: &Narrow, packed: &[f32]) -> bool {
     packed.len() >= n.packed_len() && stamped(packed, &g.narrow_header())
@@ -236,6 +269,7 @@ struct Job<'a> {
     w: &'a [f32],
     /// The blocks in the layout of AVX-512's permutes (empty when the
     /// span does not fit in a register).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     permuted: &'a [f32],
     bias: Option<&'a [f32]>,
     min: f32,
@@ -706,6 +740,17 @@ mod tests {
                         rows,
                     });
                     close(&out, &want);
+                    // Each group's filter as the GEMM packs it, recovered
+                    // from the packing (CPUs without AVX-512).
+                    let (og, depth) = (g.out_c / g.groups, g.depth());
+                    for gi in 0..g.groups {
+                        let mut from_packing = vec![f32::NAN; crate::gemm::packed_len(depth, og)];
+                        pack_group(&g, &n, &packed, gi, &mut from_packing);
+                        let mut direct = vec![f32::NAN; from_packing.len()];
+                        crate::gemm::pack(&w[gi * og * depth..][..og * depth], depth, og, true, &mut direct);
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<std::vec::Vec<_>>();
+                        assert_eq!(bits(&from_packing), bits(&direct), "case {i}, group {gi}");
+                    }
                     // Packed into scratch that held another filter of the
                     // same geometry (the stamp must not stand for it).
                     let mut scratch = packed.clone();
