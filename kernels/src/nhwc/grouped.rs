@@ -7,9 +7,13 @@
 //! an output does not read a channel. That spends 16 / 8 times the
 //! products of the groups themselves (XNNPACK's 16-wide tiles spend as
 //! much), but every one is a full-width FMA from a register tile of
-//! pixels, reading the image where it lies (no gathering). With AVX-512,
-//! when the span fits in a register, a permute hands each lane its own
-//! group's channel instead, and the FMAs are those of the groups alone.
+//! pixels, reading the image where it lies (no gathering). When the span
+//! fits in a register, a permute hands each lane its own group's channel
+//! instead, and the FMAs are those of the groups alone. Only CPUs with
+//! AVX-512 run these kernels ([`runs_here`]); the others keep a product
+//! per group, each group's filter taken from the packing ([`pack_group`]).
+//! The portable kernel here is what the tests and Miri check the shared
+//! loops with.
 //!
 //! The filter is laid out once, by [`Conv2dNhwc::pack_filter`] (at compile
 //! time when it is a constant; the same bytes serve every CPU): a header,
