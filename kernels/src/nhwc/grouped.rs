@@ -755,12 +755,13 @@ mod tests {
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<std::vec::Vec<_>>();
                         assert_eq!(bits(&from_packing), bits(&direct), "case {i}, group {gi}");
                     }
-                    // Packed into scratch that held another filter of the
-                    // same geometry (the stamp must not stand for it).
-                    let mut scratch = packed.clone();
-                    let mut out = vec![f32::NAN; want.len()];
+                    // Packed into scratch (of the length the call asks
+                    // for) that held another filter of the same geometry
+                    // (the stamp must not stand for it).
+                    let mut scratch = vec![f32::NAN; g.scratch_len(false)];
                     let other = rng(300 + i as u64, w.len());
-                    g.pack_filter(&other, &mut scratch);
+                    g.pack_filter(&other, &mut scratch[..packed.len()]);
+                    let mut out = vec![f32::NAN; want.len()];
                     crate::nhwc::conv2d_nhwc(&g, &x, &w, bias, min, max, None, &mut out, &mut scratch);
                     close(&out, &want);
                 }
