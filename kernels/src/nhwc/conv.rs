@@ -307,6 +307,7 @@ mod tests {
                 ([2, 61, 64, 4], [8, 3, 3, 4], [2, 1]),
             ]
         };
+        #[cfg(not(target_os = "wasi"))]
         let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
         for threads in [2, 3] {
             crate::parallel::set_threads(threads);

@@ -706,6 +706,7 @@ mod tests {
             ([1, 2, 2, 64], [16, 1, 1, 4], [1, 1], [0, 0, 0, 0], [1, 1], 16),
         ];
         let cases = if cfg!(miri) { miri } else { cases };
+        #[cfg(not(target_os = "wasi"))]
         let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
         for threads in [1, 2] {
             crate::parallel::set_threads(threads);
