@@ -3,7 +3,7 @@
 //! --profile` on the broad set's int8 export): the stem, grouped 3 × 3
 //! convolutions of 8 channels a group at each stage, and a pointwise one.
 //! Random weights packed as the compiler packs them, through
-//! `qs8::conv2d_nhwc`.
+//! `qs8::conv2d_nhwc`; then depthwise layers of MobileNetV2 and a 5 × 5 one.
 //!
 //!   cargo run --release -p ptec-kernels --example qs8_bench [-- THREADS...]
 //!
@@ -15,7 +15,7 @@ use ptec_kernels::qs8::{conv2d_nhwc, pack_conv, Layout, Output, Quant};
 use std::time::Instant;
 
 /// (name, input size, input channels, output channels, kernel, stride, groups)
-const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
+const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 12] = [
     ("stem 3x3/2, 3 -> 32", 224, 3, 32, 3, 2, 1),
     ("grouped 3x3/2, 48 in 6 groups", 112, 48, 48, 3, 2, 6),
     ("grouped 3x3/2, 104 in 13 groups", 56, 104, 104, 3, 2, 13),
@@ -23,6 +23,13 @@ const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 7] = [
     ("grouped 3x3, 208 in 26 groups", 14, 208, 208, 3, 1, 26),
     ("grouped 3x3, 440 in 55 groups", 7, 440, 440, 3, 1, 55),
     ("pointwise, 32 -> 48", 112, 32, 48, 1, 1, 1),
+    // MobileNetV2's depthwise layers, and a 5 × 5 one as MobileNetV3's
+    // and EfficientNet's.
+    ("depthwise 3x3, 32 at 112", 112, 32, 32, 3, 1, 32),
+    ("depthwise 3x3/2, 96 at 112", 112, 96, 96, 3, 2, 96),
+    ("depthwise 3x3, 144 at 56", 56, 144, 144, 3, 1, 144),
+    ("depthwise 3x3, 384 at 14", 14, 384, 384, 3, 1, 384),
+    ("depthwise 5x5, 240 at 14", 14, 240, 240, 5, 1, 240),
 ];
 
 fn main() {
@@ -77,6 +84,7 @@ fn main() {
             qmin: -128,
             qmax: 127,
         };
+        let depthwise = groups == in_c && out_c == in_c;
         let mut o = vec![0i8; out * out * out_c];
         let macs = (out * out * out_c * k * k * in_c / groups) as f64;
         for &t in &threads {
@@ -84,7 +92,18 @@ fn main() {
             let mut times = Vec::new();
             for i in 0..33 {
                 let start = Instant::now();
-                conv2d_nhwc(&g, false, &x, &xq, &w, &scales, Some(&bias), Some(&packed), &y, &mut o);
+                conv2d_nhwc(
+                    &g,
+                    depthwise,
+                    &x,
+                    &xq,
+                    &w,
+                    &scales,
+                    Some(&bias),
+                    Some(&packed),
+                    &y,
+                    &mut o,
+                );
                 if i >= 3 {
                     times.push(start.elapsed().as_secs_f64() * 1e6);
                 }

@@ -483,7 +483,8 @@ pub(crate) struct DwTaps<'a> {
     x: &'a [i8],
     pad: &'a [i8],
     /// Each tap's offset from its window's first input.
-    off: [usize; DEPTHWISE_TAPS],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) off: [usize; DEPTHWISE_TAPS],
     /// The output rows and columns whose windows lie inside the input.
     inner: [core::ops::Range<usize>; 2],
 }
@@ -506,6 +507,23 @@ impl<'a> DwTaps<'a> {
             off,
             inner: [win.inner_rows(), win.inner_cols()],
         }
+    }
+
+    /// When output pixel `(n, oy, ox)`'s window lies inside the input:
+    /// where it starts, at channel `cb`, and how many pixels from `ox` on
+    /// in its row have windows inside too (each `stride_w · c` further
+    /// on; every tap [`Self::off`] from there is in `x`). Only the
+    /// AVX-512 kernel steps runs so far.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn inside(&self, n: usize, oy: usize, ox: usize, cb: usize) -> Option<(*const i8, usize)> {
+        let win = self.win;
+        if !(self.inner[0].contains(&oy) && self.inner[1].contains(&ox)) {
+            return None;
+        }
+        let (iy, ix) = (oy * win.stride_h - win.pad_top, ox * win.stride_w - win.pad_left);
+        let first = ((n * win.in_h + iy) * win.in_w + ix) * self.c + cb;
+        Some((self.x[first..].as_ptr(), self.inner[1].end - ox))
     }
 
     /// The taps of output pixel `(n, oy, ox)` at channel `cb` into `ptr`:

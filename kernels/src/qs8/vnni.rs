@@ -39,6 +39,13 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
                 false => row_sums::<false>(t.x, l.gin),
             }
         };
+        // What the weights' +128 added to each row's sums, taken out
+        // (with the block's offsets) where the sums start.
+        let mut less = [_mm512_setzero_si512(); ROWS];
+        for (l, s) in less.iter_mut().zip(&sums) {
+            *l = _mm512_slli_epi32::<7>(*s);
+        }
+        let start = |i: usize| starts(&t.params[i], &less);
         // Blocks two at a time: 16 sums in flight, enough to hide
         // `VPDPBUSD`'s latency (8, one block's, are not); an odd last
         // block alone.
@@ -51,10 +58,10 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
             // rounded up quads.
             let acc: [[__m512i; ROWS]; 2] = unsafe {
                 match (t.whole, pair) {
-                    (true, true) => tile::<2, true>(t.x, l.gin, [quads(b), quads(b + 1)]),
-                    (false, true) => tile::<2, false>(t.x, l.gin, [quads(b), quads(b + 1)]),
-                    (true, false) => [tile::<1, true>(t.x, l.gin, [quads(b)])[0]; 2],
-                    (false, false) => [tile::<1, false>(t.x, l.gin, [quads(b)])[0]; 2],
+                    (true, true) => tile::<2, true>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)]),
+                    (false, true) => tile::<2, false>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)]),
+                    (true, false) => [tile::<1, true>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
+                    (false, false) => [tile::<1, false>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
                 }
             };
             for (j, acc) in acc.iter().enumerate().take(1 + pair as usize) {
@@ -62,7 +69,6 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
                 unsafe {
                     store(
                         &acc[..t.rows],
-                        &sums,
                         &t.params[i + j],
                         job.y,
                         out,
@@ -298,7 +304,7 @@ unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [_
     sums
 }
 
-/// The raw sums `Σ x · (w + 128)` of [`ROWS`] rows with `B` blocks'
+/// `start` plus the sums `Σ x · (w + 128)` of [`ROWS`] rows with `B` blocks'
 /// quads, each quad of inputs broadcast once for all of them. `WHOLE`: the
 /// last quad of each segment is read whole (its bytes past `gin` meet
 /// zero weights), else zero-padded.
@@ -313,10 +319,11 @@ unsafe fn tile<const B: usize, const WHOLE: bool>(
     x: &[[*const u8; ROWS]],
     gin: usize,
     quads: [&[u8]; B],
+    start: [[__m512i; ROWS]; B],
 ) -> [[__m512i; ROWS]; B] {
     let qpt = gin.div_ceil(4);
     assert!(quads.iter().all(|q| q.len() >= x.len() * qpt * 4 * COLS));
-    let mut acc = [[_mm512_setzero_si512(); ROWS]; B];
+    let mut acc = start;
     let full = if WHOLE { qpt } else { gin / 4 };
     // SAFETY: reads within the bounds asserted and vouched for.
     unsafe {
@@ -345,34 +352,37 @@ unsafe fn tile<const B: usize, const WHOLE: bool>(
     acc
 }
 
-/// Requantizes each row's sums (plus the block's offsets, less 128 times
-/// the row's input sum) into its `p.cols` outputs from `c`, rows from
-/// `r0`.
+/// Where a block's sums start in each row: its offsets, less `less` (128
+/// times the row's input sum).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+fn starts(p: &BlockParams, less: &[__m512i; ROWS]) -> [__m512i; ROWS] {
+    // SAFETY: a load of the 16 lanes of an array of 16.
+    let offset = unsafe { _mm512_loadu_si512(p.offset.as_ptr().cast()) };
+    let mut st = [offset; ROWS];
+    for (s, l) in st.iter_mut().zip(less) {
+        *s = _mm512_sub_epi32(*s, *l);
+    }
+    st
+}
+
+/// Requantizes each row's sums (started at [`starts`]) into its `p.cols`
+/// outputs from `c`, rows from `r0`.
 ///
 /// # Safety
 /// As for [`run`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn store(
-    acc: &[__m512i],
-    sums: &[__m512i; ROWS],
-    p: &BlockParams,
-    y: &Output,
-    out: &mut Out<'_>,
-    r0: usize,
-    c: usize,
-) {
+unsafe fn store(acc: &[__m512i], p: &BlockParams, y: &Output, out: &mut Out<'_>, r0: usize, c: usize) {
     // SAFETY: loads of the 16 lanes of arrays of 16; stores of `p.cols`
     // bytes into slices of that length.
     unsafe {
-        let offset = _mm512_loadu_si512(p.offset.as_ptr().cast());
         let scale = _mm512_loadu_ps(p.scale.as_ptr());
         let r = Requant::new(y);
         let mask = (u32::MAX >> (32 - p.cols)) as __mmask16;
         for (i, &a) in acc.iter().enumerate() {
             let o = out.at(r0 + i, c, p.cols);
-            let a = _mm512_sub_epi32(_mm512_add_epi32(a, offset), _mm512_slli_epi32::<7>(sums[i]));
             _mm_mask_storeu_epi8(o.as_mut_ptr(), mask, r.apply(a, scale));
         }
     }
@@ -502,47 +512,108 @@ unsafe fn dw_pass<const NV: usize, const FULL: bool>(
     let mut pixel = 0;
     for row in rows.0..rows.1 {
         let (n, oy) = (row / win.out_h, row % win.out_h);
-        for ox in 0..win.out_w {
-            at.pointers(n, oy, ox, cb, &mut ptr);
-            // SAFETY: every pointer of `ptr` has the pass's channels (or
-            // is the zero-point row, of 32 · DW_VECTORS bytes); the output
-            // pixel lies within `out`, as asserted by `depthwise`.
-            unsafe {
-                let load = |mask: __mmask32, p: *const i8| match FULL {
-                    true => _mm256_loadu_si256(p.cast()),
-                    false => _mm256_maskz_loadu_epi8(mask, p),
-                };
-                // Two sets of sums, even and odd taps, to overlap their
-                // latency; each [vector][parity].
-                let (mut a, mut b) = (start, [[_mm512_setzero_si512(); 2]; NV]);
-                let mut t = 0;
-                while t + 1 < taps {
-                    for j in 0..NV {
-                        let xa = _mm512_cvtepi8_epi16(load(masks[j], ptr[t].add(32 * j)));
-                        let xb = _mm512_cvtepi8_epi16(load(masks[j], ptr[t + 1].add(32 * j)));
-                        for h in 0..2 {
-                            a[j][h] = _mm512_dpwssd_epi32(a[j][h], xa, wt[t][j][h]);
-                            b[j][h] = _mm512_dpwssd_epi32(b[j][h], xb, wt[t + 1][j][h]);
+        let mut ox = 0;
+        while ox < win.out_w {
+            // A run of windows inside the input steps one pointer; the
+            // others look each tap up.
+            let run = match at.inside(n, oy, ox, cb) {
+                Some((first, run)) => {
+                    let step = win.stride_w * c;
+                    for i in 0..run {
+                        for (p, &o) in ptr.iter_mut().zip(&at.off[..taps]) {
+                            // In bounds: the window lies inside the input.
+                            *p = first.wrapping_add(i * step + o);
                         }
+                        // SAFETY: as below.
+                        unsafe {
+                            dw_pixel::<NV, FULL>(&ptr, taps, &masks, &start, &wt, &scale, &r, out, (pixel + i) * c + cb)
+                        };
                     }
-                    t += 2;
+                    run
                 }
-                if t < taps {
-                    for j in 0..NV {
-                        let xa = _mm512_cvtepi8_epi16(load(masks[j], ptr[t].add(32 * j)));
-                        for h in 0..2 {
-                            a[j][h] = _mm512_dpwssd_epi32(a[j][h], xa, wt[t][j][h]);
-                        }
-                    }
+                None => {
+                    at.pointers(n, oy, ox, cb, &mut ptr);
+                    // SAFETY: every pointer of `ptr` has the pass's
+                    // channels (or is the zero-point row, of 32 ·
+                    // DW_VECTORS bytes); the output pixel lies within
+                    // `out`, as asserted by `depthwise`.
+                    unsafe { dw_pixel::<NV, FULL>(&ptr, taps, &masks, &start, &wt, &scale, &r, out, pixel * c + cb) };
+                    1
                 }
-                for j in 0..NV {
-                    let [e, o] = [0, 1].map(|h| r.apply(_mm512_add_epi32(a[j][h], b[j][h]), scale[j][h]));
-                    // Back in channel order: even, odd, even, ...
-                    let v = _mm256_set_m128i(_mm_unpackhi_epi8(e, o), _mm_unpacklo_epi8(e, o));
-                    _mm256_mask_storeu_epi8(out.as_mut_ptr().add(pixel * c + cb + 32 * j), masks[j], v);
-                }
+            };
+            ox += run;
+            pixel += run;
+        }
+    }
+}
+
+/// One output pixel of a [`dw_pass`]: its taps read from `ptr`, its
+/// bytes written at `out[at..]` (the pass's channels).
+///
+/// # Safety
+/// As for [`dw_pass`]: each of the first `taps` pointers has the pass's
+/// channels readable, and `out[at..]` holds them.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_pixel<const NV: usize, const FULL: bool>(
+    ptr: &[*const i8; super::DEPTHWISE_TAPS],
+    taps: usize,
+    masks: &[__mmask32; NV],
+    start: &[[__m512i; 2]; NV],
+    wt: &[[[__m512i; 2]; NV]; super::DEPTHWISE_TAPS],
+    scale: &[[__m512; 2]; NV],
+    r: &Requant,
+    out: &mut [i8],
+    at: usize,
+) {
+    // SAFETY: as the caller vouches.
+    unsafe {
+        // Two sets of sums, even and odd taps, to overlap their latency;
+        // each [vector][parity].
+        let (mut a, mut b) = (*start, [[_mm512_setzero_si512(); 2]; NV]);
+        let mut t = 0;
+        while t + 1 < taps {
+            for j in 0..NV {
+                let xa = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr[t].add(32 * j)));
+                let xb = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr[t + 1].add(32 * j)));
+                a[j][0] = _mm512_dpwssd_epi32(a[j][0], xa, wt[t][j][0]);
+                a[j][1] = _mm512_dpwssd_epi32(a[j][1], xa, wt[t][j][1]);
+                b[j][0] = _mm512_dpwssd_epi32(b[j][0], xb, wt[t + 1][j][0]);
+                b[j][1] = _mm512_dpwssd_epi32(b[j][1], xb, wt[t + 1][j][1]);
             }
-            pixel += 1;
+            t += 2;
+        }
+        if t < taps {
+            for j in 0..NV {
+                let xa = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr[t].add(32 * j)));
+                a[j][0] = _mm512_dpwssd_epi32(a[j][0], xa, wt[t][j][0]);
+                a[j][1] = _mm512_dpwssd_epi32(a[j][1], xa, wt[t][j][1]);
+            }
+        }
+        for j in 0..NV {
+            let e = r.apply(_mm512_add_epi32(a[j][0], b[j][0]), scale[j][0]);
+            let o = r.apply(_mm512_add_epi32(a[j][1], b[j][1]), scale[j][1]);
+            // Back in channel order: even, odd, even, ...
+            let v = _mm256_set_m128i(_mm_unpackhi_epi8(e, o), _mm_unpacklo_epi8(e, o));
+            _mm256_mask_storeu_epi8(out.as_mut_ptr().add(at + 32 * j), masks[j], v);
+        }
+    }
+}
+
+/// 32 input bytes of a depthwise tap: unmasked when `FULL` (every vector
+/// of the pass whole).
+///
+/// # Safety
+/// The bytes `mask` selects from `p` (all 32 when `FULL`) are readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn dw_load<const FULL: bool>(mask: __mmask32, p: *const i8) -> __m256i {
+    // SAFETY: as the caller vouches.
+    unsafe {
+        match FULL {
+            true => _mm256_loadu_si256(p.cast()),
+            false => _mm256_maskz_loadu_epi8(mask, p),
         }
     }
 }
