@@ -411,12 +411,19 @@ impl Requant {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     fn apply(&self, acc: __m512i, scale: __m512) -> __m128i {
+        _mm512_cvtepi32_epi8(_mm512_add_epi32(self.rounded(acc, scale), self.zero_point))
+    }
+
+    /// [`Self::apply`] before the zero point is added: the clamped,
+    /// rounded values, within `qmin - zero_point ..= qmax - zero_point`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn rounded(&self, acc: __m512i, scale: __m512) -> __m512i {
         let v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
         let v = _mm512_min_ps(_mm512_max_ps(v, self.lo), self.hi);
         // Rounding half to even in the conversion is `round_even`'s
         // magic-number addition (|v| < 2^22 after the clamp).
-        let v = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
-        _mm512_cvtepi32_epi8(_mm512_add_epi32(v, self.zero_point))
+        _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
     }
 }
 
@@ -433,6 +440,10 @@ const DW_VECTORS: usize = 2;
 /// The CPU must have AVX-512 F, BW, VL and VNNI ([`available`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn depthwise(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
+    if d.g.in_c > 32 {
+        // SAFETY: as vouched for.
+        return unsafe { depthwise_quads(d, rows, out) };
+    }
     d.assert_fits(rows, out);
     let c = d.g.in_c;
     let pad = [d.xq.zero_point as i8; 32 * DW_VECTORS];
@@ -520,13 +531,21 @@ unsafe fn dw_pass<const NV: usize, const FULL: bool>(
                 Some((first, run)) => {
                     let step = win.stride_w * c;
                     for i in 0..run {
-                        for (p, &o) in ptr.iter_mut().zip(&at.off[..taps]) {
-                            // In bounds: the window lies inside the input.
-                            *p = first.wrapping_add(i * step + o);
-                        }
-                        // SAFETY: as below.
+                        let taps_at = Inside(first.wrapping_add(i * step), &at.off[..taps]);
+                        // SAFETY: as below; each tap of a window inside
+                        // the input is in `x`.
                         unsafe {
-                            dw_pixel::<NV, FULL>(&ptr, taps, &masks, &start, &wt, &scale, &r, out, (pixel + i) * c + cb)
+                            dw_pixel::<NV, FULL>(
+                                taps_at,
+                                taps,
+                                &masks,
+                                &start,
+                                &wt,
+                                &scale,
+                                &r,
+                                out,
+                                (pixel + i) * c + cb,
+                            )
                         };
                     }
                     run
@@ -537,7 +556,9 @@ unsafe fn dw_pass<const NV: usize, const FULL: bool>(
                     // channels (or is the zero-point row, of 32 ·
                     // DW_VECTORS bytes); the output pixel lies within
                     // `out`, as asserted by `depthwise`.
-                    unsafe { dw_pixel::<NV, FULL>(&ptr, taps, &masks, &start, &wt, &scale, &r, out, pixel * c + cb) };
+                    unsafe {
+                        dw_pixel::<NV, FULL>(Listed(&ptr), taps, &masks, &start, &wt, &scale, &r, out, pixel * c + cb)
+                    };
                     1
                 }
             };
@@ -551,13 +572,13 @@ unsafe fn dw_pass<const NV: usize, const FULL: bool>(
 /// bytes written at `out[at..]` (the pass's channels).
 ///
 /// # Safety
-/// As for [`dw_pass`]: each of the first `taps` pointers has the pass's
+/// As for [`dw_pass`]: each of the first `taps` taps has the pass's
 /// channels readable, and `out[at..]` holds them.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn dw_pixel<const NV: usize, const FULL: bool>(
-    ptr: &[*const i8; super::DEPTHWISE_TAPS],
+    ptr: impl TapPointers,
     taps: usize,
     masks: &[__mmask32; NV],
     start: &[[__m512i; 2]; NV],
@@ -575,20 +596,21 @@ unsafe fn dw_pixel<const NV: usize, const FULL: bool>(
         let mut t = 0;
         while t + 1 < taps {
             for j in 0..NV {
-                let xa = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr[t].add(32 * j)));
-                let xb = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr[t + 1].add(32 * j)));
-                a[j][0] = _mm512_dpwssd_epi32(a[j][0], xa, wt[t][j][0]);
-                a[j][1] = _mm512_dpwssd_epi32(a[j][1], xa, wt[t][j][1]);
-                b[j][0] = _mm512_dpwssd_epi32(b[j][0], xb, wt[t + 1][j][0]);
-                b[j][1] = _mm512_dpwssd_epi32(b[j][1], xb, wt[t + 1][j][1]);
+                let xa = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr.at(t).add(32 * j)));
+                let xb = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr.at(t + 1).add(32 * j)));
+                for h in 0..2 {
+                    a[j][h] = _mm512_dpwssd_epi32(a[j][h], xa, wt[t][j][h]);
+                    b[j][h] = _mm512_dpwssd_epi32(b[j][h], xb, wt[t + 1][j][h]);
+                }
             }
             t += 2;
         }
         if t < taps {
             for j in 0..NV {
-                let xa = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr[t].add(32 * j)));
-                a[j][0] = _mm512_dpwssd_epi32(a[j][0], xa, wt[t][j][0]);
-                a[j][1] = _mm512_dpwssd_epi32(a[j][1], xa, wt[t][j][1]);
+                let xa = _mm512_cvtepi8_epi16(dw_load::<FULL>(masks[j], ptr.at(t).add(32 * j)));
+                for h in 0..2 {
+                    a[j][h] = _mm512_dpwssd_epi32(a[j][h], xa, wt[t][j][h]);
+                }
             }
         }
         for j in 0..NV {
@@ -598,6 +620,267 @@ unsafe fn dw_pixel<const NV: usize, const FULL: bool>(
             let v = _mm256_set_m128i(_mm_unpackhi_epi8(e, o), _mm_unpacklo_epi8(e, o));
             _mm256_mask_storeu_epi8(out.as_mut_ptr().add(at + 32 * j), masks[j], v);
         }
+    }
+}
+
+/// Vectors of 64 channels a pass of [`depthwise_quads`] takes at most.
+const QUAD_VECTORS: usize = 2;
+
+/// [`depthwise`] four taps a `VPDPBUSD`: each 32-bit lane sums four taps
+/// of one channel. The inputs, made unsigned by flipping their top bit
+/// (`x + 128`; the `128 · Σ w` this adds is taken from the sums' start),
+/// are interleaved by four bytes per lane with two rounds of unpacks,
+/// which leave the channels of each 128-bit lane in four sets of four;
+/// the weights are laid out likewise, and the saturating packs of the
+/// requantization put the channels back in order. The last quad of taps
+/// is padded with taps of zero weights (reading tap 0 again).
+///
+/// # Safety
+/// As for [`depthwise`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn depthwise_quads(d: &Depthwise<'_>, rows: (usize, usize), out: &mut [i8]) {
+    d.assert_fits(rows, out);
+    let c = d.g.in_c;
+    let pad = [d.xq.zero_point as i8; 64 * QUAD_VECTORS];
+    let at = DwTaps::new(d, &pad);
+    let full = c.is_multiple_of(64);
+    super::dw_passes(c, 64, QUAD_VECTORS, |nv, cb| {
+        // SAFETY: as vouched for and asserted; `nv` vectors from `cb`
+        // hold channels.
+        unsafe {
+            match (nv, full) {
+                (1, false) => quad_pass::<1, false>(d, &at, rows, cb, out),
+                (_, false) => quad_pass::<2, false>(d, &at, rows, cb, out),
+                (1, true) => quad_pass::<1, true>(d, &at, rows, cb, out),
+                (_, true) => quad_pass::<2, true>(d, &at, rows, cb, out),
+            }
+        }
+    });
+}
+
+/// Quads of taps [`depthwise_quads`] takes at most.
+const TAP_QUADS: usize = super::DEPTHWISE_TAPS.div_ceil(4);
+
+/// One pass of [`depthwise_quads`]: channels `cb..` in `NV` vectors of
+/// 64 (the last may be partial, unless `FULL`).
+///
+/// # Safety
+/// As for [`depthwise_quads`], whose asserts this relies on; `cb` lies
+/// within the channels and `NV` vectors from it reach the last at most.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quad_pass<const NV: usize, const FULL: bool>(
+    d: &Depthwise<'_>,
+    at: &DwTaps<'_>,
+    rows: (usize, usize),
+    cb: usize,
+    out: &mut [i8],
+) {
+    let (win, c) = (&d.g.window, d.g.in_c);
+    let taps = win.kernel_h * win.kernel_w;
+    let quads = taps.div_ceil(4);
+    let r = Requant::new(d.y);
+    let zp = _mm512_set1_epi16(d.y.zero_point as i16);
+    let mut masks = [0 as __mmask64; NV];
+    // [vector][set]: set `k` holds channels `16 l + 4 k ..` of lane `l`.
+    let mut scale = [[_mm512_setzero_ps(); 4]; NV];
+    let mut start = [[_mm512_setzero_si512(); 4]; NV];
+    let mut wt = [[[_mm512_setzero_si512(); 4]; NV]; TAP_QUADS];
+    for j in 0..NV {
+        let c0 = cb + 64 * j;
+        let lanes = 64.min(c - c0);
+        masks[j] = u64::MAX >> (64 - lanes);
+        let (mut sc, mut st) = ([[1.0f32; 16]; 4], [[0i32; 16]; 4]);
+        let mut w = [[[0i8; 64]; 4]; TAP_QUADS];
+        for ch in 0..lanes {
+            // Channel `16 l + 4 k + m` is lane `4 l + m` of set `k`.
+            let (l, k, m) = (ch / 16, ch % 16 / 4, ch % 4);
+            let (scale, folded) = d.folded(c0 + ch);
+            let sum = (0..taps).fold(0i32, |s, t| s.wrapping_add(d.w[t * c + c0 + ch] as i32));
+            sc[k][4 * l + m] = scale;
+            st[k][4 * l + m] = folded.wrapping_sub(sum.wrapping_mul(128));
+            for t in 0..taps {
+                w[t / 4][k][4 * (4 * l + m) + t % 4] = d.w[t * c + c0 + ch];
+            }
+        }
+        // SAFETY: loads of arrays of 16 lanes and of 64 bytes.
+        unsafe {
+            for k in 0..4 {
+                scale[j][k] = _mm512_loadu_ps(sc[k].as_ptr());
+                start[j][k] = _mm512_loadu_si512(st[k].as_ptr().cast());
+                for q in 0..quads {
+                    wt[q][j][k] = _mm512_loadu_si512(w[q][k].as_ptr().cast());
+                }
+            }
+        }
+    }
+    let mut ptr = [core::ptr::null(); TAP_QUADS * 4];
+    let mut off = [0usize; TAP_QUADS * 4];
+    off[..taps].copy_from_slice(&at.off[..taps]);
+    let mut pixel = 0;
+    for row in rows.0..rows.1 {
+        let (n, oy) = (row / win.out_h, row % win.out_h);
+        let mut ox = 0;
+        while ox < win.out_w {
+            // A run of windows inside the input steps one pointer; the
+            // others look each tap up. Padding taps read tap 0 again.
+            let run = match at.inside(n, oy, ox, cb) {
+                Some((first, run)) => {
+                    let step = win.stride_w * c;
+                    for i in 0..run {
+                        let base = first.wrapping_add(i * step);
+                        // SAFETY: as below; each tap of a window inside
+                        // the input is in `x`.
+                        unsafe {
+                            quad_pixel::<NV, FULL>(
+                                Inside(base, &off),
+                                quads,
+                                &masks,
+                                &start,
+                                &wt,
+                                &scale,
+                                &r,
+                                zp,
+                                out,
+                                (pixel + i) * c + cb,
+                            )
+                        };
+                    }
+                    run
+                }
+                None => {
+                    let listed: &mut [_; super::DEPTHWISE_TAPS] =
+                        (&mut ptr[..super::DEPTHWISE_TAPS]).try_into().expect("taps");
+                    at.pointers(n, oy, ox, cb, listed);
+                    for t in taps..4 * quads {
+                        ptr[t] = ptr[0];
+                    }
+                    // SAFETY: every pointer of `ptr` has the pass's
+                    // channels (or is the zero-point row, of 64 ·
+                    // QUAD_VECTORS bytes); the output pixel lies within
+                    // `out`, as asserted by `depthwise_quads`.
+                    unsafe {
+                        quad_pixel::<NV, FULL>(
+                            Quads(&ptr),
+                            quads,
+                            &masks,
+                            &start,
+                            &wt,
+                            &scale,
+                            &r,
+                            zp,
+                            out,
+                            pixel * c + cb,
+                        )
+                    };
+                    1
+                }
+            };
+            ox += run;
+            pixel += run;
+        }
+    }
+}
+
+/// One output pixel of a [`quad_pass`], its taps read from `ptr`, its
+/// bytes written at `out[at..]`.
+///
+/// # Safety
+/// As for [`quad_pass`]: each of the first `4 · quads` taps has the
+/// pass's channels readable, and `out[at..]` holds them.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn quad_pixel<const NV: usize, const FULL: bool>(
+    ptr: impl TapPointers,
+    quads: usize,
+    masks: &[__mmask64; NV],
+    start: &[[__m512i; 4]; NV],
+    wt: &[[[__m512i; 4]; NV]; TAP_QUADS],
+    scale: &[[__m512; 4]; NV],
+    r: &Requant,
+    zp: __m512i,
+    out: &mut [i8],
+    at: usize,
+) {
+    // SAFETY: as the caller vouches.
+    unsafe {
+        let flip = _mm512_set1_epi8(-128);
+        let mut acc = *start;
+        for (q, wt) in wt.iter().enumerate().take(quads) {
+            for j in 0..NV {
+                let mut x = [flip; 4];
+                for (i, x) in x.iter_mut().enumerate() {
+                    let p = ptr.at(4 * q + i).add(64 * j);
+                    let v = match FULL {
+                        true => _mm512_loadu_si512(p.cast()),
+                        false => _mm512_maskz_loadu_epi8(masks[j], p),
+                    };
+                    *x = _mm512_xor_si512(v, flip);
+                }
+                let (lo01, hi01) = (_mm512_unpacklo_epi8(x[0], x[1]), _mm512_unpackhi_epi8(x[0], x[1]));
+                let (lo23, hi23) = (_mm512_unpacklo_epi8(x[2], x[3]), _mm512_unpackhi_epi8(x[2], x[3]));
+                let sets = [
+                    _mm512_unpacklo_epi16(lo01, lo23),
+                    _mm512_unpackhi_epi16(lo01, lo23),
+                    _mm512_unpacklo_epi16(hi01, hi23),
+                    _mm512_unpackhi_epi16(hi01, hi23),
+                ];
+                for k in 0..4 {
+                    acc[j][k] = _mm512_dpbusd_epi32(acc[j][k], sets[k], wt[j][k]);
+                }
+            }
+        }
+        for j in 0..NV {
+            let mut v = acc[j];
+            for (v, s) in v.iter_mut().zip(&scale[j]) {
+                *v = r.rounded(*v, *s);
+            }
+            // Channels 16 l + 0..8, then 8..16, in 16 bits; then all 16 of
+            // each lane in order, in bytes.
+            let lo = _mm512_adds_epi16(_mm512_packs_epi32(v[0], v[1]), zp);
+            let hi = _mm512_adds_epi16(_mm512_packs_epi32(v[2], v[3]), zp);
+            let b = _mm512_packs_epi16(lo, hi);
+            _mm512_mask_storeu_epi8(out.as_mut_ptr().add(at + 64 * j), masks[j], b);
+        }
+    }
+}
+
+/// Taps listed one by one, padded to whole quads.
+struct Quads<'a>(&'a [*const i8; TAP_QUADS * 4]);
+
+impl TapPointers for Quads<'_> {
+    #[inline(always)]
+    fn at(&self, t: usize) -> *const i8 {
+        self.0[t]
+    }
+}
+
+/// Where the taps of a depthwise pixel ([`dw_pixel`], [`quad_pixel`])
+/// read.
+trait TapPointers {
+    /// Tap `t`.
+    fn at(&self, t: usize) -> *const i8;
+}
+
+/// A window inside the input: its first input, and every tap's offset
+/// from it.
+struct Inside<'a>(*const i8, &'a [usize]);
+
+impl TapPointers for Inside<'_> {
+    #[inline(always)]
+    fn at(&self, t: usize) -> *const i8 {
+        self.0.wrapping_add(self.1[t])
+    }
+}
+
+/// One pixel's taps, each looked up ([`DwTaps::pointers`]).
+struct Listed<'a>(&'a [*const i8; super::DEPTHWISE_TAPS]);
+
+impl TapPointers for Listed<'_> {
+    #[inline(always)]
+    fn at(&self, t: usize) -> *const i8 {
+        self.0[t]
     }
 }
 
