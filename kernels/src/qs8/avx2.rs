@@ -8,7 +8,7 @@
 //! kernels' `f32` steps, so the outputs are theirs to the bit.
 use super::packed::{bytes, BlockParams, Job, Out, COLS};
 use super::tiles::{for_each_tile, quad, PAD_ROW};
-use super::{Depthwise, DwTaps, Output, DEPTHWISE_TAPS};
+use super::{Depthwise, DwTaps, Inside, Listed, Output, TapPointers, DEPTHWISE_TAPS};
 use core::arch::x86_64::*;
 
 /// Rows summed at once: each takes 4 accumulators and a broadcast input,
@@ -188,45 +188,112 @@ unsafe fn dw_pass<const NV: usize, const FULL: bool>(
     let mut pixel = 0;
     for row in rows.0..rows.1 {
         let (n, oy) = (row / win.out_h, row % win.out_h);
-        for ox in 0..win.out_w {
-            at.pointers(n, oy, ox, cb, &mut ptr);
-            // SAFETY: every pointer of `ptr` has the pass's channels (or
-            // is the zero-point row, of 16 · DW_VECTORS bytes); a partial
-            // vector is read only for its lanes. The output pixel lies
-            // within `out`, as asserted by `depthwise`.
-            unsafe {
-                let load = |p: *const i8, lanes: usize| {
-                    let v = match FULL || lanes == 16 {
-                        true => _mm_loadu_si128(p.cast()),
-                        false => {
-                            let mut part = [0i8; 16];
-                            core::ptr::copy_nonoverlapping(p, part.as_mut_ptr(), lanes);
-                            _mm_loadu_si128(part.as_ptr().cast())
-                        }
-                    };
-                    _mm256_cvtepi8_epi16(v)
-                };
-                let mut acc = start;
-                for (t, wt) in wt.iter().enumerate().take(taps) {
-                    for j in 0..NV {
-                        let xv = load(ptr[t].add(16 * j), lanes[j]);
-                        for h in 0..2 {
-                            acc[j][h] = _mm256_add_epi32(acc[j][h], _mm256_madd_epi16(xv, wt[j][h]));
-                        }
+        let mut ox = 0;
+        while ox < win.out_w {
+            // A run of windows inside the input steps one pointer; the
+            // others look each tap up.
+            let run = match at.inside(n, oy, ox, cb) {
+                Some((first, run)) => {
+                    let step = win.stride_w * c;
+                    for i in 0..run {
+                        let taps_at = Inside(first.wrapping_add(i * step), &at.off[..taps]);
+                        // SAFETY: as below; each tap of a window inside
+                        // the input is in `x`.
+                        unsafe {
+                            dw_pixel::<NV, FULL>(
+                                taps_at,
+                                taps,
+                                &lanes,
+                                &start,
+                                &wt,
+                                &scale,
+                                &r,
+                                out,
+                                (pixel + i) * c + cb,
+                            )
+                        };
                     }
+                    run
                 }
-                for j in 0..NV {
-                    let [e, o] = [0, 1].map(|h| r.apply(acc[j][h], scale[j][h]));
-                    // Back in channel order: 0–3 | 8–11 and 4–7 | 12–15.
-                    let (lo, hi) = (_mm256_unpacklo_epi32(e, o), _mm256_unpackhi_epi32(e, o));
-                    let bytes = narrow(_mm256_packs_epi32(lo, hi));
-                    let o = &mut out[(pixel * c + cb + 16 * j)..][..lanes[j]];
-                    store_bytes(bytes, o);
+                None => {
+                    at.pointers(n, oy, ox, cb, &mut ptr);
+                    // SAFETY: every pointer of `ptr` has the pass's
+                    // channels (or is the zero-point row, of 16 ·
+                    // DW_VECTORS bytes); the output pixel lies within
+                    // `out`, as asserted by `depthwise`.
+                    unsafe {
+                        dw_pixel::<NV, FULL>(Listed(&ptr), taps, &lanes, &start, &wt, &scale, &r, out, pixel * c + cb)
+                    };
+                    1
                 }
-            }
-            pixel += 1;
+            };
+            ox += run;
+            pixel += run;
         }
     }
+}
+
+/// One output pixel of a [`dw_pass`]: its taps read from `ptr`, its
+/// bytes written at `out[at..]` (the pass's channels).
+///
+/// # Safety
+/// As for [`dw_pass`]: each of the first `taps` taps has the pass's
+/// channels readable (a partial vector is read only for its lanes), and
+/// `out[at..]` holds them.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_pixel<const NV: usize, const FULL: bool>(
+    ptr: impl TapPointers,
+    taps: usize,
+    lanes: &[usize; NV],
+    start: &[[__m256i; 2]; NV],
+    wt: &[[[__m256i; 2]; NV]; DEPTHWISE_TAPS],
+    scale: &[[__m256; 2]; NV],
+    r: &Requant,
+    out: &mut [i8],
+    at: usize,
+) {
+    let mut acc = *start;
+    for (t, wt) in wt.iter().enumerate().take(taps) {
+        for j in 0..NV {
+            // SAFETY: as the caller vouches.
+            let xv = unsafe { dw_load::<FULL>(ptr.at(t).add(16 * j), lanes[j]) };
+            for h in 0..2 {
+                acc[j][h] = _mm256_add_epi32(acc[j][h], _mm256_madd_epi16(xv, wt[j][h]));
+            }
+        }
+    }
+    for j in 0..NV {
+        let e = r.apply(acc[j][0], scale[j][0]);
+        let o = r.apply(acc[j][1], scale[j][1]);
+        // Back in channel order: 0–3 | 8–11 and 4–7 | 12–15.
+        let (lo, hi) = (_mm256_unpacklo_epi32(e, o), _mm256_unpackhi_epi32(e, o));
+        let bytes = narrow(_mm256_packs_epi32(lo, hi));
+        store_bytes(bytes, &mut out[at + 16 * j..][..lanes[j]]);
+    }
+}
+
+/// 16 inputs of a depthwise tap from `p`, widened to 16 bits: `lanes` of
+/// them (all 16 when `FULL`), the rest zero.
+///
+/// # Safety
+/// `lanes` bytes from `p` are readable (16 when `FULL`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dw_load<const FULL: bool>(p: *const i8, lanes: usize) -> __m256i {
+    // SAFETY: as the caller vouches.
+    let v = unsafe {
+        match FULL || lanes == 16 {
+            true => _mm_loadu_si128(p.cast()),
+            false => {
+                let mut part = [0i8; 16];
+                core::ptr::copy_nonoverlapping(p, part.as_mut_ptr(), lanes);
+                _mm_loadu_si128(part.as_ptr().cast())
+            }
+        }
+    };
+    _mm256_cvtepi8_epi16(v)
 }
 
 /// 16 words of 16 bits, each lane's 8 in order, as their 16 low bytes

@@ -512,8 +512,8 @@ impl<'a> DwTaps<'a> {
     /// When output pixel `(n, oy, ox)`'s window lies inside the input:
     /// where it starts, at channel `cb`, and how many pixels from `ox` on
     /// in its row have windows inside too (each `stride_w · c` further
-    /// on; every tap [`Self::off`] from there is in `x`). Only the
-    /// AVX-512 kernel steps runs so far.
+    /// on; every tap [`Self::off`] from there is in `x`). The x86
+    /// kernels step such runs; NEON's look every pixel up.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline(always)]
     pub(crate) fn inside(&self, n: usize, oy: usize, ox: usize, cb: usize) -> Option<(*const i8, usize)> {
@@ -549,6 +549,38 @@ impl<'a> DwTaps<'a> {
                 _ => self.pad.as_ptr(),
             };
         }
+    }
+}
+
+/// Where the taps of one pixel of a depthwise kernel read.
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait TapPointers {
+    /// Tap `t`.
+    fn at(&self, t: usize) -> *const i8;
+}
+
+/// A window inside the input: its first input, and every tap's offset
+/// from it.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Inside<'a>(pub *const i8, pub &'a [usize]);
+
+#[cfg(target_arch = "x86_64")]
+impl TapPointers for Inside<'_> {
+    #[inline(always)]
+    fn at(&self, t: usize) -> *const i8 {
+        self.0.wrapping_add(self.1[t])
+    }
+}
+
+/// One pixel's taps, each looked up ([`DwTaps::pointers`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Listed<'a>(pub &'a [*const i8; DEPTHWISE_TAPS]);
+
+#[cfg(target_arch = "x86_64")]
+impl TapPointers for Listed<'_> {
+    #[inline(always)]
+    fn at(&self, t: usize) -> *const i8 {
+        self.0[t]
     }
 }
 

@@ -5,7 +5,7 @@
 //! steps.
 use super::packed::{bytes, BlockParams, Job, Out, Source, COLS, MAX_TAPS};
 use super::tiles::{for_each_tile, quad, PAD_ROW};
-use super::{Depthwise, DwTaps, Output};
+use super::{Depthwise, DwTaps, Inside, Listed, Output, TapPointers};
 use core::arch::x86_64::*;
 
 /// Rows summed at once (each one accumulator).
@@ -850,34 +850,6 @@ unsafe fn quad_pixel<const NV: usize, const FULL: bool>(
 struct Quads<'a>(&'a [*const i8; TAP_QUADS * 4]);
 
 impl TapPointers for Quads<'_> {
-    #[inline(always)]
-    fn at(&self, t: usize) -> *const i8 {
-        self.0[t]
-    }
-}
-
-/// Where the taps of a depthwise pixel ([`dw_pixel`], [`quad_pixel`])
-/// read.
-trait TapPointers {
-    /// Tap `t`.
-    fn at(&self, t: usize) -> *const i8;
-}
-
-/// A window inside the input: its first input, and every tap's offset
-/// from it.
-struct Inside<'a>(*const i8, &'a [usize]);
-
-impl TapPointers for Inside<'_> {
-    #[inline(always)]
-    fn at(&self, t: usize) -> *const i8 {
-        self.0.wrapping_add(self.1[t])
-    }
-}
-
-/// One pixel's taps, each looked up ([`DwTaps::pointers`]).
-struct Listed<'a>(&'a [*const i8; super::DEPTHWISE_TAPS]);
-
-impl TapPointers for Listed<'_> {
     #[inline(always)]
     fn at(&self, t: usize) -> *const i8 {
         self.0[t]
