@@ -4,6 +4,7 @@
 //! one inference took; the exit status says whether all passed.
 #![no_std]
 #![no_main]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use core::mem::{align_of, size_of, MaybeUninit};
 use core::ptr::{addr_of, addr_of_mut};
