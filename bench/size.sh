@@ -3,7 +3,7 @@
 # ptec with ExecuTorch's et_runner on the same model, both stripped, and
 # prints the Markdown table of docs/devtools.md:
 #
-#   bench/size.sh [--et-dir DIR] [--target TRIPLE] [MODEL...]
+#   bench/size.sh [--et-dir DIR] [--et-src DIR [--flatbuffers DIR]] [--target TRIPLE] [MODEL...]
 #
 # MODEL defaults to the bench corpus's MobileNetV2 and MLP, portable and
 # XNNPACK exports (../shared/corpus/bench). For each, `ptec size --keep`
@@ -15,18 +15,26 @@
 # measured; the C++ and C libraries of the system are left out, as for
 # ptec's binary). It is built by ../shared/anchors/executorch-runner/build.sh
 # into --et-dir (default: $CARGO_TARGET_DIR or target, /et-runner).
+# With --et-src (an ExecuTorch source tree, see bench/et_selective.sh), a
+# column for ExecuTorch's selective build of each model: its runtime with
+# only the portable kernels the model calls, built for size; programs
+# delegated to XNNPACK get n/a (the backend's sources are not built).
 # PTEC=path/to/ptec uses that ptec instead of building it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 et_dir="$target/et-runner"
 triple=""
+et_src=""
+flatbuffers=()
 models=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --et-dir) et_dir="$2"; shift 2 ;;
     --target) triple="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --et-src) et_src="$2"; shift 2 ;;
+    --flatbuffers) flatbuffers=(--flatbuffers "$2"); shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -72,8 +80,10 @@ host="$(rustc -vV | sed -n 's/^host: //p')"
 cpu="$(sed -n 's/^model name\s*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)"
 echo "Target ${triple:-$host}; built on $(uname -sm), ${cpu:-unknown CPU}, $(rustc --version), $(date -u +%Y-%m-%d)."
 echo
-echo "| model | ptec: binary, stripped (weights inside) | ptec: less the weights | ptec: code (.text) | ExecuTorch: et_runner + libraries, stripped | ExecuTorch: + the file it reads |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+sel_head="" sel_rule=""
+[ -n "$et_src" ] && sel_head=" ExecuTorch: selective build, stripped |" && sel_rule=" ---: |"
+echo "| model | ptec: binary, stripped (weights inside) | ptec: less the weights | ptec: code (.text) |$sel_head ExecuTorch: et_runner + libraries, stripped | ExecuTorch: + the file it reads |"
+echo "| --- | ---: | ---: | ---: |$sel_rule ---: | ---: |"
 for m in "${models[@]}"; do
   name="$(basename "$m")"
   args=(size "$m" --json --keep "$work/bin")
@@ -84,7 +94,17 @@ for m in "${models[@]}"; do
   file=$(stat -c %s "$m")
   et_col="n/a | n/a"
   [ -n "$et_total" ] && et_col="$(kib "$et_total") | $(kib $((et_total + file)))"
-  echo "| $name | $(kib "$bin") | $(kib $((bin - embedded))) | $(kib "$code") | $et_col |"
+  sel_col=""
+  if [ -n "$et_src" ]; then
+    if sel="$(bash "$root/bench/et_selective.sh" --src "$et_src" "${flatbuffers[@]}" --out "$work/selective" "$m" 2>"$work/selective.log" | tail -n 1)"; then
+      sel_col=" $(kib "$(stat -c %s "$sel")") |"
+    elif grep -q "no portable operator" "$work/selective.log"; then
+      sel_col=" n/a (delegated) |"
+    else
+      cat "$work/selective.log" >&2; exit 1
+    fi
+  fi
+  echo "| $name | $(kib "$bin") | $(kib $((bin - embedded))) | $(kib "$code") |$sel_col $et_col |"
 done
 echo
 echo "ExecuTorch: $et_note."
