@@ -168,6 +168,11 @@ pub struct Method {
     /// profiles and debug outputs in ExecuTorch's numbering; empty while
     /// no pass has renumbered the instructions (see [`Method::origin`]).
     pub origins: Vec<Origin>,
+    /// The operator each instruction of the program as read calls
+    /// (`aten::addmm.out`), by its index there (`None` for the others):
+    /// traces name kernels as ExecuTorch's runtime does, whatever the
+    /// passes made of them.
+    pub read_operators: Vec<Option<String>>,
     /// Values the channels-last pass stores NHWC: their sizes are
     /// `[N, H, W, C]`, PyTorch's are `[N, C, H, W]` (debug outputs are
     /// logged in PyTorch's order).

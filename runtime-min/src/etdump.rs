@@ -106,7 +106,12 @@ fn write_run<'b>(b: &mut FlatBufferBuilder<'b>, name: WIPOffset<&'b str>, run: &
                 start,
                 end,
             } => {
-                let name = kind.name().map(|n| b.create_string(n));
+                let name = match kind {
+                    ProfileKind::Kernel(op) => {
+                        Some(b.create_string(&alloc::format!("{}{op}", ProfileKind::KERNEL_PREFIX)))
+                    }
+                    _ => kind.name().map(|n| b.create_string(n)),
+                };
                 // ETDumpGen gives delegate events (and only them) their
                 // metadata, empty here.
                 let metadata = (kind == ProfileKind::DelegateNode).then(|| b.create_vector::<u8>(&[]));
@@ -201,6 +206,7 @@ mod tests {
             chain: 0,
             instruction: 3,
             delegate_node: None,
+            operator: Some("x.out"),
         };
         let x = [1.5f32, 2.5];
         r.begin_execute("forward");
@@ -238,8 +244,8 @@ mod tests {
         }
         .unwrap();
         // The output (logged before the instruction's span closes), the
-        // operator, the execution.
-        assert_eq!(events.len(), 3);
+        // kernel, the operator, the execution.
+        assert_eq!(events.len(), 4);
         let sub = |i: usize, slot: u16| {
             // SAFETY: as above.
             unsafe {
@@ -249,10 +255,18 @@ mod tests {
             }
         };
         let debug_ev = sub(0, event::DEBUG_EVENT).unwrap();
-        let op = sub(1, event::PROFILE_EVENT).unwrap();
-        let exec = sub(2, event::PROFILE_EVENT).unwrap();
+        let kernel = sub(1, event::PROFILE_EVENT).unwrap();
+        let op = sub(2, event::PROFILE_EVENT).unwrap();
+        let exec = sub(3, event::PROFILE_EVENT).unwrap();
         // SAFETY: as above, for every read below.
         unsafe {
+            assert_eq!(
+                kernel.get::<flatbuffers::ForwardsUOffset<&str>>(profile_event::NAME, None),
+                Some("native_call_x.out")
+            );
+            assert_eq!(kernel.get::<i32>(profile_event::INSTRUCTION_ID, Some(-1)), Some(3));
+            assert_eq!(kernel.get::<u64>(profile_event::START_TIME, Some(0)), Some(10));
+            assert_eq!(kernel.get::<u64>(profile_event::END_TIME, Some(0)), Some(15));
             assert_eq!(
                 op.get::<flatbuffers::ForwardsUOffset<&str>>(profile_event::NAME, None),
                 Some("OPERATOR_CALL")

@@ -28,6 +28,12 @@ pub struct Origin {
     /// call at `instruction`): the node's debug handle, which ExecuTorch's
     /// devtools know as a delegate debug id.
     pub delegate_node: Option<u32>,
+    /// For a kernel call: the operator ExecuTorch's instruction calls,
+    /// without its namespace (`addmm.out`). ExecuTorch's runtime times the
+    /// kernel itself too, as `native_call_addmm.out` within the
+    /// instruction's `OPERATOR_CALL`, and tools such as Model Explorer's
+    /// ETDump overlay read only those.
+    pub operator: Option<&'static str>,
 }
 
 /// What generated code reports while it runs.
@@ -117,19 +123,27 @@ pub enum ProfileKind {
     Delegate,
     /// One node of a compiled delegate, named by its delegate debug id.
     DelegateNode,
+    /// `native_call_` and the operator's name: the kernel of one kernel
+    /// instruction, within its [`ProfileKind::Operator`] (ptec's code has
+    /// no dispatch between them: they span the same time).
+    Kernel(&'static str),
 }
 
 impl ProfileKind {
-    /// The event's name, as ExecuTorch's runtime writes it; `None` for a
-    /// node, which its debug id names.
+    /// The event's name, as ExecuTorch's runtime writes it, when it is a
+    /// constant: `None` for a node, which its debug id names, and for a
+    /// kernel (`native_call_` and its operator's name).
     pub fn name(self) -> Option<&'static str> {
         match self {
             ProfileKind::Execute => Some("Method::execute"),
             ProfileKind::Operator => Some("OPERATOR_CALL"),
             ProfileKind::Delegate => Some("DELEGATE_CALL"),
-            ProfileKind::DelegateNode => None,
+            ProfileKind::DelegateNode | ProfileKind::Kernel(_) => None,
         }
     }
+
+    /// The prefix of a [`ProfileKind::Kernel`] event's name.
+    pub const KERNEL_PREFIX: &'static str = "native_call_";
 }
 
 /// A tensor logged into the debug buffer.
@@ -203,6 +217,8 @@ struct Open {
     origin: Origin,
     start: u64,
     end: u64,
+    /// Whether outputs were logged as this instruction's.
+    logged: bool,
 }
 
 /// The tracer that records what ExecuTorch's `ETDumpGen` records: the
@@ -304,9 +320,25 @@ impl<'a, C: Clock> Recorder<'a, C> {
         self.close(open, ProfileKind::Delegate);
     }
 
-    /// Records the event `open` was collecting, if any.
+    /// Records the event `open` was collecting, if any (for a kernel
+    /// call, its kernel's event first: it ends first in ExecuTorch).
+    /// When outputs are logged, a kernel whose outputs are logged as a
+    /// later instruction's (a convolution that did the relu after it) gets
+    /// no kernel event: the Inspector takes a kernel event's outputs as
+    /// its operator's and would find none.
     fn close(&mut self, open: Option<Open>, kind: ProfileKind) {
         if let Some(o) = open {
+            let timed_apart = o.logged || self.debug.is_none();
+            if let (ProfileKind::Operator, Some(op), true) = (kind, o.origin.operator, timed_apart) {
+                self.push(Event::Profile {
+                    kind: ProfileKind::Kernel(op),
+                    chain: o.origin.chain as i32,
+                    instruction: o.origin.instruction as i32,
+                    delegate_id: None,
+                    start: o.start,
+                    end: o.end,
+                });
+            }
             self.push(Event::Profile {
                 kind,
                 chain: o.origin.chain as i32,
@@ -502,7 +534,14 @@ impl<C: Clock> Tracer for Recorder<'_, C> {
         };
         match open {
             Some(o) => o.end = end,
-            None => *open = Some(Open { origin, start, end }),
+            None => {
+                *open = Some(Open {
+                    origin,
+                    start,
+                    end,
+                    logged: false,
+                })
+            }
         }
     }
 
@@ -511,6 +550,9 @@ impl<C: Clock> Tracer for Recorder<'_, C> {
     }
 
     fn output(&mut self, origin: Origin, name: &'static str, tensor: TensorRef<'_>) {
+        if let Some(o) = self.operator.as_mut().filter(|o| same_instruction(o.origin, origin)) {
+            o.logged = true;
+        }
         let rank = tensor.sizes.len();
         if rank > MAX_RANK || tensor.dim_order.len() != rank {
             self.dropped += 1;
@@ -570,6 +612,7 @@ mod tests {
             chain: 0,
             instruction,
             delegate_node: None,
+            operator: None,
         }
     }
 
@@ -578,6 +621,7 @@ mod tests {
             chain: 0,
             instruction,
             delegate_node: Some(handle),
+            operator: None,
         }
     }
 
@@ -602,6 +646,72 @@ mod tests {
             } => (kind, instruction, delegate_id, start, end),
             _ => panic!("not a profile event: {e:?}"),
         }
+    }
+
+    #[test]
+    fn a_kernel_call_is_timed_as_its_kernel_too() {
+        let mut events = [Event::Block; 8];
+        let mut r = Recorder::new(counter(), &mut events);
+        // Instruction 1 as two parts of ptec's, then a delegate node.
+        let addmm = Origin {
+            operator: Some("addmm.out"),
+            ..op(1)
+        };
+        run(&mut r, &[addmm, addmm, node(2, 7)]);
+        let e = r.events();
+        // The kernel's event first (ExecuTorch's ends first), both over
+        // the instruction's whole span; none for the delegate.
+        assert_eq!(profile(&e[1]), (ProfileKind::Kernel("addmm.out"), 1, None, 20, 50));
+        assert_eq!(profile(&e[2]), (ProfileKind::Operator, 1, None, 20, 50));
+        assert_eq!(profile(&e[3]), (ProfileKind::DelegateNode, 2, Some(7), 60, 70));
+        assert_eq!(profile(&e[4]), (ProfileKind::Delegate, 2, None, 60, 70));
+        assert_eq!(e.len(), 6);
+    }
+
+    #[test]
+    fn with_outputs_logged_only_kernels_that_log_their_own_are_timed_apart() {
+        let mut events = [Event::Block; 16];
+        let mut debug = [0u8; 256];
+        let mut r = Recorder::new(counter(), &mut events).with_debug_buffer(&mut debug);
+        let x = [1.0f32];
+        let conv = Origin {
+            operator: Some("convolution.out"),
+            ..op(1)
+        };
+        let relu = Origin {
+            operator: Some("relu.out"),
+            ..op(2)
+        };
+        let add = Origin {
+            operator: Some("add.out"),
+            ..op(3)
+        };
+        r.begin_execute("forward");
+        // The convolution did the relu: its output is logged as 2's.
+        r.begin(conv);
+        r.end(conv);
+        r.output(relu, "aten::relu.out", TensorRef::from_slice(&[1], &x));
+        r.begin(add);
+        r.end(add);
+        r.output(add, "aten::add.out", TensorRef::from_slice(&[1], &x));
+        r.end_execute();
+        let kinds: std::vec::Vec<_> = r
+            .events()
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Profile { kind, instruction, .. } => Some((kind, instruction)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (ProfileKind::Operator, 1),
+                (ProfileKind::Kernel("add.out"), 3),
+                (ProfileKind::Operator, 3),
+                (ProfileKind::Execute, 0),
+            ]
+        );
     }
 
     #[test]

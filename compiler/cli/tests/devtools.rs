@@ -5,7 +5,9 @@
 //!
 //! The Python environment is the one `examples/chat/setup.sh` makes (or
 //! `PTEC_VENV`); without it the test says `NOT RUN`, unless
-//! `PTEC_REQUIRE_CHAT` is set (CI), when it fails.
+//! `PTEC_REQUIRE_CHAT` is set (CI), when it fails. Model Explorer's
+//! ExecuTorch extension is installed over it once, into a venv of its own
+//! in the user's cache (`tests/devtools/model-explorer-pins.txt`).
 #[path = "common/venv.rs"]
 mod venv;
 
@@ -51,6 +53,22 @@ fn inspect(venv: &Path, name: &str, etdump: &Path, debug: Option<&Path>) -> Valu
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `ptec bench mlp.pte --iters 4 --etdump` into `dir`: the profile.
+fn mlp_profile(dir: &Path) -> PathBuf {
+    let etdump = dir.join("profile.etdp");
+    let file = fixture("mlp.pte");
+    let args = [
+        "bench".as_ref(),
+        file.as_os_str(),
+        "--iters".as_ref(),
+        "4".as_ref(),
+        "--etdump".as_ref(),
+        etdump.as_os_str(),
+    ];
+    ptec(&args);
+    etdump
 }
 
 fn events(doc: &Value) -> &[Value] {
@@ -123,17 +141,7 @@ fn the_inspector_reads_ptec_profiles_and_intermediate_outputs() {
     // (ExecuTorch's numbering: instruction 1 is the first addmm, with the
     // permute 0 and the relu 2 that ptec folded into it; 4 the second, 5
     // the softmax), each timed in every run.
-    let etdump = dir.path().join("profile.etdp");
-    let file = fixture("mlp.pte");
-    let args = [
-        "bench".as_ref(),
-        file.as_os_str(),
-        "--iters".as_ref(),
-        "4".as_ref(),
-        "--etdump".as_ref(),
-        etdump.as_os_str(),
-    ];
-    ptec(&args);
+    let etdump = mlp_profile(dir.path());
     let doc = inspect(&venv, "mlp", &etdump, None);
     let events = events(&doc);
     let by_instruction = |i: i64| {
@@ -399,4 +407,121 @@ fn check_says_when_there_is_no_reference() {
         "{report}"
     );
     assert!(!report.contains("first instruction whose output differs"), "{report}");
+}
+
+/// A venv with Model Explorer's ETRecord adapter and ETDump provider
+/// (`tests/devtools/model-explorer-pins.txt`) that sees the pinned
+/// environment's packages (executorch, torch) through a `.pth` file: made
+/// once per pins and environment, in the user's cache.
+fn explorer_venv(base: &Path) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/devtools");
+    let pins_file = here.join("model-explorer-pins.txt");
+    let pins = std::fs::read(&pins_file).unwrap();
+    let mut key = Sha256::new();
+    key.update(&pins);
+    key.update(base.as_os_str().as_encoded_bytes());
+    let key: String = key.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .expect("HOME or XDG_CACHE_HOME");
+    let v = cache.join("ptec/model-explorer").join(format!("venv-{key}"));
+    if std::fs::read(v.join("pins.ok")).is_ok_and(|ok| ok == pins) {
+        return v;
+    }
+    let python = |exe: &Path, code: &str| {
+        let out = Command::new(exe).args(["-c", code]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let _ = std::fs::remove_dir_all(&v);
+    // The same interpreter as the environment's, so that its packages load.
+    let interpreter = python(&base.join("bin/python"), "import sys; print(sys._base_executable)");
+    run(Command::new(interpreter).args(["-m", "venv"]).arg(&v));
+    let site = "import sysconfig; print(sysconfig.get_paths()['purelib'])";
+    let base_site = python(&base.join("bin/python"), site);
+    std::fs::write(
+        PathBuf::from(python(&v.join("bin/python"), site)).join("ptec-base.pth"),
+        base_site + "\n",
+    )
+    .unwrap();
+    run(Command::new(v.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+        .arg(&pins_file));
+    std::fs::write(v.join("pins.ok"), pins).unwrap();
+    v
+}
+
+/// Model Explorer's ETDump overlay (its ExecuTorch extension, as a user
+/// runs it on an ETRecord with a profile) puts ptec's kernel times on the
+/// graph's nodes: it reads ExecuTorch's `native_call_*` kernel events
+/// (and skips `OPERATOR_CALL`), which ptec's tracer writes for each
+/// kernel instruction; without them it found nothing to show.
+#[test]
+fn model_explorer_overlays_ptec_profiles_on_the_graph() {
+    let Some(venv) = venv_or_not_run() else {
+        return;
+    };
+    let explorer = explorer_venv(&venv);
+    let dir = tempfile::tempdir().unwrap();
+    let etdump = mlp_profile(dir.path());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/devtools/explorer_overlay.py");
+    let out = Command::new(explorer.join("bin/python"))
+        .arg(script)
+        .arg(fixture("mlp.etrecord"))
+        .arg(&etdump)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let graphs = doc.as_array().unwrap();
+    assert_eq!(graphs.len(), 1, "{doc}");
+    let g = &graphs[0];
+    assert_eq!(g["id"], "forward");
+    assert!(g["error"].as_str().unwrap_or("").is_empty(), "{}", g["error"]);
+    let handle = |node: &str| g["nodes"][node]["debug_handle"].as_str().map(str::to_string);
+    let overlay = |name: &str| -> Vec<(String, f64)> {
+        let o = g["overlays"][name]
+            .as_object()
+            .unwrap_or_else(|| panic!("no overlay {name}: {g}"));
+        o.iter().map(|(k, v)| (k.clone(), v.as_f64().unwrap())).collect()
+    };
+    // Every node of the kernel instructions ptec timed (1 and 3, each a
+    // permute and an addmm; 4, the softmax) and no other: the relu (2)
+    // runs inside the first addmm in ptec's code, which times it there.
+    let mut handles: Vec<String> = overlay("Runtime Event Count")
+        .iter()
+        .map(|(node, count)| {
+            assert_eq!(*count, 1.0, "{node}: one kernel event");
+            handle(node).unwrap()
+        })
+        .collect();
+    handles.sort();
+    assert_eq!(handles, ["1", "1", "3", "3", "4"]);
+    let (avg, min, max) = (
+        overlay("Runtime Total Avg (ms)"),
+        overlay("Runtime Total Min (ms)"),
+        overlay("Runtime Total Max (ms)"),
+    );
+    for ((node, a), ((_, lo), (_, hi))) in avg.iter().zip(min.iter().zip(&max)) {
+        assert!(
+            *lo > 0.0 && lo <= a && a <= hi && *hi < 100.0,
+            "{node}: {lo} {a} {hi} ms"
+        );
+        // The nodes of one instruction show its time.
+        for (other, b) in &avg {
+            if handle(other) == handle(node) {
+                assert_eq!(a, b, "{node} and {other}");
+            }
+        }
+    }
 }

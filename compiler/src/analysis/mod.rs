@@ -39,6 +39,7 @@ pub(crate) mod test_methods {
             temporaries_buffer: None,
             stacktraces: None,
             origins: Vec::new(),
+            read_operators: Vec::new(),
             channels_last: Default::default(),
         }
     }

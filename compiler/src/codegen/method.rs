@@ -561,7 +561,19 @@ fn traced_items(
             }
             None => quote!(::core::option::Option::None),
         };
-        quote!(::ptec_runtime::trace::Origin { chain: 0u32, instruction: #instruction, delegate_node: #node })
+        // The kernel's name, as ExecuTorch's generated registration times
+        // it (prim ops are not timed apart from their instruction there).
+        let operator = m
+            .read_operators
+            .get(o.instruction)
+            .and_then(Option::as_deref)
+            .filter(|name| o.delegate_node.is_none() && !name.starts_with("executorch_prim::"))
+            .map(|name| name.split_once("::").map_or(name, |(_, rest)| rest));
+        let operator = match operator {
+            Some(name) => quote!(::core::option::Option::Some(#name)),
+            None => quote!(::core::option::Option::None),
+        };
+        quote!(::ptec_runtime::trace::Origin { chain: 0u32, instruction: #instruction, delegate_node: #node, operator: #operator })
     };
     let origin = |n: usize| origin_tokens(m.origin(n));
     let len = m.instructions.len();

@@ -242,6 +242,7 @@ mod tests {
                 temporaries_buffer: None,
                 stacktraces: None,
                 origins: Vec::new(),
+                read_operators: Vec::new(),
                 channels_last: Default::default(),
             }],
             segments: vec![],

@@ -301,7 +301,7 @@ impl<'f> Reader<'f> {
         }
         let inputs = self.indices(plan.inputs(), "input", at.clone());
         let outputs = self.indices(plan.outputs(), "output", at.clone());
-        let operators = plan
+        let operators: Vec<Operator> = plan
             .operators()
             .map(|ops| {
                 ops.iter()
@@ -379,6 +379,13 @@ impl<'f> Reader<'f> {
                 }
             }
         }
+        let read_operators = instructions
+            .iter()
+            .map(|i| match i {
+                Instruction::Kernel { op, .. } => operators.get(*op).map(Operator::full_name),
+                _ => None,
+            })
+            .collect();
         Method {
             name,
             values,
@@ -392,6 +399,7 @@ impl<'f> Reader<'f> {
             buffer_sizes,
             stacktraces,
             origins: Vec::new(),
+            read_operators,
             channels_last: Default::default(),
         }
     }

@@ -313,6 +313,7 @@ mod __ptec_mlp {
                 chain: 0u32,
                 instruction: 1u32,
                 delegate_node: ::core::option::Option::None,
+                operator: ::core::option::Option::Some("addmm.out"),
             }),
             ::core::option::Option::None,
             ::core::option::Option::None,
@@ -320,11 +321,13 @@ mod __ptec_mlp {
                 chain: 0u32,
                 instruction: 4u32,
                 delegate_node: ::core::option::Option::None,
+                operator: ::core::option::Option::Some("addmm.out"),
             }),
             ::core::option::Option::Some(::ptec_runtime::trace::Origin {
                 chain: 0u32,
                 instruction: 5u32,
                 delegate_node: ::core::option::Option::None,
+                operator: ::core::option::Option::Some("_softmax.out"),
             }),
         ];
         /// Runs the method as `execute` does, reporting each instruction
@@ -367,6 +370,7 @@ mod __ptec_mlp {
                                 chain: 0u32,
                                 instruction: 2u32,
                                 delegate_node: ::core::option::Option::None,
+                                operator: ::core::option::Option::Some("relu.out"),
                             },
                             "aten::relu.out",
                             ::ptec_runtime::TensorRef {
@@ -384,6 +388,7 @@ mod __ptec_mlp {
                                 chain: 0u32,
                                 instruction: 4u32,
                                 delegate_node: ::core::option::Option::None,
+                                operator: ::core::option::Option::Some("addmm.out"),
                             },
                             "aten::addmm.out",
                             ::ptec_runtime::TensorRef {
@@ -401,6 +406,7 @@ mod __ptec_mlp {
                                 chain: 0u32,
                                 instruction: 5u32,
                                 delegate_node: ::core::option::Option::None,
+                                operator: ::core::option::Option::Some("_softmax.out"),
                             },
                             "aten::_softmax.out",
                             ::ptec_runtime::TensorRef {

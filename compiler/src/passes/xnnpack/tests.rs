@@ -205,6 +205,7 @@ fn program(blob_len: usize, sizes: &[&[usize]]) -> Program {
             temporaries_buffer: None,
             stacktraces: None,
             origins: Vec::new(),
+            read_operators: Vec::new(),
             channels_last: Default::default(),
         }],
         segments: vec![],
