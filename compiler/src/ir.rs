@@ -173,6 +173,11 @@ pub struct Method {
     /// traces name kernels as ExecuTorch's runtime does, whatever the
     /// passes made of them.
     pub read_operators: Vec<Option<String>>,
+    /// The outputs of each XNNPACK call ptec lowered (the call's last
+    /// arguments, in order), by its instruction in the program as read:
+    /// traces log them after the call's last node, where ExecuTorch's
+    /// runtime logs the call's arguments (its inputs, then these).
+    pub delegate_outputs: std::collections::BTreeMap<usize, Vec<usize>>,
     /// Values the channels-last pass stores NHWC: their sizes are
     /// `[N, H, W, C]`, PyTorch's are `[N, C, H, W]` (debug outputs are
     /// logged in PyTorch's order).

@@ -131,7 +131,7 @@ fn traced_programs_report_their_instructions_and_outputs() {
     // The XNNPACK delegate is instruction 0 of the program: its nodes are
     // reported by their debug handles, inside one DELEGATE_CALL.
     let rec = traced!(traced_xnnpack_conv, boxed::<traced_xnnpack_conv::Program>());
-    let mut nodes = 0;
+    let (mut nodes, mut calls) = (0, 0);
     for e in &rec.events {
         match *e {
             Event::Profile {
@@ -148,15 +148,26 @@ fn traced_programs_report_their_instructions_and_outputs() {
                 kind: ProfileKind::Operator,
                 ..
             } => panic!("xnnpack_conv has no operator outside its delegate: {e:?}"),
+            // A node's outputs, or the call's own after its last node
+            // (where ExecuTorch logs the call's arguments).
             Event::Output {
                 instruction,
                 delegate_id,
+                name,
                 ..
-            } => assert!(instruction == 0 && delegate_id.is_some(), "{e:?}"),
+            } => {
+                assert_eq!(instruction, 0, "{e:?}");
+                if delegate_id.is_none() {
+                    assert_eq!(name, "DELEGATE_CALL", "{e:?}");
+                    calls += 1;
+                }
+            }
             _ => {}
         }
     }
     assert!(nodes > traced_xnnpack_conv::bundled::CASES.len(), "{nodes} node spans");
+    // The call has one output, logged once per case.
+    assert_eq!(calls, traced_xnnpack_conv::bundled::CASES.len());
     static FILE: ptec_runtime::mem::Aligned<[u8; include_bytes!("../fixtures/xnnpack_conv.bpte").len()]> =
         ptec_runtime::mem::Aligned(*include_bytes!("../fixtures/xnnpack_conv.bpte"));
     let external = || {

@@ -71,8 +71,10 @@ def to_torch(value):
 
 
 def logged(dump, debug):
-    """{instruction: [tensor, ...]} of the last run in an ETDump, and the
-    operator each instruction's events name."""
+    """{(instruction, node): [tensor, ...]} of the last run in an ETDump,
+    and the name of each one's events. `node` is the delegate debug id of
+    an output ptec logs for one node of a delegate call it compiled, None
+    for an instruction's own."""
     runs = [r for r in dump.run_data if r.events]
     outputs, names = {}, {}
     for e in runs[-1].events if runs else []:
@@ -80,6 +82,8 @@ def logged(dump, debug):
         if d is None or d.debug_entry is None:
             continue
         entry = d.debug_entry
+        node = d.delegate_debug_id_int
+        key = (d.instruction_id, None if node is None or node < 0 else node)
         tensors = [entry.tensor] if entry.tensor is not None else list(entry.tensor_list.tensors) if entry.tensor_list is not None else []
         for t in tensors:
             dtype = DTYPES.get(ScalarType(t.scalar_type))
@@ -91,9 +95,9 @@ def logged(dump, debug):
             nbytes = count * torch.empty(0, dtype=dtype).element_size()
             raw = bytearray(debug[t.offset : t.offset + nbytes])
             x = torch.frombuffer(raw, dtype=dtype) if nbytes else torch.empty(0, dtype=dtype)
-            outputs.setdefault(d.instruction_id, []).append(x.reshape(list(t.sizes)))
+            outputs.setdefault(key, []).append(x.reshape(list(t.sizes)))
         if d.name:
-            names.setdefault(d.instruction_id, d.name)
+            names.setdefault(key, d.name)
     return outputs, names
 
 
@@ -144,8 +148,12 @@ def main(request):
     # In the order ptec ran them: the first whose outputs ExecuTorch's do
     # not match is where the numbers go wrong.
     compared, unmatched, first = 0, [], None
-    for instruction, tensors in ours.items():
-        theirs = ref.get(instruction)
+    for (instruction, node), tensors in ours.items():
+        # ExecuTorch logs no node of a delegate call, only the call's
+        # arguments: its inputs, then its outputs, which ptec logs.
+        theirs = ref.get((instruction, None)) if node is None else None
+        if theirs is not None and our_names.get((instruction, None)) == "DELEGATE_CALL":
+            theirs = theirs[len(theirs) - len(tensors) :] if len(theirs) >= len(tensors) else None
         # ptec may log fewer outputs than the operator has (a max pooling's
         # values without the indices it never computes): the first ones.
         if theirs is None or len(theirs) < len(tensors):
@@ -163,7 +171,8 @@ def main(request):
                     "why": f"max |ptec - ExecuTorch| {diff.max().item():.3g} where ExecuTorch's values reach {b.double().abs().max().item():.3g}",
                 }
             if first is not None:
-                first.update(instruction=instruction, name=our_names.get(instruction) or ref_names.get(instruction, ""))
+                key = (instruction, None)
+                first.update(instruction=instruction, name=our_names.get(key) or ref_names.get(key, ""))
                 break
         if first is not None:
             break

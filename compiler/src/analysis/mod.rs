@@ -40,6 +40,7 @@ pub(crate) mod test_methods {
             stacktraces: None,
             origins: Vec::new(),
             read_operators: Vec::new(),
+            delegate_outputs: Default::default(),
             channels_last: Default::default(),
         }
     }

@@ -585,6 +585,35 @@ fn traced_items(
             quote!(::core::option::Option::None)
         }
     });
+    // After the last node of each XNNPACK call ptec lowered, the call's
+    // outputs as the call's own (no node), where ExecuTorch's runtime logs
+    // its arguments: `ptec check` compares them with those. Only when
+    // every one can be logged, so that they line up.
+    let mut tails: std::collections::BTreeMap<usize, Vec<TokenStream>> = Default::default();
+    for (&k, outputs) in &m.delegate_outputs {
+        let of_call = |n: &usize| has_fn(*n) && m.origin(*n).instruction == k && m.origin(*n).delegate_node.is_some();
+        let (Some(last), Some(tensors)) = (
+            (0..len).rev().find(of_call),
+            outputs
+                .iter()
+                .map(|&vi| traced_tensor_ref(m, layout, vi))
+                .collect::<Option<Vec<_>>>(),
+        ) else {
+            continue;
+        };
+        let o = origin_tokens(Origin {
+            instruction: k,
+            delegate_node: None,
+            logged_as: None,
+        });
+        tails.insert(
+            last,
+            tensors
+                .into_iter()
+                .map(|t| quote!(tracer.output(#o, "DELEGATE_CALL", #t);))
+                .collect(),
+        );
+    }
     let mut arms = Vec::new();
     for (&n, values) in written {
         if !has_fn(n) {
@@ -608,15 +637,20 @@ fn traced_items(
             Instruction::Kernel { op, .. } => m.operators.get(*op).map(Operator::full_name).unwrap_or_default(),
             _ => "DELEGATE_CALL".to_string(),
         };
-        let outputs: Vec<TokenStream> = values
+        let mut outputs: Vec<TokenStream> = values
             .iter()
             .filter_map(|&vi| traced_tensor_ref(m, layout, vi))
             .map(|t| quote!(tracer.output(#o, #name, #t);))
             .collect();
+        outputs.extend(tails.remove(&n).unwrap_or_default());
         if !outputs.is_empty() {
             let nl = lit(n);
             arms.push(quote!(#nl => { #(#outputs)* }));
         }
+    }
+    for (n, outputs) in tails {
+        let nl = lit(n);
+        arms.push(quote!(#nl => { #(#outputs)* }));
     }
     let len_lit = lit(len);
     let (rs_mut, rs_arg_after) = (ctx.rs_param(true), ctx.rs_arg(true));

@@ -243,6 +243,7 @@ mod tests {
                 stacktraces: None,
                 origins: Vec::new(),
                 read_operators: Vec::new(),
+                delegate_outputs: Default::default(),
                 channels_last: Default::default(),
             }],
             segments: vec![],

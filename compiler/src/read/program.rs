@@ -400,6 +400,7 @@ impl<'f> Reader<'f> {
             stacktraces,
             origins: Vec::new(),
             read_operators,
+            delegate_outputs: Default::default(),
             channels_last: Default::default(),
         }
     }

@@ -92,10 +92,29 @@ fn lower_method(m: &mut Method, mut graph: impl FnMut(usize) -> Option<Result<Gr
                 let read = graph(n).unwrap_or_else(|| Err(unread(&at)));
                 match read.and_then(|mut g| {
                     quantized::merge_clamps(&mut g);
-                    CallLowering::new(m, &g, args, at, &mut buffers).run()
+                    let outputs: Vec<usize> = g
+                        .values
+                        .iter()
+                        .filter_map(|x| match x.kind {
+                            ValueKind::Output { arg } => Some(arg),
+                            _ => None,
+                        })
+                        .collect();
+                    CallLowering::new(m, &g, args, at, &mut buffers)
+                        .run()
+                        .map(|list| (list, outputs))
                 }) {
-                    Ok(list) => {
+                    Ok((list, mut outputs)) => {
                         let from = m.origin(n).instruction;
+                        // Traced as ExecuTorch logs them: the arguments'
+                        // tail (a call whose outputs are not is not traced
+                        // as a whole).
+                        outputs.sort_unstable();
+                        let tail = args.len().checked_sub(outputs.len()).map(|s| s..args.len());
+                        if tail.is_some_and(|t| t.eq(outputs.iter().copied())) {
+                            m.delegate_outputs
+                                .insert(from, outputs.iter().map(|&a| args[a]).collect());
+                        }
                         let nodes = list.iter().map(|&(_, handle)| Origin {
                             instruction: from,
                             delegate_node: Some(handle),

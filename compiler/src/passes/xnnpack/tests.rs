@@ -206,6 +206,7 @@ fn program(blob_len: usize, sizes: &[&[usize]]) -> Program {
             stacktraces: None,
             origins: Vec::new(),
             read_operators: Vec::new(),
+            delegate_outputs: Default::default(),
             channels_last: Default::default(),
         }],
         segments: vec![],
