@@ -21,11 +21,84 @@ pub(crate) enum Isa {
     Neon,
 }
 
+/// What `PTEC_ISA` allows the x86 kernels (with `std`): `avx2` no
+/// AVX-512, `portable` no vector extension, unset or `native` all the CPU
+/// has. It is read once. It exists to benchmark and test the other paths
+/// on a CPU that has more (CI runs the kernels' and fixtures' tests under
+/// both); another value is ignored, with a warning.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Cap {
+    Native = 1,
+    Avx2 = 2,
+    Portable = 3,
+}
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+impl Cap {
+    #[inline(always)]
+    pub(crate) fn get() -> Cap {
+        use core::sync::atomic::{AtomicU8, Ordering};
+        static CAP: AtomicU8 = AtomicU8::new(0);
+        match CAP.load(Ordering::Relaxed) {
+            2 => Cap::Avx2,
+            3 => Cap::Portable,
+            1 => Cap::Native,
+            _ => {
+                let cap = Cap::read();
+                CAP.store(cap as u8, Ordering::Relaxed);
+                cap
+            }
+        }
+    }
+
+    #[cold]
+    fn read() -> Cap {
+        Cap::with_variable(|value| match value {
+            Some(b"avx2") => Cap::Avx2,
+            Some(b"portable") => Cap::Portable,
+            None | Some(b"" | b"native") => Cap::Native,
+            Some(other) => {
+                let other = std::string::String::from_utf8_lossy(other);
+                std::eprintln!("ptec: PTEC_ISA={other:?} is none of native, avx2, portable: ignored");
+                Cap::Native
+            }
+        })
+    }
+
+    /// Calls `f` with `PTEC_ISA`'s value, read without allocating: it is
+    /// read on a first kernel call, and inference never allocates.
+    #[cfg(unix)]
+    fn with_variable(f: impl FnOnce(Option<&[u8]>) -> Cap) -> Cap {
+        unsafe extern "C" {
+            fn getenv(name: *const core::ffi::c_char) -> *const core::ffi::c_char;
+        }
+        // SAFETY: the name is NUL-terminated. `getenv` returns null or a
+        // NUL-terminated string of the environment, valid until the
+        // environment changes, and `f` is done with it before this returns
+        // (changing the environment while other threads read it is what
+        // makes `std::env::set_var` unsafe).
+        unsafe {
+            let value = getenv(c"PTEC_ISA".as_ptr());
+            f((!value.is_null()).then(|| core::ffi::CStr::from_ptr(value).to_bytes()))
+        }
+    }
+
+    /// As above (`std` reads it into an allocation, off unix).
+    #[cfg(not(unix))]
+    fn with_variable(f: impl FnOnce(Option<&[u8]>) -> Cap) -> Cap {
+        let value = std::env::var_os("PTEC_ISA");
+        f(value.as_ref().map(|v| v.as_encoded_bytes()))
+    }
+}
+
 impl Isa {
-    /// The best this CPU runs: detected at run time with the `std` feature,
-    /// else what the compile-time target features allow. Always
-    /// [`Isa::Portable`] under Miri, which runs neither inline assembly nor
-    /// most vector intrinsics: there the portable paths are what it checks.
+    /// The best this CPU runs: detected at run time with the `std` feature
+    /// (within `PTEC_ISA`'s cap, see [`Cap`]), else what the compile-time
+    /// target features allow. Always [`Isa::Portable`] under Miri, which
+    /// runs neither inline assembly nor most vector intrinsics: there the
+    /// portable paths are what it checks.
     #[inline(always)]
     pub(crate) fn detect() -> Isa {
         if cfg!(miri) {
@@ -33,7 +106,11 @@ impl Isa {
         }
         #[cfg(all(feature = "std", target_arch = "x86_64"))]
         {
-            if std::is_x86_feature_detected!("avx512f") {
+            let cap = Cap::get();
+            if cap == Cap::Portable {
+                return Isa::Portable;
+            }
+            if cap == Cap::Native && std::is_x86_feature_detected!("avx512f") {
                 return Isa::Avx512;
             }
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
@@ -67,9 +144,10 @@ pub(crate) fn has_avx2_fma() -> bool {
     Isa::detect() != Isa::Portable
 }
 
-/// Whether this CPU has every x86 feature named: detected when the
-/// program runs with `std`, as compiled for without; never under Miri,
-/// which runs the portable paths only (see `Isa::detect`).
+/// Whether this CPU has every AVX-512 feature named: detected when the
+/// program runs with `std` (and `PTEC_ISA` allows AVX-512), as compiled
+/// for without; never under Miri, which runs the portable paths only (see
+/// `Isa::detect`).
 #[cfg(target_arch = "x86_64")]
 macro_rules! x86_has {
     ($($feature:tt),+) => {{
@@ -78,7 +156,7 @@ macro_rules! x86_has {
         } else {
             #[cfg(feature = "std")]
             {
-                $(std::is_x86_feature_detected!($feature))&&+
+                Cap::get() == Cap::Native && $(std::is_x86_feature_detected!($feature))&&+
             }
             #[cfg(not(feature = "std"))]
             {
@@ -212,6 +290,25 @@ mod tests {
         }
         if cfg!(not(target_arch = "aarch64")) {
             assert_eq!(found, Aarch64Features::default());
+        }
+    }
+
+    /// `PTEC_ISA` caps what the x86 kernels choose (CI runs the tests
+    /// under each cap; natively, unset, all the CPU has is allowed).
+    #[cfg(all(feature = "std", target_arch = "x86_64", not(miri)))]
+    #[test]
+    fn the_instruction_set_is_capped_as_ptec_isa_says() {
+        let avx512 = std::is_x86_feature_detected!("avx512f");
+        match std::env::var("PTEC_ISA").as_deref() {
+            Ok("portable") => {
+                assert_eq!(Isa::detect(), Isa::Portable);
+                assert!(!has_avx2_fma() && !has_avx512_vnni() && !has_avx512_vbmi());
+            }
+            Ok("avx2") => {
+                assert_ne!(Isa::detect(), Isa::Avx512);
+                assert!(!has_avx512_vnni() && !has_avx512_vbmi());
+            }
+            _ => assert_eq!(Isa::detect() == Isa::Avx512, avx512),
         }
     }
 

@@ -471,7 +471,7 @@ fn multiply(
             accumulate,
             epilogue,
         };
-        dispatch(&product, c)
+        dispatch(&product, m == 1, c)
     };
     let grain = tile_rows(m);
     // With threads, a few rows against a large weight split the tiles
@@ -541,10 +541,15 @@ fn tile_rows(m: usize) -> usize {
     }
 }
 
-/// Runs a product with the best micro-kernel this CPU has: one row alone
-/// strip by strip on AVX2 ([`avx2::Avx2::one_row`]), else the tile of the
-/// best instruction set (NEON's takes one row itself, 32 columns wide).
-fn dispatch(p: &Product<'_>, c: Out) {
+/// Runs a product with the best micro-kernel this CPU has: a product of
+/// one row (`single_row`: the whole product's, not a thread's part of a
+/// larger one, whose one row would then sum in another order than with
+/// one thread) strip by strip on AVX2 ([`avx2::Avx2::one_row`]), else the
+/// tile of the best instruction set (NEON's takes one row itself, 32
+/// columns wide).
+fn dispatch(p: &Product<'_>, single_row: bool, c: Out) {
+    // Only AVX2 has a one-row kernel.
+    let _ = single_row;
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     if let Some(t) = neon::Neon::detect() {
         return p.run(t, c);
@@ -552,7 +557,7 @@ fn dispatch(p: &Product<'_>, c: Out) {
     #[cfg(target_arch = "x86_64")]
     {
         let avx2 = avx2::Avx2::detect();
-        if let (1, Some(t)) = (p.m, avx2) {
+        if let (true, Some(t)) = (single_row && p.m == 1, avx2) {
             return t.one_row(p, c);
         }
         if let Some(t) = avx512::Avx512::detect() {
