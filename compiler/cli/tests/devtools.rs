@@ -458,19 +458,13 @@ fn check_says_when_there_is_no_reference() {
 /// environment's packages (executorch, torch) through a `.pth` file: made
 /// once per pins and environment, in the user's cache.
 fn explorer_venv(base: &Path) -> PathBuf {
-    use sha2::{Digest, Sha256};
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/devtools");
     let pins_file = here.join("model-explorer-pins.txt");
     let pins = std::fs::read(&pins_file).unwrap();
-    let mut key = Sha256::new();
-    key.update(&pins);
-    key.update(base.as_os_str().as_encoded_bytes());
-    let key: String = key.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .expect("HOME or XDG_CACHE_HOME");
-    let v = cache.join("ptec/model-explorer").join(format!("venv-{key}"));
+    let key = venv::short_hash(&[&pins, base.as_os_str().as_encoded_bytes()]);
+    let v = venv::cache_dir()
+        .join("ptec/model-explorer")
+        .join(format!("venv-{key}"));
     if std::fs::read(v.join("pins.ok")).is_ok_and(|ok| ok == pins) {
         return v;
     }

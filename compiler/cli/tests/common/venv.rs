@@ -19,16 +19,9 @@ pub fn venv() -> Result<PathBuf, String> {
             false => Err(format!("PTEC_VENV={} has no bin/python", v.display())),
         };
     }
-    let key: String = Sha256::digest(&pins)
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let v = cache.join("ptec/chat").join(format!("venv-{key}"));
+    let v = cache_dir()
+        .join("ptec/chat")
+        .join(format!("venv-{}", short_hash(&[&pins])));
     match std::fs::read(v.join("pins.ok")) {
         Ok(ok) if ok == pins => Ok(v),
         _ => Err(format!(
@@ -49,4 +42,23 @@ pub fn venv_or_not_run() -> Option<PathBuf> {
             None
         }
     }
+}
+
+/// The user's cache directory as the setup scripts name it
+/// (`${XDG_CACHE_HOME:-$HOME/.cache}`).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_default()
+}
+
+/// The first 8 bytes of the SHA-256 of `parts`, in hex: how the setup
+/// scripts name an environment after its pins.
+pub fn short_hash(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
