@@ -48,14 +48,8 @@ if [ -z "$render" ]; then
   # uses: its fixtures change often, its lowering helpers rarely).
   key="$(cat "$here/broad-pins.txt" "$here/broad.py" | sha256sum | cut -c1-16)"
   out="$cache/broad-$key"
-  venv="${PTEC_VENV:-$cache/venv-$(sha256sum <"$here/broad-pins.txt" | cut -c1-16)}"
   if [ ! -f "$out/complete" ]; then
-    if [ ! -f "$venv/pins.ok" ] || ! cmp -s "$venv/pins.ok" "$here/broad-pins.txt"; then
-      echo "broad: installing the pinned packages into $venv" >&2
-      python3 -m venv "$venv"
-      "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/broad-pins.txt"
-      cp "$here/broad-pins.txt" "$venv/pins.ok"
-    fi
+    venv="$("$here/broad-venv.sh")"
     echo "broad: exporting the models into $out (resumes where it stopped)" >&2
     "$venv/bin/python" "$here/broad.py" "$out"
     touch "$out/complete"

@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     --src) src="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --flatbuffers) flatbuffers="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) model="$1"; shift ;;
   esac
@@ -50,15 +50,7 @@ out="${out:-${CARGO_TARGET_DIR:-$root/target}/et-selective/$name}"
 rm -rf "$out"; mkdir -p "$out/obj" "$out/include/executorch/schema" "$out/include/executorch/runtime/core" "$out/include/executorch/runtime/kernel"
 out="$(cd "$out" && pwd)"
 
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/ptec/bench"
-venv="${PTEC_VENV:-$cache/venv-$(sha256sum <"$here/broad-pins.txt" | cut -c1-16)}"
-if [ ! -f "$venv/pins.ok" ] || ! cmp -s "$venv/pins.ok" "$here/broad-pins.txt"; then
-  echo "et_selective: installing the pinned packages into $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/broad-pins.txt"
-  cp "$here/broad-pins.txt" "$venv/pins.ok"
-fi
-py="$venv/bin/python"
+py="$("$here/broad-venv.sh")/bin/python"
 flatc="$("$py" -c 'import importlib.util as u; print(u.find_spec("executorch").submodule_search_locations[0])')/data/bin/flatc"
 want="$("$flatc" --version | sed 's/.* //')"
 have="$(sed -n 's/^#define FLATBUFFERS_VERSION_\(MAJOR\|MINOR\|REVISION\) //p' "$flatbuffers/include/flatbuffers/base.h" | paste -sd.)"
