@@ -125,15 +125,13 @@ fn plan<G: AsRef<Conv2dNhwc>>(stages: &[G], budget: usize) -> Option<Plan> {
 }
 
 /// Bytes of scratch [`conv2d_chain`] needs for `stages`, or `None` when
-/// they do not make a chain (see the module docs).
+/// they do not make a chain (see the module docs): bands of about
+/// [`BAND_BYTES`], and at least two parts' bands of one output row, so
+/// that two threads split every chain (MobileNetV2's first, whose one-row
+/// bands take more than half of its 64512 bytes, gets 75264; split within
+/// each band's stages instead, it took twice its one-thread time on two).
 pub fn chain_scratch_len(stages: &[Conv2dNhwc]) -> Option<usize> {
-    scratch_len(stages, BAND_BYTES)
-}
-
-fn scratch_len(stages: &[Conv2dNhwc], budget: usize) -> Option<usize> {
-    let p = plan(stages, budget)?;
-    let (e, b) = buffers(&p, stages)?;
-    e.checked_add(b)
+    needs(stages, BAND_BYTES)?.max(needs(stages, 1)?.checked_mul(2)?).into()
 }
 
 /// `out = stages[last](… stages[0](x))`, band by band (see the module
@@ -144,9 +142,93 @@ pub fn conv2d_chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch
 }
 
 /// [`conv2d_chain`] with bands of about `budget` bytes.
+///
+/// With more than one thread the output rows are cut into parts, one a
+/// thread, each with its own share of the scratch and bands planned to fit
+/// it: the threads meet once a chain, not at every stage of every band
+/// (bands of 64 KiB make each stage's own split a hand-off of a few
+/// microseconds' work). A share too small for bands of one row leaves the
+/// work to the stages' own splits, as on one thread. Bands and parts
+/// change no bit: every stage is the unchained kernel on whole rows.
 fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8], budget: usize) {
-    let plan = plan(stages, budget).expect("a chain of convolutions");
-    let (e_len, b_len) = buffers(&plan, stages).expect("a chain's buffers");
+    let whole = plan(stages, budget).expect("a chain of convolutions");
+    let win = &stages[whole.depthwise()].g.window;
+    let first = &stages[0].g.window;
+    let image_in = first.in_h * first.in_w * stages[0].g.in_c;
+    let out_row = win.out_w * stages[stages.len() - 1].g.out_c;
+    let image_out = win.out_h * out_row;
+    let x = &x[..win.batch * image_in];
+    let out = &mut out[..win.batch * image_out];
+    let threads = crate::parallel::threads();
+    let (parts, plan) = parts(stages, win.out_h, threads, scratch.len(), budget).unwrap_or((1, whole));
+    let per = win.out_h.div_ceil(parts);
+    for (xi, oi) in x.chunks_exact(image_in).zip(out.chunks_exact_mut(image_out)) {
+        if parts == 1 {
+            rows(stages, &plan, xi, 0..win.out_h, oi, scratch);
+            continue;
+        }
+        let share = scratch.len() / parts;
+        let outs = crate::parallel::Pieces::new(oi, (0..parts).map(|p| (p * per).min(win.out_h) * out_row));
+        let shares = crate::parallel::Pieces::new(&mut *scratch, (0..parts).map(|p| p * share));
+        crate::parallel::run_parts(parts, &|p| {
+            let (r0, r1) = (p * per, ((p + 1) * per).min(win.out_h));
+            if let (true, Some(o), Some(s)) = (r0 < r1, outs.take(p), shares.take(p)) {
+                rows(stages, &plan, xi, r0..r1, o, s);
+            }
+        });
+    }
+}
+
+/// How many parts a chain of `out_h` output rows splits into on
+/// `threads`, and the plan of each part's bands: the most parts (up to the
+/// threads and the rows) whose shares of `scratch_len` bytes each fit
+/// bands of at least a row, each planned for the largest budget (at most
+/// `budget`) that fits its share. `None` for one part.
+fn parts<G: AsRef<Conv2dNhwc>>(
+    stages: &[G],
+    out_h: usize,
+    threads: usize,
+    scratch_len: usize,
+    budget: usize,
+) -> Option<(usize, Plan)> {
+    let fits = |b: usize, share: usize| needs(stages, b).is_some_and(|n| n <= share);
+    (2..=threads.min(out_h)).rev().find_map(|parts| {
+        let share = scratch_len / parts;
+        if !fits(1, share) {
+            return None;
+        }
+        // The largest budget that fits: what a plan needs grows with it.
+        let (mut lo, mut hi) = (1, budget.min(share).max(1));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid, share) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some((parts, plan(stages, lo)?))
+    })
+}
+
+/// Bytes of buffers a chain's plan for `budget` needs.
+fn needs<G: AsRef<Conv2dNhwc>>(stages: &[G], budget: usize) -> Option<usize> {
+    let (e, b) = buffers(&plan(stages, budget)?, stages)?;
+    e.checked_add(b)
+}
+
+/// Output rows `rows` of one image's chain, band by band: `x` is the
+/// image's input, `out` those rows of its output, `scratch` the bands'
+/// buffers (at least what `plan` needs).
+fn rows(
+    stages: &[ChainStage<'_>],
+    plan: &Plan,
+    x: &[i8],
+    rows: core::ops::Range<usize>,
+    out: &mut [i8],
+    scratch: &mut [i8],
+) {
+    let (e_len, b_len) = buffers(plan, stages).expect("a chain's buffers");
     let (expansion, rest) = scratch.split_at_mut(e_len);
     let band = &mut rest[..b_len];
     let d = plan.depthwise();
@@ -155,47 +237,39 @@ fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8]
     let (c, s, span) = (dw.g.in_c, win.stride_h, span(win));
     let in_row = win.in_w * c;
     let first = &stages[0].g.window;
-    let image_in = first.in_h * first.in_w * stages[0].g.in_c;
-    let last = stages[stages.len() - 1].g;
-    let out_row = win.out_w * last.out_c;
-    let x = &x[..win.batch * image_in];
-    let out = &mut out[..win.batch * win.out_h * out_row];
-    for n in 0..win.batch {
-        let x = &x[n * image_in..][..image_in];
-        let out = &mut out[n * win.out_h * out_row..][..win.out_h * out_row];
-        // The expansion rows the buffer holds.
-        let (mut h0, mut h1) = (0usize, 0usize);
-        for o0 in (0..win.out_h).step_by(plan.out_rows) {
-            let o1 = (o0 + plan.out_rows).min(win.out_h);
-            // Input rows the band reads: `pad_top < span` and the bottom
-            // padding's likewise leave at least one (see `plan`).
-            let a = (o0 * s).saturating_sub(win.pad_top);
-            let b = ((o1 - 1) * s + span - win.pad_top).min(win.in_h);
-            let rows: &[i8] = if plan.expand {
-                let e = &stages[0];
-                let keep = h1.saturating_sub(a.max(h0));
-                if keep > 0 {
-                    expansion.copy_within((a - h0) * in_row..(h1 - h0) * in_row, 0);
-                }
-                let from = a + keep;
-                let at = (from - a) * in_row;
-                let src = &x[from * first.in_w * e.g.in_c..b * first.in_w * e.g.in_c];
-                let rows = b - from;
-                run(e, false, [rows, rows, 0], src, &mut expansion[at..(b - a) * in_row]);
-                (h0, h1) = (a, b);
-                &expansion[..(b - a) * in_row]
-            } else {
-                &x[a * in_row..b * in_row]
-            };
-            let dw_rows = [b - a, o1 - o0, win.pad_top.saturating_sub(o0 * s)];
-            let dst = &mut out[o0 * out_row..o1 * out_row];
-            if plan.project {
-                let band = &mut band[..(o1 - o0) * win.out_w * c];
-                run(dw, true, dw_rows, rows, band);
-                run(&stages[d + 1], false, [o1 - o0, o1 - o0, 0], band, dst);
-            } else {
-                run(dw, true, dw_rows, rows, dst);
+    let out_row = win.out_w * stages[stages.len() - 1].g.out_c;
+    // The expansion rows the buffer holds.
+    let (mut h0, mut h1) = (0usize, 0usize);
+    for o0 in rows.clone().step_by(plan.out_rows) {
+        let o1 = (o0 + plan.out_rows).min(rows.end);
+        // Input rows the band reads: `pad_top < span` and the bottom
+        // padding's likewise leave at least one (see `plan`).
+        let a = (o0 * s).saturating_sub(win.pad_top);
+        let b = ((o1 - 1) * s + span - win.pad_top).min(win.in_h);
+        let input: &[i8] = if plan.expand {
+            let e = &stages[0];
+            let keep = h1.saturating_sub(a.max(h0));
+            if keep > 0 {
+                expansion.copy_within((a - h0) * in_row..(h1 - h0) * in_row, 0);
             }
+            let from = a + keep;
+            let at = (from - a) * in_row;
+            let src = &x[from * first.in_w * e.g.in_c..b * first.in_w * e.g.in_c];
+            let n = b - from;
+            run(e, false, [n, n, 0], src, &mut expansion[at..(b - a) * in_row]);
+            (h0, h1) = (a, b);
+            &expansion[..(b - a) * in_row]
+        } else {
+            &x[a * in_row..b * in_row]
+        };
+        let dw_rows = [b - a, o1 - o0, win.pad_top.saturating_sub(o0 * s)];
+        let dst = &mut out[(o0 - rows.start) * out_row..(o1 - rows.start) * out_row];
+        if plan.project {
+            let band = &mut band[..(o1 - o0) * win.out_w * c];
+            run(dw, true, dw_rows, input, band);
+            run(&stages[d + 1], false, [o1 - o0, o1 - o0, 0], band, dst);
+        } else {
+            run(dw, true, dw_rows, input, dst);
         }
     }
 }
@@ -313,7 +387,7 @@ mod tests {
     #[test]
     fn chains_give_the_unchained_calls_bytes() {
         let mut seed = 61;
-        let mut cases = 0;
+        let (mut cases, mut split) = (0, 0);
         // Under Miri the first 8 chains (each choice below still takes
         // all its values), on smaller images of fewer channels: `most`
         // picks the bound of a size, natively or under Miri.
@@ -372,17 +446,30 @@ mod tests {
             let views: Vec<ChainStage<'_>> = stages.iter().map(Owned::stage).collect();
             // Bands of one output row, of a few, and the default's.
             let row = geometries[d].window.in_w * geometries[d].in_c;
+            // On one thread, and in parts on two and three where the
+            // scratch holds their shares.
             for budget in [1, 4 * row, BAND_BYTES] {
-                let len = scratch_len(&geometries, budget).expect("a chain");
-                // Stale bytes in the scratch and the output must not matter.
-                let mut scratch = std::vec![0x5au8 as i8; len];
-                let mut got = std::vec![-77i8; want.len()];
-                chain(&views, &x, &mut got, &mut scratch, budget);
-                assert_eq!(got, want, "case {case}, budget {budget}: {geometries:?}");
+                let len = needs(&geometries, budget).expect("a chain");
+                for threads in [1, 2, 3] {
+                    crate::parallel::set_threads(threads);
+                    let out_h = geometries[d].window.out_h;
+                    split += usize::from(parts(&geometries, out_h, threads, len, budget).is_some());
+                    // Stale bytes in the scratch and the output must not matter.
+                    let mut scratch = std::vec![0x5au8 as i8; len];
+                    let mut got = std::vec![-77i8; want.len()];
+                    chain(&views, &x, &mut got, &mut scratch, budget);
+                    assert_eq!(
+                        got, want,
+                        "case {case}, budget {budget}, {threads} threads: {geometries:?}"
+                    );
+                }
+                crate::parallel::set_threads(1);
             }
             cases += 1;
         }
         assert!(cases >= least, "only {cases} chains ran");
+        assert!(split >= cases / 2, "only {split} runs split into parts");
+        std::eprintln!("{split} runs of {cases} chains split into parts");
     }
 
     #[test]
@@ -394,7 +481,7 @@ mod tests {
         let g2 = Conv2dNhwc::regular(&[1, 56, 56, 96], &[24, 1, 1, 96], [1, 1], [0; 4], [1, 1], 1).unwrap();
         let p = plan(&[g0, g1, g2], BAND_BYTES).unwrap();
         assert_eq!((p.out_rows, p.buffer_rows), (2, 5));
-        assert_eq!(chain_scratch_len(&[g0, g1, g2]), Some(5 * 112 * 96 + 2 * 56 * 96));
+        assert_eq!(needs(&[g0, g1, g2], BAND_BYTES), Some(5 * 112 * 96 + 2 * 56 * 96));
         // One output row a band at the least.
         let one = plan(&[g0, g1, g2], 1).unwrap();
         assert_eq!((one.out_rows, one.buffer_rows), (1, 3));
@@ -402,6 +489,28 @@ mod tests {
         // that does not feed the depthwise one.
         assert_eq!(chain_scratch_len(&[g0, g2]), None);
         assert_eq!(chain_scratch_len(&[g2, g1]), None);
+        // On two threads the scratch of one part's bands holds two parts
+        // of smaller bands; where even one-row bands take more than half
+        // (the first chain's wide expansion) the scratch grows to two
+        // parts of one-row bands.
+        let (g3, g4, g5) = (
+            Conv2dNhwc::regular(&[1, 56, 56, 24], &[144, 1, 1, 24], [1, 1], [0; 4], [1, 1], 1).unwrap(),
+            Conv2dNhwc::depthwise(&[1, 56, 56, 144], &[1, 3, 3, 144], [1, 1], [1, 1, 1, 1], [1, 1]).unwrap(),
+            Conv2dNhwc::regular(&[1, 56, 56, 144], &[24, 1, 1, 144], [1, 1], [0; 4], [1, 1], 1).unwrap(),
+        );
+        let len = chain_scratch_len(&[g3, g4, g5]).unwrap();
+        let (n, p) = parts(&[g3, g4, g5], 56, 2, len, BAND_BYTES).expect("two parts");
+        assert_eq!(n, 2);
+        assert!(
+            needs(&[g3, g4, g5], 1).unwrap() <= len / 2
+                && buffers(&p, &[g3, g4, g5]).map(|(e, b)| e + b).unwrap() <= len / 2
+        );
+        assert!(p.out_rows >= 1 && p.out_rows < plan(&[g3, g4, g5], BAND_BYTES).unwrap().out_rows);
+        assert_eq!(parts(&[g3, g4, g5], 56, 1, len, BAND_BYTES), None);
+        let first = chain_scratch_len(&[g0, g1, g2]).unwrap();
+        assert_eq!(first, 2 * (3 * 112 * 96 + 56 * 96));
+        let (n, p) = parts(&[g0, g1, g2], 56, 2, first, BAND_BYTES).expect("two parts");
+        assert_eq!((n, p.out_rows, p.buffer_rows), (2, 1, 3));
         // Padding as deep as the window.
         let deep = Conv2dNhwc::depthwise(&[1, 112, 112, 96], &[1, 3, 3, 96], [2, 2], [3, 1, 1, 1], [1, 1]).unwrap();
         assert_eq!(chain_scratch_len(&[g0, deep]), None);
