@@ -126,7 +126,7 @@ fn plan<G: AsRef<Conv2dNhwc>>(stages: &[G], budget: usize) -> Option<Plan> {
 
 /// Bytes of scratch [`conv2d_chain`] needs for `stages`, or `None` when
 /// they do not make a chain (see the module docs): bands of about
-/// [`BAND_BYTES`], and at least two parts' bands of one output row, so
+/// 64 KiB, and at least two parts' bands of one output row, so
 /// that two threads split every chain (MobileNetV2's first, whose one-row
 /// bands take more than half of its 64512 bytes, gets 75264; split within
 /// each band's stages instead, it took twice its one-thread time on two).
