@@ -186,6 +186,34 @@ pub fn for_each_band<T: Send>(
     });
 }
 
+/// Calls `part(rows, out, scratch)` for `parts` parts of the `rows` rows
+/// of `out` (`row_len` elements each), cut as evenly as whole rows allow,
+/// one a thread: part `p` gets its rows of `out` and `share` elements of
+/// `scratch` from `p * share` on (`parts * share` at most its length).
+/// Parts left without rows are not called.
+pub(crate) fn row_parts<T: Send, S: Send, F>(
+    out: &mut [T],
+    rows: usize,
+    row_len: usize,
+    parts: usize,
+    scratch: &mut [S],
+    share: usize,
+    part: &F,
+) where
+    F: Fn(core::ops::Range<usize>, &mut [T], &mut [S]) + Sync,
+{
+    let per = rows.div_ceil(parts.max(1));
+    let outs = Pieces::new(out, (0..parts).map(|p| (p * per).min(rows) * row_len));
+    let shares = Pieces::new(scratch, (0..parts).map(|p| p * share));
+    run_parts(parts, &|p| {
+        let (r0, r1) = (p * per, ((p + 1) * per).min(rows));
+        if let (true, Some(o), Some(s)) = (r0 < r1, outs.take(p), shares.take(p)) {
+            let len = share.min(s.len());
+            part(r0..r1, o, &mut s[..len]);
+        }
+    });
+}
+
 /// Disjoint pieces of one slice, one per part: each part takes its own
 /// (once) and writes it while the others write theirs.
 pub(crate) struct Pieces<'a, T> {

@@ -224,21 +224,14 @@ pub fn conv2d_folded_chain(
         buffers,
     };
     let parts = crate::parallel::threads().min(MAX_CHAIN_PARTS).min(win.out_h).max(1);
-    let per = win.out_h.div_ceil(parts);
     let row_len = win.out_w * last.out_c;
     for (image, (xi, oi)) in x
         .chunks_exact(image_in)
         .zip(out.chunks_exact_mut(image_out))
         .enumerate()
     {
-        let starts = || (0..parts).map(|p| (p * per).min(win.out_h));
-        let outs = crate::parallel::Pieces::new(oi, starts().map(|r| r * row_len));
-        let buffers = crate::parallel::Pieces::new(&mut *scratch, (0..parts).map(|p| p * share));
-        crate::parallel::run_parts(parts, &|p| {
-            let (r0, r1) = (p * per, ((p + 1) * per).min(win.out_h));
-            if let (true, Some(o), Some(buffer)) = (r0 < r1, outs.take(p), buffers.take(p)) {
-                chain.rows(image, xi, r0..r1, o, &mut buffer[..part_len]);
-            }
+        crate::parallel::row_parts(oi, win.out_h, row_len, parts, scratch, share, &|r, o, buffer| {
+            chain.rows(image, xi, r, o, &mut buffer[..part_len])
         });
     }
 }

@@ -109,19 +109,31 @@ fn plan<G: AsRef<Conv2dNhwc>>(stages: &[G], budget: usize) -> Option<Plan> {
         true => fit.saturating_sub(span) / s + 1,
         false => fit,
     };
-    let out_rows = out_rows.clamp(1, win.out_h);
-    Some(Plan {
+    let shape = Plan {
         expand,
         project,
+        out_rows: 1,
+        buffer_rows: 0,
+    };
+    Some(banded(stages, shape, out_rows))
+}
+
+/// `plan` with bands of `out_rows` output rows (at least one, at most all)
+/// and the expansion rows they read.
+fn banded<G: AsRef<Conv2dNhwc>>(stages: &[G], plan: Plan, out_rows: usize) -> Plan {
+    let win = &stages[plan.depthwise()].as_ref().window;
+    let out_rows = out_rows.clamp(1, win.out_h);
+    Plan {
         out_rows,
         // No more than the whole input (the last band's may lie partly in
         // the padding).
-        buffer_rows: if expand {
-            ((out_rows - 1) * s + span).min(win.in_h)
+        buffer_rows: if plan.expand {
+            ((out_rows - 1) * win.stride_h + span(win)).min(win.in_h)
         } else {
             0
         },
-    })
+        ..plan
+    }
 }
 
 /// Bytes of scratch [`conv2d_chain`] needs for `stages`, or `None` when
@@ -161,20 +173,14 @@ fn chain(stages: &[ChainStage<'_>], x: &[i8], out: &mut [i8], scratch: &mut [i8]
     let out = &mut out[..win.batch * image_out];
     let threads = crate::parallel::threads();
     let (parts, plan) = parts(stages, win.out_h, threads, scratch.len(), budget).unwrap_or((1, whole));
-    let per = win.out_h.div_ceil(parts);
     for (xi, oi) in x.chunks_exact(image_in).zip(out.chunks_exact_mut(image_out)) {
         if parts == 1 {
             rows(stages, &plan, xi, 0..win.out_h, oi, scratch);
             continue;
         }
         let share = scratch.len() / parts;
-        let outs = crate::parallel::Pieces::new(oi, (0..parts).map(|p| (p * per).min(win.out_h) * out_row));
-        let shares = crate::parallel::Pieces::new(&mut *scratch, (0..parts).map(|p| p * share));
-        crate::parallel::run_parts(parts, &|p| {
-            let (r0, r1) = (p * per, ((p + 1) * per).min(win.out_h));
-            if let (true, Some(o), Some(s)) = (r0 < r1, outs.take(p), shares.take(p)) {
-                rows(stages, &plan, xi, r0..r1, o, s);
-            }
+        crate::parallel::row_parts(oi, win.out_h, out_row, parts, scratch, share, &|r, o, s| {
+            rows(stages, &plan, xi, r, o, s)
         });
     }
 }
@@ -191,23 +197,27 @@ fn parts<G: AsRef<Conv2dNhwc>>(
     scratch_len: usize,
     budget: usize,
 ) -> Option<(usize, Plan)> {
-    let fits = |b: usize, share: usize| needs(stages, b).is_some_and(|n| n <= share);
     (2..=threads.min(out_h)).rev().find_map(|parts| {
         let share = scratch_len / parts;
-        if !fits(1, share) {
-            return None;
-        }
-        // The largest budget that fits: what a plan needs grows with it.
-        let (mut lo, mut hi) = (1, budget.min(share).max(1));
+        // The most rows a band may have, then the most that fit the share
+        // (what a plan needs grows with its rows): a few steps, not one
+        // per byte of budget, as this runs on every call.
+        let most = plan(stages, budget.min(share).max(1))?;
+        let fits = |r: usize| {
+            let (e, b) = buffers(&banded(stages, most, r), stages)?;
+            e.checked_add(b).filter(|&n| n <= share)
+        };
+        fits(1)?;
+        let (mut lo, mut hi) = (1, most.out_rows);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
-            if fits(mid, share) {
+            if fits(mid).is_some() {
                 lo = mid;
             } else {
                 hi = mid - 1;
             }
         }
-        Some((parts, plan(stages, lo)?))
+        Some((parts, banded(stages, most, lo)))
     })
 }
 
