@@ -5,9 +5,11 @@
 //! Random weights packed as the compiler packs them, through
 //! `qs8::conv2d_nhwc`; then depthwise layers of MobileNetV2 and a 5 × 5 one.
 //!
-//!   cargo run --release -p ptec-kernels --example qs8_bench [-- THREADS...]
+//!   cargo run --release -p ptec-kernels --example qs8_bench [-- THREADS...] [NAME...]
 //!
-//! Prints each layer's best and median time over 30 runs (after 3
+//! A NAME times only the layers whose names contain it (e.g. `stem`), for
+//! a profiler.
+//! Prints each layer's best and median time over 30 runs (1000 with NAMEs) (after 3
 //! untimed), per thread count (default 1), and its multiply-adds a
 //! nanosecond.
 use ptec_kernels::nhwc::{Conv2dNhwc, Window2d};
@@ -15,14 +17,21 @@ use ptec_kernels::qs8::{conv2d_nhwc, pack_conv, Layout, Output, Quant};
 use std::time::Instant;
 
 /// (name, input size, input channels, output channels, kernel, stride, groups)
-const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 12] = [
+const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 17] = [
     ("stem 3x3/2, 3 -> 32", 224, 3, 32, 3, 2, 1),
+    // ResNet's stem.
+    ("stem 7x7/2, 3 -> 64", 224, 3, 64, 7, 2, 1),
     ("grouped 3x3/2, 48 in 6 groups", 112, 48, 48, 3, 2, 6),
     ("grouped 3x3/2, 104 in 13 groups", 56, 104, 104, 3, 2, 13),
     ("grouped 3x3, 104 in 13 groups", 28, 104, 104, 3, 1, 13),
     ("grouped 3x3, 208 in 26 groups", 14, 208, 208, 3, 1, 26),
     ("grouped 3x3, 440 in 55 groups", 7, 440, 440, 3, 1, 55),
     ("pointwise, 32 -> 48", 112, 32, 48, 1, 1, 1),
+    // MobileNetV2's pointwise layers at 112 and 56 (few input channels).
+    ("pointwise, 16 -> 96 at 112", 112, 16, 96, 1, 1, 1),
+    ("pointwise, 96 -> 24 at 56", 56, 96, 24, 1, 1, 1),
+    ("pointwise, 24 -> 144 at 56", 56, 24, 144, 1, 1, 1),
+    ("pointwise, 144 -> 24 at 56", 56, 144, 24, 1, 1, 1),
     // MobileNetV2's depthwise layers, and a 5 × 5 one as MobileNetV3's
     // and EfficientNet's.
     ("depthwise 3x3, 32 at 112", 112, 32, 32, 3, 1, 32),
@@ -33,10 +42,10 @@ const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 12] = [
 ];
 
 fn main() {
-    let threads: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("thread counts"))
-        .collect();
+    let (threads, names): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|a| a.parse::<usize>().is_ok());
+    let threads: Vec<usize> = threads.iter().map(|a| a.parse().expect("a thread count")).collect();
+    let runs = if names.is_empty() { 33 } else { 1003 };
     let threads = if threads.is_empty() { vec![1] } else { threads };
     let mut seed = 7u64;
     let mut next = || {
@@ -44,6 +53,9 @@ fn main() {
         (seed >> 33) as u32
     };
     for &(name, size, in_c, out_c, k, stride, groups) in &LAYERS {
+        if !names.is_empty() && !names.iter().any(|n| name.contains(n.as_str())) {
+            continue;
+        }
         let pad = k / 2;
         let out = (size + 2 * pad - k) / stride + 1;
         let g = Conv2dNhwc {
@@ -90,7 +102,7 @@ fn main() {
         for &t in &threads {
             ptec_kernels::parallel::set_threads(t);
             let mut times = Vec::new();
-            for i in 0..33 {
+            for i in 0..runs {
                 let start = Instant::now();
                 conv2d_nhwc(
                     &g,
