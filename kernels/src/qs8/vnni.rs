@@ -705,27 +705,50 @@ unsafe fn quad_pass<const NV: usize, const FULL: bool>(
         let c0 = cb + 64 * j;
         let lanes = 64.min(c - c0);
         masks[j] = u64::MAX >> (64 - lanes);
+        // The weights interleaved as the inputs are (`quad_sets`), taps
+        // past the last zero, and each channel's sum of them: vector work,
+        // where byte by byte it took a few microseconds a call, once a
+        // band of a few rows in a chain.
+        let mut sums = [_mm512_setzero_si512(); 4];
+        // SAFETY: masked loads of channels `c0..c0 + lanes` of taps within
+        // the weights (`assert_fits`).
+        unsafe {
+            let ones = _mm512_set1_epi8(1);
+            for (q, wt) in wt.iter_mut().enumerate().take(quads) {
+                let rows: [__m512i; 4] = core::array::from_fn(|i| match 4 * q + i < taps {
+                    true => _mm512_maskz_loadu_epi8(masks[j], d.w.as_ptr().add((4 * q + i) * c + c0)),
+                    false => _mm512_setzero_si512(),
+                });
+                wt[j] = quad_sets(rows);
+                for (s, w) in sums.iter_mut().zip(&wt[j]) {
+                    *s = _mm512_dpbusd_epi32(*s, ones, *w);
+                }
+            }
+        }
+        let mut sum = [[0i32; 16]; 4];
+        // SAFETY: stores into arrays of 16 lanes.
+        unsafe {
+            for (s, v) in sum.iter_mut().zip(&sums) {
+                _mm512_storeu_si512(s.as_mut_ptr().cast(), *v);
+            }
+        }
         let (mut sc, mut st) = ([[1.0f32; 16]; 4], [[0i32; 16]; 4]);
-        let mut w = [[[0i8; 64]; 4]; TAP_QUADS];
         for ch in 0..lanes {
             // Channel `16 l + 4 k + m` is lane `4 l + m` of set `k`.
             let (l, k, m) = (ch / 16, ch % 16 / 4, ch % 4);
-            let (scale, folded) = d.folded(c0 + ch);
-            let sum = (0..taps).fold(0i32, |s, t| s.wrapping_add(d.w[t * c + c0 + ch] as i32));
-            sc[k][4 * l + m] = scale;
+            let sum = sum[k][4 * l + m];
+            sc[k][4 * l + m] = super::requant_scale(d.xq.scale, super::weight_scale(d.w_scales, c0 + ch), d.y.scale);
+            let folded = d
+                .bias
+                .map_or(0, |b| b[c0 + ch])
+                .wrapping_sub(d.xq.zero_point.wrapping_mul(sum));
             st[k][4 * l + m] = folded.wrapping_sub(sum.wrapping_mul(128));
-            for t in 0..taps {
-                w[t / 4][k][4 * (4 * l + m) + t % 4] = d.w[t * c + c0 + ch];
-            }
         }
-        // SAFETY: loads of arrays of 16 lanes and of 64 bytes.
+        // SAFETY: loads of arrays of 16 lanes.
         unsafe {
             for k in 0..4 {
                 scale[j][k] = _mm512_loadu_ps(sc[k].as_ptr());
                 start[j][k] = _mm512_loadu_si512(st[k].as_ptr().cast());
-                for q in 0..quads {
-                    wt[q][j][k] = _mm512_loadu_si512(w[q][k].as_ptr().cast());
-                }
             }
         }
     }
@@ -833,14 +856,7 @@ unsafe fn quad_pixel<const NV: usize, const FULL: bool>(
                     };
                     *x = _mm512_xor_si512(v, flip);
                 }
-                let (lo01, hi01) = (_mm512_unpacklo_epi8(x[0], x[1]), _mm512_unpackhi_epi8(x[0], x[1]));
-                let (lo23, hi23) = (_mm512_unpacklo_epi8(x[2], x[3]), _mm512_unpackhi_epi8(x[2], x[3]));
-                let sets = [
-                    _mm512_unpacklo_epi16(lo01, lo23),
-                    _mm512_unpackhi_epi16(lo01, lo23),
-                    _mm512_unpacklo_epi16(hi01, hi23),
-                    _mm512_unpackhi_epi16(hi01, hi23),
-                ];
+                let sets = quad_sets(x);
                 for k in 0..4 {
                     acc[j][k] = _mm512_dpbusd_epi32(acc[j][k], sets[k], wt[j][k]);
                 }
@@ -859,6 +875,22 @@ unsafe fn quad_pixel<const NV: usize, const FULL: bool>(
             _mm512_mask_storeu_epi8(out.as_mut_ptr().add(at + 64 * j), masks[j], b);
         }
     }
+}
+
+/// Four taps' 64 channels interleaved into [`depthwise_quads`]' four sets
+/// of sums: set `k` holds, in lane `4 l + m`, the four taps' bytes of
+/// channel `16 l + 4 k + m`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+fn quad_sets(x: [__m512i; 4]) -> [__m512i; 4] {
+    let (lo01, hi01) = (_mm512_unpacklo_epi8(x[0], x[1]), _mm512_unpackhi_epi8(x[0], x[1]));
+    let (lo23, hi23) = (_mm512_unpacklo_epi8(x[2], x[3]), _mm512_unpackhi_epi8(x[2], x[3]));
+    [
+        _mm512_unpacklo_epi16(lo01, lo23),
+        _mm512_unpackhi_epi16(lo01, lo23),
+        _mm512_unpacklo_epi16(hi01, hi23),
+        _mm512_unpackhi_epi16(hi01, hi23),
+    ]
 }
 
 /// Taps listed one by one, padded to whole quads.
