@@ -79,6 +79,8 @@ if [ -z "$render" ]; then
     echo "commit=$commit"
     echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
     echo "family=$(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)"
+    echo "model=$(grep -m1 '^model\s*:' /proc/cpuinfo | cut -d: -f2 | xargs)"
+    echo "vendor=$(grep -m1 'vendor_id' /proc/cpuinfo | cut -d: -f2 | xargs)"
     echo "cores=$(nproc)"
     echo "isa=${isa:-none of AVX2, FMA, AVX-512}"
     echo "rounds=$rounds"
@@ -175,9 +177,18 @@ if readme:
         sys.exit(f"broad: {meta_file} is missing (a run kept by an older broad.sh): no README table")
     meta = dict(line.split("=", 1) for line in meta_file.read_text().splitlines() if "=" in line)
     loads = "; ".join(f"{k[6:]} thread(s): {v}" for k, v in meta.items() if k.startswith("load_t"))
+    # AMD's core generation, which the model name of a cloud CPU ("AMD
+    # EPYC") leaves out and which decides its AVX-512 (Zen 4 runs it in
+    # two halves, Zen 5 whole).
+    family = f"CPU family {meta['family']}"
+    if meta.get("vendor") == "AuthenticAMD" and meta.get("model", "").isdigit():
+        f, m = int(meta["family"]), int(meta["model"])
+        zen = {26: "Zen 5"}.get(f) or (f == 25 and ("Zen 4" if m in range(0x10, 0x20) or m in range(0x60, 0x80)
+                                                        or m in range(0xA0, 0xB0) else "Zen 3"))
+        family += f" ({zen})" if zen else ""
     lines = [
         f"Written by `bench/broad.sh --readme` on {meta['date']} at commit {meta['commit']}, on {meta['cpu']} "
-        f"(CPU family {meta['family']}, {meta['cores']} CPUs; {meta['isa']}; load average {loads}), "
+        f"({family}, {meta['cores']} CPUs; {meta['isa']}; load average {loads}), "
         f"{meta['rounds']} rounds of {meta['iters']} iterations. Each ratio is ptec's time over "
         "ExecuTorch + XNNPACK's on the same `.pte` within a round, its median over rounds, with the range over "
         "rounds (below 1× ptec is faster); `_q8` models are XNNPACK's static int8 flow.",
