@@ -436,6 +436,14 @@ impl Depthwise<'_> {
     pub(crate) fn folded(&self, ch: usize) -> (f32, i32) {
         let (c, taps) = (self.g.in_c, self.g.window.kernel_h * self.g.window.kernel_w);
         let sum = (0..taps).fold(0i32, |s, t| s.wrapping_add(self.w[t * c + ch] as i32));
+        self.folded_with(ch, sum)
+    }
+
+    /// [`Depthwise::folded`] for a channel whose weight sum `sum` the
+    /// caller has already taken.
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
+    #[inline(always)]
+    pub(crate) fn folded_with(&self, ch: usize, sum: i32) -> (f32, i32) {
         let scale = requant_scale(self.xq.scale, weight_scale(self.w_scales, ch), self.y.scale);
         (
             scale,

@@ -213,9 +213,12 @@ impl<'a> Source<'a> {
             && (win.stride_h, win.stride_w, win.pad_top, win.pad_left) == (1, 1, 0, 0)
             && (win.out_h, win.out_w) == (win.in_h, win.in_w);
         if gathers(g) {
-            let (ys, xs) = (g.window.inner_rows(), g.window.inner_cols());
-            let inner = [(ys.start, ys.end), (xs.start, xs.end)];
-            Source::Gathered { g, x, zp, inner }
+            Source::Gathered {
+                g,
+                x,
+                zp,
+                inner: inner(g),
+            }
         } else if pointwise {
             Source::Rows { x, k: g.in_c }
         } else {
@@ -225,12 +228,7 @@ impl<'a> Source<'a> {
 
     /// An image under a convolution's window.
     pub(crate) fn conv(g: &'a Conv2dNhwc, x: &'a [i8]) -> Self {
-        let (ys, xs) = (g.window.inner_rows(), g.window.inner_cols());
-        Source::Conv {
-            g,
-            x,
-            inner: [(ys.start, ys.end), (xs.start, xs.end)],
-        }
+        Source::Conv { g, x, inner: inner(g) }
     }
 
     /// The input the rows are read from.
@@ -269,7 +267,6 @@ impl<'a> Source<'a> {
                 let w = &g.window;
                 let (mut ox, rest) = (r0 % w.out_w, r0 / w.out_w);
                 let (mut oy, mut n) = (rest % w.out_h, rest / w.out_h);
-                let inside = |o: usize, (a, b): (usize, usize)| a <= o && o < b;
                 for r in 0..R {
                     if inside(oy, inner[0]) && inside(ox, inner[1]) {
                         // The window inside the image: each tap a step
@@ -316,6 +313,10 @@ impl<'a> Source<'a> {
         let w = &g.window;
         let (cin, kw) = (g.in_c, w.kernel_w);
         let span = kw * cin;
+        // The word a window inside the image copies its rows as (see
+        // `copy_rows`), none if the last would pass the patch.
+        let fits = |word: usize| span <= word && (w.kernel_h - 1) * span + word <= PATCH;
+        let word = [16, 32].into_iter().find(|&word| fits(word)).unwrap_or(0);
         // The pixel's position, divided out once a tile and then stepped
         // (three divisions a pixel took most of a stem's time); rows past
         // `rows` repeat the last.
@@ -333,17 +334,16 @@ impl<'a> Source<'a> {
                     }
                 }
             }
-            let inside = |o: usize, (a, b): (usize, usize)| a <= o && o < b;
             let across = w.dilation_w == 1 && inside(ox, inner[1]);
-            if across && inside(oy, inner[0]) && span <= 32 {
+            if across && inside(oy, inner[0]) && word > 0 {
                 // A window inside the image (most of them): its rows are
                 // runs of the image `step` apart, each copied as a word
                 // (see below), no row checked on its own.
                 let first = ((n * w.in_h + oy * w.stride_h - w.pad_top) * w.in_w + ox * w.stride_w - w.pad_left) * cin;
                 let step = w.dilation_h * w.in_w * cin;
-                let copied = match span <= 16 {
-                    true => copy_rows::<16>(row, x, first, step, w.kernel_h, span),
-                    false => copy_rows::<32>(row, x, first, step, w.kernel_h, span),
+                let copied = match word {
+                    16 => copy_rows::<16>(row, x, first, step, w.kernel_h, span),
+                    _ => copy_rows::<32>(row, x, first, step, w.kernel_h, span),
                 };
                 if copied {
                     continue;
@@ -356,21 +356,9 @@ impl<'a> Source<'a> {
                 };
                 let base = (n * w.in_h + iy) * w.in_w;
                 if across {
-                    // The window's row, one run of the image's; a short
-                    // one copied as 16 bytes (a call to `memcpy` for 9
-                    // took longer than the sums): the bytes past it are
-                    // the next row's, written next, or past the window,
-                    // where the weights are zero and the row sums count
-                    // them alike.
+                    // The window's row, one run of the image's.
                     let at = (base + ox * w.stride_w - w.pad_left) * cin;
-                    let d = ky * span;
-                    if span <= 16 && at + 16 <= x.len() && d + 16 <= PATCH {
-                        row[d..d + 16].copy_from_slice(&x[at..at + 16]);
-                    } else if span <= 32 && at + 32 <= x.len() && d + 32 <= PATCH {
-                        row[d..d + 32].copy_from_slice(&x[at..at + 32]);
-                    } else {
-                        row[d..d + span].copy_from_slice(&x[at..at + span]);
-                    }
+                    copy_row(row, ky * span, x, at, span);
                     continue;
                 }
                 let dst = &mut row[ky * span..][..span];
@@ -393,10 +381,10 @@ impl<'a> Source<'a> {
 /// window, where the weights are zero and the row sums count them alike.
 /// `false` (nothing copied) when the last word would pass the end of `x`
 /// or of `row`.
+/// The caller has checked that the last word fits in `row`.
 #[inline(always)]
 fn copy_rows<const W: usize>(row: &mut Patch, x: &[i8], first: usize, step: usize, rows: usize, span: usize) -> bool {
-    let last = (rows - 1) * step;
-    if first + last + W > x.len() || (rows - 1) * span + W > PATCH {
+    if first + (rows - 1) * step + W > x.len() {
         return false;
     }
     for ky in 0..rows {
@@ -404,6 +392,34 @@ fn copy_rows<const W: usize>(row: &mut Patch, x: &[i8], first: usize, step: usiz
         row[ky * span..][..W].copy_from_slice(&x[at..at + W]);
     }
     true
+}
+
+/// Copies one window row, `span` bytes of `x` from `at`, to `row` at `d`:
+/// as a word of 16 or 32 bytes where both have room (see `copy_rows`),
+/// else byte by byte.
+#[inline(always)]
+fn copy_row(row: &mut Patch, d: usize, x: &[i8], at: usize, span: usize) {
+    let fits = |w: usize| span <= w && at + w <= x.len() && d + w <= PATCH;
+    if fits(16) {
+        row[d..d + 16].copy_from_slice(&x[at..at + 16]);
+    } else if fits(32) {
+        row[d..d + 32].copy_from_slice(&x[at..at + 32]);
+    } else {
+        row[d..d + span].copy_from_slice(&x[at..at + span]);
+    }
+}
+
+/// The output rows and columns (`start..end`) of `g` whose windows lie
+/// inside its input.
+fn inner(g: &Conv2dNhwc) -> [(usize, usize); 2] {
+    let (ys, xs) = (g.window.inner_rows(), g.window.inner_cols());
+    [(ys.start, ys.end), (xs.start, xs.end)]
+}
+
+/// Whether `o` is in `start..end`.
+#[inline(always)]
+fn inside(o: usize, (start, end): (usize, usize)) -> bool {
+    start <= o && o < end
 }
 
 /// What a layer computes, its weights packed: output rows (pixels)

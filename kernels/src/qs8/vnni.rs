@@ -737,11 +737,8 @@ unsafe fn quad_pass<const NV: usize, const FULL: bool>(
             // Channel `16 l + 4 k + m` is lane `4 l + m` of set `k`.
             let (l, k, m) = (ch / 16, ch % 16 / 4, ch % 4);
             let sum = sum[k][4 * l + m];
-            sc[k][4 * l + m] = super::requant_scale(d.xq.scale, super::weight_scale(d.w_scales, c0 + ch), d.y.scale);
-            let folded = d
-                .bias
-                .map_or(0, |b| b[c0 + ch])
-                .wrapping_sub(d.xq.zero_point.wrapping_mul(sum));
+            let (scale, folded) = d.folded_with(c0 + ch, sum);
+            sc[k][4 * l + m] = scale;
             st[k][4 * l + m] = folded.wrapping_sub(sum.wrapping_mul(128));
         }
         // SAFETY: loads of arrays of 16 lanes.
