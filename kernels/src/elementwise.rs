@@ -194,7 +194,9 @@ pub fn map_strided<A: Copy + Sync, O: Send>(
     x_strides: &[usize],
     f: impl Fn(A) -> O + Sync,
 ) {
-    map_strided_by(out, out_sizes, x, x_strides, f, false)
+    map_strided_by(out, out_sizes, x, x_strides, &f, &|x: &[A], out: &mut [O]| {
+        map(x, out, &f)
+    })
 }
 
 /// [`map_strided`] whose contiguous runs are compiled for this CPU's best
@@ -208,20 +210,6 @@ pub fn map_strided_wide<A: Copy + Sync, O: Send>(
     x: &[A],
     x_strides: &[usize],
     f: impl Fn(A) -> O + Sync,
-) {
-    map_strided_by(out, out_sizes, x, x_strides, f, true)
-}
-
-/// [`map_strided`], its contiguous runs through [`crate::cpu::with_best_isa`]
-/// when `wide` (a constant at each caller).
-#[inline(always)]
-fn map_strided_by<A: Copy + Sync, O: Send>(
-    out: &mut [O],
-    out_sizes: &[usize],
-    x: &[A],
-    x_strides: &[usize],
-    f: impl Fn(A) -> O + Sync,
-    wide: bool,
 ) {
     struct Run<'a, A, O, F> {
         x: &'a [A],
@@ -246,18 +234,71 @@ fn map_strided_by<A: Copy + Sync, O: Send>(
             );
         }
     }
+    let run = |x: &[A], out: &mut [O]| crate::cpu::with_best_isa(Run { x, out, f: &f });
+    map_strided_by(out, out_sizes, x, x_strides, &f, &run)
+}
+
+/// [`map_strided_wide`] of an `f32` function `F` that has a form computing
+/// [`crate::scalar::LANES`] elements at once, step by step over all of
+/// them, with the same operations (so the same bits) as on one: contiguous
+/// runs go through it. A costly function is one long chain of dependent
+/// operations; one vector at a time, a core overlaps only the few chains
+/// its window holds.
+#[inline(always)]
+pub fn map_strided_lanes<F: crate::scalar::Lanes>(
+    out: &mut [f32],
+    out_sizes: &[usize],
+    x: &[f32],
+    x_strides: &[usize],
+) {
+    struct Run<'a, F> {
+        x: &'a [f32],
+        out: &'a mut [f32],
+        f: core::marker::PhantomData<F>,
+    }
+    impl<F: crate::scalar::Lanes> crate::cpu::Vectorized for Run<'_, F> {
+        type Output = ();
+        #[inline(always)]
+        fn run(self) {
+            const L: usize = crate::scalar::LANES;
+            let mut xs = self.x.chunks_exact(L);
+            let mut outs = self.out.chunks_exact_mut(L);
+            for (x, out) in (&mut xs).zip(&mut outs) {
+                if let (Ok(x), Ok(out)) = (<&[f32; L]>::try_from(x), <&mut [f32; L]>::try_from(out)) {
+                    *out = F::lanes(x);
+                }
+            }
+            map(xs.remainder(), outs.into_remainder(), F::one);
+        }
+    }
+    let run = |x: &[f32], out: &mut [f32]| {
+        crate::cpu::with_best_isa(Run::<F> {
+            x,
+            out,
+            f: core::marker::PhantomData,
+        })
+    };
+    map_strided_by(out, out_sizes, x, x_strides, &F::one, &run)
+}
+
+/// [`map_strided`] with `contiguous(x, out)` for each run of `out` whose
+/// input is contiguous too (a constant function at each caller).
+#[inline(always)]
+fn map_strided_by<A: Copy + Sync, O: Send>(
+    out: &mut [O],
+    out_sizes: &[usize],
+    x: &[A],
+    x_strides: &[usize],
+    f: &(impl Fn(A) -> O + Sync),
+    contiguous: &(impl Fn(&[A], &mut [O]) + Sync),
+) {
     let band = |dim: usize, first: usize, sizes: &[usize], out: &mut [O]| {
         let (x, x_strides) = from_band(x, x_strides, dim, first);
         let plan = Plan::<1>::new(sizes, [x_strides]);
         plan.run(|o, [ix], len, [sx]| {
             let out = &mut out[o..o + len];
             match sx {
-                1 if wide => crate::cpu::with_best_isa(Run {
-                    x: &x[ix..ix + len],
-                    out,
-                    f: &f,
-                }),
-                1 => map(&x[ix..ix + len], out, &f),
+                1 => contiguous(&x[ix..ix + len], out),
                 0 => {
                     let v = x[ix];
                     for o in out {
@@ -536,6 +577,46 @@ mod tests {
 
     /// The vector-ISA copies of a map give the baseline's bits, for
     /// contiguous, broadcast and strided inputs.
+    #[test]
+    fn lanes_maps_are_the_plain_ones() {
+        // Runs of 97 and 291 elements: whole blocks of `LANES` and
+        // remainders; the edges of the exponential's range among them.
+        let mut seed = 7u64;
+        let mut x: Vec<f32> = (0..3 * 97)
+            .map(|_| (rng(&mut seed) % 40_001) as f32 / 400.0 - 50.0)
+            .collect();
+        let edges = [
+            0.0,
+            -0.0,
+            -87.33654,
+            -87.3365,
+            -88.0,
+            88.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e-30,
+        ];
+        for (i, e) in edges.into_iter().enumerate() {
+            x[7 * i + 3] = e;
+        }
+        fn check<F: scalar::Lanes>(x: &[f32], plain: fn(f32) -> f32) {
+            for (sizes, strides) in [
+                ([3usize, 97usize], [97usize, 1usize]),
+                ([3, 97], [0, 1]),
+                ([97, 3], [1, 97]),
+            ] {
+                let (mut want, mut got) = (vec![0.0f32; 291], vec![0.0f32; 291]);
+                map_strided(&mut want, &sizes, x, &strides, plain);
+                map_strided_lanes::<F>(&mut got, &sizes, x, &strides);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "sizes {sizes:?} strides {strides:?}");
+            }
+        }
+        check::<scalar::Sigmoid>(&x, scalar::sigmoid);
+        check::<scalar::Silu>(&x, scalar::silu);
+        check::<scalar::SigmoidMul>(&x, |a| a * scalar::sigmoid(a));
+    }
+
     #[test]
     fn wide_maps_are_the_plain_ones() {
         let mut seed = 5u64;

@@ -353,8 +353,8 @@ fn silu_f64(x: f64) -> f64 {
 /// whether `x` is at least 0: the logistic function is `1 / (1 + e)` there
 /// and `e / (1 + e)` below.
 #[inline(always)]
-fn logistic_parts(x: f32) -> (f32, bool) {
-    (exp_nonpositive(-x.abs()), x >= 0.0)
+fn logistic_parts<const L: usize>(x: &[f32; L]) -> [f32; L] {
+    exp_nonpositive_lanes::<L>(&lanes(|i| -x[i].abs()))
 }
 
 /// `aten::sigmoid` for `f32`, branch-free so that element-wise loops
@@ -362,9 +362,23 @@ fn logistic_parts(x: f32) -> (f32, bool) {
 /// few ulp of `1 / (1 + expf(-x))`. NaN stays NaN; `±inf` give 1 and 0.
 #[inline(always)]
 pub fn sigmoid_f32(x: f32) -> f32 {
-    let (e, nonneg) = logistic_parts(x);
-    let num = if nonneg { 1.0 } else { e };
-    num / (1.0 + e)
+    sigmoid_lanes(&[x])[0]
+}
+
+/// [`sigmoid_f32`] of `L` elements, step by step over all of them (see
+/// [`lanes`]).
+#[inline(always)]
+pub fn sigmoid_lanes<const L: usize>(x: &[f32; L]) -> [f32; L] {
+    let e = logistic_parts(x);
+    lanes(|i| if x[i] >= 0.0 { 1.0 } else { e[i] } / (1.0 + e[i]))
+}
+
+/// `x · sigmoid(x)`, each step rounded to `f32` (ptec's fusion of the two
+/// instructions), of `L` elements step by step.
+#[inline(always)]
+pub fn sigmoid_mul_lanes<const L: usize>(x: &[f32; L]) -> [f32; L] {
+    let s = sigmoid_lanes(x);
+    lanes(|i| x[i] * s[i])
 }
 
 /// `aten::silu` for `f32`, vectorizable as [`sigmoid_f32`]: `x / (1 + e)`
@@ -372,9 +386,82 @@ pub fn sigmoid_f32(x: f32) -> f32 {
 /// `-inf / inf` does in PyTorch), `+inf` gives `+inf`.
 #[inline(always)]
 pub fn silu_f32(x: f32) -> f32 {
-    let (e, nonneg) = logistic_parts(x);
-    let num = if nonneg { x } else { x * e };
-    num / (1.0 + e)
+    silu_lanes(&[x])[0]
+}
+
+/// [`silu_f32`] of `L` elements, step by step over all of them.
+#[inline(always)]
+pub fn silu_lanes<const L: usize>(x: &[f32; L]) -> [f32; L] {
+    let e = logistic_parts(x);
+    lanes(|i| if x[i] >= 0.0 { x[i] } else { x[i] * e[i] } / (1.0 + e[i]))
+}
+
+/// An `f32` function with a form over [`LANES`] elements at once (the
+/// same operations on each), for `elementwise::map_strided_lanes`.
+pub trait Lanes: Sync {
+    /// The function of one element.
+    fn one(x: f32) -> f32;
+    /// The function of each of `x`'s, step by step over all of them.
+    fn lanes(x: &[f32; LANES]) -> [f32; LANES];
+}
+
+/// `aten::sigmoid` ([`sigmoid_f32`]) as [`Lanes`].
+pub struct Sigmoid;
+/// `aten::silu` ([`silu_f32`]) as [`Lanes`].
+pub struct Silu;
+/// `x · sigmoid(x)`, each step rounded ([`sigmoid_mul_lanes`]), as [`Lanes`].
+pub struct SigmoidMul;
+
+impl Lanes for Sigmoid {
+    #[inline(always)]
+    fn one(x: f32) -> f32 {
+        sigmoid_f32(x)
+    }
+    #[inline(always)]
+    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
+        sigmoid_lanes(x)
+    }
+}
+
+impl Lanes for Silu {
+    #[inline(always)]
+    fn one(x: f32) -> f32 {
+        silu_f32(x)
+    }
+    #[inline(always)]
+    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
+        silu_lanes(x)
+    }
+}
+
+impl Lanes for SigmoidMul {
+    #[inline(always)]
+    fn one(x: f32) -> f32 {
+        x * sigmoid_f32(x)
+    }
+    #[inline(always)]
+    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
+        sigmoid_mul_lanes(x)
+    }
+}
+
+/// Elements the `_lanes` forms take at once where a map has enough: four
+/// AVX-512 vectors of `f32` (eight AVX2 ones).
+pub const LANES: usize = 64;
+
+/// `[f(0), .., f(L - 1)]`: one step of a `_lanes` form. A costly function
+/// (`exp`'s polynomial) is a long chain of dependent operations; computed
+/// one element (one vector) after another, a core overlaps only the few
+/// chains its window holds, while each step over all `L` lanes hands it
+/// `L / width` independent vector operations side by side. One element is
+/// `L = 1`: the scalar forms are these, so both give the same bits.
+#[inline(always)]
+pub fn lanes<const L: usize>(f: impl Fn(usize) -> f32) -> [f32; L] {
+    let mut out = [0.0; L];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = f(i);
+    }
+    out
 }
 
 /// `1 + erf(x)` in f64: libm's (f64 needs no vectorizable form).
@@ -1149,30 +1236,39 @@ pub fn relu6<F: FloatMath>(x: F) -> F {
 /// returns 0 (the exact value is under 1.2e-38).
 #[inline(always)]
 pub fn exp_nonpositive(x: f32) -> f32 {
+    exp_nonpositive_lanes(&[x])[0]
+}
+
+/// [`exp_nonpositive`] of `L` elements, step by step over all of them
+/// (see [`lanes`]).
+#[inline(always)]
+pub fn exp_nonpositive_lanes<const L: usize>(x: &[f32; L]) -> [f32; L] {
     const LOWEST: f32 = -87.33654; // ln(f32::MIN_POSITIVE)
     const LOG2E: f32 = core::f32::consts::LOG2_E;
     const ROUND: f32 = 12582912.0; // 1.5 · 2^23: adding it rounds to an integer
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let xc = if x < LOWEST { LOWEST } else { x };
-    let t = xc * LOG2E + ROUND;
-    let n = t - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let e = p * r * r + r + 1.0;
-    // n lies in [-126, 0]: its bits are those of `t` minus ROUND's.
-    let n_int = t.to_bits() as i32 - ROUND.to_bits() as i32;
-    let scale = f32::from_bits(((n_int + 127) << 23) as u32);
-    if x < LOWEST {
-        0.0
-    } else {
-        e * scale
+    let xc: [f32; L] = lanes(|i| if x[i] < LOWEST { LOWEST } else { x[i] });
+    let t: [f32; L] = lanes(|i| xc[i] * LOG2E + ROUND);
+    let r: [f32; L] = lanes(|i| {
+        let n = t[i] - ROUND;
+        xc[i] - n * LN2_HI - n * LN2_LO
+    });
+    let mut p = [1.987_569_1e-4f32; L];
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+        p = lanes(|i| p[i] * r[i] + c);
     }
+    lanes(|i| {
+        let e = p[i] * r[i] * r[i] + r[i] + 1.0;
+        // n lies in [-126, 0]: its bits are those of `t` minus ROUND's.
+        let n_int = t[i].to_bits() as i32 - ROUND.to_bits() as i32;
+        let scale = f32::from_bits(((n_int + 127) << 23) as u32);
+        if x[i] < LOWEST {
+            0.0
+        } else {
+            e * scale
+        }
+    })
 }
 
 /// `1 + erf(z)` in `f32`, branch-free so that element-wise loops

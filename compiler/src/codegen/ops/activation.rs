@@ -1,6 +1,6 @@
 //! Unary element-wise operators: math functions, activations, rounding,
 //! `clamp`, `logical_not`, `bitwise_not`, `isnan`.
-use super::elementwise::{compute_type, emit_map, emit_map_wide, result_type, scalar_in};
+use super::elementwise::{compute_type, emit_map, emit_map_lanes, emit_map_wide, result_type, scalar_in};
 use super::*;
 use ScalarType::*;
 
@@ -69,8 +69,8 @@ fn sigmoid_mul(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     if x.dtype != Float || out.dtype != Float {
         return Err("`sigmoid_mul` takes f32 tensors".into());
     }
-    let body = quote!(a * ::ptec_runtime::kernels::scalar::sigmoid(a));
-    emit_map_wide(ctx, &x, &out, Float, body)
+    let s = quote!(::ptec_runtime::kernels::scalar);
+    emit_map_lanes(ctx, &x, &out, quote!(a * #s::sigmoid(a)), quote!(#s::SigmoidMul))
 }
 
 /// `op(self, out)` computed in floating point (integers promote to f32).
@@ -83,10 +83,24 @@ fn float_unary(ctx: &mut OpCtx<'_>, f: &str) -> Result<TokenStream, String> {
     }
     let fi = format_ident!("{}", f);
     let body = quote!(::ptec_runtime::kernels::scalar::#fi(a));
+    if let Some(lanes) = lanes_form(f).filter(|_| c == Float) {
+        return emit_map_lanes(ctx, &x, &out, body, lanes);
+    }
     if WIDE.contains(&f) {
         return emit_map_wide(ctx, &x, &out, c, body);
     }
     emit_map(ctx, &[&x], &out, &[c], c, body, false)
+}
+
+/// The `_lanes` form of function `f` of the kernels' `scalar` module (see
+/// `emit_map_lanes`), where it has one.
+fn lanes_form(f: &str) -> Option<TokenStream> {
+    let s = quote!(::ptec_runtime::kernels::scalar);
+    match f {
+        "sigmoid" => Some(quote!(#s::Sigmoid)),
+        "silu" => Some(quote!(#s::Silu)),
+        _ => None,
+    }
 }
 
 /// Functions whose cost per element (a polynomial, or several) pays for a

@@ -238,7 +238,7 @@ pub fn emit_map_shaped(
     body: TokenStream,
     fallible: bool,
 ) -> Result<TokenStream, String> {
-    emit_map_with(ctx, like, inputs, out, compute, result, body, fallible, false)
+    emit_map_with(ctx, like, inputs, out, compute, result, body, fallible, Wide::No)
 }
 
 /// [`emit_map`] of one input through a function costly enough per element
@@ -252,7 +252,34 @@ pub fn emit_map_wide(
     compute: ScalarType,
     body: TokenStream,
 ) -> Result<TokenStream, String> {
-    emit_map_with(ctx, None, &[x], out, &[compute], compute, body, false, true)
+    emit_map_with(ctx, None, &[x], out, &[compute], compute, body, false, Wide::Yes)
+}
+
+/// [`emit_map_wide`] of an `f32` function `body` that has a form over
+/// several elements at once, `lanes` (a path to the kernels' type of it,
+/// `scalar::Lanes`): contiguous runs go through that form
+/// (`elementwise::map_strided_lanes`). Other dtypes take the plain wide
+/// map of `body`.
+pub fn emit_map_lanes(
+    ctx: &mut OpCtx<'_>,
+    x: &TArg,
+    out: &TArg,
+    body: TokenStream,
+    lanes: TokenStream,
+) -> Result<TokenStream, String> {
+    let wide = match x.dtype == Float && out.dtype == Float {
+        true => Wide::Lanes(lanes),
+        false => Wide::Yes,
+    };
+    emit_map_with(ctx, None, &[x], out, &[Float], Float, body, false, wide)
+}
+
+/// How a map's contiguous runs are compiled: for the baseline, for the
+/// best vector ISA, or for it through a `_lanes` form.
+enum Wide {
+    No,
+    Yes,
+    Lanes(TokenStream),
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -265,7 +292,7 @@ fn emit_map_with(
     result: ScalarType,
     body: TokenStream,
     fallible: bool,
-    wide: bool,
+    wide: Wide,
 ) -> Result<TokenStream, String> {
     let mut ts: Vec<&TArg> = inputs.to_vec();
     ts.push(out);
@@ -350,7 +377,12 @@ fn emit_map_with(
     let n = &names;
     let st = &strides_exprs;
     let call = match (inputs.len(), fallible) {
-        (1, false) if wide => quote!(#k::map_strided_wide(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);),
+        (1, false) if matches!(wide, Wide::Yes) => {
+            quote!(#k::map_strided_wide(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);)
+        }
+        (1, false) if let Wide::Lanes(lanes) = &wide => {
+            quote!(#k::map_strided_lanes::<#lanes>(#o, #out_sizes_expr, #(#n),*, #(#st),*);)
+        }
         (1, false) => quote!(#k::map_strided(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);),
         (1, true) => ctx.kernel_result(quote!(#k::try_map_strided(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure))),
         (2, false) => {
