@@ -171,6 +171,28 @@ fn three_taps<V: Copy, const PX: usize, const SW: usize>(
     }
 }
 
+/// [`three_taps`] for an undilated kernel row `K` wide: input column `j`
+/// (from the first pixel's window) is loaded once and added to each pixel
+/// whose window holds it, so that one column is live at a time. Each
+/// pixel takes its taps in order, as one pixel at a time does.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn row_taps<V: Copy, const K: usize, const PX: usize, const SW: usize>(
+    acc: &mut [V; PX],
+    w: &[V; K],
+    column: impl Fn(usize) -> V,
+    fma: impl Fn(V, V, V) -> V,
+) {
+    for j in 0..(PX - 1) * SW + K {
+        let x = column(j);
+        for (p, a) in acc.iter_mut().enumerate() {
+            if (p * SW..p * SW + K).contains(&j) {
+                *a = fma(x, w[j - p * SW], *a);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;

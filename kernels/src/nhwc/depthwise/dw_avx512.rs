@@ -2,7 +2,7 @@
 //! (undilated 3×3 ones of stride 1 across go to [`super::dw3x3`]),
 //! output row by output row. Compiled for x86-64 only; the caller checks
 //! for AVX-512F.
-use super::{three_taps, Depthwise};
+use super::{row_taps, three_taps, Depthwise};
 use crate::nhwc::{for_each_tap, Window2d};
 
 /// Depthwise with multiplier 1, AVX-512, output row by output row. Runs of
@@ -274,12 +274,16 @@ unsafe fn dw_pixels_avx512<const PX: usize>(r: &DwRow<'_>, ow: usize) {
         let left = r.c - c0;
         // SAFETY: by the caller; the mask keeps the lanes below C.
         unsafe {
-            let three = r.win.kernel_w == 3 && r.win.dilation_w == 1;
-            match (left >= 16, three, r.win.stride_w) {
-                (true, true, 1) => dw_block_avx512::<PX, true, 1>(r, ow, c0, 0xffff),
-                (true, true, 2) => dw_block_avx512::<PX, true, 2>(r, ow, c0, 0xffff),
-                (true, _, _) => dw_block_avx512::<PX, true, 0>(r, ow, c0, 0xffff),
-                (false, _, _) => dw_block_avx512::<PX, false, 0>(r, ow, c0, crate::x86::lanes(left)),
+            let kw = match r.win.dilation_w {
+                1 => r.win.kernel_w,
+                _ => 0,
+            };
+            match (left >= 16, kw, r.win.stride_w) {
+                (true, 3, 1) => dw_block_avx512::<PX, true, 3, 1>(r, ow, c0, 0xffff),
+                (true, 3, 2) => dw_block_avx512::<PX, true, 3, 2>(r, ow, c0, 0xffff),
+                (true, 5, 1) => dw_block_avx512::<PX, true, 5, 1>(r, ow, c0, 0xffff),
+                (true, _, _) => dw_block_avx512::<PX, true, 0, 0>(r, ow, c0, 0xffff),
+                (false, _, _) => dw_block_avx512::<PX, false, 0, 0>(r, ow, c0, crate::x86::lanes(left)),
             }
         }
     }
@@ -287,17 +291,19 @@ unsafe fn dw_pixels_avx512<const PX: usize>(r: &DwRow<'_>, ow: usize) {
 
 /// Channels `c0 ..` (the lanes of `m`) of `PX` interior pixels from column
 /// `ow`. `FULL` (all 16 lanes) takes plain loads and stores, which fold
-/// into the FMAs; masked ones do not, and cost more on some CPUs. `SW` > 0
-/// says the kernel is 3 wide, undilated, with horizontal stride `SW`
-/// (MobileNet's 3×3 stride 1 and 2): known at compile time, the taps
-/// unroll and every address is a constant offset (2.5× faster); 0 reads
-/// the geometry at run time.
+/// into the FMAs; masked ones do not, and cost more on some CPUs. `K` > 0
+/// says the kernel is `K` wide, undilated, with horizontal stride `SW`
+/// (MobileNet's and EfficientNet's 3×3 at strides 1 and 2, 5×5 at 1;
+/// at stride 2 the 5×5 one ran slower than the generic form): known
+/// at compile time, the taps unroll, every address is a constant offset
+/// (2.5× faster at 3×3) and neighbouring pixels share each column's load
+/// ([`row_taps`]); 0 reads the geometry at run time.
 ///
 /// # Safety
 /// As [`dw_interior_avx512`]; the lanes of `m` lie below C.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const SW: usize>(
+unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const K: usize, const SW: usize>(
     r: &DwRow<'_>,
     ow: usize,
     c0: usize,
@@ -306,8 +312,8 @@ unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const SW: usize>(
     use core::arch::x86_64::*;
     let win = r.win;
     let c = r.c;
-    let (kw, sw, dw) = if SW > 0 {
-        (3, SW, 1)
+    let (kw, sw, dw) = if K > 0 {
+        (K, SW, 1)
     } else {
         (win.kernel_w, win.stride_w, win.dilation_w)
     };
@@ -335,9 +341,9 @@ unsafe fn dw_block_avx512<const PX: usize, const FULL: bool, const SW: usize>(
             let mut xk =
                 r.x.add(((r.n * win.in_h + ih) * win.in_w + ow * sw - win.pad_left) * c + c0);
             let mut wk = r.w.add(ki * kw * c + c0);
-            if SW == 1 || SW == 2 {
-                let w = [load(wk), load(wk.add(c)), load(wk.add(2 * c))];
-                three_taps::<_, PX, SW>(
+            if K > 0 {
+                let w: [__m512; K] = core::array::from_fn(|t| load(wk.add(t * c)));
+                row_taps::<_, K, PX, SW>(
                     &mut acc,
                     &w,
                     |j| load(xk.add(j * c)),
