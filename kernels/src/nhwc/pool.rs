@@ -8,16 +8,26 @@ use super::{clamp, for_each_output, for_each_tap, Window2d};
 pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, out: &mut [f32]) {
     let image = win.in_h * win.in_w;
     let x = &x[..win.batch * image * c];
-    for_each_output(win, out, c, |n, oh, ow, o| {
-        o.fill(f32::NEG_INFINITY);
-        for_each_tap(win, oh, ow, |pix, _| {
-            for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
-                if v > *acc || v.is_nan() {
-                    *acc = v;
-                }
+    let (rows, row_len) = (win.batch * win.out_h, win.out_w * c);
+    let out = &mut out[..rows * row_len];
+    // With threads, bands of output rows, as the convolution before it:
+    // a large pool (ResNet's, of the 112 × 112 stem) reads megabytes.
+    let split_up = crate::parallel::local_bands_for(out.len());
+    crate::parallel::for_each_band(out, rows, row_len, 1, split_up, &|rows, band| {
+        for (r, row) in rows.zip(band.chunks_exact_mut(row_len.max(1))) {
+            let (n, oh) = (r / win.out_h, r % win.out_h);
+            for (ow, o) in row.chunks_exact_mut(c.max(1)).enumerate() {
+                o.fill(f32::NEG_INFINITY);
+                for_each_tap(win, oh, ow, |pix, _| {
+                    for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
+                        if v > *acc || v.is_nan() {
+                            *acc = v;
+                        }
+                    }
+                });
+                clamp(o, min, max);
             }
-        });
-        clamp(o, min, max);
+        }
     });
 }
 
@@ -111,5 +121,54 @@ mod tests {
         // Two channels over 3 pixels.
         global_avg_pool_nhwc(1, 3, 2, &[1.0, 10.0, 2.0, 20.0, 3.0, 30.0], 0.0, 15.0, &mut g);
         assert_eq!(g, [2.0, 15.0]);
+    }
+
+    #[test]
+    fn max_pools_in_bands_on_two_threads_as_on_one() {
+        // 56 × 56 outputs of 24 channels (split in bands on two threads),
+        // a 3 × 3 window of stride 2 and padding 1, NaNs here and there:
+        // each output is its window's largest input, or NaN if it holds one.
+        let (h, c) = (112, 24);
+        let win = Window2d::new(1, h, h, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]).unwrap();
+        let mut seed = 11u32;
+        let x: Vec<f32> = (0..h * h * c)
+            .map(|i| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                if i % 997 == 0 {
+                    f32::NAN
+                } else {
+                    (seed >> 8) as f32 / 65536.0 - 128.0
+                }
+            })
+            .collect();
+        let pooled = |threads: usize| {
+            let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+            crate::parallel::set_threads(threads);
+            let mut out = vec![0.0f32; win.out_pixels() * c];
+            max_pool2d_nhwc(&win, c, &x, f32::NEG_INFINITY, f32::INFINITY, &mut out);
+            crate::parallel::set_threads(1);
+            out
+        };
+        let (one, two) = (pooled(1), pooled(2));
+        for (p, (o1, o2)) in one.chunks(c).zip(two.chunks(c)).enumerate() {
+            let (oh, ow) = (p / win.out_w, p % win.out_w);
+            for ch in 0..c {
+                let mut want = f32::NEG_INFINITY;
+                for_each_tap(&win, oh, ow, |pix, _| {
+                    let v = x[pix * c + ch];
+                    if v.is_nan() || want.is_nan() {
+                        want = f32::NAN;
+                    } else {
+                        want = want.max(v);
+                    }
+                });
+                for got in [o1[ch], o2[ch]] {
+                    assert!(
+                        got == want || (got.is_nan() && want.is_nan()),
+                        "pixel {p} channel {ch}: {got} for {want}"
+                    );
+                }
+            }
+        }
     }
 }
