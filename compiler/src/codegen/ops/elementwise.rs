@@ -377,13 +377,11 @@ fn emit_map_with(
     let n = &names;
     let st = &strides_exprs;
     let call = match (inputs.len(), fallible) {
-        (1, false) if matches!(wide, Wide::Yes) => {
-            quote!(#k::map_strided_wide(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);)
-        }
-        (1, false) if let Wide::Lanes(lanes) = &wide => {
-            quote!(#k::map_strided_lanes::<#lanes>(#o, #out_sizes_expr, #(#n),*, #(#st),*);)
-        }
-        (1, false) => quote!(#k::map_strided(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);),
+        (1, false) => match &wide {
+            Wide::Yes => quote!(#k::map_strided_wide(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);),
+            Wide::Lanes(lanes) => quote!(#k::map_strided_lanes::<#lanes>(#o, #out_sizes_expr, #(#n),*, #(#st),*);),
+            Wide::No => quote!(#k::map_strided(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure);),
+        },
         (1, true) => ctx.kernel_result(quote!(#k::try_map_strided(#o, #out_sizes_expr, #(#n),*, #(#st),*, #closure))),
         (2, false) => {
             let (n0, n1, s0, s1) = (&n[0], &n[1], &st[0], &st[1]);
