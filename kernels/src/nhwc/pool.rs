@@ -142,6 +142,7 @@ mod tests {
             })
             .collect();
         let pooled = |threads: usize| {
+            #[cfg(not(target_os = "wasi"))]
             let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
             crate::parallel::set_threads(threads);
             let mut out = vec![0.0f32; win.out_pixels() * c];
