@@ -128,13 +128,14 @@ mod tests {
         // 56 × 56 outputs of 24 channels (split in bands on two threads),
         // a 3 × 3 window of stride 2 and padding 1, NaNs here and there:
         // each output is its window's largest input, or NaN if it holds one.
-        let (h, c) = (112, 24);
+        // (Under Miri, a small image, which stays whole.)
+        let (h, c) = if cfg!(miri) { (12, 5) } else { (112, 24) };
         let win = Window2d::new(1, h, h, [3, 3], [2, 2], [1, 1, 1, 1], [1, 1]).unwrap();
         let mut seed = 11u32;
         let x: Vec<f32> = (0..h * h * c)
             .map(|i| {
                 seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                if i % 997 == 0 {
+                if i % 97 == 0 {
                     f32::NAN
                 } else {
                     (seed >> 8) as f32 / 65536.0 - 128.0
