@@ -203,8 +203,12 @@ mod tests {
             ([1, 3, 3, 3], [33, 3, 3, 3], [1, 1], [2, 2, 2, 2], [1, 1], 1),
             ([1, 6, 6, 20], [16, 3, 3, 20], [1, 1], [1, 1, 1, 1], [1, 1], 1),
             // MobileNet's 3×3 stride-2 stem: one border pixel per row
-            // (gathered), the rest multiplied in place, 8 then fewer.
+            // (gathered), the rest multiplied in place, 8 then fewer; and
+            // a wider one, whose tiles of 8 along the row are fewer than
+            // tiles cut at the borders (those with a border pixel
+            // gathered whole).
             ([1, 20, 36, 3], [32, 3, 3, 3], [2, 2], [1, 1, 1, 1], [1, 1], 1),
+            ([1, 17, 40, 3], [16, 5, 5, 3], [1, 1], [2, 2, 2, 2], [1, 1], 1),
         ];
         // Under Miri (the portable kernels, whose tiles are 4 × 32) the
         // kinds of case above that take paths of their own there, on tiny

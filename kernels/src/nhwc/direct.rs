@@ -167,6 +167,17 @@ unsafe fn conv_rows<const PX: usize>(
         end: end_inner,
     } = win.inner_cols();
     let inner_rows = win.inner_rows();
+    // Tiles cut where the borders start and end, or tiles of `PX` along
+    // the whole row, each with a border pixel gathered whole: the latter
+    // where it saves two tiles a row or more. ResNet's 7 × 7 stem (2
+    // border pixels, 108 inner, 2 border) then takes 14 tiles a row
+    // instead of 16: 2400 -> 2160 us. MobileNet's 3 × 3 ones save only a
+    // tile, which gathering 7 more windows of 27 floats outweighs (3 -> 16
+    // channels: 129 -> 132 us).
+    let cut = first_inner.div_ceil(PX)
+        + end_inner.saturating_sub(first_inner).div_ceil(PX)
+        + win.out_w.saturating_sub(end_inner.max(first_inner)).div_ceil(PX);
+    let aligned = cut >= win.out_w.div_ceil(PX) + 2;
     // Identity offsets, for windows gathered onto the stack.
     let packed_offset: [usize; MAX_DEPTH] = core::array::from_fn(|q| q);
     let max_offset = offset.iter().copied().max().unwrap_or(0);
@@ -179,15 +190,17 @@ unsafe fn conv_rows<const PX: usize>(
         let out_row = &mut band[(r - first_row) * win.out_w * o..][..win.out_w * o];
         let mut ow = 0;
         while ow < win.out_w {
-            let direct = inside_h && ow >= first_inner && ow < end_inner;
-            let end = if direct {
-                end_inner
+            let end = if aligned || !inside_h {
+                win.out_w
             } else if ow < first_inner {
-                first_inner.max(ow + 1)
+                first_inner
+            } else if ow < end_inner {
+                end_inner
             } else {
                 win.out_w
             };
             let count = PX.min(end - ow);
+            let direct = inside_h && ow >= first_inner && ow + count <= end_inner;
             let tile_out = &mut out_row[ow * o..(ow + count) * o];
             if direct {
                 // The window's first tap of each pixel (the last pixel
