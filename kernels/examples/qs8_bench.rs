@@ -5,6 +5,9 @@
 //! Random weights packed as the compiler packs them, through
 //! `qs8::conv2d_nhwc`; then depthwise layers of MobileNetV2 and a 5 × 5 one.
 //!
+//! Last, MobileNetV2's first two inverted residual blocks as chains
+//! (`qs8::conv2d_chain`: expansion, depthwise, projection band by band).
+//!
 //!   cargo run --release -p ptec-kernels --example qs8_bench [-- THREADS...] [NAME...]
 //!
 //! A NAME times only the layers whose names contain it (e.g. `stem`), for
@@ -13,7 +16,7 @@
 //! untimed), per thread count (default 1), and its multiply-adds a
 //! nanosecond.
 use ptec_kernels::nhwc::{Conv2dNhwc, Window2d};
-use ptec_kernels::qs8::{conv2d_nhwc, pack_conv, Layout, Output, Quant};
+use ptec_kernels::qs8::{chain_scratch_len, conv2d_chain, conv2d_nhwc, pack_conv, ChainStage, Layout, Output, Quant};
 use std::time::Instant;
 
 /// (name, input size, input channels, output channels, kernel, stride, groups)
@@ -102,34 +105,113 @@ fn main() {
         let depthwise = groups == in_c && out_c == in_c;
         let mut o = vec![0i8; out * out * out_c];
         let macs = (out * out * out_c * k * k * in_c / groups) as f64;
-        for &t in &threads {
-            ptec_kernels::parallel::set_threads(t);
-            let mut times = Vec::new();
-            for i in 0..runs {
-                let start = Instant::now();
-                conv2d_nhwc(
-                    &g,
-                    depthwise,
-                    &x,
-                    &xq,
-                    &w,
-                    &scales,
-                    Some(&bias),
-                    Some(&packed),
-                    &y,
-                    &mut o,
-                );
-                if i >= 3 {
-                    times.push(start.elapsed().as_secs_f64() * 1e6);
-                }
+        time(name, &threads, runs, macs, &mut || {
+            conv2d_nhwc(
+                &g,
+                depthwise,
+                &x,
+                &xq,
+                &w,
+                &scales,
+                Some(&bias),
+                Some(&packed),
+                &y,
+                &mut o,
+            )
+        });
+    }
+    chains(&names, &threads, runs, &mut next);
+}
+
+/// Prints the best and median of `runs` calls of `f` (after 3 untimed) on
+/// each thread count.
+fn time(name: &str, threads: &[usize], runs: usize, macs: f64, f: &mut dyn FnMut()) {
+    for &t in threads {
+        ptec_kernels::parallel::set_threads(t);
+        let mut times = Vec::new();
+        for i in 0..runs {
+            let start = Instant::now();
+            f();
+            if i >= 3 {
+                times.push(start.elapsed().as_secs_f64() * 1e6);
             }
-            times.sort_by(f64::total_cmp);
-            println!(
-                "{name:34} {t} thread(s): best {:8.1} us, median {:8.1} us, {:6.1} MAC/ns",
-                times[0],
-                times[times.len() / 2],
-                macs / times[0] / 1e3
-            );
         }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{name:34} {t} thread(s): best {:8.1} us, median {:8.1} us, {:6.1} MAC/ns",
+            times[0],
+            times[times.len() / 2],
+            macs / times[0] / 1e3
+        );
+    }
+}
+
+/// MobileNetV2's first two inverted residual blocks after the stem, as the
+/// compiler chains them: (input size, input channels, expansion, stride,
+/// output channels).
+const CHAINS: [(&str, usize, usize, usize, usize, usize); 2] = [
+    ("chain 16 -> 96, 3x3/2, -> 24 at 112", 112, 16, 96, 2, 24),
+    ("chain 24 -> 144, 3x3, -> 24 at 56", 56, 24, 144, 1, 24),
+];
+
+fn chains(names: &[String], threads: &[usize], runs: usize, next: &mut dyn FnMut() -> u32) {
+    for &(name, size, in_c, mid, stride, out_c) in &CHAINS {
+        if !names.is_empty() && !names.iter().any(|n| name.contains(n.as_str())) {
+            continue;
+        }
+        let out = (size + 2 - 3) / stride + 1;
+        let geometries = [
+            Conv2dNhwc::regular(&[1, size, size, in_c], &[mid, 1, 1, in_c], [1, 1], [0; 4], [1, 1], 1),
+            Conv2dNhwc::depthwise(&[1, size, size, mid], &[1, 3, 3, mid], [stride; 2], [1; 4], [1, 1]),
+            Conv2dNhwc::regular(&[1, out, out, mid], &[out_c, 1, 1, mid], [1, 1], [0; 4], [1, 1], 1),
+        ]
+        .map(|g| g.expect("a convolution"));
+        let mut weights = Vec::new();
+        for g in &geometries {
+            let (k, per) = (g.window.kernel_h * g.window.kernel_w, g.in_c / g.groups);
+            let w: Vec<i8> = (0..g.out_c * k * per).map(|_| (next() % 255) as i8).collect();
+            let scales: Vec<f32> = (0..g.out_c).map(|i| 0.001 + 0.0001 * (i % 7) as f32).collect();
+            let bias: Vec<i32> = (0..g.out_c).map(|_| (next() % 2000) as i32 - 1000).collect();
+            let mut packed = vec![0f32; Layout::conv(g).packed_len()];
+            pack_conv(g, &w, &mut packed);
+            weights.push((w, scales, bias, packed));
+        }
+        let q = Quant {
+            scale: 0.02,
+            zero_point: -3,
+        };
+        let y = Output {
+            scale: 0.05,
+            zero_point: -3,
+            qmin: -3,
+            qmax: 127,
+        };
+        let stages: Vec<ChainStage<'_>> = geometries
+            .iter()
+            .zip(&weights)
+            .enumerate()
+            .map(|(i, (g, (w, scales, bias, packed)))| ChainStage {
+                g,
+                w,
+                w_scales: scales,
+                bias: Some(bias),
+                packed: (i != 1).then_some(&packed[..]),
+                xq: q,
+                y,
+            })
+            .collect();
+        let x: Vec<i8> = (0..size * size * in_c).map(|_| next() as i8).collect();
+        let mut o = vec![0i8; out * out * out_c];
+        let mut scratch = vec![0i8; chain_scratch_len(&geometries).expect("a chain")];
+        let macs = geometries
+            .iter()
+            .map(|g| {
+                let w = &g.window;
+                (w.out_h * w.out_w * g.out_c * w.kernel_h * w.kernel_w * g.in_c / g.groups) as f64
+            })
+            .sum();
+        time(name, threads, runs, macs, &mut || {
+            conv2d_chain(&stages, &x, &mut o, &mut scratch)
+        });
     }
 }

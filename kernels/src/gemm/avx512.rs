@@ -84,31 +84,52 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
     if job.accumulate {
         prefetch_tile(c.ptr, c.ldc, at.mr, at.nr);
     }
-    sweep_depth(job.kc, at.prefetch, |q| {
-        // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
+    if NV == 2 && (MR == 7 || MR == 8) {
+        // The sweep in assembly (see `sweep_asm`).
+        // SAFETY: `acc` is `MR` × 2 vectors and `rows` `MR` pointers (just
+        // checked); for q < kc, rows[i] + q is inside `a` and b + q·NR + 32
         // <= kc·NR floats of the strip (`check`).
         unsafe {
-            let bv: [__m512; NV] = core::array::from_fn(|v| _mm512_loadu_ps(b.add(q * NR + v * 16)));
-            for i in 0..MR {
-                let x = _mm512_set1_ps(*rows[i].add(q));
-                for v in 0..NV {
-                    acc[i][v] = _mm512_fmadd_ps(x, bv[v], acc[i][v]);
-                }
+            let (acc, rows, kc) = (acc.as_mut_ptr(), rows.as_ptr(), job.kc);
+            match MR {
+                8 => sweep_8x32(&*rows.cast(), b, kc, at.prefetch, &mut *acc.cast()),
+                _ => sweep_7x32(&*rows.cast(), b, kc, at.prefetch, &mut *acc.cast()),
             }
         }
-    });
+    } else {
+        sweep_depth(job.kc, at.prefetch, |q| {
+            // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
+            // <= kc·NR floats of the strip (`check`).
+            unsafe {
+                let bv: [__m512; NV] = core::array::from_fn(|v| _mm512_loadu_ps(b.add(q * NR + v * 16)));
+                for i in 0..MR {
+                    let x = _mm512_set1_ps(*rows[i].add(q));
+                    for v in 0..NV {
+                        acc[i][v] = _mm512_fmadd_ps(x, bv[v], acc[i][v]);
+                    }
+                }
+            }
+        });
+    }
     let (lo, hi) = job.bounds();
     let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-    if at.mr == MR && at.nr == 16 * NV && !job.accumulate {
-        // A whole tile written once (the common case at small depth, where
-        // the epilogue costs as much as the products): straight-line code
-        // over constant trip counts keeps the accumulators in registers.
-        let (res, ldc) = (c.res, c.ldc);
+    // A whole tile (the common case; at small depth the epilogue costs as
+    // much as the products): straight-line code over constant trip counts
+    // keeps the accumulators in registers. Depth blocks after the first
+    // add what C holds here only after the assembly sweeps: after the
+    // intrinsics loop, the compiler then kept the accumulators in memory
+    // throughout it when built for the host's CPU (43 instead of 106
+    // GFLOP/s); out of line (`finish_avx512`), they cost 3 % of a 3 × 3
+    // convolution's time.
+    let asm = NV == 2 && (MR == 7 || MR == 8);
+    if at.mr == MR && at.nr == 16 * NV && (asm || !job.accumulate) {
+        let (res, ldc, accumulate) = (c.res, c.ldc, job.accumulate);
         let c = c.ptr;
         let bias = job.bias.map(|b| b.as_ptr().wrapping_add(at.s * NR));
         // SAFETY: `check` bounds the `MR` rows of `nr = 16·NV` columns at
-        // `c` (stride `ldc`), this product's alone, those of the residual
-        // when added, and the `nr` floats of the bias.
+        // `c` (stride `ldc`), this product's alone (read back when
+        // accumulating), those of the residual when added, and the `nr`
+        // floats of the bias.
         unsafe {
             let bias: [__m512; NV] = core::array::from_fn(|v| match bias {
                 Some(b) => _mm512_loadu_ps(b.add(v * 16)),
@@ -118,6 +139,10 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
             for (i, acc_row) in acc.iter().enumerate() {
                 for (v, &s) in acc_row.iter().enumerate() {
                     let mut r = s;
+                    // The order of `finish_avx512`.
+                    if accumulate {
+                        r = _mm512_add_ps(r, _mm512_loadu_ps(c.add(i * ldc + v * 16)));
+                    }
                     if has_bias {
                         r = _mm512_add_ps(r, bias[v]);
                     }
@@ -136,6 +161,122 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
     // SAFETY: as for this function.
     unsafe { finish_avx512(job, at, acc, lo, hi, c) }
 }
+
+/// One row of a 32-column tile's step in [`sweep_8x32`] and
+/// [`sweep_7x32`]: the row's element of `A` broadcast (row pointer `r`),
+/// times the strip's two vectors into accumulators `lo` and `hi`.
+macro_rules! row_step {
+    ($r:ident, $lo:ident, $hi:ident) => {
+        concat!(
+            "vbroadcastss {x:z}, dword ptr [{",
+            stringify!($r),
+            "} + {q}*4]\n",
+            "vfmadd231ps {",
+            stringify!($lo),
+            ":z}, {x:z}, {w0:z}\n",
+            "vfmadd231ps {",
+            stringify!($hi),
+            ":z}, {x:z}, {w1:z}\n",
+        )
+    };
+}
+
+/// The depth sweep of a tile of `MR` rows by 32 columns, `acc += rows · b`
+/// over `kc` rows of the strip `b`, in assembly: written with intrinsics,
+/// the loop's code depended on the target the whole crate was built for.
+/// Built for the host's CPU (as ptec builds a model) it ran 4 % slower
+/// than for the baseline, or kept the accumulators in memory (see
+/// `tile_avx512`). The first rows also fetch a row (two lines) each of
+/// `prefetch`, as [`sweep_depth`] does. The row index counts up from
+/// `-kc` to 0 from the rows' ends, which leaves a register for each row.
+macro_rules! sweep_asm {
+    ($name:ident, $mr:literal, [$(($r:ident, $lo:ident, $hi:ident)),*]) => {
+        /// See [`sweep_asm`].
+        ///
+        /// # Safety
+        /// AVX-512F; `rows[i] + q` and `b + q·NR .. + 32` readable for
+        /// every `q < kc`.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        unsafe fn $name(
+            rows: &[*const f32; $mr],
+            b: *const f32,
+            kc: usize,
+            prefetch: &[f32],
+            acc: &mut [[core::arch::x86_64::__m512; 2]; $mr],
+        ) {
+            use core::arch::x86_64::__m512;
+            if kc == 0 {
+                return;
+            }
+            let fetch = (prefetch.len() / NR).min(kc);
+            let [$($r),*] = rows.map(|r| r.wrapping_add(kc));
+            let [$([$lo, $hi]),*] = acc;
+            let (_w0, _w1, _x): (__m512, __m512, __m512);
+            // SAFETY: by the caller; a prefetch reads nothing the program
+            // sees.
+            unsafe {
+                core::arch::asm!(
+                    "test {fetch}, {fetch}",
+                    "jz 3f",
+                    "2:",
+                    "vmovups {w0:z}, zmmword ptr [{b}]",
+                    "vmovups {w1:z}, zmmword ptr [{b} + 64]",
+                    "prefetcht0 byte ptr [{next}]",
+                    "prefetcht0 byte ptr [{next} + 64]",
+                    $(row_step!($r, $lo, $hi),)*
+                    "add {b}, 128",
+                    "add {next}, 128",
+                    "inc {q}",
+                    "dec {fetch}",
+                    "jnz 2b",
+                    "3:",
+                    "test {q}, {q}",
+                    "jz 5f",
+                    "4:",
+                    "vmovups {w0:z}, zmmword ptr [{b}]",
+                    "vmovups {w1:z}, zmmword ptr [{b} + 64]",
+                    $(row_step!($r, $lo, $hi),)*
+                    "add {b}, 128",
+                    "inc {q}",
+                    "jnz 4b",
+                    "5:",
+                    b = inout(reg) b => _,
+                    q = inout(reg) kc.wrapping_neg() => _,
+                    fetch = inout(reg) fetch => _,
+                    next = inout(reg) prefetch.as_ptr() => _,
+                    $($r = in(reg) $r,)*
+                    w0 = out(zmm_reg) _w0,
+                    w1 = out(zmm_reg) _w1,
+                    x = out(zmm_reg) _x,
+                    $($lo = inout(zmm_reg) *$lo, $hi = inout(zmm_reg) *$hi,)*
+                    options(nostack, readonly),
+                );
+            }
+        }
+    };
+}
+
+/// [`sweep_asm`]'s 7- and 8-row sweeps: the 7 rows, and the eighth.
+macro_rules! sweeps {
+    ([$($row:tt),*], $eighth:tt) => {
+        sweep_asm!(sweep_7x32, 7, [$($row),*]);
+        sweep_asm!(sweep_8x32, 8, [$($row,)* $eighth]);
+    };
+}
+
+sweeps!(
+    [
+        (r0, a00, a01),
+        (r1, a10, a11),
+        (r2, a20, a21),
+        (r3, a30, a31),
+        (r4, a40, a41),
+        (r5, a50, a51),
+        (r6, a60, a61)
+    ],
+    (r7, a70, a71)
+);
 
 /// Runs `step` for each row `q < kc` of a strip's depth block; the first
 /// rows also fetch a row (two lines) each of `prefetch`.
@@ -208,7 +349,8 @@ unsafe fn tile_avx512_pairs<const MR: usize>(job: &Job<'_>, at: At<'_>, c: Out) 
     unsafe { finish_avx512(job, at, tiles, lo, hi, c) }
 }
 
-/// The epilogue of a partial tile, of a depth block after the first, or of
+/// The epilogue of a partial tile, of a depth block after the first of a
+/// tile the sweeps in assembly do not take, or of
 /// [`tile_avx512_pairs`]: kept out of line so the whole-tile path keeps
 /// its accumulators in registers.
 ///
