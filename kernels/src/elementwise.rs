@@ -575,8 +575,9 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-    /// The vector-ISA copies of a map give the baseline's bits, for
-    /// contiguous, broadcast and strided inputs.
+    /// The maps written step by step over lanes give the one-element
+    /// forms' bits, on contiguous, broadcast and strided inputs with
+    /// remainders, and at the exponential's edges.
     #[test]
     fn lanes_maps_are_the_plain_ones() {
         // Runs of 97 and 291 elements: whole blocks of `LANES` and
@@ -617,6 +618,8 @@ mod tests {
         check::<scalar::SigmoidMul>(&x, |a| a * scalar::sigmoid(a));
     }
 
+    /// The vector-ISA copies of a map give the baseline's bits, for
+    /// contiguous, broadcast and strided inputs.
     #[test]
     fn wide_maps_are_the_plain_ones() {
         let mut seed = 5u64;
