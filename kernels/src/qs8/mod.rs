@@ -1091,9 +1091,22 @@ pub fn global_avg_pool_nhwc(n: usize, pixels: usize, c: usize, x: &[i8], xq: &Qu
         let image = &x[img * pixels * c..][..pixels * c];
         for c0 in (0..c).step_by(RUN) {
             let sums = &mut sums[..RUN.min(c - c0)];
-            sums.fill(0);
+            // Groups of 64 channels and fewer, summed in registers; then
+            // the last few (fewer than 16) channel by channel.
+            let whole = sums.len() / 16 * 16;
+            for g0 in (0..whole).step_by(64) {
+                let s = &mut sums[g0..whole.min(g0 + 64)];
+                match s.len() / 16 {
+                    1 => column_sums::<1>(image, c, c0 + g0, s),
+                    2 => column_sums::<2>(image, c, c0 + g0, s),
+                    3 => column_sums::<3>(image, c, c0 + g0, s),
+                    _ => column_sums::<4>(image, c, c0 + g0, s),
+                }
+            }
+            let tail = &mut sums[whole..];
+            tail.fill(0);
             for pixel in image.chunks_exact(c) {
-                for (s, &v) in sums.iter_mut().zip(&pixel[c0..]) {
+                for (s, &v) in tail.iter_mut().zip(&pixel[c0 + whole..]) {
                     *s = s.wrapping_add(v as i32);
                 }
             }
@@ -1103,6 +1116,26 @@ pub fn global_avg_pool_nhwc(n: usize, pixels: usize, c: usize, x: &[i8], xq: &Qu
                 *o = (v.clamp(-128.0, 127.0) as i32).clamp(y.qmin, y.qmax) as i8;
             }
         }
+    }
+}
+
+/// The sums over the pixels of `image` (`c` channels a pixel) of channels
+/// `c0 .. c0 + 16·K`, into `sums` (`16·K` of them). The sums stay in
+/// registers across the pixels: accumulated in memory, a run of 48
+/// channels took 17 ns a pixel (RegNetY's first squeeze, 3136 pixels:
+/// 53 µs).
+fn column_sums<const K: usize>(image: &[i8], c: usize, c0: usize, sums: &mut [i32]) {
+    let mut acc = [[0i32; 16]; K];
+    for pixel in image.chunks_exact(c) {
+        let run = &pixel[c0..c0 + 16 * K];
+        for (a, chunk) in acc.iter_mut().zip(run.chunks_exact(16)) {
+            for (s, &v) in a.iter_mut().zip(chunk) {
+                *s = s.wrapping_add(v as i32);
+            }
+        }
+    }
+    for (s, a) in sums.chunks_exact_mut(16).zip(&acc) {
+        s.copy_from_slice(a);
     }
 }
 
@@ -1660,10 +1693,18 @@ mod tests {
 
     #[test]
     fn global_mean_of_many_channels_sums_each_one() {
+        // More channels than one run of sums (300), and runs of 16 to 64
+        // channels with and without a remainder, summed in registers: two
+        // images of 5 pixels.
+        for c in [300, 48, 16, 64, 57, 7, 130] {
+            many_channels(c);
+        }
+    }
+
+    fn many_channels(c: usize) {
         extern crate std;
         use std::vec::Vec;
-        // More channels than one run of sums, two images of 5 pixels.
-        let (n, pixels, c) = (2, 5, 300);
+        let (n, pixels) = (2, 5);
         let x: Vec<i8> = (0..n * pixels * c).map(|i| (i * 37 % 251) as u8 as i8).collect();
         let xq = Quant {
             scale: 0.1,
@@ -1678,7 +1719,7 @@ mod tests {
             for ch in 0..c {
                 let sum: i32 = (0..pixels).map(|p| x[(img * pixels + p) * c + ch] as i32).sum();
                 let want = ((sum as f32 * m + b).round_ties_even().clamp(-128.0, 127.0)) as i8;
-                assert_eq!(out[img * c + ch], want, "image {img}, channel {ch}");
+                assert_eq!(out[img * c + ch], want, "{c} channels: image {img}, channel {ch}");
             }
         }
     }
