@@ -86,16 +86,16 @@ fn main() {
         let mut packed = vec![0.0f32; packed_len(depth, out_c)];
         pack(&w, depth, out_c, true, &mut packed);
         let flops = 2.0 * (pixels * out_c * depth) as f64;
+        let e = Epilogue {
+            bias: Some(&bias),
+            residual: residual.then_some(&res[..]),
+            min: 0.0,
+            max: f32::INFINITY,
+        };
         for &t in &threads {
             ptec_kernels::parallel::set_threads(t);
             let (best, median) = time(|| {
                 if residual {
-                    let e = Epilogue {
-                        bias: Some(&bias),
-                        residual: Some(&res),
-                        min: 0.0,
-                        max: f32::INFINITY,
-                    };
                     gemm_packed(pixels, out_c, depth, &x, depth, &kept, &e, &mut out, out_c);
                 } else {
                     conv2d_nhwc(
@@ -112,12 +112,6 @@ fn main() {
                 }
                 black_box(&mut out);
             });
-            let e = Epilogue {
-                bias: Some(&bias),
-                residual: residual.then_some(&res[..]),
-                min: 0.0,
-                max: f32::INFINITY,
-            };
             let (gemm, _) = time(|| {
                 gemm_packed(pixels, out_c, depth, &a, depth, &packed, &e, &mut out, out_c);
                 black_box(&mut out);

@@ -84,8 +84,9 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
     if job.accumulate {
         prefetch_tile(c.ptr, c.ldc, at.mr, at.nr);
     }
-    if NV == 2 && (MR == 7 || MR == 8) {
-        // The sweep in assembly (see `sweep_asm`).
+    // Tiles whose depth sweep is in assembly (see `sweep_asm`).
+    let asm = NV == 2 && (MR == 7 || MR == 8);
+    if asm {
         // SAFETY: `acc` is `MR` × 2 vectors and `rows` `MR` pointers (just
         // checked); for q < kc, rows[i] + q is inside `a` and b + q·NR + 32
         // <= kc·NR floats of the strip (`check`).
@@ -121,7 +122,6 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
     // throughout it when built for the host's CPU (43 instead of 106
     // GFLOP/s); out of line (`finish_avx512`), they cost 3 % of a 3 × 3
     // convolution's time.
-    let asm = NV == 2 && (MR == 7 || MR == 8);
     if at.mr == MR && at.nr == 16 * NV && (asm || !job.accumulate) {
         let (res, ldc, accumulate) = (c.res, c.ldc, job.accumulate);
         let c = c.ptr;
