@@ -34,9 +34,9 @@ impl Avx512 {
 
 impl Tile for Avx512 {
     fn run(self, job: &Job<'_>, c: Out) {
-        job.check(c);
-        // SAFETY: `Avx512` exists only when AVX-512F was detected; `check`
-        // bounds every access of every tile.
+        job.check_gathered(c);
+        // SAFETY: `Avx512` exists only when AVX-512F was detected; the
+        // check bounds every access of every tile.
         unsafe {
             if self.seven {
                 tiles_avx512::<7>(job, c)
@@ -78,7 +78,6 @@ unsafe fn tiles_avx512<const MR: usize>(job: &Job<'_>, c: Out) {
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_>, c: Out) {
     use core::arch::x86_64::*;
-    let rows = job.rows::<MR>(at);
     let b = job.strip(at.s).as_ptr();
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
     if job.accumulate {
@@ -86,18 +85,25 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
     }
     // Tiles whose depth sweep is in assembly (see `sweep_asm`).
     let asm = NV == 2 && (MR == 7 || MR == 8);
-    if asm {
-        // SAFETY: `acc` is `MR` × 2 vectors and `rows` `MR` pointers (just
-        // checked); for q < kc, rows[i] + q is inside `a` and b + q·NR + 32
-        // <= kc·NR floats of the strip (`check`).
-        unsafe {
-            let (acc, rows, kc) = (acc.as_mut_ptr(), rows.as_ptr(), job.kc);
-            match MR {
-                8 => sweep_8x32(&*rows.cast(), b, kc, at.prefetch, &mut *acc.cast()),
-                _ => sweep_7x32(&*rows.cast(), b, kc, at.prefetch, &mut *acc.cast()),
-            }
+    if let Some((g, pc)) = job.gather {
+        // One sweep per run of the gathered rows, the accumulators kept.
+        assert!(asm, "gathered rows need a 32-column sweep");
+        let (mut q, mut prefetch) = (0, at.prefetch);
+        while q < job.kc {
+            let (rows, len) = g.rows_at::<MR>(at.ir, at.mr, pc + q, job.kc - q);
+            // SAFETY: as below; each of `rows` is readable for `len` floats
+            // (`rows_at`), and q + len <= kc rows of the strip.
+            unsafe { sweep_32::<MR, NV>(&rows, b.add(q * NR), len, prefetch, &mut acc) };
+            prefetch = &prefetch[(len * NR).min(prefetch.len())..];
+            q += len;
         }
+    } else if asm {
+        let rows = job.rows::<MR>(at);
+        // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 32
+        // <= kc·NR floats of the strip (`check`).
+        unsafe { sweep_32::<MR, NV>(&rows, b, job.kc, at.prefetch, &mut acc) };
     } else {
+        let rows = job.rows::<MR>(at);
         sweep_depth(job.kc, at.prefetch, |q| {
             // SAFETY: for q < kc, rows[i] + q is inside `a` and b + q·NR + 16·NV
             // <= kc·NR floats of the strip (`check`).
@@ -160,6 +166,33 @@ unsafe fn tile_avx512<const MR: usize, const NV: usize>(job: &Job<'_>, at: At<'_
     }
     // SAFETY: as for this function.
     unsafe { finish_avx512(job, at, acc, lo, hi, c) }
+}
+
+/// [`sweep_8x32`] or [`sweep_7x32`] for a tile of `MR` rows by `16·NV`
+/// columns.
+///
+/// # Safety
+/// AVX-512F; `MR` is 7 or 8 and `NV` 2; `rows[i] + q` and `b + q·NR ..
+/// + 32` readable for every `q < kc`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn sweep_32<const MR: usize, const NV: usize>(
+    rows: &[*const f32; MR],
+    b: *const f32,
+    kc: usize,
+    prefetch: &[f32],
+    acc: &mut [[core::arch::x86_64::__m512; NV]; MR],
+) {
+    assert!(NV == 2 && (MR == 7 || MR == 8));
+    // SAFETY: the same arrays at the sizes just checked; the rest is the
+    // caller's.
+    unsafe {
+        let (acc, rows) = (acc.as_mut_ptr(), rows.as_ptr());
+        match MR {
+            8 => sweep_8x32(&*rows.cast(), b, kc, prefetch, &mut *acc.cast()),
+            _ => sweep_7x32(&*rows.cast(), b, kc, prefetch, &mut *acc.cast()),
+        }
+    }
 }
 
 /// One row of a 32-column tile's step in [`sweep_8x32`] and

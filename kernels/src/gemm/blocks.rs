@@ -4,6 +4,7 @@
 //! write ([`Out`]), and the [`Tile`] trait each instruction set's
 //! micro-kernel implements. Kept apart from the micro-kernels so that each
 //! of them depends on this vocabulary, and not on one another.
+use super::indirect::Gather;
 use super::packing::NR;
 use super::{Epilogue, KC, NC};
 
@@ -139,6 +140,8 @@ pub(super) struct Product<'a> {
     pub(super) depth: usize,
     pub(super) a: &'a [f32],
     pub(super) lda: usize,
+    /// Rows gathered from runs instead (`a` then empty): see [`Gather`].
+    pub(super) gather: Option<Gather<'a>>,
     /// The strips (after the header).
     pub(super) b: &'a [f32],
     /// Add to `C` rather than overwrite it.
@@ -156,6 +159,10 @@ pub(super) struct Job<'a> {
     pub(super) kc: usize,
     pub(super) a: &'a [f32],
     pub(super) lda: usize,
+    /// Rows gathered from runs instead of `a` (empty then), and the depth
+    /// at which this block starts in them. Only [`Job::check_gathered`]
+    /// passes such a job: the AVX-512 tiles alone read it.
+    pub(super) gather: Option<(Gather<'a>, usize)>,
     pub(super) m: usize,
     pub(super) b: &'a [f32],
     pub(super) b_stride: usize,
@@ -205,6 +212,7 @@ impl<'a> Job<'a> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline]
     pub(super) fn rows<const MR: usize>(&self, at: At<'_>) -> [*const f32; MR] {
+        assert!(self.gather.is_none(), "gathered rows have no stride");
         let a = self.a[at.ir * self.lda..].as_ptr();
         core::array::from_fn(|i| if i < at.mr { a.wrapping_add(i * self.lda) } else { a })
     }
@@ -219,8 +227,28 @@ impl<'a> Job<'a> {
     /// Checks the bounds the SIMD tiles read and write within, for every
     /// tile of the job.
     pub(super) fn check(&self, c: Out) {
+        assert!(self.gather.is_none(), "a micro-kernel without gathered rows");
         assert!(self.m >= 1 && self.nr >= 1);
         assert!(self.a.len() >= (self.m - 1) * self.lda + self.kc);
+        self.check_rest(c);
+    }
+
+    /// [`Self::check`] for a job whose rows are gathered: every row's runs
+    /// of this depth block exist ([`Gather::new`] checked each run), and
+    /// the strips are whole (the tiles that read gathered rows are 32
+    /// columns wide).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) fn check_gathered(&self, c: Out) {
+        let Some((g, pc)) = self.gather else {
+            return self.check(c);
+        };
+        assert!(self.m >= 1 && self.nr >= 1 && self.nr.is_multiple_of(NR));
+        assert!(g.rows() >= self.m && pc + self.kc <= g.depth());
+        self.check_rest(c);
+    }
+
+    /// The bounds of `B`, `C`, the bias and the residual.
+    fn check_rest(&self, c: Out) {
         assert!(self.b_stride >= self.kc * NR);
         assert!(self.b.len() >= (self.strips() - 1) * self.b_stride + self.kc * NR);
         assert!(c.len >= (self.m - 1) * c.ldc + self.nr);
@@ -342,8 +370,9 @@ impl Product<'_> {
         let clamps = e.min > f32::NEG_INFINITY || e.max < f32::INFINITY;
         Job {
             kc,
-            a: &self.a[pc..],
+            a: if self.gather.is_some() { &[] } else { &self.a[pc..] },
             lda: self.lda,
+            gather: self.gather.map(|g| (g, pc)),
             m,
             b: self.block(jc, pc),
             b_stride: k * NR,

@@ -28,6 +28,9 @@
 //!   share a product, and which micro-kernel runs;
 //! - `packing`: the layout of a packed `B` (strips of [`NR`] columns, a
 //!   header that recognises a buffer packed on an earlier run);
+//! - `indirect`: rows of `A` gathered from runs of a source ([`Gather`]),
+//!   which [`gemm_indirect`] multiplies where the AVX-512 tiles run: a
+//!   convolution's windows, read where they lie in the image;
 //! - `blocks`: how a product is cut into depth and column blocks and the
 //!   tiles a micro-kernel sweeps (`Product`, `Job`, `At`, `Out`, and the
 //!   `Tile` trait every micro-kernel implements);
@@ -43,12 +46,14 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod blocks;
+mod indirect;
 #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod neon;
 pub(crate) mod packing;
 mod scalar;
 
 use blocks::{Out, Product};
+pub use indirect::{runs_indirect, Gather, ZERO_TAP};
 pub use packing::{ensure_packed, holds_stamp, is_packed, pack, pack_with, packed_len, NR};
 use packing::{pack_block, strips};
 
@@ -380,7 +385,33 @@ pub fn gemm_packed(
         m == 0 || n == 0 || is_packed(packed, k, n),
         "B is not a {k}×{n} packing"
     );
-    multiply(m, n, k, a, lda, strips(packed), false, epilogue, c, ldc);
+    multiply(m, n, k, a, lda, None, strips(packed), false, epilogue, c, ldc);
+}
+
+/// [`gemm_packed`] with the rows of `A` gathered from runs ([`Gather`]: a
+/// convolution's windows where they lie in the image), `k` deep
+/// ([`Gather::depth`]). Each output is one chain of fused multiply-adds
+/// over the whole depth in order, then the epilogue: the same bits on
+/// any number of threads.
+///
+/// # Panics
+/// Where [`runs_indirect`] is false for `n`; when `a` has fewer than `m`
+/// rows or `packed` is not a `k × n` packing.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_indirect(
+    m: usize,
+    n: usize,
+    a: &Gather<'_>,
+    packed: &[f32],
+    epilogue: &Epilogue<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let k = a.depth();
+    assert!(runs_indirect(n), "no indirect product of {n} columns on this CPU");
+    assert!(a.rows() >= m, "{} gathered rows for {m}", a.rows());
+    assert!(m == 0 || is_packed(packed, k, n), "B is not a {k}×{n} packing");
+    multiply(m, n, k, &[], k, Some(a), strips(packed), false, epilogue, c, ldc);
 }
 
 /// One depth block of a product whose `B` is packed as it goes (see
@@ -407,11 +438,12 @@ pub(crate) fn gemm_block(
         "strips of {} floats for {kc}×{n}",
         strips.len()
     );
-    multiply(m, n, kc, a, lda, strips, accumulate, epilogue, c, ldc);
+    multiply(m, n, kc, a, lda, None, strips, accumulate, epilogue, c, ldc);
 }
 
-/// The product behind [`gemm_packed`] and [`gemm_block`]: `B`'s strips
-/// hold `k` rows each.
+/// The product behind [`gemm_packed`], [`gemm_indirect`] and
+/// [`gemm_block`]: `B`'s strips hold `k` rows each; the rows of `A` are
+/// `a`'s (stride `lda`), or gathered (`a` then empty).
 #[allow(clippy::too_many_arguments)]
 fn multiply(
     m: usize,
@@ -419,6 +451,7 @@ fn multiply(
     k: usize,
     a: &[f32],
     lda: usize,
+    gather: Option<&Gather<'_>>,
     body: &[f32],
     accumulate: bool,
     epilogue: &Epilogue<'_>,
@@ -433,7 +466,10 @@ fn multiply(
         lda >= k && ldc >= n,
         "row strides {lda}, {ldc} for a {m}×{k} by {k}×{n} product"
     );
-    assert!(a.len() >= (m - 1) * lda + k, "A of {} floats", a.len());
+    match gather {
+        None => assert!(a.len() >= (m - 1) * lda + k, "A of {} floats", a.len()),
+        Some(g) => assert!(g.rows() >= m && g.depth() == k && a.is_empty()),
+    }
     assert!(c.len() >= (m - 1) * ldc + n, "C of {} floats", c.len());
     if let Some(b) = epilogue.bias {
         assert!(b.len() >= n, "bias of {} for {n} columns", b.len());
@@ -458,20 +494,32 @@ fn multiply(
     }
     // Of the whole product, not of a thread's part: every thread count
     // then sums in the same order.
-    let depth = blocks::depth_block(m, n, k);
+    // Gathered rows sum their whole depth in registers: their A is read
+    // where it lies, so a row tile's runs stay in L1 across the strips
+    // whatever the depth, and no partial sum goes through C (ResNet's
+    // 3 × 3 layers: 106–109 -> 111–116 GFLOP/s against blocks of 256).
+    // Longer chains round a little more (ResNet-50's logits against
+    // PyTorch: 138 of 1000 off by over 2e-5, against 105 with blocks and
+    // 341 through XNNPACK, which does the same): docs/performance-log.md.
+    let depth = if gather.is_some() {
+        k
+    } else {
+        blocks::depth_block(m, n, k)
+    };
     let product = |n: usize, b: &'_ [f32], epilogue: &'_ Epilogue<'_>, rows: core::ops::Range<usize>, c: Out| {
         let product = Product {
             m: rows.len(),
             n,
             k,
             depth,
-            a: &a[rows.start * lda..],
+            a: &a[if gather.is_some() { 0 } else { rows.start * lda }..],
             lda,
+            gather: gather.map(|g| g.skip_rows(rows.start)),
             b,
             accumulate,
             epilogue,
         };
-        dispatch(&product, m == 1, c)
+        dispatch(&product, m == 1 && gather.is_none(), c)
     };
     let grain = tile_rows(m);
     // With threads, a few rows against a large weight split the tiles
@@ -1008,6 +1056,7 @@ mod tests {
                     depth: blocks::depth_block(m, n, k),
                     a: &a,
                     lda,
+                    gather: None,
                     b: strips(&packed),
                     accumulate: false,
                     epilogue: &e,

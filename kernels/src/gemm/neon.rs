@@ -376,6 +376,7 @@ mod tests {
                 depth,
                 a: &self.a[rows.start * self.lda..],
                 lda: self.lda,
+                gather: None,
                 b: strips(&self.packed),
                 accumulate,
                 epilogue: e,
