@@ -216,7 +216,8 @@ fn run(
         "atol": input.atol,
         "scratch": scratch.path(),
         // ExecuTorch logs the earlier cases' outputs too.
-        "debug_buffer_size": debug_buffer_size(&loaded, &case.method, ptec_debug_len) * (case.before.len() as u64 + 1),
+        "debug_buffer_size": executorch_log_bytes(&loaded, &case.method).max(ptec_debug_len.max(1 << 20) * 2)
+            * (case.before.len() as u64 + 1),
     });
     let script = scratch.path().join("reference.py");
     let request_file = scratch.path().join("request.json");
@@ -297,40 +298,40 @@ fn run(
     }))
 }
 
-/// Bytes ExecuTorch's debug buffer needs for one run of `method`: it logs
-/// every instruction's output, where ptec logs only what it computes
-/// (a fused chain once, ResNet-50's 45 MB against ExecuTorch's 150 to
-/// 250 MB), and it stops the process when the buffer is full. Each
-/// kernel's last argument and every tensor a delegate call touches, with
-/// room for alignment; never less than twice ptec's own log.
-fn debug_buffer_size(loaded: &ptec::Loaded<'_>, method: &str, ptec_len: u64) -> u64 {
-    let tensor_bytes = |m: &ptec::ir::Method, v: usize| -> u64 {
-        let one = |v: usize| match m.values.get(v) {
-            Some(ptec::ir::Value::Tensor(t)) => t.nbytes() as u64 + 64,
-            _ => 0,
-        };
+/// Bytes ExecuTorch's debug buffer needs for one run of `method`, with
+/// room to spare: it logs every instruction's output (a kernel's last
+/// argument, every tensor a delegate call touches), where ptec logs a
+/// fused chain once (ResNet-50: 45 MB for ptec, 150 to 250 MB for
+/// ExecuTorch), and it stops the process when the buffer is full.
+pub fn executorch_log_bytes(loaded: &ptec::Loaded<'_>, method: &str) -> u64 {
+    let Some(m) = loaded
+        .program
+        .as_ref()
+        .and_then(|p| p.methods.iter().find(|m| m.name == method))
+    else {
+        return 0;
+    };
+    let one = |v: usize| match m.values.get(v) {
+        Some(ptec::ir::Value::Tensor(t)) => t.nbytes() as u64 + 64,
+        _ => 0,
+    };
+    let tensors = |v: usize| -> u64 {
         match m.values.get(v) {
             Some(ptec::ir::Value::TensorList(items)) => items.iter().map(|&i| one(i)).sum(),
             Some(ptec::ir::Value::OptionalTensorList(items)) => items.iter().flatten().map(|&i| one(i)).sum(),
             _ => one(v),
         }
     };
-    let logged: u64 = loaded
-        .program
-        .as_ref()
-        .and_then(|p| p.methods.iter().find(|m| m.name == method))
-        .map(|m| {
-            m.instructions
-                .iter()
-                .map(|i| match i {
-                    ptec::ir::Instruction::Kernel { args, .. } => args.last().map_or(0, |&v| tensor_bytes(m, v)),
-                    ptec::ir::Instruction::Delegate { args, .. } => args.iter().map(|&v| tensor_bytes(m, v)).sum(),
-                    _ => 0,
-                })
-                .sum()
+    let logged: u64 = m
+        .instructions
+        .iter()
+        .map(|i| match i {
+            ptec::ir::Instruction::Kernel { args, .. } => args.last().map_or(0, |&v| tensors(v)),
+            ptec::ir::Instruction::Delegate { args, .. } => args.iter().map(|&v| tensors(v)).sum(),
+            _ => 0,
         })
-        .unwrap_or(0);
-    (logged + (logged >> 3)).max(ptec_len.max(1 << 20) * 2)
+        .sum();
+    logged + (logged >> 3)
 }
 
 /// The verdict on each bundle of `results` with a failing case (by its

@@ -563,3 +563,48 @@ fn model_explorer_overlays_ptec_profiles_on_the_graph() {
         }
     }
 }
+
+/// Whether ExecuTorch's runtime runs `bundle`'s first case with a debug
+/// buffer of `size` bytes (it stops the process when the buffer is full).
+fn executorch_logs_into(venv: &Path, bundle: &Path, size: u64) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/devtools/run_logged.py");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(script)
+        .arg(bundle)
+        .arg(size.to_string())
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || err.contains("failed to write tensor to debug buffer"),
+        "ExecuTorch failed otherwise:\n{err}"
+    );
+    out.status.success()
+}
+
+/// ExecuTorch logs every instruction's output, ptec a fused chain once
+/// (convolution, batch norm and relu in `conv_chains`), so ExecuTorch's
+/// log is larger than ptec's by more than the factor of two `ptec check`
+/// once gave it: its reference run then stopped (ResNet-50) and no first
+/// wrong instruction was named. The size worked out from the program
+/// holds what ExecuTorch logs.
+#[test]
+fn the_reference_run_gets_the_debug_buffer_it_fills() {
+    let Some(venv) = venv_or_not_run() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = fixture("conv_chains.bpte");
+    let (_, debug) = debug_outputs(dir.path(), &file, true);
+    let ptec_log = std::fs::metadata(&debug).unwrap().len();
+    let bytes = std::fs::read(&file).unwrap();
+    let loaded = ptec::load(&bytes, &[]).unwrap();
+    let size = ptec_cli::reference::executorch_log_bytes(&loaded, "forward");
+    assert!(
+        !executorch_logs_into(&venv, &file, 2 * ptec_log),
+        "twice ptec's log ({ptec_log} bytes) was enough"
+    );
+    assert!(executorch_logs_into(&venv, &file, size), "{size} bytes were not enough");
+}
