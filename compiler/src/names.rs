@@ -28,6 +28,13 @@ pub(crate) mod aten {
 /// `sigmoid` and `mul` it replaces (see `passes::swish`).
 pub(crate) const SIGMOID_MUL: &str = "ptec::sigmoid_mul.out";
 
+/// `gather(x, sizes, strides, offset, table?, out)`: `out` (contiguous,
+/// of `Π sizes` elements) takes element `offset + Σ idx·strides` of `x`'s
+/// storage, looked up in `table` (256 `i8`s, at the element + 128) if
+/// any: a chain of views and permutations as one copy (see
+/// `passes::gathers`).
+pub(crate) const GATHER: &str = "ptec::gather.out";
+
 /// `fully_connected(x, weight, bias?, weight_transposed, min, max, kept?, out)`:
 /// XNNPACK's fully connected layer, `kept` its packed weight.
 pub(crate) mod fully_connected {

@@ -223,6 +223,132 @@ pub fn permute_copy<T: Copy + Send + Sync>(src: &[T], sizes: &[usize], dims: &[u
     });
 }
 
+/// A chain of views and permutations as one copy (see the compiler's
+/// `passes::gathers`): `dst` (contiguous, of shape `sizes`) takes element
+/// `offset + Σ idx[d]·strides[d]` of `src`. Large copies run in bands of
+/// the output across threads, as [`copy`] does. Where the output's
+/// innermost dim does not run along `src`, the reads follow a dim that
+/// does: two to four runs side by side are interleaved (a channel
+/// shuffle's halves), longer ones transposed in tiles (an NHWC image's
+/// channels into NCHW).
+pub fn gather<T: Copy + Send + Sync>(src: &[T], offset: usize, sizes: &[usize], strides: &[usize], dst: &mut [T]) {
+    gather_then(src, offset, sizes, strides, dst, &|_| {});
+}
+
+/// [`gather`] of `i8` elements, each then looked up in `table` (at its
+/// value + 128): a chain that requantizes int8 elements as it moves them.
+pub fn gather_table(src: &[i8], offset: usize, sizes: &[usize], strides: &[usize], table: &[i8; 256], dst: &mut [i8]) {
+    gather_then(src, offset, sizes, strides, dst, &|band| {
+        for v in band {
+            *v = table[(*v as i32 + 128) as usize];
+        }
+    });
+}
+
+/// [`gather`], with `then` run on each band of `dst` as it is written.
+fn gather_then<T: Copy + Send + Sync>(
+    src: &[T],
+    offset: usize,
+    sizes: &[usize],
+    strides: &[usize],
+    dst: &mut [T],
+    then: &(dyn Fn(&mut [T]) + Sync),
+) {
+    assert!(
+        sizes.len() <= MAX_RANK && strides.len() == sizes.len(),
+        "a gather of rank {} with {} strides",
+        sizes.len(),
+        strides.len()
+    );
+    let total: usize = sizes.iter().product();
+    let dst = &mut dst[..total];
+    if total == 0 {
+        return;
+    }
+    // Dims of size 1 dropped, and neighbours whose reads run on merged.
+    let (mut sz, mut st) = ([1usize; MAX_RANK], [0isize; MAX_RANK]);
+    let mut r = 0;
+    for (&n, &s) in sizes.iter().zip(strides) {
+        if n == 1 {
+            continue;
+        }
+        if r > 0 && st[r - 1] == s as isize * n as isize {
+            sz[r - 1] *= n;
+            st[r - 1] = s as isize;
+            continue;
+        }
+        (sz[r], st[r]) = (n, s as isize);
+        r += 1;
+    }
+    let ds = contiguous_istrides(&sz[..r]);
+    let size = core::mem::size_of::<T>().max(1);
+    let row_len: usize = sz[1..r.max(1)].iter().product();
+    let grain = crate::parallel::band_grain(row_len, size);
+    let rows = if r == 0 { 1 } else { sz[0] };
+    crate::parallel::for_each_band(dst, rows, row_len, grain, copy_bands::<T>(total), &|band_rows, band| {
+        let mut box_sizes = sz;
+        box_sizes[0] = band_rows.len();
+        let first = offset as isize + band_rows.start as isize * st[0];
+        gather_box(src, first, &box_sizes[..r], &st[..r], band, &ds[..r]);
+        then(band);
+    });
+}
+
+/// [`gather`]'s copy of one box into `dst` (`ds` its strides, the
+/// innermost 1).
+fn gather_box<T: Copy>(src: &[T], first: isize, sizes: &[usize], st: &[isize], dst: &mut [T], ds: &[isize]) {
+    let r = sizes.len();
+    if r >= 2 && st[r - 1] != 1 {
+        let (q, k) = (r - 1, sizes[r - 1]);
+        let mut outer = [1usize; MAX_RANK];
+        outer[..r].copy_from_slice(sizes);
+        outer[q] = 1;
+        if (2..=4).contains(&k) && st[q - 1] == 1 && ds[q - 1] == k as isize {
+            // Groups of the two innermost dims: `k` runs of `n` elements,
+            // `step` apart, interleaved.
+            let (n, step) = (sizes[q - 1], st[q] as usize);
+            outer[q - 1] = 1;
+            return for_rows(&outer[..r], st, first, ds, 0, |a, b, len, sa, sb| {
+                for i in 0..len as isize {
+                    let (a, b) = ((a as isize + i * sa) as usize, (b as isize + i * sb) as usize);
+                    let d = &mut dst[b..][..n * k];
+                    match k {
+                        2 => interleave_runs::<T, 2>(src, a, step, d),
+                        3 => interleave_runs::<T, 3>(src, a, step, d),
+                        _ => interleave_runs::<T, 4>(src, a, step, d),
+                    }
+                }
+            });
+        }
+        if let Some(p) = (0..q).find(|&p| st[p] == 1 && sizes[p] >= 4) {
+            // A transposition: for each place in the other dims, the
+            // `k × sizes[p]` block of rows `st[q]` apart.
+            outer[p] = 1;
+            let (cols, s_stride, d_stride) = (sizes[p], st[q] as usize, ds[p] as usize);
+            return for_rows(&outer[..r], st, first, ds, 0, |a, b, len, sa, sb| {
+                for i in 0..len as isize {
+                    let (a, b) = ((a as isize + i * sa) as usize, (b as isize + i * sb) as usize);
+                    crate::transpose::strided(src, a, s_stride, k, cols, dst, b, d_stride);
+                }
+            });
+        }
+    }
+    copy_box_map(src, first, st, dst, 0, ds, sizes, |v| v)
+}
+
+/// `d[i·R + j] = s[a + j·step + i]`: `R` runs of `d.len() / R` elements
+/// of `s`, interleaved.
+#[inline(always)]
+fn interleave_runs<T: Copy, const R: usize>(s: &[T], a: usize, step: usize, d: &mut [T]) {
+    let n = d.len() / R;
+    let runs: [&[T]; R] = core::array::from_fn(|j| &s[a + j * step..][..n]);
+    for (i, out) in d.chunks_exact_mut(R).enumerate() {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = runs[j][i];
+        }
+    }
+}
+
 /// When `dims` keeps some leading dims and swaps the two groups of the
 /// rest (NCHW → NHWC is `[0, 2, 3, 1]`), the permutation is a batch of
 /// `rows × cols` matrix transposes: `(batch, rows, cols)`.
@@ -947,6 +1073,77 @@ mod tests {
     }
     fn ravel(idx: &[usize], sizes: &[usize]) -> usize {
         idx.iter().zip(sizes).fold(0, |a, (&i, &s)| a * s + i)
+    }
+
+    #[test]
+    fn gathers_read_each_element_at_its_strided_index_on_one_thread_and_two() {
+        // A channel shuffle's half (an innermost 2 over a run of stride 1,
+        // interleaved), 3 and 4 runs, a plain permutation, an offset, and
+        // random boxes; large enough that two threads split them.
+        let mut seed = 5u64;
+        let mut cases: Vec<(usize, Vec<usize>, Vec<usize>)> = vec![
+            (0, vec![1, 28, 28, 29, 2], vec![90944, 3248, 116, 1, 58]),
+            (29, vec![1, 28, 28, 29, 2], vec![90944, 3248, 116, 1, 58]),
+            (0, vec![40, 30, 3], vec![1, 40, 1200]),
+            (7, vec![3, 500, 4], vec![4000, 1, 500]),
+            (0, vec![30, 40, 50], vec![1, 1500, 30]),
+            (3, vec![2, 64, 2], vec![1, 2, 1]),
+            // An int8 shuffle's half into NCHW: 784 × 29 blocks of rows
+            // 116 apart; and transposes with edges that make no tile.
+            (0, vec![29, 2, 28, 28], vec![1, 58, 3248, 116]),
+            (58, vec![29, 2, 28, 28], vec![1, 58, 3248, 116]),
+            (1, vec![19, 37], vec![1, 23]),
+            (0, vec![3, 33, 17], vec![600, 1, 35]),
+        ];
+        for _ in 0..40 {
+            let r = 1 + rng(&mut seed) as usize % 5;
+            let sizes: Vec<usize> = (0..r).map(|_| 1 + rng(&mut seed) as usize % 12).collect();
+            let strides: Vec<usize> = (0..r).map(|_| rng(&mut seed) as usize % 100).collect();
+            cases.push((rng(&mut seed) as usize % 9, sizes, strides));
+        }
+        for (offset, sizes, strides) in cases {
+            let total: usize = sizes.iter().product();
+            let len = offset + sizes.iter().zip(&strides).map(|(&n, &s)| (n - 1) * s).sum::<usize>() + 1;
+            let src = iota(len);
+            let want: Vec<i32> = (0..total)
+                .map(|i| {
+                    let idx = unravel(i, &sizes);
+                    src[offset + idx.iter().zip(&strides).map(|(&i, &s)| i * s).sum::<usize>()]
+                })
+                .collect();
+            for threads in [1, 2] {
+                #[cfg(not(target_os = "wasi"))]
+                let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+                crate::parallel::set_threads(threads);
+                let mut got = vec![-1; total];
+                gather(&src, offset, &sizes, &strides, &mut got);
+                // Bytes too, which transpose in tiles of their own.
+                let bytes: Vec<u8> = src.iter().map(|&v| (v * 7) as u8).collect();
+                let mut got_bytes = vec![0u8; total];
+                gather(&bytes, offset, &sizes, &strides, &mut got_bytes);
+                crate::parallel::set_threads(1);
+                assert_eq!(got, want, "{sizes:?} {strides:?} + {offset} on {threads} thread(s)");
+                let want_bytes: Vec<u8> = want.iter().map(|&v| (v * 7) as u8).collect();
+                assert_eq!(
+                    got_bytes, want_bytes,
+                    "bytes: {sizes:?} {strides:?} + {offset} on {threads} thread(s)"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn gathers_through_a_table_look_each_element_up() {
+        let src: Vec<i8> = (0..200).map(|i| (i * 37 % 256) as u8 as i8).collect();
+        let table: [i8; 256] = core::array::from_fn(|i| (255 - i) as u8 as i8);
+        let (sizes, strides) = ([4, 10, 3], [1, 12, 4]);
+        let mut got = vec![0i8; 120];
+        gather_table(&src, 5, &sizes, &strides, &table, &mut got);
+        let mut plain = vec![0i8; 120];
+        gather(&src, 5, &sizes, &strides, &mut plain);
+        let want: Vec<i8> = plain.iter().map(|&v| table[(v as i32 + 128) as usize]).collect();
+        assert_eq!(got, want);
+        assert_ne!(got, plain);
     }
 
     #[test]

@@ -15,35 +15,80 @@ use core::ops::Range;
 pub(crate) fn columns<T: Copy>(s: &[T], rows: usize, cols: usize, band: Range<usize>, d: &mut [T]) {
     assert!(band.start <= band.end && band.end <= cols && s.len() >= rows * cols && d.len() >= band.len() * rows);
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    {
-        let size = core::mem::size_of::<T>();
-        let align = core::mem::align_of::<T>();
-        if size == 1 || (size == 4 && align == 4) {
-            let (tile, done) = if size == 1 {
-                (16, tiles_of_bytes as Tiles)
-            } else {
-                (4, tiles_of_words as Tiles)
-            };
-            let (full_cols, full_rows) = (band.len() / tile * tile, rows / tile * tile);
-            // SAFETY: `T` is `Copy` of the size the tiles move (1 or 4
-            // bytes, aligned as a word for 4); they copy whole elements
-            // within the bounds asserted above (see `Tiles`).
-            unsafe {
-                done(
-                    s.as_ptr().cast(),
-                    cols,
-                    band.start,
-                    full_cols,
-                    full_rows,
-                    rows,
-                    d.as_mut_ptr().cast(),
-                )
-            };
-            edges(s, rows, cols, band.clone(), full_cols, full_rows, d);
-            return;
-        }
+    if let Some((tile, done)) = tiles_for::<T>() {
+        let (full_cols, full_rows) = (band.len() / tile * tile, rows / tile * tile);
+        // SAFETY: `T` is `Copy` of the size the tiles move (1 or 4 bytes,
+        // aligned as a word for 4); they copy whole elements within the
+        // bounds asserted above (see `Tiles`).
+        unsafe {
+            done(
+                s.as_ptr().cast(),
+                cols,
+                band.start,
+                full_cols,
+                full_rows,
+                rows,
+                d.as_mut_ptr().cast(),
+            )
+        };
+        edges(s, rows, cols, band.clone(), full_cols, full_rows, d);
+        return;
     }
     edges(s, rows, cols, band, 0, 0, d);
+}
+
+/// A `rows × cols` block read across rows `s_stride` apart and written
+/// across columns `d_stride` apart: `d[d_at + c · d_stride + r] =
+/// s[s_at + r · s_stride + c]`. A gather's transposition out of a larger
+/// image (an NHWC image's channel half into NCHW).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn strided<T: Copy>(
+    s: &[T],
+    s_at: usize,
+    s_stride: usize,
+    rows: usize,
+    cols: usize,
+    d: &mut [T],
+    d_at: usize,
+    d_stride: usize,
+) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(s_at + (rows - 1) * s_stride + cols <= s.len() && d_at + (cols - 1) * d_stride + rows <= d.len());
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    let (full_cols, full_rows) = match tiles_for::<T>() {
+        Some((tile, done)) => {
+            let (full_cols, full_rows) = (cols / tile * tile, rows / tile * tile);
+            // SAFETY: `T` is `Copy` of the size the tiles move (1 or 4
+            // bytes, aligned as a word for 4). They read `s_at + r ·
+            // s_stride + c` and write `d_at + c · d_stride + r` for `r <
+            // full_rows <= rows`, `c < full_cols <= cols`: in bounds by the
+            // assertion above (see `Tiles`, whose `cols` and `rows` are
+            // these strides).
+            unsafe {
+                done(
+                    s.as_ptr().add(s_at).cast(),
+                    s_stride,
+                    0,
+                    full_cols,
+                    full_rows,
+                    d_stride,
+                    d.as_mut_ptr().add(d_at).cast(),
+                )
+            };
+            (full_cols, full_rows)
+        }
+        None => (0, 0),
+    };
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let (full_cols, full_rows) = (0, 0);
+    for c in 0..cols {
+        let skip = if c < full_cols { full_rows } else { 0 };
+        for r in skip..rows {
+            d[d_at + c * d_stride + r] = s[s_at + r * s_stride + c];
+        }
+    }
 }
 
 /// What the tiles leave: for the first `full_cols` columns of the band the
@@ -80,13 +125,27 @@ fn edges<T: Copy>(
 /// `(s, cols, first, full_cols, full_rows, rows, d)`: the whole tiles of
 /// columns `first..first + full_cols` and rows `0..full_rows` (both whole
 /// tiles) of `s` (`rows × cols` elements) into `d` (`rows` elements a
-/// column of the band).
+/// column of the band). `cols` and `rows` serve only as the strides of
+/// `s`'s rows and `d`'s columns.
 ///
 /// # Safety
-/// `s` holds `rows · cols` elements and `d` `(full_cols) · rows` at
-/// least, `first + full_cols <= cols` and `full_rows <= rows`.
+/// Element `r · cols + first + c` of `s` and `c · rows + r` of `d` are in
+/// bounds for every `r < full_rows`, `c < full_cols` (with `s` holding
+/// `rows · cols` elements and `d` `full_cols · rows`, `first + full_cols
+/// <= cols` and `full_rows <= rows` suffice).
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 type Tiles = unsafe fn(*const u8, usize, usize, usize, usize, usize, *mut u8);
+
+/// The side of `T`'s tiles and the function moving them: bytes and
+/// 4-byte words (aligned as words); none for other elements.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn tiles_for<T>() -> Option<(usize, Tiles)> {
+    match (core::mem::size_of::<T>(), core::mem::align_of::<T>()) {
+        (1, _) => Some((16, tiles_of_bytes as Tiles)),
+        (4, 4) => Some((4, tiles_of_words as Tiles)),
+        _ => None,
+    }
+}
 
 /// [`Tiles`] of bytes, 16 × 16.
 ///

@@ -12,12 +12,15 @@
 //!    quantized again becomes one lookup in a table;
 //! 6. [`swish`]: `x · sigmoid(x)` in two instructions becomes one call;
 //! 7. [`shared_rows`]: dynamically quantized layers on one input quantize
-//!    its rows once.
+//!    its rows once;
+//! 8. [`gathers`]: chains of views and permutations become one copy of
+//!    each result they leave.
 //!
 //! The tensors the passes add have no bytes yet: the next stage, `plan`,
 //! gives them some.
 pub(crate) mod channels_last;
 pub(crate) mod conv_chains;
+pub(crate) mod gathers;
 pub(crate) mod qs8_chains;
 pub(crate) mod qs8_lut;
 pub(crate) mod rewrite;
@@ -53,6 +56,7 @@ pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
     each_method(program, suites, qs8_lut::fuse_tables)?;
     each_method(program, suites, swish::fuse_sigmoid_mul)?;
     each_method(program, suites, shared_rows::share_quantized_rows)?;
+    each_method(program, suites, gathers::compose_moves)?;
     Ok(())
 }
 

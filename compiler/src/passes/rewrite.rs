@@ -137,7 +137,13 @@ pub(crate) fn fuse_runs(m: &mut Method, find: impl Fn(&Method, &Uses, usize) -> 
     m.instructions = code;
     m.stacktraces = traces;
     m.origins = origins;
-    for v in moved {
+    unplan(m, moved);
+}
+
+/// Takes the planned bytes of tensors `values` written where their plan
+/// did not expect: the next stage gives them new ones.
+pub(crate) fn unplan(m: &mut Method, values: impl IntoIterator<Item = usize>) {
+    for v in values {
         if let Some(Value::Tensor(t)) = m.values.get_mut(v) {
             t.placement = Placement::Unplanned;
         }

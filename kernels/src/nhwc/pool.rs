@@ -9,26 +9,62 @@ pub fn max_pool2d_nhwc(win: &Window2d, c: usize, x: &[f32], min: f32, max: f32, 
     let image = win.in_h * win.in_w;
     let x = &x[..win.batch * image * c];
     let (rows, row_len) = (win.batch * win.out_h, win.out_w * c);
+    let in_row_len = win.in_w * c;
     let out = &mut out[..rows * row_len];
     // With threads, bands of output rows, as the convolution before it:
     // a large pool (ResNet's, of the 112 × 112 stem) reads megabytes.
     let split_up = crate::parallel::local_bands_for(out.len());
     crate::parallel::for_each_band(out, rows, row_len, 1, split_up, &|rows, band| {
+        let mut buf = [f32::NEG_INFINITY; MAX_POOL_ROW];
         for (r, row) in rows.zip(band.chunks_exact_mut(row_len.max(1))) {
             let (n, oh) = (r / win.out_h, r % win.out_h);
-            for (ow, o) in row.chunks_exact_mut(c.max(1)).enumerate() {
-                o.fill(f32::NEG_INFINITY);
-                for_each_tap(win, oh, ow, |pix, _| {
-                    for (acc, &v) in o.iter_mut().zip(&x[(n * image + pix) * c..][..c]) {
-                        if v > *acc || v.is_nan() {
-                            *acc = v;
+            if in_row_len <= MAX_POOL_ROW {
+                // Separable: the maximum over the window's rows first, a
+                // long run that vectorizes, then over its columns.
+                let rows_max = &mut buf[..in_row_len];
+                rows_max.fill(f32::NEG_INFINITY);
+                for ki in 0..win.kernel_h {
+                    if let Some(ih) = win.in_row(oh, ki) {
+                        max_into(rows_max, &x[(n * win.in_h + ih) * in_row_len..][..in_row_len]);
+                    }
+                }
+                for (ow, o) in row.chunks_exact_mut(c.max(1)).enumerate() {
+                    o.fill(f32::NEG_INFINITY);
+                    for kj in 0..win.kernel_w {
+                        if let Some(iw) = win.in_col(ow, kj) {
+                            max_into(o, &rows_max[iw * c..][..c]);
                         }
                     }
-                });
+                    clamp(o, min, max);
+                }
+                continue;
+            }
+            for (ow, o) in row.chunks_exact_mut(c.max(1)).enumerate() {
+                o.fill(f32::NEG_INFINITY);
+                for_each_tap(win, oh, ow, |pix, _| max_into(o, &x[(n * image + pix) * c..][..c]));
                 clamp(o, min, max);
             }
         }
     });
+}
+
+/// Input rows (`W · C` elements) up to this long take max pooling's
+/// separable path, with the maximum of a window's rows on the stack
+/// (ResNet's 112 × 64 stem rows fit); small on 32-bit targets, whose
+/// stacks are a few KB.
+const MAX_POOL_ROW: usize = if cfg!(target_pointer_width = "64") {
+    8 * 1024
+} else {
+    256
+};
+
+/// `acc[i] = max(acc[i], v[i])`, where a NaN in `v` wins and one in `acc`
+/// stays (PyTorch's max pooling): a compare and a select, which vectorize.
+#[inline(always)]
+fn max_into(acc: &mut [f32], v: &[f32]) {
+    for (a, &b) in acc.iter_mut().zip(v) {
+        *a = if b > *a || b.is_nan() { b } else { *a };
+    }
 }
 
 /// Average pooling: each output channel is the mean of the inputs of its

@@ -77,6 +77,7 @@ pub fn lookup(full_name: &str) -> Option<Emitter> {
         .chain(xnnpack::OPS.iter().copied())
         .chain(xnn_quantized::OPS.iter().copied())
         .chain(activation::FUSED.iter().copied())
+        .chain(shape::FUSED.iter().copied())
         .find(|(n, _)| *n == full_name)
         .map(|(_, e)| e)
 }

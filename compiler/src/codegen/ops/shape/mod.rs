@@ -25,6 +25,9 @@ use join::*;
 use rearrange::*;
 use views::*;
 
+/// ptec's own data movement, made by the passes.
+pub const FUSED: &[(&str, Emitter)] = &[(crate::names::GATHER, gather)];
+
 pub const OPS: &[(&str, Emitter)] = &[
     (crate::names::aten::PERMUTE_COPY, permute_copy),
     ("aten::view_copy.out", view_copy),

@@ -193,6 +193,81 @@ pub(super) fn as_strided_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String
     emit_strided(ctx, &x, &out, offset as usize, &want, &stride)
 }
 
+/// `ptec::gather.out(self, sizes, strides, offset, table?, out)`, which
+/// `passes::gathers` makes of a chain of views and permutations: `out`
+/// holds as many elements as the box `sizes`, read at
+/// `offset + Σ idx·strides` of `self`, all checked in range here; `i8`
+/// elements then looked up in `table` if any.
+pub(super) fn gather(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
+    ctx.arity(7)?;
+    let (x, sizes, strides, offset, out) = (
+        ctx.tensor(0)?,
+        ctx.int_list(1)?,
+        ctx.int_list(2)?,
+        ctx.int(3)?,
+        ctx.tensor(5)?,
+    );
+    let table = match ctx.value(4)?.1 {
+        Value::Null => None,
+        _ => {
+            let t = ctx.int_list(4)?;
+            let t = t.iter().map(|&v| i8::try_from(v).ok()).collect::<Option<Vec<i8>>>();
+            match t {
+                Some(t) if t.len() == 256 && x.dtype == ScalarType::Char => Some(t),
+                _ => return Err("a gather's table is not 256 int8s, or its elements are not int8".into()),
+            }
+        }
+    };
+    require_same(&[&x, &out])?;
+    if x.dynamic || out.dynamic {
+        return Err(no_dynamic(ctx));
+    }
+    let unsigned = |v: &[i64]| {
+        v.iter()
+            .map(|&n| usize::try_from(n).ok())
+            .collect::<Option<Vec<usize>>>()
+    };
+    let (Some(sizes), Some(strides), Ok(offset)) = (unsigned(&sizes), unsigned(&strides), usize::try_from(offset))
+    else {
+        return Err("a gather with a negative size, stride or offset".into());
+    };
+    if sizes.len() != strides.len() || sizes.len() > ptec_runtime::kernels::MAX_RANK {
+        return Err(format!(
+            "a gather of {} sizes and {} strides",
+            sizes.len(),
+            strides.len()
+        ));
+    }
+    let count = sizes.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
+    if count != Some(out.numel()) {
+        return Err(format!(
+            "a gather of {sizes:?} into the {} elements of its output",
+            out.numel()
+        ));
+    }
+    if out.numel() > 0 {
+        let last = sizes.iter().zip(&strides).try_fold(offset, |a, (&n, &s)| {
+            (n - 1).checked_mul(s).and_then(|d| a.checked_add(d))
+        });
+        if last.is_none_or(|l| l >= x.numel()) {
+            return Err(format!(
+                "a gather of {sizes:?} at strides {strides:?} from {offset} reads past the {} elements of its input",
+                x.numel()
+            ));
+        }
+    }
+    let (xi, s1) = ctx.read(&x)?;
+    let (o, s2) = ctx.write(&out)?;
+    let (k, offset, sizes, strides) = (kernels(), lit(offset), usize_slice(&sizes), usize_slice(&strides));
+    Ok(match table {
+        Some(t) => {
+            let t = t.iter().map(|&v| proc_macro2::Literal::i8_suffixed(v));
+            quote! { #s1 #s2 #k::gather_table(#xi, #offset, #sizes, #strides, &[#(#t),*], #o); }
+        }
+        None => quote! { #s1 #s2 #k::gather(#xi, #offset, #sizes, #strides, #o); },
+    })
+}
+
 /// Emits the copy into `out` (of sizes `sizes`) of the elements of `x`
 /// at `offset + Σ index · stride`, checked in range by the caller.
 pub(super) fn emit_strided(
