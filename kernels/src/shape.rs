@@ -342,6 +342,15 @@ fn gather_box<T: Copy>(src: &[T], first: isize, sizes: &[usize], st: &[isize], d
 fn interleave_runs<T: Copy, const R: usize>(s: &[T], a: usize, step: usize, d: &mut [T]) {
     let n = d.len() / R;
     let runs: [&[T]; R] = core::array::from_fn(|j| &s[a + j * step..][..n]);
+    if R == 2 {
+        // Zipped, without indices: the stores vectorize as one interleaved
+        // group.
+        for ((o, &x), &y) in d.chunks_exact_mut(2).zip(runs[0]).zip(runs[1]) {
+            o[0] = x;
+            o[1] = y;
+        }
+        return;
+    }
     for (i, out) in d.chunks_exact_mut(R).enumerate() {
         for (j, o) in out.iter_mut().enumerate() {
             *o = runs[j][i];
