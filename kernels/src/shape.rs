@@ -260,11 +260,20 @@ fn gather_then<T: Copy + Send + Sync>(
         sizes.len(),
         strides.len()
     );
-    let total: usize = sizes.iter().product();
-    let dst = &mut dst[..total];
-    if total == 0 {
+    let total = sizes.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
+    let dst = &mut dst[..total.expect("a gather of more elements than a usize counts")];
+    if dst.is_empty() {
         return;
     }
+    // Every read in bounds, checked once: the transposing tiles rely on it.
+    let last = sizes.iter().zip(strides).try_fold(offset, |a, (&n, &s)| {
+        (n - 1).checked_mul(s).and_then(|d| a.checked_add(d))
+    });
+    assert!(
+        last.is_some_and(|l| l < src.len()),
+        "a gather reads past the end of its source"
+    );
+    let total = dst.len();
     // Dims of size 1 dropped, and neighbours whose reads run on merged.
     let (mut sz, mut st) = ([1usize; MAX_RANK], [0isize; MAX_RANK]);
     let mut r = 0;
@@ -1139,6 +1148,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    #[cfg(panic = "unwind")]
+    fn gathers_out_of_their_source_panic() {
+        let src = [0u8; 64];
+        let mut dst = [0u8; 64];
+        for (offset, sizes, strides) in [
+            (0usize, vec![8usize, 9], vec![8usize, 1]),
+            (1, vec![8, 8], vec![8, 1]),
+            (0, vec![2, 2], vec![usize::MAX / 2 + 1, 1]),
+            (0, vec![usize::MAX, 2], vec![0, 1]),
+        ] {
+            let sizes2 = sizes.clone();
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                gather(&src, offset, &sizes2, &strides, &mut dst)
+            }));
+            assert!(caught.is_err(), "{sizes:?} {strides:?} + {offset}");
+        }
+        // In bounds to the last element: fine.
+        gather(&src, 0, &[8, 8], &[1, 8], &mut dst);
     }
 
     #[test]

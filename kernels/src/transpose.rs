@@ -13,7 +13,12 @@ use core::ops::Range;
 /// Columns `band` of the `rows × cols` matrix `s`, transposed into `d`
 /// (see the module docs).
 pub(crate) fn columns<T: Copy>(s: &[T], rows: usize, cols: usize, band: Range<usize>, d: &mut [T]) {
-    assert!(band.start <= band.end && band.end <= cols && s.len() >= rows * cols && d.len() >= band.len() * rows);
+    assert!(
+        band.start <= band.end
+            && band.end <= cols
+            && rows.checked_mul(cols).is_some_and(|n| s.len() >= n)
+            && d.len() >= band.len() * rows
+    );
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     if let Some((tile, done)) = tiles_for::<T>() {
         let (full_cols, full_rows) = (band.len() / tile * tile, rows / tile * tile);
@@ -55,7 +60,16 @@ pub(crate) fn strided<T: Copy>(
     if rows == 0 || cols == 0 {
         return;
     }
-    assert!(s_at + (rows - 1) * s_stride + cols <= s.len() && d_at + (cols - 1) * d_stride + rows <= d.len());
+    let end = |at: usize, n: usize, stride: usize, len: usize| {
+        (n - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(at))
+            .and_then(|x| x.checked_add(len))
+    };
+    assert!(
+        end(s_at, rows, s_stride, cols).is_some_and(|e| e <= s.len())
+            && end(d_at, cols, d_stride, rows).is_some_and(|e| e <= d.len())
+    );
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     let (full_cols, full_rows) = match tiles_for::<T>() {
         Some((tile, done)) => {
