@@ -156,13 +156,15 @@ pub(super) fn strided_extent(size: &[i64], stride: &[i64], offset: i64) -> Resul
     if size.contains(&0) {
         return Ok(None);
     }
-    Ok(Some(
-        size.iter()
-            .zip(stride)
-            .map(|(&n, &s)| (n as usize - 1) * s as usize)
-            .sum::<usize>()
-            + offset as usize,
-    ))
+    let extent = size.iter().zip(stride).try_fold(offset as usize, |a, (&n, &s)| {
+        (n as usize - 1).checked_mul(s as usize).and_then(|d| a.checked_add(d))
+    });
+    match extent {
+        Some(e) => Ok(Some(e)),
+        None => Err(format!(
+            "as_strided({size:?}, {stride:?}, {offset}) reaches past any tensor"
+        )),
+    }
 }
 
 /// `as_strided_copy.out(self, size, stride, storage_offset?, out)`: the
@@ -222,21 +224,19 @@ pub(super) fn gather(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     if x.dynamic || out.dynamic {
         return Err(no_dynamic(ctx));
     }
-    let unsigned = |v: &[i64]| {
-        v.iter()
-            .map(|&n| usize::try_from(n).ok())
-            .collect::<Option<Vec<usize>>>()
-    };
-    let (Some(sizes), Some(strides), Ok(offset)) = (unsigned(&sizes), unsigned(&strides), usize::try_from(offset))
-    else {
-        return Err("a gather with a negative size, stride or offset".into());
-    };
-    if sizes.len() != strides.len() || sizes.len() > ptec_runtime::kernels::MAX_RANK {
-        return Err(format!(
-            "a gather of {} sizes and {} strides",
-            sizes.len(),
-            strides.len()
-        ));
+    // Non-negative, as many strides as sizes, and the last read in range.
+    if let Some(last) = strided_extent(&sizes, &strides, offset)? {
+        if last >= x.numel() {
+            return Err(format!(
+                "a gather of {sizes:?} at strides {strides:?} from {offset} reads past the {} elements of its input",
+                x.numel()
+            ));
+        }
+    }
+    let unsigned = |v: &[i64]| v.iter().map(|&n| n as usize).collect::<Vec<usize>>();
+    let (sizes, strides, offset) = (unsigned(&sizes), unsigned(&strides), offset as usize);
+    if sizes.len() > ptec_runtime::kernels::MAX_RANK {
+        return Err(format!("a gather of rank {}", sizes.len()));
     }
     let count = sizes.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
     if count != Some(out.numel()) {
@@ -244,17 +244,6 @@ pub(super) fn gather(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
             "a gather of {sizes:?} into the {} elements of its output",
             out.numel()
         ));
-    }
-    if out.numel() > 0 {
-        let last = sizes.iter().zip(&strides).try_fold(offset, |a, (&n, &s)| {
-            (n - 1).checked_mul(s).and_then(|d| a.checked_add(d))
-        });
-        if last.is_none_or(|l| l >= x.numel()) {
-            return Err(format!(
-                "a gather of {sizes:?} at strides {strides:?} from {offset} reads past the {} elements of its input",
-                x.numel()
-            ));
-        }
     }
     let (xi, s1) = ctx.read(&x)?;
     let (o, s2) = ctx.write(&out)?;
