@@ -107,9 +107,23 @@ impl<T: Copy> Shared<T> {
 /// read once, when the split is made: every part of a job must see the
 /// same ranges, even if [`set_threads`] is called meanwhile.
 pub fn split(items: usize, grain: usize) -> Split {
+    split_into(items, grain, threads())
+}
+
+/// As many parts as [`split`]`(items, coarse)` makes (the grain that says
+/// whether a part is worth a thread), each whole `fine` grains and as
+/// even as those allow. Grains of 32 rows split 196 rows 128 and 68, and
+/// the thread with 128 finishes last; whole 8-row tiles split them 104
+/// and 92.
+pub fn split_even(items: usize, coarse: usize, fine: usize) -> Split {
+    split_into(items, fine, split(items, coarse).parts())
+}
+
+/// `items` split into at most `parts` contiguous ranges of whole `grain`s.
+fn split_into(items: usize, grain: usize, parts: usize) -> Split {
     let grain = grain.max(1);
     let grains = items.div_ceil(grain);
-    let per = grains.div_ceil(threads().min(grains).clamp(1, MAX_THREADS)).max(1);
+    let per = grains.div_ceil(parts.min(grains).clamp(1, MAX_THREADS)).max(1);
     Split {
         items,
         span: per * grain,
@@ -909,6 +923,35 @@ pub(crate) mod tests {
         assert_eq!(split(100, 8).ranges().collect::<Vec<_>>(), [(0, 100)]);
         // A split made on two threads keeps its parts.
         assert_eq!((two.parts(), two.range(1), two.range(2)), (2, Some((56, 100)), None));
+    }
+
+    #[test]
+    fn even_splits_take_as_many_parts_in_finer_grains() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        set_threads(2);
+        // 14 × 14 pixels: 128 + 68 in grains of 32, 104 + 92 in tiles of 8.
+        assert_eq!(split(196, 32).ranges().collect::<Vec<_>>(), [(0, 128), (128, 196)]);
+        assert_eq!(
+            split_even(196, 32, 8).ranges().collect::<Vec<_>>(),
+            [(0, 104), (104, 196)]
+        );
+        // Too few items for two coarse grains: one part, however fine.
+        assert_eq!(split_even(30, 32, 1).ranges().collect::<Vec<_>>(), [(0, 30)]);
+        set_threads(4);
+        for items in 0..300 {
+            for (coarse, fine) in [(32, 8), (7, 1), (5, 3), (1, 1)] {
+                let s = split_even(items, coarse, fine);
+                let parts = split(items, coarse).parts();
+                assert!(s.parts() <= parts, "{items} by {coarse}");
+                let r: Vec<_> = s.ranges().collect();
+                assert_eq!((r[0].0, r[r.len() - 1].1), (0, items));
+                assert!(r.windows(2).all(|w| w[0].1 == w[1].0 && w[0].1 % fine == 0));
+                // No part longer than the parts' share of the grains.
+                let longest = items.div_ceil(fine).div_ceil(parts) * fine;
+                assert!(r.iter().all(|(a, b)| b - a <= longest), "{items}: {r:?}");
+            }
+        }
+        set_threads(1);
     }
 
     /// The kernels that split their work give the same bits on one thread

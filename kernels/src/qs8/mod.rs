@@ -181,7 +181,7 @@ pub fn dequantize(x: &[i8], q: &Quant, out: &mut [f32]) {
 fn run_packed(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
     let l = &job.layout;
     let rows = job.rows - job.first;
-    let split = crate::parallel::split(rows, PART_ROWS);
+    let split = crate::parallel::split_even(rows, PART_ROWS, ROW_GRAIN);
     let work = rows.saturating_mul(l.taps * l.gin).saturating_mul(l.gout);
     let threads = crate::parallel::threads();
     if threads > 1 && rows < 2 * PART_ROWS * threads && l.groups == 1 && work >= PART_WORK {
@@ -239,6 +239,10 @@ fn run_packed(job: &packed::Job<'_>, out: &mut [i8], out_stride: usize) {
 
 /// Rows a thread takes at least.
 const PART_ROWS: usize = 32;
+
+/// Rows the threads' shares are made of: the AVX-512 tile's 8, so that
+/// no share ends in a partial tile but the last.
+const ROW_GRAIN: usize = 8;
 
 /// Products (rows · inputs · outputs) a layer has at least to split its
 /// blocks among threads (few in tests, so that their small layers split).
@@ -599,7 +603,7 @@ fn depthwise_conv(d: &Depthwise<'_>, out: &mut [i8]) {
     let rows = win.batch * win.out_h;
     let row_len = win.out_w * c;
     let work = row_len * win.kernel_h * win.kernel_w;
-    let split = crate::parallel::split(rows, DEPTHWISE_PART.div_ceil(work.max(1)));
+    let split = crate::parallel::split_even(rows, DEPTHWISE_PART.div_ceil(work.max(1)), 1);
     if split.parts() <= 1 {
         return depthwise_rows(d, (0, rows), out);
     }
