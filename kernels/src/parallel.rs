@@ -111,12 +111,21 @@ pub fn split(items: usize, grain: usize) -> Split {
 }
 
 /// As many parts as [`split`]`(items, coarse)` makes (the grain that says
-/// whether a part is worth a thread), each whole `fine` grains and as
-/// even as those allow. Grains of 32 rows split 196 rows 128 and 68, and
-/// the thread with 128 finishes last; whole 8-row tiles split them 104
-/// and 92.
+/// whether a part is worth a thread), each whole `fine` grains (but the
+/// last), their counts of grains differing by one at most. Grains of 32
+/// rows split 196 rows 128 and 68, and the thread with 128 finishes last;
+/// 8-row tiles split them 104 and 92.
 pub fn split_even(items: usize, coarse: usize, fine: usize) -> Split {
-    split_into(items, fine, split(items, coarse).parts())
+    let fine = fine.max(1);
+    let grains = items.div_ceil(fine);
+    let parts = split(items, coarse).parts().min(grains).max(1);
+    Split {
+        items,
+        grain: fine,
+        per: grains / parts,
+        longer: grains % parts,
+        parts,
+    }
 }
 
 /// `items` split into at most `parts` contiguous ranges of whole `grain`s.
@@ -126,7 +135,9 @@ fn split_into(items: usize, grain: usize, parts: usize) -> Split {
     let per = grains.div_ceil(parts.min(grains).clamp(1, MAX_THREADS)).max(1);
     Split {
         items,
-        span: per * grain,
+        grain,
+        per,
+        longer: 0,
         parts: grains.div_ceil(per).max(1),
     }
 }
@@ -135,8 +146,11 @@ fn split_into(items: usize, grain: usize, parts: usize) -> Split {
 #[derive(Clone, Copy, Debug)]
 pub struct Split {
     items: usize,
-    /// Items per part (the last may have fewer).
-    span: usize,
+    grain: usize,
+    /// Grains per part (the last may have fewer items)...
+    per: usize,
+    /// ...and one more for each of the first `longer` parts.
+    longer: usize,
     parts: usize,
 }
 
@@ -149,7 +163,8 @@ impl Split {
 
     /// Part `p`'s range `(start, end)`, if there is such a part.
     pub fn range(&self, p: usize) -> Option<(usize, usize)> {
-        (p < self.parts).then(|| ((p * self.span).min(self.items), ((p + 1) * self.span).min(self.items)))
+        let at = |p: usize| ((p * self.per + p.min(self.longer)) * self.grain).min(self.items);
+        (p < self.parts).then(|| (at(p), at(p + 1)))
     }
 
     /// Every part's range, in order.
@@ -941,14 +956,19 @@ pub(crate) mod tests {
         for items in 0..300 {
             for (coarse, fine) in [(32, 8), (7, 1), (5, 3), (1, 1)] {
                 let s = split_even(items, coarse, fine);
-                let parts = split(items, coarse).parts();
-                assert!(s.parts() <= parts, "{items} by {coarse}");
+                let parts = split(items, coarse).parts().min(items.div_ceil(fine)).max(1);
+                assert_eq!(s.parts(), parts, "{items} by {coarse}");
                 let r: Vec<_> = s.ranges().collect();
                 assert_eq!((r[0].0, r[r.len() - 1].1), (0, items));
                 assert!(r.windows(2).all(|w| w[0].1 == w[1].0 && w[0].1 % fine == 0));
-                // No part longer than the parts' share of the grains.
-                let longest = items.div_ceil(fine).div_ceil(parts) * fine;
-                assert!(r.iter().all(|(a, b)| b - a <= longest), "{items}: {r:?}");
+                // Every part but the last whole grains, as many as another
+                // give or take one.
+                let grains: Vec<_> = r.iter().map(|(a, b)| (b - a).div_ceil(fine)).collect();
+                let (lo, hi) = (grains.iter().min().unwrap(), grains.iter().max().unwrap());
+                assert!(
+                    hi - lo <= 1 && r.iter().all(|(a, b)| a < b || items == 0),
+                    "{items}: {r:?}"
+                );
             }
         }
         set_threads(1);
