@@ -107,7 +107,16 @@ impl<T: Copy> Shared<T> {
 /// read once, when the split is made: every part of a job must see the
 /// same ranges, even if [`set_threads`] is called meanwhile.
 pub fn split(items: usize, grain: usize) -> Split {
-    split_into(items, grain, threads())
+    let grain = grain.max(1);
+    let grains = items.div_ceil(grain);
+    let per = grains.div_ceil(threads().min(grains).clamp(1, MAX_THREADS)).max(1);
+    Split {
+        items,
+        grain,
+        per,
+        longer: 0,
+        parts: grains.div_ceil(per).max(1),
+    }
 }
 
 /// As many parts as [`split`]`(items, coarse)` makes (the grain that says
@@ -125,20 +134,6 @@ pub fn split_even(items: usize, coarse: usize, fine: usize) -> Split {
         per: grains / parts,
         longer: grains % parts,
         parts,
-    }
-}
-
-/// `items` split into at most `parts` contiguous ranges of whole `grain`s.
-fn split_into(items: usize, grain: usize, parts: usize) -> Split {
-    let grain = grain.max(1);
-    let grains = items.div_ceil(grain);
-    let per = grains.div_ceil(parts.min(grains).clamp(1, MAX_THREADS)).max(1);
-    Split {
-        items,
-        grain,
-        per,
-        longer: 0,
-        parts: grains.div_ceil(per).max(1),
     }
 }
 
