@@ -14,6 +14,35 @@ pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
+/// Normalises a possibly negative dim for a tensor of rank `rank` (rank 0
+/// accepts -1 and 0, as PyTorch does).
+pub(crate) fn norm_dim(dim: i64, rank: usize) -> Result<usize, String> {
+    let r = rank.max(1) as i64;
+    let d = if dim < 0 { dim + r } else { dim };
+    if d < 0 || d >= r {
+        Err(format!("dim {dim} is out of range for rank {rank}"))
+    } else {
+        Ok(d as usize)
+    }
+}
+
+/// Normalises `dims` to a permutation of `0..rank`.
+pub(crate) fn permutation(dims: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+    if dims.len() != rank {
+        return Err(format!("{} dims for a tensor of rank {rank}", dims.len()));
+    }
+    let mut seen = vec![false; rank];
+    let mut perm = Vec::new();
+    for &d in dims {
+        let d = norm_dim(d, rank)?;
+        if std::mem::replace(&mut seen[d], true) {
+            return Err(format!("dims {dims:?} are not a permutation"));
+        }
+        perm.push(d);
+    }
+    Ok(perm)
+}
+
 /// Row-major strides (in elements) of a shape.
 pub(crate) fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
     let mut s = vec![1; dims.len()];

@@ -201,17 +201,14 @@ fn movement(m: &Method, ins: &Instruction) -> Option<(usize, Vec<usize>, Move)> 
             let Value::IntList(items) = m.values.get(*args.get(1)?)? else {
                 return None;
             };
-            let perm = items
+            let dims = items
                 .iter()
                 .map(|&i| match m.values.get(i)? {
-                    Value::Int(n) => dim(*n),
+                    Value::Int(n) => Some(*n),
                     _ => None,
                 })
-                .collect::<Option<Vec<usize>>>()?;
-            let mut seen = vec![false; rank];
-            if perm.len() != rank || perm.iter().any(|&p| std::mem::replace(&mut seen[p], true)) {
-                return None;
-            }
+                .collect::<Option<Vec<i64>>>()?;
+            let perm = crate::shapes::permutation(&dims, rank).ok()?;
             Move::Permute(perm)
         }
         "aten::transpose_copy.int_out" => {

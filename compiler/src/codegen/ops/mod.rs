@@ -942,17 +942,7 @@ pub fn require_sizes(t: &TArg, want: &[usize]) -> Result<(), String> {
     }
 }
 
-/// Normalises a possibly negative dim for a tensor of rank `rank` (rank 0
-/// accepts -1 and 0, as PyTorch does).
-pub fn norm_dim(dim: i64, rank: usize) -> Result<usize, String> {
-    let r = rank.max(1) as i64;
-    let d = if dim < 0 { dim + r } else { dim };
-    if d < 0 || d >= r {
-        Err(format!("dim {dim} is out of range for rank {rank}"))
-    } else {
-        Ok(d as usize)
-    }
-}
+pub(crate) use crate::shapes::{norm_dim, permutation};
 
 /// The floating types kernels compute in.
 pub const FLOATS: &[ScalarType] = &[

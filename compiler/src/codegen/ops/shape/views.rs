@@ -18,23 +18,6 @@ pub(super) fn permute_copy(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     Ok(quote! { #set #s1 #s2 #k::permute_copy(#xi, #sizes, #p, #o); })
 }
 
-/// Normalises `dims` to a permutation of `0..rank`.
-pub(super) fn permutation(dims: &[i64], rank: usize) -> Result<Vec<usize>, String> {
-    if dims.len() != rank {
-        return Err(format!("{} dims for a tensor of rank {rank}", dims.len()));
-    }
-    let mut seen = vec![false; rank];
-    let mut perm = Vec::new();
-    for &d in dims {
-        let d = norm_dim(d, rank)?;
-        if std::mem::replace(&mut seen[d], true) {
-            return Err(format!("dims {dims:?} are not a permutation"));
-        }
-        perm.push(d);
-    }
-    Ok(perm)
-}
-
 /// PyTorch's `infer_size` of a view: resolves one `-1` so that the sizes
 /// hold `numel` elements.
 pub(super) fn view_sizes(size: &[i64], numel: usize) -> Result<Vec<usize>, String> {
