@@ -290,7 +290,7 @@ pub(crate) fn residual_add_after(m: &Method, uses: &Uses, writer: usize, v: usiz
 }
 
 /// The clamp bounds and input/output of a `hardtanh`, `relu` or `clamp`.
-fn clamp_of(m: &Method, name: &str, a: &[usize]) -> Option<((f64, f64), usize, usize)> {
+pub(crate) fn clamp_of(m: &Method, name: &str, a: &[usize]) -> Option<((f64, f64), usize, usize)> {
     let bound = |v: usize, none: f64| match m.values.get(v)? {
         Value::Null => Some(none),
         _ => number(m, v),

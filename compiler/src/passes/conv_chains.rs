@@ -1,7 +1,7 @@
 //! Passes over `ptec_xnn::conv2d_folded` calls (those the channels-last
 //! pass makes of aten convolutions and the XNNPACK lowering of its own),
 //! after [`crate::passes::channels_last`]: residual adds ([`fuse_residual_adds`]),
-//! then chains.
+//! the clamps after them ([`fuse_clamps`]), then chains.
 //!
 //! Convolution chains:
 //! a pointwise `ptec_xnn::conv2d_folded` (or a stem: a regular one of a
@@ -21,9 +21,10 @@
 use crate::analysis::alias::share_bytes;
 use crate::analysis::uses::Uses;
 use crate::ir::*;
+use crate::names::aten::RELU;
 use crate::names::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::names::CONV2D_FOLDED_CHAIN as CHAIN;
-use crate::passes::channels_last::{image, int, number, residual_add_after, usizes};
+use crate::passes::channels_last::{clamp_of, image, int, number, residual_add_after, usizes};
 use crate::passes::rewrite::{fuse_runs, Fused};
 use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
 
@@ -60,6 +61,70 @@ pub fn fuse_residual_adds(m: &mut Method) {
             logged_as_last: false,
         })
     })
+}
+
+/// A `conv2d_folded` that clamps nothing, followed by a `clamp` or
+/// `hardtanh` of its result (read by nothing else), becomes one call that
+/// clamps as it stores. The XNNPACK lowering clamps an `add` in a separate
+/// instruction, which is left after the convolution once the add is its
+/// residual (ResNet's `relu(conv(x) + x)`); the channels-last pass fuses
+/// aten's clamps itself. A `relu` stays apart: it has no bound to reuse.
+pub fn fuse_clamps(m: &mut Method) {
+    fuse_runs(m, |m, uses, n| {
+        let args = clamp_args(m, uses, n)?;
+        let mut reads = vec![args[X]];
+        reads.extend(Some(args[RESIDUAL]).filter(|&r| !matches!(m.values.get(r), Some(Value::Null))));
+        Some(Fused {
+            len: 2,
+            name: folded::NAME,
+            reads,
+            out: args[OUT],
+            args,
+            logged_as_last: true,
+        })
+    })
+}
+
+/// The arguments of the call that instruction `n` and the clamp after it
+/// become (see [`fuse_clamps`]), when they make one.
+fn clamp_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
+    let (name, args) = kernel_name(m, m.instructions.get(n)?)?;
+    if name != folded::NAME || args.len() != folded::COUNT {
+        return None;
+    }
+    let unclamped = number(m, args[MIN]) == Some(f64::NEG_INFINITY) && number(m, args[MAX]) == Some(f64::INFINITY);
+    let readers = uses.kernel_uses(args[OUT], n)?;
+    if !unclamped || readers != [(n + 1, 0)] {
+        return None;
+    }
+    let (clamp, clamp_args) = kernel_name(m, m.instructions.get(n + 1)?)?;
+    if clamp == RELU {
+        return None;
+    }
+    let ((lo, hi), x, out) = clamp_of(m, &clamp, clamp_args)?;
+    if x != args[OUT] {
+        return None;
+    }
+    // As with a residual add: an output on the bytes the call reads moves,
+    // which only one that the method's kernels alone use may.
+    let residual = args[RESIDUAL];
+    let clash = share_bytes(m, args[X], out)
+        || (!matches!(m.values.get(residual), Some(Value::Null)) && share_bytes(m, residual, out));
+    if clash && uses.kernel_uses(out, usize::MAX).is_none() {
+        return None;
+    }
+    // The clamp's own bound values, or the convolution's infinite ones
+    // where the clamp has none.
+    let (lo_arg, hi_arg) = (clamp_args[1], clamp_args[2]);
+    let mut fused = args.to_vec();
+    if lo > f64::NEG_INFINITY {
+        fused[MIN] = lo_arg;
+    }
+    if hi < f64::INFINITY {
+        fused[MAX] = hi_arg;
+    }
+    fused[OUT] = out;
+    Some(fused)
 }
 
 /// The arguments of the call that instruction `n` and the `add` after it
@@ -448,6 +513,91 @@ mod tests {
             assert_eq!(name, folded::NAME);
             assert_eq!((args[X], args[RESIDUAL], args[OUT]), (x, r, sum));
         }
+    }
+
+    /// [`conv_then_add`] then `clamp(sum, lo, hi)` (`None`: a null bound)
+    /// into a new image at `out_offset`: the method, the clamp's bound
+    /// values and its output.
+    fn conv_add_clamp(lo: Option<f64>, hi: Option<f64>, out_offset: u64) -> (Method, [usize; 3]) {
+        let (mut m, [_, _, sum]) = conv_then_add(true, 1 << 22);
+        m.outputs.clear();
+        let out = planned(&mut m, [1, 8, 8, 16], out_offset);
+        m.outputs.push(out);
+        let bound = |m: &mut Method, b: Option<f64>| push_value(m, b.map_or(Value::Null, Value::Double));
+        let (lo, hi) = (bound(&mut m, lo), bound(&mut m, hi));
+        let clamp = kernel_call(&mut m, crate::names::aten::CLAMP, vec![sum, lo, hi, out, out]);
+        m.instructions.push(clamp);
+        (m, [lo, hi, out])
+    }
+
+    #[test]
+    fn a_convolution_absorbs_the_clamp_after_its_residual_add() {
+        for (lo, hi) in [(Some(0.0), None), (None, Some(6.0)), (Some(-1.0), Some(1.0))] {
+            let (mut m, [lo_v, hi_v, out]) = conv_add_clamp(lo, hi, 1 << 23);
+            let x = kernel_args(&mut m, 0)[X];
+            let (inf_lo, inf_hi) = (kernel_args(&mut m, 0)[MIN], kernel_args(&mut m, 0)[MAX]);
+            fuse_residual_adds(&mut m);
+            fuse_clamps(&mut m);
+            assert_eq!(m.instructions.len(), 1, "{lo:?} {hi:?}");
+            let (name, args) = kernel_name(&m, &m.instructions[0]).unwrap();
+            assert_eq!(name, folded::NAME);
+            assert_eq!((args[X], args[OUT]), (x, out));
+            assert_eq!(args[MIN], if lo.is_some() { lo_v } else { inf_lo });
+            assert_eq!(args[MAX], if hi.is_some() { hi_v } else { inf_hi });
+            assert!(!matches!(m.values[args[RESIDUAL]], Value::Null));
+        }
+    }
+
+    #[test]
+    fn other_clamps_stay_apart() {
+        let fused = |mut m: Method| {
+            fuse_residual_adds(&mut m);
+            let want = m.clone();
+            fuse_clamps(&mut m);
+            assert_eq!(m, want);
+        };
+        // An empty range, left to the clamp kernel.
+        fused(conv_add_clamp(Some(1.0), Some(-1.0), 1 << 23).0);
+        // The sum is read after the clamp too.
+        let (mut m, [_, _, out]) = conv_add_clamp(Some(0.0), None, 1 << 23);
+        let sum = kernel_args(&mut m, 1)[0];
+        let tail = planned(&mut m, [1, 8, 8, 16], 1 << 24);
+        let alpha = push_value(&mut m, Value::Int(1));
+        let add = kernel_call(&mut m, crate::names::aten::ADD, vec![sum, out, alpha, tail, tail]);
+        m.instructions.push(add);
+        m.outputs = vec![tail];
+        fused(m);
+        // The convolution clamps already.
+        let (mut m, _) = conv_add_clamp(Some(0.0), None, 1 << 23);
+        kernel_args(&mut m, 0)[MAX] = push_value(&mut m, Value::Double(6.0));
+        let mut want = m.clone();
+        fuse_clamps(&mut m);
+        assert_eq!(m, want);
+        fuse_residual_adds(&mut want);
+        assert_eq!(want.instructions.len(), 3);
+        // A relu: no bound value to reuse.
+        let (mut m, [_, _, sum]) = conv_then_add(true, 1 << 22);
+        let out = planned(&mut m, [1, 8, 8, 16], 1 << 23);
+        m.outputs = vec![out];
+        let relu = kernel_call(&mut m, RELU, vec![sum, out, out]);
+        m.instructions.push(relu);
+        fused(m);
+    }
+
+    /// A clamp written over the convolution's input (dead after it before
+    /// the fusion) moves to a buffer of its own.
+    #[test]
+    fn a_clamp_planned_over_the_input_moves() {
+        let (mut m, [_, _, out]) = conv_add_clamp(Some(0.0), None, 0);
+        let x = kernel_args(&mut m, 0)[X];
+        m.outputs.clear();
+        let tail = planned(&mut m, [1, 8, 8, 16], 1 << 24);
+        folded(&mut m, TORCH, out, 16, 16, 1, 1, None, tail);
+        m.outputs.push(tail);
+        fuse_residual_adds(&mut m);
+        fuse_clamps(&mut m);
+        assert_eq!(m.instructions.len(), 2);
+        assert_moved_off(&mut m, out, x);
     }
 
     /// A sum planned over the convolution's input (dead after it before
