@@ -72,12 +72,11 @@ pub fn fuse_residual_adds(m: &mut Method) {
 pub fn fuse_clamps(m: &mut Method) {
     fuse_runs(m, |m, uses, n| {
         let args = clamp_args(m, uses, n)?;
-        let mut reads = vec![args[X]];
-        reads.extend(Some(args[RESIDUAL]).filter(|&r| !matches!(m.values.get(r), Some(Value::Null))));
         Some(Fused {
             len: 2,
             name: folded::NAME,
-            reads,
+            // A null residual shares no bytes with anything.
+            reads: vec![args[X], args[RESIDUAL]],
             out: args[OUT],
             args,
             logged_as_last: true,
@@ -107,9 +106,7 @@ fn clamp_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
     }
     // As with a residual add: an output on the bytes the call reads moves,
     // which only one that the method's kernels alone use may.
-    let residual = args[RESIDUAL];
-    let clash = share_bytes(m, args[X], out)
-        || (!matches!(m.values.get(residual), Some(Value::Null)) && share_bytes(m, residual, out));
+    let clash = share_bytes(m, args[X], out) || share_bytes(m, args[RESIDUAL], out);
     if clash && uses.kernel_uses(out, usize::MAX).is_none() {
         return None;
     }
