@@ -28,6 +28,9 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
     ("channels_last", "fixtures/channels_last.bpte", None, 1e-4, 1e-4),
     ("xnnpack_conv", "fixtures/xnnpack_conv.bpte", None, 1e-4, 1e-5),
+    // Hardswish applied by the convolutions before it, inside a chain
+    // (compiler/tests/chains.rs; two threads: tests/threads.rs).
+    ("xnnpack_hardswish", "fixtures/xnnpack_hardswish.bpte", None, 1e-4, 1e-4),
     ("xnnpack_ops", "fixtures/xnnpack_ops.bpte", None, 1e-4, 1e-5),
     // Views planned at their base's bytes (compiler/src/alias.rs).
     ("patch_embed", "fixtures/patch_embed.bpte", None, 1e-4, 1e-4),

@@ -197,11 +197,13 @@ pub(crate) mod folded {
     pub(crate) const KEPT: usize = 15;
     /// The weight's layout, an integer ([`layout_code`]).
     pub(crate) const LAYOUT: usize = 16;
-    pub(crate) const OUT: usize = 17;
+    /// What is applied to each result last, an integer ([`activation_code`]).
+    pub(crate) const ACTIVATION: usize = 17;
+    pub(crate) const OUT: usize = 18;
     /// Arguments in all.
     pub(crate) const COUNT: usize = OUT + 1;
 
-    use ptec_runtime::kernels::nhwc::FilterLayout;
+    use ptec_runtime::kernels::nhwc::{Activation, FilterLayout};
 
     /// The integer a call holds for `layout`.
     pub(crate) fn layout_code(layout: FilterLayout) -> i64 {
@@ -216,6 +218,22 @@ pub(crate) mod folded {
         [FilterLayout::Torch, FilterLayout::Xnnpack]
             .into_iter()
             .find(|&l| layout_code(l) == code)
+    }
+
+    /// The integer a call holds for `activation`.
+    pub(crate) fn activation_code(activation: Activation) -> i64 {
+        match activation {
+            Activation::Identity => 0,
+            Activation::Hardswish => 1,
+            Activation::SigmoidMul => 2,
+        }
+    }
+
+    /// The activation `code` stands for.
+    pub(crate) fn activation(code: i64) -> Option<Activation> {
+        [Activation::Identity, Activation::Hardswish, Activation::SigmoidMul]
+            .into_iter()
+            .find(|&a| activation_code(a) == code)
     }
 
     /// The values a call takes, by name (an absent optional is a null
@@ -235,6 +253,7 @@ pub(crate) mod folded {
         pub residual: usize,
         pub kept: usize,
         pub layout: usize,
+        pub activation: usize,
         pub out: usize,
     }
 
@@ -261,6 +280,7 @@ pub(crate) mod folded {
                 (RESIDUAL, self.residual),
                 (KEPT, self.kept),
                 (LAYOUT, self.layout),
+                (ACTIVATION, self.activation),
                 (OUT, self.out),
             ] {
                 args[at] = v;

@@ -59,6 +59,23 @@ fn chains_share_one_thread_scratch_at_the_arena_end() {
     }
 }
 
+/// MobileNetV3's hardswish, a node of its own in the XNNPACK graph, runs
+/// in the convolution before it: no pass of its own over a result, and
+/// the block whose expansion and depthwise convolution it follows still
+/// runs as one chain.
+#[test]
+fn hardswish_runs_in_the_convolutions_and_their_chain() {
+    let input = ptec::Input::new(fixture("xnnpack_hardswish.pte"), "xnnpack_hardswish");
+    let code = ptec::compile(&input, &ptec::Options::new())
+        .and_then(|o| o.to_source())
+        .unwrap();
+    assert!(!code.contains("aten::hardswish"), "a hardswish instruction is left");
+    assert_eq!(code.matches("conv2d_folded_chain(").count(), 1);
+    assert_eq!(code.matches("conv2d_folded(").count(), 1, "the stem");
+    // The stem, the expansion and the depthwise convolution.
+    assert_eq!(code.matches("Activation::Hardswish").count(), 3);
+}
+
 #[test]
 fn a_block_whose_expansion_is_viewed_forms_no_chain() {
     // aliased_chain's first block would be a chain, but its expansion is

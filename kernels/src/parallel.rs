@@ -1265,6 +1265,7 @@ pub(crate) mod tests {
             residual,
             min: f32::NEG_INFINITY,
             max: f32::INFINITY,
+            activation: crate::nhwc::Activation::Identity,
         };
         let stages = [
             conv(g1, &w1[..], None),
@@ -1313,6 +1314,7 @@ pub(crate) mod tests {
             residual: None,
             min: f32::NEG_INFINITY,
             max: f32::INFINITY,
+            activation: crate::nhwc::Activation::Identity,
         };
         let stages = [conv(g1, &w1[..]), conv(g2, &w2[..])];
         let mut kept: Vec<Vec<f32>> = [g1, g2].iter().map(|g| std::vec![0.0; g.folded_len()]).collect();

@@ -3,7 +3,7 @@
 //! `gemm::holds_stamp`: every preparation must leave it true on a zeroed
 //! buffer, and a zeroed buffer must not hold one.
 use ptec_kernels::gemm::holds_stamp;
-use ptec_kernels::nhwc::{Conv2dNhwc, FilterLayout, FoldedConv};
+use ptec_kernels::nhwc::{Activation, Conv2dNhwc, FilterLayout, FoldedConv};
 use ptec_kernels::{bf16, linear, qd8, qs8};
 
 fn check(name: &str, len: usize, prepare: impl Fn(&mut [f32])) {
@@ -50,6 +50,7 @@ fn every_preparation_stamps_its_buffer() {
         residual: None,
         min: f32::NEG_INFINITY,
         max: f32::INFINITY,
+        activation: Activation::Identity,
     };
     check("folded conv", g.folded_len(), |kept| folded.prepare(kept));
 }

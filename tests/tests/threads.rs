@@ -5,7 +5,8 @@
 //! thread computes it). The small_heads fixture's batched products are
 //! split by head with no scratch to share out. The conv_chains fixture's
 //! two inverted residual blocks run as chains, each thread's band buffers
-//! in its own share of the thread scratch. The xnnpack_qs8_chains
+//! in its own share of the thread scratch, as do the xnnpack_hardswish
+//! fixture's, whose stages apply hardswish. The xnnpack_qs8_chains
 //! fixture's two int8 blocks run as int8 chains, and must give ExecuTorch's
 //! runtime's outputs to the bit on two threads as on one.
 
@@ -19,6 +20,10 @@ mod small_heads {
 
 mod conv_chains {
     ptec_macros::include_pte!("fixtures/conv_chains.bpte", name = Program, tests);
+}
+
+mod xnnpack_hardswish {
+    ptec_macros::include_pte!("fixtures/xnnpack_hardswish.bpte", name = Program, tests);
 }
 
 mod qs8_chains {
@@ -84,23 +89,17 @@ fn small_heads_on_two_threads_match_pytorch() {
     }
 }
 
-#[test]
-fn conv_chains_on_two_threads_match_one_thread_and_pytorch() {
-    let mut x = Box::new([[[[0.0f32; 56]; 56]; 4]; 1]);
-    for (i, v) in x.iter_mut().flatten().flatten().flatten().enumerate() {
-        *v = (0.1 * i as f32).sin();
-    }
-    let mut model = conv_chains::Program::boxed();
+/// Runs `run` (the model's output for an input, and its bundled case) on
+/// one thread, then two: the case passes on both, and the five outputs
+/// are finite and the same bits.
+fn chains_on_one_and_two_threads(mut run: impl FnMut() -> (Vec<f32>, Result<(), String>)) {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let mut run = |threads| {
+    let mut on = |threads| {
         ptec_runtime::set_threads(threads);
-        let out: Vec<f32> = model.forward(&x).expect("forward").iter().flatten().copied().collect();
-        let case =
-            conv_chains::bundled::run_case(&mut *model, 0, conv_chains::bundled::TOLERANCE).map_err(|e| e.to_string());
-        (out, case)
+        run()
     };
-    let (one, case_one) = run(1);
-    let (two, case_two) = run(2);
+    let (one, case_one) = on(1);
+    let (two, case_two) = on(2);
     ptec_runtime::set_threads(1);
     case_one.unwrap_or_else(|e| panic!("on one thread: {e}"));
     case_two.unwrap_or_else(|e| panic!("on two threads: {e}"));
@@ -110,6 +109,40 @@ fn conv_chains_on_two_threads_match_one_thread_and_pytorch() {
         one.iter().zip(&two).all(|(a, b)| a.to_bits() == b.to_bits()),
         "outputs differ between one and two threads: {one:?} vs {two:?}"
     );
+}
+
+#[test]
+fn conv_chains_on_two_threads_match_one_thread_and_pytorch() {
+    let mut x = Box::new([[[[0.0f32; 56]; 56]; 4]; 1]);
+    for (i, v) in x.iter_mut().flatten().flatten().flatten().enumerate() {
+        *v = (0.1 * i as f32).sin();
+    }
+    let mut model = conv_chains::Program::boxed();
+    chains_on_one_and_two_threads(|| {
+        let out: Vec<f32> = model.forward(&x).expect("forward").iter().flatten().copied().collect();
+        let tolerance = conv_chains::bundled::TOLERANCE;
+        (
+            out,
+            conv_chains::bundled::run_case(&mut *model, 0, tolerance).map_err(|e| e.to_string()),
+        )
+    });
+}
+
+#[test]
+fn hardswish_chains_on_two_threads_match_one_thread_and_pytorch() {
+    let mut x = Box::new([[[[0.0f32; 96]; 96]; 3]; 1]);
+    for (i, v) in x.iter_mut().flatten().flatten().flatten().enumerate() {
+        *v = 3.0 * (0.37 * i as f32).sin();
+    }
+    let mut model = xnnpack_hardswish::Program::boxed();
+    chains_on_one_and_two_threads(|| {
+        let out: Vec<f32> = model.forward(&x).expect("forward").iter().flatten().copied().collect();
+        let tolerance = xnnpack_hardswish::bundled::TOLERANCE;
+        (
+            out,
+            xnnpack_hardswish::bundled::run_case(&mut *model, 0, tolerance).map_err(|e| e.to_string()),
+        )
+    });
 }
 
 #[test]

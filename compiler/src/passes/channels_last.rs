@@ -30,7 +30,7 @@ use crate::ir::*;
 use crate::names::aten::{ADD, BATCH_NORM, CLAMP, CONVOLUTION, HARDTANH, MEAN, PERMUTE_COPY, RELU};
 use crate::names::{folded, AVG_POOL2D_NHWC, GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC};
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
-use ptec_runtime::kernels::nhwc::{Conv2dNhwc, FilterLayout, Window2d};
+use ptec_runtime::kernels::nhwc::{Activation, Conv2dNhwc, FilterLayout, Window2d};
 use std::collections::{HashMap, HashSet};
 
 /// NCHW → NHWC and back, as `permute_copy` dims.
@@ -673,6 +673,7 @@ impl Rewrite<'_> {
         let kept = push_f32_tensor(self.m, vec![len], placement);
         let residual = self.optional(residual);
         let layout = push_value(self.m, Value::Int(folded::layout_code(FilterLayout::Torch)));
+        let activation = push_value(self.m, Value::Int(folded::activation_code(Activation::Identity)));
         let args = folded::Args {
             x,
             weight: c.w,
@@ -687,6 +688,7 @@ impl Rewrite<'_> {
             residual,
             kept,
             layout,
+            activation,
             out,
         };
         self.call(folded::NAME, args.to_vec());

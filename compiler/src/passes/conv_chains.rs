@@ -1,7 +1,8 @@
 //! Passes over `ptec_xnn::conv2d_folded` calls (those the channels-last
 //! pass makes of aten convolutions and the XNNPACK lowering of its own),
 //! after [`crate::passes::channels_last`]: residual adds ([`fuse_residual_adds`]),
-//! the clamps after them ([`fuse_clamps`]), then chains.
+//! the clamps after them ([`fuse_clamps`]), activations
+//! ([`fuse_activations`]), then chains.
 //!
 //! Convolution chains:
 //! a pointwise `ptec_xnn::conv2d_folded` (or a stem: a regular one of a
@@ -21,12 +22,12 @@
 use crate::analysis::alias::share_bytes;
 use crate::analysis::uses::Uses;
 use crate::ir::*;
-use crate::names::aten::RELU;
-use crate::names::folded::{self, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
+use crate::names::aten::{HARDSWISH, MUL, RELU, SIGMOID};
+use crate::names::folded::{self, ACTIVATION, DILATION, GROUPS, MAX, MIN, OUT, PADDING, RESIDUAL, STRIDE, WEIGHT, X};
 use crate::names::CONV2D_FOLDED_CHAIN as CHAIN;
 use crate::passes::channels_last::{clamp_of, image, int, number, residual_add_after, usizes};
-use crate::passes::rewrite::{fuse_runs, Fused};
-use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Conv2dNhwc};
+use crate::passes::rewrite::{fuse_runs, push_value, Fused};
+use ptec_runtime::kernels::nhwc::{chain_scratch_len, chain_takes_residual, Activation, Conv2dNhwc};
 
 /// Smallest result between two convolutions worth a chain: below it the
 /// result stays in the L2 cache between them anyway.
@@ -84,13 +85,124 @@ pub fn fuse_clamps(m: &mut Method) {
     })
 }
 
+/// A `conv2d_folded` without an activation, followed by an activation of
+/// its result (read by nothing else), becomes one call that applies it to
+/// each band of results it writes: MobileNetV3's `hardswish`, and
+/// EfficientNet's SiLU as its export writes it (a `sigmoid`, then a `mul`
+/// of the result by it). The XNNPACK lowering leaves them as instructions
+/// of their own, each a pass over the whole result. Runs before
+/// [`fuse_chains`], whose stages may then be such calls.
+pub fn fuse_activations(m: &mut Method) {
+    for activation in [Activation::Hardswish, Activation::SigmoidMul] {
+        // The integer naming the activation, one value for every call
+        // made: taken back when there are none.
+        let code = push_value(m, Value::Int(folded::activation_code(activation)));
+        fuse_runs(m, |m, uses, n| {
+            let (len, args) = activation_args(m, uses, n, activation, code)?;
+            Some(Fused {
+                len,
+                name: folded::NAME,
+                reads: vec![args[X], args[RESIDUAL]],
+                out: args[OUT],
+                args,
+                logged_as_last: true,
+            })
+        });
+        let used = m
+            .instructions
+            .iter()
+            .any(|i| matches!(i, Instruction::Kernel { args, .. } if args.contains(&code)));
+        if !used && m.values.len() == code + 1 {
+            m.values.pop();
+        }
+    }
+}
+
+/// The length of the run from instruction `n` and the arguments of the
+/// call it becomes when it is a convolution and `activation` of its result
+/// (see [`fuse_activations`]); `code` is the value naming `activation`.
+fn activation_args(
+    m: &Method,
+    uses: &Uses,
+    n: usize,
+    activation: Activation,
+    code: usize,
+) -> Option<(usize, Vec<usize>)> {
+    let args = unactivated(m, n)?;
+    let x = args[OUT];
+    let (len, out) = match activation {
+        Activation::Hardswish => (2, hardswish_of(m, uses, n, x)?),
+        Activation::SigmoidMul => (3, sigmoid_mul_of(m, uses, n, x)?),
+        Activation::Identity => return None,
+    };
+    if image(m, out)? != image(m, x)? {
+        return None;
+    }
+    // As with a clamp: an output on the bytes the call reads moves, which
+    // only one that the method's kernels alone use may.
+    let clash = share_bytes(m, args[X], out) || share_bytes(m, args[RESIDUAL], out);
+    if clash && uses.kernel_uses(out, usize::MAX).is_none() {
+        return None;
+    }
+    let mut fused = args.to_vec();
+    fused[ACTIVATION] = code;
+    fused[OUT] = out;
+    Some((len, fused))
+}
+
+/// The result of instruction `n + 1` when it is the `hardswish` of `x`,
+/// which nothing else reads.
+fn hardswish_of(m: &Method, uses: &Uses, n: usize, x: usize) -> Option<usize> {
+    if uses.kernel_uses(x, n)? != [(n + 1, 0)] {
+        return None;
+    }
+    let (name, args) = kernel_name(m, m.instructions.get(n + 1)?)?;
+    let &[input, out, ret] = args else {
+        return None;
+    };
+    (name == HARDSWISH && input == x && ret == out).then_some(out)
+}
+
+/// The result of instruction `n + 2` when instructions `n + 1` and `n + 2`
+/// are `s = sigmoid(x)` and `x · s` (or `s · x`), and nothing else reads
+/// `x` or `s`.
+fn sigmoid_mul_of(m: &Method, uses: &Uses, n: usize, x: usize) -> Option<usize> {
+    let (name, args) = kernel_name(m, m.instructions.get(n + 1)?)?;
+    let &[input, s, ret] = args else {
+        return None;
+    };
+    if name != SIGMOID || input != x || ret != s || s == x {
+        return None;
+    }
+    let (name, args) = kernel_name(m, m.instructions.get(n + 2)?)?;
+    let &[a, b, y, ret] = args else {
+        return None;
+    };
+    let x_at = match (a, b) {
+        _ if name != MUL || ret != y => return None,
+        (a, b) if (a, b) == (x, s) => 0,
+        (a, b) if (a, b) == (s, x) => 1,
+        _ => return None,
+    };
+    let mut readers = uses.kernel_uses(x, n)?.to_vec();
+    readers.sort_unstable();
+    let only = readers == [(n + 1, 0), (n + 2, x_at)] && uses.kernel_uses(s, n + 1)? == [(n + 2, 1 - x_at)];
+    (only && image(m, s)? == image(m, x)?).then_some(y)
+}
+
+/// The arguments of instruction `n` when it is a `conv2d_folded` without an
+/// activation: the fusions of this module apply theirs before it.
+fn unactivated(m: &Method, n: usize) -> Option<&[usize]> {
+    let (name, args) = kernel_name(m, m.instructions.get(n)?)?;
+    let plain = int(m, *args.get(ACTIVATION)?)?;
+    (name == folded::NAME && args.len() == folded::COUNT && folded::activation(plain) == Some(Activation::Identity))
+        .then_some(args)
+}
+
 /// The arguments of the call that instruction `n` and the clamp after it
 /// become (see [`fuse_clamps`]), when they make one.
 fn clamp_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
-    let (name, args) = kernel_name(m, m.instructions.get(n)?)?;
-    if name != folded::NAME || args.len() != folded::COUNT {
-        return None;
-    }
+    let args = unactivated(m, n)?;
     let unclamped = number(m, args[MIN]) == Some(f64::NEG_INFINITY) && number(m, args[MAX]) == Some(f64::INFINITY);
     let readers = uses.kernel_uses(args[OUT], n)?;
     if !unclamped || readers != [(n + 1, 0)] {
@@ -127,10 +239,7 @@ fn clamp_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
 /// The arguments of the call that instruction `n` and the `add` after it
 /// become (see [`fuse_residual_adds`]), when they make one.
 fn residual_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
-    let (name, args) = kernel_name(m, m.instructions.get(n)?)?;
-    if name != folded::NAME || args.len() != folded::COUNT {
-        return None;
-    }
+    let args = unactivated(m, n)?;
     let plain = matches!(m.values.get(args[RESIDUAL]), Some(Value::Null))
         && number(m, args[MIN]) == Some(f64::NEG_INFINITY)
         && number(m, args[MAX]) == Some(f64::INFINITY);
@@ -222,7 +331,7 @@ fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
+    use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list};
     use ptec_runtime::kernels::nhwc::FilterLayout;
 
     const TORCH: FilterLayout = FilterLayout::Torch;
@@ -262,7 +371,8 @@ mod tests {
         args.push(push_value(m, Value::Double(6.0)));
         args.push(residual.unwrap_or(null));
         let layout = push_value(m, Value::Int(folded::layout_code(layout)));
-        args.extend([kept, layout, out]);
+        let activation = push_value(m, Value::Int(0));
+        args.extend([kept, layout, activation, out]);
         let call = kernel_call(m, folded::NAME, args);
         m.instructions.push(call);
         kept
@@ -643,5 +753,220 @@ mod tests {
         let want = m.clone();
         fuse_residual_adds(&mut m);
         assert_eq!(m, want);
+    }
+
+    /// `hardswish(x, out)` appended to `m`.
+    fn hardswish(m: &mut Method, x: usize, out: usize) {
+        let call = kernel_call(m, HARDSWISH, vec![x, out, out]);
+        m.instructions.push(call);
+    }
+
+    /// The activation instruction `i` of `m` (a folded convolution) applies.
+    fn activation_of(m: &mut Method, i: usize) -> Option<Activation> {
+        let code = kernel_args(m, i)[ACTIVATION];
+        folded::activation(int(m, code)?)
+    }
+
+    /// An expansion, a depthwise convolution, a projection: the first two
+    /// followed by hardswish, as in MobileNetV3's blocks, each result
+    /// `side² · 64` floats. The method and the hardswish results.
+    fn hardswish_block(side: usize) -> (Method, [usize; 2]) {
+        let mut m = method();
+        let x = planned(&mut m, [1, side, side, 8], 0);
+        let sizes = [1, side, side, 64];
+        let [e, he, d, hd] = [1, 2, 3, 4].map(|i| planned(&mut m, sizes, i << 24));
+        let out = planned(&mut m, [1, side, side, 8], 5 << 24);
+        m.inputs.push(x);
+        m.outputs.push(out);
+        folded(&mut m, TORCH, x, 64, 8, 1, 1, None, e);
+        hardswish(&mut m, e, he);
+        folded(&mut m, TORCH, he, 64, 1, 3, 64, None, d);
+        hardswish(&mut m, d, hd);
+        folded(&mut m, TORCH, hd, 8, 64, 1, 1, None, out);
+        (m, [he, hd])
+    }
+
+    #[test]
+    fn convolutions_absorb_the_hardswish_after_them() {
+        let (mut m, [he, hd]) = hardswish_block(8);
+        let values = m.values.len();
+        fuse_activations(&mut m);
+        assert_eq!(m.instructions.len(), 3);
+        assert_eq!(m.values.len(), values + 1, "one value names hardswish");
+        for (i, out) in [(0, he), (1, hd)] {
+            assert_eq!(activation_of(&mut m, i), Some(Activation::Hardswish));
+            assert_eq!(kernel_args(&mut m, i)[OUT], out);
+        }
+        assert_eq!(kernel_args(&mut m, 1)[X], he);
+        assert_eq!(activation_of(&mut m, 2), Some(Activation::Identity));
+        // Nothing left to fuse: nothing changes, no value is added.
+        let want = m.clone();
+        fuse_activations(&mut m);
+        assert_eq!(m, want);
+    }
+
+    /// With the hardswish inside them, the stages chain when their results
+    /// are large, each keeping its activation.
+    #[test]
+    fn hardswish_stages_chain() {
+        let (mut m, [he, hd]) = hardswish_block(48);
+        let want = m.clone();
+        fuse_chains(&mut m);
+        assert_eq!(m, want, "no chain through a separate hardswish");
+        fuse_activations(&mut m);
+        fuse_chains(&mut m);
+        let args = the_chain(&m);
+        assert_eq!(args.len(), 2 + 3 * (OUT - WEIGHT));
+        assert!(!args.contains(&he) && !args.contains(&hd));
+        let stage = |i: usize| folded::activation(int(&m, args[1 + i * (OUT - WEIGHT) + ACTIVATION - WEIGHT]).unwrap());
+        assert_eq!(
+            [stage(0), stage(1), stage(2)],
+            [
+                Some(Activation::Hardswish),
+                Some(Activation::Hardswish),
+                Some(Activation::Identity)
+            ]
+        );
+    }
+
+    #[test]
+    fn other_hardswish_stays_apart() {
+        let unchanged = |mut m: Method| {
+            let want = m.clone();
+            fuse_activations(&mut m);
+            assert_eq!(m, want);
+        };
+        // The convolution's result is read again after the hardswish.
+        let (mut m, [he, _]) = hardswish_block(8);
+        let e = kernel_args(&mut m, 1)[0];
+        let tail = planned(&mut m, [1, 8, 8, 64], 6 << 24);
+        let alpha = push_value(&mut m, Value::Int(1));
+        let add = kernel_call(&mut m, crate::names::aten::ADD, vec![e, he, alpha, tail, tail]);
+        m.instructions.truncate(2);
+        m.instructions.push(add);
+        m.outputs = vec![tail];
+        unchanged(m);
+        // A hardswish of something else (the convolution's input).
+        let mut m = method();
+        let x = planned(&mut m, [1, 8, 8, 64], 0);
+        let [y, z] = [1, 2].map(|i| planned(&mut m, [1, 8, 8, 64], i << 24));
+        m.inputs.push(x);
+        m.outputs.extend([y, z]);
+        folded(&mut m, TORCH, x, 64, 64, 1, 1, None, y);
+        hardswish(&mut m, x, z);
+        unchanged(m);
+        // A convolution that applies an activation already.
+        let mut m = method();
+        let x = planned(&mut m, [1, 8, 8, 64], 0);
+        let [y, z] = [1, 2].map(|i| planned(&mut m, [1, 8, 8, 64], i << 24));
+        m.inputs.push(x);
+        m.outputs.push(z);
+        folded(&mut m, TORCH, x, 64, 64, 1, 1, None, y);
+        kernel_args(&mut m, 0)[ACTIVATION] = push_value(&mut m, Value::Int(1));
+        hardswish(&mut m, y, z);
+        unchanged(m);
+    }
+
+    /// `sigmoid(x)` then `x · sigmoid` (or `sigmoid · x`) appended to `m`,
+    /// the sigmoid's result planned at `s_offset`.
+    fn silu(m: &mut Method, x: usize, out: usize, x_first: bool, s_offset: u64) {
+        let sizes = m.values[x].as_tensor().unwrap().sizes.clone();
+        let s = push_f32_tensor(
+            m,
+            sizes,
+            Placement::Planned {
+                buffer: 1,
+                offset: s_offset,
+            },
+        );
+        let sigmoid = kernel_call(m, SIGMOID, vec![x, s, s]);
+        let (a, b) = if x_first { (x, s) } else { (s, x) };
+        let mul = kernel_call(m, MUL, vec![a, b, out, out]);
+        m.instructions.extend([sigmoid, mul]);
+    }
+
+    /// EfficientNet's SiLU after a convolution, either way round, and after
+    /// both convolutions of a chain.
+    #[test]
+    fn convolutions_absorb_the_silu_after_them() {
+        for x_first in [true, false] {
+            let mut m = method();
+            let x = planned(&mut m, [1, 48, 48, 8], 0);
+            let [e, y, d, z] = [1, 2, 3, 4].map(|i| planned(&mut m, [1, 48, 48, 64], i << 24));
+            m.inputs.push(x);
+            m.outputs.push(z);
+            folded(&mut m, TORCH, x, 64, 8, 1, 1, None, e);
+            silu(&mut m, e, y, x_first, 5 << 24);
+            folded(&mut m, TORCH, y, 64, 1, 3, 64, None, d);
+            silu(&mut m, d, z, !x_first, 6 << 24);
+            let mut unchained = m.clone();
+            fuse_activations(&mut unchained);
+            assert_eq!(unchained.instructions.len(), 2);
+            for (i, out) in [(0, y), (1, z)] {
+                assert_eq!(activation_of(&mut unchained, i), Some(Activation::SigmoidMul));
+                assert_eq!(kernel_args(&mut unchained, i)[OUT], out);
+            }
+            fuse_activations(&mut m);
+            fuse_chains(&mut m);
+            let args = the_chain(&m);
+            assert_eq!((args[0], args[args.len() - 1]), (x, z));
+        }
+    }
+
+    #[test]
+    fn other_silus_stay_apart() {
+        let unchanged = |mut m: Method| {
+            let want = m.clone();
+            fuse_activations(&mut m);
+            assert_eq!(m, want);
+        };
+        let base = || {
+            let mut m = method();
+            let x = planned(&mut m, [1, 8, 8, 8], 0);
+            let [e, y] = [1, 2].map(|i| planned(&mut m, [1, 8, 8, 64], i << 24));
+            m.inputs.push(x);
+            m.outputs.push(y);
+            folded(&mut m, TORCH, x, 64, 8, 1, 1, None, e);
+            (m, e, y)
+        };
+        // The sigmoid's result is read again.
+        let (mut m, e, y) = base();
+        silu(&mut m, e, y, true, 3 << 24);
+        let s = kernel_args(&mut m, 1)[1];
+        m.outputs.push(s);
+        unchanged(m);
+        // The product is of the sigmoid and something else.
+        let (mut m, e, y) = base();
+        let other = planned(&mut m, [1, 8, 8, 64], 4 << 24);
+        m.inputs.push(other);
+        silu(&mut m, e, y, true, 3 << 24);
+        kernel_args(&mut m, 2)[0] = other;
+        unchanged(m);
+        // The sigmoid of something else.
+        let (mut m, e, y) = base();
+        let other = planned(&mut m, [1, 8, 8, 64], 4 << 24);
+        m.inputs.push(other);
+        silu(&mut m, e, y, true, 3 << 24);
+        kernel_args(&mut m, 1)[0] = other;
+        unchanged(m);
+    }
+
+    /// A hardswish written over the convolution's input (dead after it
+    /// before the fusion) moves to a buffer of its own.
+    #[test]
+    fn a_hardswish_planned_over_the_input_moves() {
+        let mut m = method();
+        let x = planned(&mut m, [1, 8, 8, 64], 0);
+        let y = planned(&mut m, [1, 8, 8, 64], 1 << 24);
+        let z = planned(&mut m, [1, 8, 8, 64], 0);
+        let tail = planned(&mut m, [1, 8, 8, 8], 2 << 24);
+        m.inputs.push(x);
+        m.outputs.push(tail);
+        folded(&mut m, TORCH, x, 64, 64, 1, 1, None, y);
+        hardswish(&mut m, y, z);
+        folded(&mut m, TORCH, z, 8, 64, 1, 1, None, tail);
+        fuse_activations(&mut m);
+        assert_eq!(m.instructions.len(), 2);
+        assert_moved_off(&mut m, z, x);
     }
 }

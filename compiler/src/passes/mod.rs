@@ -5,8 +5,8 @@
 //! 2. [`channels_last`]: convolution regions run on NHWC images, with
 //!    batch norms and clamps folded into the convolutions;
 //! 3. [`conv_chains`]: residual adds fold into the convolution before them,
-//!    then the clamps after those adds, and runs of 1×1 convolutions
-//!    become one chained call;
+//!    then the clamps after those adds and activations after convolutions,
+//!    and runs of 1×1 convolutions become one chained call;
 //! 4. [`qs8_chains`]: int8 inverted residual blocks of the XNNPACK
 //!    lowering become one call run band by band;
 //! 5. [`qs8_lut`]: an int8 value dequantized, through hardswish and
@@ -48,6 +48,7 @@ pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
         each_method(program, suites, channels_last::convert_method)?;
         each_method(program, suites, conv_chains::fuse_residual_adds)?;
         each_method(program, suites, conv_chains::fuse_clamps)?;
+        each_method(program, suites, conv_chains::fuse_activations)?;
         each_method(program, suites, conv_chains::fuse_chains)?;
         // No value another reads through shared bytes may change layout.
         for (old, new) in before.iter().zip(&program.methods) {

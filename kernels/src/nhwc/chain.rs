@@ -332,6 +332,7 @@ impl Chain<'_> {
                             one.window.batch = 1;
                             e.regular_rows(&one, x, from..hi, dst, gather);
                         }
+                        e.conv.activation.apply(dst);
                     }
                     held = lo..hi;
                     &expanded[..(hi - lo) * row]
@@ -359,10 +360,15 @@ impl Chain<'_> {
                 Some(p) => {
                     let mid = &mut band_out[..(o1 - o0) * dw_row];
                     depthwise_conv2d_nhwc(&band, input, d.filter, Some(d.bias), min, max, mid);
+                    d.conv.activation.apply(mid);
                     let residual_at = image * win.out_h * out_row + o0 * out_row;
                     p.pointwise((o1 - o0) * win.out_w, mid, residual_at, dst);
+                    p.conv.activation.apply(dst);
                 }
-                None => depthwise_conv2d_nhwc(&band, input, d.filter, Some(d.bias), min, max, dst),
+                None => {
+                    depthwise_conv2d_nhwc(&band, input, d.filter, Some(d.bias), min, max, dst);
+                    d.conv.activation.apply(dst);
+                }
             }
         }
     }
@@ -409,7 +415,7 @@ fn pad_right(win: &Window2d) -> usize {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::nhwc::{conv2d_folded, BatchNormFold};
+    use crate::nhwc::{conv2d_folded, Activation, BatchNormFold};
     use std::vec;
     use std::vec::Vec;
 
@@ -495,6 +501,7 @@ mod tests {
                 residual: (i == last && case.residual).then_some(&residual[..]),
                 min: [0.0, -1.0, -2.0][i],
                 max: [6.0, 1.0, 2.0][i],
+                activation: [Activation::Hardswish, Activation::SigmoidMul, Activation::Hardswish][i],
             })
             .collect();
         let x = rng(8, case.n * case.h * case.w * case.channels[0]);

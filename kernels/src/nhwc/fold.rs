@@ -73,7 +73,7 @@ pub enum FilterLayout {
 /// A convolution of NHWC images whose filter is a constant in PyTorch's
 /// or XNNPACK's layout, with an optional batch norm folded in and an
 /// optional residual (`[N, OH, OW, O]`, as the output) added: `out[N, OH,
-/// OW, O] = clamp(bn(conv(x, w) + bias) + residual)`. Ungrouped and
+/// OW, O] = activation(clamp(bn(conv(x, w) + bias) + residual))`. Ungrouped and
 /// depthwise convolutions only (see [`Conv2dNhwc::regular`] and
 /// [`Conv2dNhwc::depthwise`] for the geometry).
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +89,82 @@ pub struct FoldedConv<'a> {
     pub residual: Option<&'a [f32]>,
     pub min: f32,
     pub max: f32,
+    /// Applied to each result after the clamp.
+    pub activation: Activation,
+}
+
+/// What a [`FoldedConv`] applies to each result last: an activation that
+/// would otherwise take a pass of its own over the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// Nothing.
+    Identity,
+    /// `aten::hardswish` (MobileNetV3's), computed as
+    /// [`crate::scalar::hardswish`] computes it: the same bits.
+    Hardswish,
+    /// `x · sigmoid(x)`, each step rounded to `f32` (EfficientNet's SiLU
+    /// as its export writes it, a `sigmoid` then a `mul`), computed as
+    /// [`crate::scalar::SigmoidMul`] computes it.
+    SigmoidMul,
+}
+
+impl Activation {
+    /// Applies this activation to each element of `v`, on this thread.
+    pub(super) fn apply(self, v: &mut [f32]) {
+        struct Hardswish<'a>(&'a mut [f32]);
+        impl crate::cpu::Vectorized for Hardswish<'_> {
+            type Output = ();
+            #[inline(always)]
+            fn run(self) {
+                for v in self.0 {
+                    // `scalar::hardswish`'s operations in its order, as
+                    // comparisons the compiler vectorizes: NaN in, NaN out.
+                    let x = *v;
+                    let t = x + 3.0;
+                    let t = if t > 0.0 { t } else { 0.0 };
+                    let t = if t < 6.0 { t } else { 6.0 };
+                    *v = x * t / 6.0;
+                }
+            }
+        }
+        /// A [`crate::scalar::Lanes`] function of each element, in place.
+        struct InLanes<'a, F>(&'a mut [f32], core::marker::PhantomData<F>);
+        impl<F: crate::scalar::Lanes> crate::cpu::Vectorized for InLanes<'_, F> {
+            type Output = ();
+            #[inline(always)]
+            fn run(self) {
+                const L: usize = crate::scalar::LANES;
+                let mut chunks = self.0.chunks_exact_mut(L);
+                for chunk in &mut chunks {
+                    if let Ok(chunk) = <&mut [f32; L]>::try_from(chunk) {
+                        *chunk = F::lanes(chunk);
+                    }
+                }
+                for v in chunks.into_remainder() {
+                    *v = F::one(*v);
+                }
+            }
+        }
+        match self {
+            Activation::Identity => {}
+            Activation::Hardswish => crate::cpu::with_best_isa(Hardswish(v)),
+            Activation::SigmoidMul => {
+                crate::cpu::with_best_isa(InLanes::<crate::scalar::SigmoidMul>(v, core::marker::PhantomData))
+            }
+        }
+    }
+
+    /// [`Self::apply`] to the `rows` rows of `out`, `row_len` elements
+    /// each, in bands spread over the threads when there are enough.
+    pub(super) fn apply_rows(self, out: &mut [f32], rows: usize, row_len: usize) {
+        if self == Activation::Identity {
+            return;
+        }
+        // Below this many elements a second thread costs more than the
+        // pass (tens of nanoseconds per thousand elements).
+        let worth_splitting = out.len() >= 1 << 15;
+        crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|_, band| self.apply(band));
+    }
 }
 
 impl FoldedConv<'_> {
@@ -160,6 +236,8 @@ pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &m
         };
         conv_group(g, x, 0, filter, &e, out, &mut scratch[..g.gather_len()]);
     }
+    let rows = g.window.batch * g.window.out_h;
+    conv.activation.apply_rows(out, rows, g.window.out_w * g.out_c);
 }
 
 /// Writes the filter and bias of [`conv2d_folded`]: the convolution's
@@ -230,6 +308,46 @@ mod tests {
         out
     }
 
+    /// The fused activations give the bits of the instructions they
+    /// replace (`scalar::hardswish`; `x · sigmoid(x)`, each step rounded),
+    /// across their pieces, edges, infinities and NaN, in the tails of
+    /// vectors too.
+    #[test]
+    fn activations_give_the_scalar_bits() {
+        let mut xs: Vec<f32> = vec![
+            -3.0,
+            3.0,
+            -0.0,
+            0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MAX,
+            f32::MIN,
+        ];
+        xs.extend(rng(3, 1000).iter().map(|v| v * 8.0));
+        xs.extend((0..100).map(|i| -3.0 + i as f32 * 1e-7));
+        for len in [xs.len(), 1, 15, 17, 33] {
+            type Function = fn(f32) -> f32;
+            let silu: Function = |x| x * crate::scalar::sigmoid(x);
+            let hardswish: Function = crate::scalar::hardswish;
+            for (activation, f) in [(Activation::Hardswish, hardswish), (Activation::SigmoidMul, silu)] {
+                let mut got = xs[..len].to_vec();
+                activation.apply(&mut got);
+                for (&x, &y) in xs.iter().zip(&got) {
+                    let want = f(x);
+                    assert!(
+                        y.to_bits() == want.to_bits() || (y.is_nan() && want.is_nan()),
+                        "{activation:?}({x}) = {y}, not {want}"
+                    );
+                }
+            }
+            let mut same = xs[..len].to_vec();
+            Activation::Identity.apply(&mut same);
+            assert!(same.iter().zip(&xs).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+
     /// `conv2d_folded` against aten's NCHW convolution then batch norm
     /// (then a residual added), ungrouped (multiplied from the image, 1×1,
     /// gathered) and depthwise, with and without bias, batch norm and
@@ -254,12 +372,12 @@ mod tests {
                 continue;
             }
             let combinations = [
-                (true, true, false),
-                (false, true, false),
-                (true, false, false),
-                (true, true, true),
+                (true, true, false, Activation::Identity),
+                (false, true, false, Activation::Hardswish),
+                (true, false, false, Activation::SigmoidMul),
+                (true, true, true, Activation::Hardswish),
             ];
-            for (combination, (with_bias, with_bn, with_residual)) in combinations.into_iter().enumerate() {
+            for (combination, (with_bias, with_bn, with_residual, activation)) in combinations.into_iter().enumerate() {
                 let o = ws[0];
                 let x = rng(ci as u64, xs.iter().product());
                 let w = rng(10 + ci as u64, ws.iter().product());
@@ -366,6 +484,7 @@ mod tests {
                         residual: residual.as_deref(),
                         min: -1.5,
                         max: 2.0,
+                        activation,
                     };
                     // The third call runs as ptec's code does when it
                     // prepared the filter at compile time: without the
@@ -387,9 +506,14 @@ mod tests {
                         conv2d_folded(conv, &xl, &kept, &mut got, &mut scratch);
                         for (k, (&a, &b)) in got.iter().zip(&want).enumerate() {
                             let b = b.clamp(-1.5, 2.0);
+                            let b = match activation {
+                                Activation::Identity => b,
+                                Activation::Hardswish => crate::scalar::hardswish(b),
+                                Activation::SigmoidMul => b * crate::scalar::sigmoid(b),
+                            };
                             assert!(
                                 (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                                "case {ci} {layout:?} ({with_bias}, {with_bn}, {with_residual}) call {call} [{k}]: {a} vs {b}"
+                                "case {ci} {layout:?} ({with_bias}, {with_bn}, {with_residual}, {activation:?}) call {call} [{k}]: {a} vs {b}"
                             );
                         }
                     }

@@ -377,12 +377,13 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 
 /// `conv2d_folded.out(input, weight, bias?, bn_weight?, bn_bias?,
 /// bn_mean?, bn_var?, bn_eps?, padding, stride, dilation, groups,
-/// output_min, output_max, residual?, kept, out)`: an aten convolution run
+/// output_min, output_max, residual?, kept, layout, activation, out)`: an aten convolution run
 /// on NHWC images (see [`crate::passes::channels_last`]). Input `[N, H, W, C]`,
 /// weight in PyTorch's layout `[O, C / groups, kH, kW]`, ungrouped or
 /// depthwise; an inference batch norm is folded in when `bn_mean` and
 /// `bn_var` are given; `residual` (sized as `out`) is added before the
-/// clamp. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
+/// clamp, and `activation` (an integer: `folded::activation`) applied
+/// last. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
 /// holds the prepared filter from run to run.
 fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(folded::COUNT)?;
@@ -402,7 +403,7 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     })
 }
 
-/// `conv2d_folded_chain.out(input, <the 16 arguments of a
+/// `conv2d_folded_chain.out(input, <the 17 arguments of a
 /// conv2d_folded after its input> for each of 2 or 3 convolutions, out)`:
 /// a pointwise then a depthwise convolution, a depthwise then a pointwise
 /// one, or all three, each reading the previous one's result, run together
@@ -454,7 +455,8 @@ fn conv2d_folded_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 
 /// Arguments of one folded convolution after its input (see
 /// [`folded`]): weight, bias, four batch norm tensors and eps, padding,
-/// stride, dilation, groups, the output range, residual, kept.
+/// stride, dilation, groups, the output range, residual, kept, layout,
+/// activation.
 const FOLDED_ARGS: usize = folded::OUT - folded::WEIGHT;
 
 /// A folded convolution's checked geometry and emitted operands.
@@ -486,6 +488,8 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     let groups = super::conv::usize_arg(ctx, arg(folded::GROUPS))?;
     let code = ctx.int(arg(folded::LAYOUT))?;
     let layout = folded::layout(code).ok_or_else(|| format!("{code} names no filter layout"))?;
+    let code = ctx.int(arg(folded::ACTIVATION))?;
+    let activation = folded::activation(code).ok_or_else(|| format!("{code} names no activation"))?;
     let (min, max) = bounds(ctx, arg(folded::MIN))?;
     let residual = ctx.opt_tensor(arg(folded::RESIDUAL))?;
     let kept = ctx.tensor(arg(folded::KEPT))?;
@@ -562,6 +566,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
                 residual: None,
                 min: f32::NEG_INFINITY,
                 max: f32::INFINITY,
+                activation,
             };
             conv.prepare(into);
             Ok(())
@@ -586,6 +591,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     };
     let geometry = conv_tokens(&g);
     let layout = format_ident!("{layout:?}");
+    let activation = format_ident!("{activation:?}");
     let (wi, s1) = ctx.read_if_needed(&w, !prepared)?;
     let (bi, s2) = if prepared {
         (quote!(None), quote!())
@@ -600,6 +606,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
             #s1 #s2 #s_bn #s3
             let #conv = ::ptec_runtime::kernels::nhwc::FoldedConv {
                 geometry: #geometry, layout: ::ptec_runtime::kernels::nhwc::FilterLayout::#layout, w: #wi, bias: #bi, bn: #bn, residual: #ri, min: #min, max: #max,
+                activation: ::ptec_runtime::kernels::nhwc::Activation::#activation,
             };
             #s_kept
         },

@@ -33,7 +33,7 @@ use crate::read::xnnpack::{
 };
 use crate::shapes::{batch_matmul_sizes, broadcast, contiguous_strides};
 use ptec_runtime::kernels::gemm::packed_len;
-use ptec_runtime::kernels::nhwc::{Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window2d};
+use ptec_runtime::kernels::nhwc::{Activation, Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window2d};
 
 mod quantized;
 
@@ -1042,6 +1042,7 @@ impl<'a> CallLowering<'a> {
                 residual: null,
                 kept: self.kept_packing(*filter, g.folded_len()),
                 layout: self.push(Value::Int(folded::layout_code(FilterLayout::Xnnpack))),
+                activation: self.push(Value::Int(folded::activation_code(Activation::Identity))),
                 out: self.slot(*out),
             };
             self.kernel(folded::NAME, args.to_vec());
