@@ -160,8 +160,8 @@ impl Activation {
         if self == Activation::Identity {
             return;
         }
-        // Below this many elements a second thread costs more than the
-        // pass (tens of nanoseconds per thousand elements).
+        // Small outputs stay on one thread, where handing half of the
+        // pass to another would cost more than it saves.
         let worth_splitting = out.len() >= 1 << 15;
         crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|_, band| self.apply(band));
     }
