@@ -51,17 +51,7 @@ pub fn fuse_chains(m: &mut Method) {
 /// itself). The sum loses its plan when its bytes are the input's or the
 /// residual's, as a chain's output does.
 pub fn fuse_residual_adds(m: &mut Method) {
-    fuse_runs(m, |m, uses, n| {
-        let args = residual_args(m, uses, n)?;
-        Some(Fused {
-            len: 2,
-            name: folded::NAME,
-            reads: vec![args[X], args[RESIDUAL]],
-            out: args[OUT],
-            args,
-            logged_as_last: false,
-        })
-    })
+    fuse_runs(m, |m, uses, n| Some(folded_call(2, residual_args(m, uses, n)?, false)))
 }
 
 /// A `conv2d_folded` that clamps nothing, followed by a `clamp` or
@@ -71,18 +61,7 @@ pub fn fuse_residual_adds(m: &mut Method) {
 /// residual (ResNet's `relu(conv(x) + x)`); the channels-last pass fuses
 /// aten's clamps itself. A `relu` stays apart: it has no bound to reuse.
 pub fn fuse_clamps(m: &mut Method) {
-    fuse_runs(m, |m, uses, n| {
-        let args = clamp_args(m, uses, n)?;
-        Some(Fused {
-            len: 2,
-            name: folded::NAME,
-            // A null residual shares no bytes with anything.
-            reads: vec![args[X], args[RESIDUAL]],
-            out: args[OUT],
-            args,
-            logged_as_last: true,
-        })
-    })
+    fuse_runs(m, |m, uses, n| Some(folded_call(2, clamp_args(m, uses, n)?, true)))
 }
 
 /// A `conv2d_folded` without an activation, followed by an activation of
@@ -99,14 +78,7 @@ pub fn fuse_activations(m: &mut Method) {
         let code = push_value(m, Value::Int(folded::activation_code(activation)));
         fuse_runs(m, |m, uses, n| {
             let (len, args) = activation_args(m, uses, n, activation, code)?;
-            Some(Fused {
-                len,
-                name: folded::NAME,
-                reads: vec![args[X], args[RESIDUAL]],
-                out: args[OUT],
-                args,
-                logged_as_last: true,
-            })
+            Some(folded_call(len, args, true))
         });
         let used = m
             .instructions
@@ -116,6 +88,28 @@ pub fn fuse_activations(m: &mut Method) {
             m.values.pop();
         }
     }
+}
+
+/// The `len` instructions of a run as one `conv2d_folded` call with
+/// `args`, which reads its input and residual (a null one shares no bytes).
+fn folded_call(len: usize, args: Vec<usize>, logged_as_last: bool) -> Fused {
+    Fused {
+        len,
+        name: folded::NAME,
+        reads: vec![args[X], args[RESIDUAL]],
+        out: args[OUT],
+        args,
+        logged_as_last,
+    }
+}
+
+/// Whether the fused call's `args` may stand: an output on the bytes the
+/// call reads moves (see [`fuse_runs`]), which only one that the method's
+/// kernels alone use may.
+fn output_may_move(m: &Method, uses: &Uses, args: &[usize]) -> bool {
+    let out = args[OUT];
+    let clash = share_bytes(m, args[X], out) || share_bytes(m, args[RESIDUAL], out);
+    !clash || uses.kernel_uses(out, usize::MAX).is_some()
 }
 
 /// The length of the run from instruction `n` and the arguments of the
@@ -138,16 +132,10 @@ fn activation_args(
     if image(m, out)? != image(m, x)? {
         return None;
     }
-    // As with a clamp: an output on the bytes the call reads moves, which
-    // only one that the method's kernels alone use may.
-    let clash = share_bytes(m, args[X], out) || share_bytes(m, args[RESIDUAL], out);
-    if clash && uses.kernel_uses(out, usize::MAX).is_none() {
-        return None;
-    }
     let mut fused = args.to_vec();
     fused[ACTIVATION] = code;
     fused[OUT] = out;
-    Some((len, fused))
+    output_may_move(m, uses, &fused).then_some((len, fused))
 }
 
 /// The result of instruction `n + 1` when it is the `hardswish` of `x`,
@@ -216,12 +204,6 @@ fn clamp_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
     if x != args[OUT] {
         return None;
     }
-    // As with a residual add: an output on the bytes the call reads moves,
-    // which only one that the method's kernels alone use may.
-    let clash = share_bytes(m, args[X], out) || share_bytes(m, args[RESIDUAL], out);
-    if clash && uses.kernel_uses(out, usize::MAX).is_none() {
-        return None;
-    }
     // The clamp's own bound values, or the convolution's infinite ones
     // where the clamp has none.
     let (lo_arg, hi_arg) = (clamp_args[1], clamp_args[2]);
@@ -233,7 +215,7 @@ fn clamp_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
         fused[MAX] = hi_arg;
     }
     fused[OUT] = out;
-    Some(fused)
+    output_may_move(m, uses, &fused).then_some(fused)
 }
 
 /// The arguments of the call that instruction `n` and the `add` after it
@@ -247,16 +229,10 @@ fn residual_args(m: &Method, uses: &Uses, n: usize) -> Option<Vec<usize>> {
         return None;
     }
     let (residual, sum) = residual_add_after(m, uses, n, args[OUT])?;
-    // A sum whose bytes are the input's or the residual's moves, which
-    // only one that the method's kernels alone use may.
-    let clash = share_bytes(m, args[X], sum) || share_bytes(m, residual, sum);
-    if clash && uses.kernel_uses(sum, usize::MAX).is_none() {
-        return None;
-    }
     let mut fused = args.to_vec();
     fused[RESIDUAL] = residual;
     fused[OUT] = sum;
-    Some(fused)
+    output_may_move(m, uses, &fused).then_some(fused)
 }
 
 /// The arguments of a chain made of the `len` instructions from `n`, when
