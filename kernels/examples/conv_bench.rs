@@ -91,6 +91,7 @@ fn main() {
             residual: residual.then_some(&res[..]),
             min: 0.0,
             max: f32::INFINITY,
+            activation: ptec_kernels::activation::Activation::Identity,
         };
         for &t in &threads {
             ptec_kernels::parallel::set_threads(t);

@@ -64,6 +64,7 @@ pub type KernelResult = Result<(), KernelError>;
 /// The largest tensor rank the kernels handle.
 pub const MAX_RANK: usize = 16;
 
+pub mod activation;
 pub mod attention;
 pub mod complex;
 pub mod conv;

@@ -501,6 +501,7 @@ pub fn fully_connected(
         residual: None,
         min,
         max,
+        activation: crate::activation::Activation::Identity,
     };
     let b_trans = !weight_transposed;
     match packed {

@@ -1012,6 +1012,7 @@ pub(crate) mod tests {
                 residual: Some(&residual),
                 min: -3.0,
                 max: 3.0,
+                activation: crate::activation::Activation::Identity,
             };
             gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
             c
@@ -1045,6 +1046,7 @@ pub(crate) mod tests {
                 residual: Some(&residual),
                 min: -0.5,
                 max: 0.5,
+                activation: crate::activation::Activation::Identity,
             };
             gemm_packed(m, n, k, &a, lda, &packed, &e, &mut c, ldc);
             c
@@ -1063,6 +1065,7 @@ pub(crate) mod tests {
                 residual: Some(&residual),
                 min: -2.0,
                 max: 2.0,
+                activation: crate::activation::Activation::Identity,
             };
             gemm_packed(1, n, k, &a, k, &packed, &e, &mut c, n);
             c
@@ -1122,6 +1125,7 @@ pub(crate) mod tests {
                     residual: None,
                     min: -4.0,
                     max: 4.0,
+                    activation: crate::activation::Activation::Identity,
                 };
                 crate::gemm::sgemm_fused(m, n, k, 0.5, &a, a_trans, &b, b_trans, 0.25, &e, &mut c, &mut scratch);
                 c

@@ -39,6 +39,7 @@
 //!   fewer rows), chosen at run time with the `std` feature, else from the
 //!   compile-time target features (`crate::cpu`; NEON always at compile
 //!   time).
+use crate::activation::Activation;
 use crate::cpu::Isa;
 
 #[cfg(target_arch = "x86_64")]
@@ -70,7 +71,8 @@ const MC: usize = 192;
 
 /// What happens to each result as it is stored: `bias[j]` is added to
 /// column `j`, then the residual's element at the same place, then the
-/// value is clamped to `[min, max]` (NaN stays NaN, as `relu` keeps it).
+/// value is clamped to `[min, max]` (NaN stays NaN, as `relu` keeps it),
+/// then the activation applied.
 #[derive(Clone, Copy, Debug)]
 pub struct Epilogue<'a> {
     /// At least `n` elements, when present.
@@ -81,6 +83,9 @@ pub struct Epilogue<'a> {
     pub residual: Option<&'a [f32]>,
     pub min: f32,
     pub max: f32,
+    /// Applied to rows of results soon after they are stored, while they
+    /// are still in cache.
+    pub activation: Activation,
 }
 
 impl<'a> Epilogue<'a> {
@@ -90,6 +95,7 @@ impl<'a> Epilogue<'a> {
         residual: None,
         min: f32::NEG_INFINITY,
         max: f32::INFINITY,
+        activation: Activation::Identity,
     };
 
     /// A bias (if any), then `relu` when asked.
@@ -99,6 +105,7 @@ impl<'a> Epilogue<'a> {
             residual: None,
             min: if relu { 0.0 } else { f32::NEG_INFINITY },
             max: f32::INFINITY,
+            activation: Activation::Identity,
         }
     }
 
@@ -106,8 +113,9 @@ impl<'a> Epilogue<'a> {
         self.min > f32::NEG_INFINITY || self.max < f32::INFINITY
     }
 
-    /// Applies the bias (when `first`, the first depth block) and the clamp
-    /// (when `last`) to `row`, whose first element is column `col0`.
+    /// Applies the bias (when `first`, the first depth block), the clamp
+    /// and the activation (when `last`) to `row`, whose first element is
+    /// column `col0`.
     #[inline(always)]
     fn apply(&self, row: &mut [f32], col0: usize, first: bool, last: bool) {
         if let (true, Some(b)) = (first, self.bias) {
@@ -117,7 +125,7 @@ impl<'a> Epilogue<'a> {
         }
         if last && self.clamps() {
             let (lo, hi) = (self.min, self.max);
-            for x in row {
+            for x in row.iter_mut() {
                 // Comparisons with NaN are false: NaN passes through.
                 if *x < lo {
                     *x = lo;
@@ -125,6 +133,9 @@ impl<'a> Epilogue<'a> {
                     *x = hi;
                 }
             }
+        }
+        if last {
+            self.activation.apply(row);
         }
     }
 }
@@ -489,6 +500,7 @@ fn multiply(
                 }
                 *o = v.max(epilogue.min).min(epilogue.max);
             }
+            epilogue.activation.apply(&mut c[i * ldc..][..n]);
         }
         return;
     }
@@ -606,7 +618,9 @@ fn dispatch(p: &Product<'_>, single_row: bool, c: Out) {
     {
         let avx2 = avx2::Avx2::detect();
         if let (true, Some(t)) = (single_row && p.m == 1, avx2) {
-            return t.one_row(p, c);
+            t.one_row(p, c);
+            let mut c = c;
+            return p.epilogue.activation.apply(c.row(0, p.n));
         }
         if let Some(t) = avx512::Avx512::detect() {
             return p.run(t.for_rows(p.m), c);
@@ -906,6 +920,7 @@ mod tests {
                 residual: with_residual.then_some(&residual[..]),
                 min,
                 max,
+                activation: Activation::Identity,
             };
             let mut c = vec![f32::NAN; m * n];
             gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
@@ -923,6 +938,105 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A product with an activation stores what the product without one
+    /// stores, then activated, bit for bit, on every path: one row, rows
+    /// past a band of activated rows, strips outermost (split by strips
+    /// on two threads), two depth blocks, two column blocks, no depth,
+    /// gathered rows, and `sgemm_fused`'s direct, split and blocked paths.
+    #[test]
+    fn activations_apply_to_what_the_product_stores() {
+        let packed_shapes: &[(usize, usize, usize)] = if cfg!(miri) {
+            &[(1, 37, 3), (5, 33, 4), (3, 5, 0)]
+        } else {
+            &[
+                (1, 300, 40),
+                (3, 37, 5),
+                (200, 72, 24),
+                (49, 960, 320),
+                (400, 40, 513),
+                (20, 600, 8),
+                (5, 7, 0),
+            ]
+        };
+        let sgemm_shapes: &[(usize, usize, usize)] = if cfg!(miri) {
+            &[(3, 5, 4)]
+        } else {
+            &[(3, 5, 4), (1, 1100, 128), (64, 70, 300)]
+        };
+        let activations = [Activation::Hardswish, Activation::SigmoidMul];
+        // Each product with its epilogue's activation, and without it
+        // then activated: the same bits.
+        let same = |label: &str, run: &dyn Fn(&Epilogue<'_>, &mut [f32]), e: &Epilogue<'_>, len: usize| {
+            for activation in activations {
+                let mut want = vec![f32::NAN; len];
+                run(e, &mut want);
+                activation.apply(&mut want);
+                let mut got = vec![f32::NAN; len];
+                run(&Epilogue { activation, ..*e }, &mut got);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "{label} {activation:?} [{i}]: {g} vs {w}"
+                    );
+                }
+            }
+        };
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        for threads in [1, 2] {
+            crate::parallel::set_threads(threads);
+            for (i, &(m, n, k)) in packed_shapes.iter().enumerate() {
+                let seed = 10 * i as u64;
+                let ldc = n + 3;
+                let (a, b, bias) = (rng(seed, m * k), rng(seed + 1, k * n), rng(seed + 2, n));
+                let residual: Vec<f32> = rng(seed + 3, m * ldc).iter().map(|v| v * 4.0).collect();
+                let mut packed = vec![0.0f32; packed_len(k, n)];
+                pack(&b, k, n, false, &mut packed);
+                let e = Epilogue {
+                    bias: Some(&bias),
+                    residual: (i % 2 == 0).then_some(&residual[..]),
+                    min: if i % 3 == 0 { -2.0 } else { f32::NEG_INFINITY },
+                    max: f32::INFINITY,
+                    activation: Activation::Identity,
+                };
+                let label = std::format!("{threads} thread(s), {m}x{n}x{k}");
+                let run = |e: &Epilogue<'_>, c: &mut [f32]| gemm_packed(m, n, k, &a, k, &packed, e, c, ldc);
+                same(&label, &run, &e, m * ldc);
+            }
+            for (i, &(m, n, k)) in sgemm_shapes.iter().enumerate() {
+                let seed = 100 + 10 * i as u64;
+                let (a, b, bias) = (rng(seed, m * k), rng(seed + 1, k * n), rng(seed + 2, n));
+                let e = Epilogue::new(Some(&bias), false);
+                let mut scratch = vec![0.0f32; gemm_scratch_len(m, n, k)];
+                let scratch = core::cell::RefCell::new(&mut scratch[..]);
+                let label = std::format!("sgemm, {threads} thread(s), {m}x{n}x{k}");
+                let run = |e: &Epilogue<'_>, c: &mut [f32]| {
+                    sgemm_fused(m, n, k, 0.5, &a, false, &b, true, 0.0, e, c, &mut scratch.borrow_mut())
+                };
+                same(&label, &run, &e, m * n);
+            }
+            // Gathered rows (each of 3 runs of 40 of the source), more
+            // than a band of them.
+            let (m, n, taps, run) = (300, 64, 3, 40);
+            if runs_indirect(n) && !cfg!(miri) {
+                let x = rng(7, 1000);
+                let offsets: Vec<usize> = (0..m * taps)
+                    .map(|t| if t % 7 == 3 { ZERO_TAP } else { (t * 37) % (1000 - run) })
+                    .collect();
+                let zeros = vec![0.0f32; run];
+                let gather = Gather::new(&x, &offsets, taps, run, &zeros).unwrap();
+                let (b, bias) = (rng(8, taps * run * n), rng(9, n));
+                let mut packed = vec![0.0f32; packed_len(taps * run, n)];
+                pack(&b, taps * run, n, false, &mut packed);
+                let e = Epilogue::new(Some(&bias), true);
+                let label = std::format!("gathered, {threads} thread(s)");
+                let product = |e: &Epilogue<'_>, c: &mut [f32]| gemm_indirect(m, n, &gather, &packed, e, c, n);
+                same(&label, &product, &e, m * n);
+            }
+        }
+        crate::parallel::set_threads(1);
     }
 
     #[test]
@@ -1034,6 +1148,7 @@ mod tests {
                     residual: residual.as_deref(),
                     min: -1.0,
                     max: 2.0,
+                    activation: Activation::Identity,
                 };
                 let check = |c: &[f32]| {
                     for i in 0..m {

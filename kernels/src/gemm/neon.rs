@@ -355,6 +355,7 @@ mod tests {
                 residual: residual.then_some(&self.residual[..]),
                 min: if clamp { -0.75 } else { f32::NEG_INFINITY },
                 max: if clamp { 0.5 } else { f32::INFINITY },
+                activation: crate::activation::Activation::Identity,
             }
         }
 

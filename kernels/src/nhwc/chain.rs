@@ -18,6 +18,7 @@
 use super::depthwise::depthwise_conv2d_nhwc;
 use super::fold::FoldedConv;
 use super::{direct, im2col, Conv2dNhwc, Window2d};
+use crate::activation::Activation;
 use crate::gemm::gemm_packed;
 use crate::gemm::Epilogue;
 use core::ops::Range;
@@ -252,6 +253,8 @@ impl Stage<'_> {
             residual: self.conv.residual.map(|r| &r[residual_at..]),
             min: self.conv.min,
             max: self.conv.max,
+            // Applied by the chain to each band.
+            activation: Activation::Identity,
         }
     }
 

@@ -130,6 +130,7 @@ pub fn conv2d_nhwc(
             residual: None,
             min,
             max,
+            activation: crate::activation::Activation::Identity,
         };
         conv_group(g, x, gi, filter, &e, out, cols);
     }
@@ -162,6 +163,8 @@ pub(super) fn conv_group(
                 // no residual: the sum and the clamp take a second pass.
                 direct::conv(g, x, filter, &Epilogue::new(e.bias, false), out);
                 add_residual(out, r, e.min, e.max);
+                e.activation
+                    .apply_rows(out, g.window.batch * g.window.out_h, g.window.out_w * o);
             }
         }
         return;
@@ -263,6 +266,7 @@ mod tests {
                         residual: None,
                         min,
                         max,
+                        activation: crate::activation::Activation::Identity,
                     };
                     let row_len = g.window.out_w * g.out_c;
                     let rows = 1..g.window.batch * g.window.out_h - 1;
@@ -290,6 +294,7 @@ mod tests {
                         residual: None,
                         min,
                         max,
+                        activation: crate::activation::Activation::Identity,
                     };
                     direct::conv_on(false, &g, &x, &kept, &e, &mut out);
                     close(&out, &want);
@@ -333,6 +338,7 @@ mod tests {
                     residual: Some(&residual),
                     min: -0.5,
                     max: 0.75,
+                    activation: crate::activation::Activation::Identity,
                 };
                 let mut out = vec![f32::NAN; want.len()];
                 let mut cols = vec![f32::NAN; g.gather_len()];

@@ -5,6 +5,7 @@
 //! (AVX-512, any other window), `dw_avx2` (AVX2 + FMA, windows whose
 //! rows fit its ring) and `dw_neon` (aarch64 NEON, any window).
 use super::{clamp, for_each_output, for_each_tap, Conv2dNhwc, Window2d};
+use crate::activation::Activation;
 
 #[cfg(target_arch = "x86_64")]
 mod dw3x3;
@@ -31,6 +32,23 @@ pub fn depthwise_conv2d_nhwc(
     max: f32,
     out: &mut [f32],
 ) {
+    depthwise_activated(g, x, w, bias, min, max, Activation::Identity, out);
+}
+
+/// [`depthwise_conv2d_nhwc`], then `activation` of each result: in each
+/// thread's band of rows as soon as it is written where the kernel splits
+/// rows, else in a pass of its own.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn depthwise_activated(
+    g: &Conv2dNhwc,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    activation: Activation,
+    out: &mut [f32],
+) {
     let win = &g.window;
     let (c, o) = (g.in_c, g.out_c);
     let x = &x[..win.batch * win.in_h * win.in_w * c];
@@ -55,7 +73,9 @@ pub fn depthwise_conv2d_nhwc(
             // SAFETY: AVX-512F was detected on this CPU; the slices above
             // have the lengths the geometry implies.
             unsafe { dw3x3::depthwise3x3_avx512(&d, out) };
-            return;
+            // Its threads split the channels: the activation's pass
+            // splits the rows.
+            return activation.apply_rows(out, win.batch * win.out_h, win.out_w * o);
         }
         // With threads, each takes a band of output rows.
         let worth_splitting = out.len() * win.kernel_h * win.kernel_w >= 1 << 17;
@@ -65,6 +85,7 @@ pub fn depthwise_conv2d_nhwc(
             // have the lengths the geometry implies, and `band` holds the
             // output rows `rows`.
             unsafe { dw_avx512::depthwise_avx512(&d, band, rows) };
+            activation.apply(band);
         });
         return;
     }
@@ -73,7 +94,7 @@ pub fn depthwise_conv2d_nhwc(
         // SAFETY: AVX2 and FMA were detected on this CPU; the slices above
         // have the lengths the geometry implies.
         unsafe { dw_avx2::depthwise_avx2(&d, out) };
-        return;
+        return activation.apply_rows(out, win.batch * win.out_h, win.out_w * o);
     }
     #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     if c == o {
@@ -85,10 +106,12 @@ pub fn depthwise_conv2d_nhwc(
             // have the lengths the geometry implies, and `band` holds the
             // output rows `rows`.
             unsafe { dw_neon::depthwise_neon(&d, band, rows) };
+            activation.apply(band);
         });
         return;
     }
     depthwise_portable(&d, out);
+    activation.apply_rows(out, win.batch * win.out_h, win.out_w * o);
 }
 
 /// The inputs of a depthwise convolution, checked against its geometry by

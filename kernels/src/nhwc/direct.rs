@@ -35,7 +35,7 @@ pub(crate) fn fits(g: &Conv2dNhwc) -> bool {
     }
 }
 
-/// `out = clamp(conv(x, filter) + bias)` for a convolution [`fits`]
+/// `out = activation(clamp(conv(x, filter) + bias))` for a convolution [`fits`]
 /// accepted; `filter` is packed by [`crate::gemm::pack`] (depth × O, depth in
 /// the window's `kH, kW, C` order), `out` holds all output pixels. Output
 /// rows are split across threads.
@@ -123,6 +123,7 @@ pub(crate) fn conv_band(
             conv_rows::<6>(g, x, &f, offset, rows, band, tile_avx2)
         }
     }
+    e.activation.apply(band);
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -6,8 +6,9 @@
 //! weights are embedded. Regular convolutions then run as [`super::conv`]
 //! runs them, depthwise ones as [`super::depthwise`] does.
 use super::conv::{add_residual, conv_group};
-use super::depthwise::depthwise_conv2d_nhwc;
+use super::depthwise::{depthwise_activated, depthwise_conv2d_nhwc};
 use super::Conv2dNhwc;
+use crate::activation::Activation;
 use crate::gemm::packing::{stamp, stamped};
 use crate::gemm::{pack_with, Epilogue};
 
@@ -93,80 +94,6 @@ pub struct FoldedConv<'a> {
     pub activation: Activation,
 }
 
-/// What a [`FoldedConv`] applies to each result last: an activation that
-/// would otherwise take a pass of its own over the output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// Nothing.
-    Identity,
-    /// `aten::hardswish` (MobileNetV3's), computed as
-    /// [`crate::scalar::hardswish`] computes it: the same bits.
-    Hardswish,
-    /// `x · sigmoid(x)`, each step rounded to `f32` (EfficientNet's SiLU
-    /// as its export writes it, a `sigmoid` then a `mul`), computed as
-    /// [`crate::scalar::SigmoidMul`] computes it.
-    SigmoidMul,
-}
-
-impl Activation {
-    /// Applies this activation to each element of `v`, on this thread.
-    pub(super) fn apply(self, v: &mut [f32]) {
-        struct Hardswish<'a>(&'a mut [f32]);
-        impl crate::cpu::Vectorized for Hardswish<'_> {
-            type Output = ();
-            #[inline(always)]
-            fn run(self) {
-                for v in self.0 {
-                    // `scalar::hardswish`'s operations in its order, as
-                    // comparisons the compiler vectorizes: NaN in, NaN out.
-                    let x = *v;
-                    let t = x + 3.0;
-                    let t = if t > 0.0 { t } else { 0.0 };
-                    let t = if t < 6.0 { t } else { 6.0 };
-                    *v = x * t / 6.0;
-                }
-            }
-        }
-        /// A [`crate::scalar::Lanes`] function of each element, in place.
-        struct InLanes<'a, F>(&'a mut [f32], core::marker::PhantomData<F>);
-        impl<F: crate::scalar::Lanes> crate::cpu::Vectorized for InLanes<'_, F> {
-            type Output = ();
-            #[inline(always)]
-            fn run(self) {
-                const L: usize = crate::scalar::LANES;
-                let mut chunks = self.0.chunks_exact_mut(L);
-                for chunk in &mut chunks {
-                    if let Ok(chunk) = <&mut [f32; L]>::try_from(chunk) {
-                        *chunk = F::lanes(chunk);
-                    }
-                }
-                for v in chunks.into_remainder() {
-                    *v = F::one(*v);
-                }
-            }
-        }
-        match self {
-            Activation::Identity => {}
-            Activation::Hardswish => crate::cpu::with_best_isa(Hardswish(v)),
-            Activation::SigmoidMul => {
-                crate::cpu::with_best_isa(InLanes::<crate::scalar::SigmoidMul>(v, core::marker::PhantomData))
-            }
-        }
-    }
-
-    /// [`Self::apply`] to the `rows` rows of `out`, `row_len` elements
-    /// each, in bands spread over the threads when there are enough.
-    pub(super) fn apply_rows(self, out: &mut [f32], rows: usize, row_len: usize) {
-        if self == Activation::Identity {
-            return;
-        }
-        // Small outputs stay on one thread, where handing half of the
-        // pass to another would cost more than it saves.
-        let worth_splitting = out.len() >= 1 << 15;
-        crate::parallel::for_each_band(out, rows, row_len, 1, worth_splitting, &|_, band| self.apply(band));
-    }
-}
-
 impl FoldedConv<'_> {
     /// Prepares this convolution's filter in `kept` ([`Conv2dNhwc::folded_len`]
     /// floats, serving this convolution alone): rearranged into the layout
@@ -216,15 +143,17 @@ pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &m
     }
     let (min, max) = (conv.min, conv.max);
     let (folded_bias, filter) = conv.prepared(prepared);
+    let activation = conv.activation;
     if g.is_depthwise() {
         match conv.residual {
-            None => depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), min, max, out),
+            None => depthwise_activated(g, x, filter, Some(folded_bias), min, max, activation, out),
             Some(r) => {
-                // The depthwise kernels add no residual: the sum and the
-                // clamp take a second pass.
+                // The depthwise kernels add no residual: the sum, the
+                // clamp and the activation take a second pass.
                 let (lo, hi) = (f32::NEG_INFINITY, f32::INFINITY);
                 depthwise_conv2d_nhwc(g, x, filter, Some(folded_bias), lo, hi, out);
                 add_residual(out, r, min, max);
+                activation.apply_rows(out, g.window.batch * g.window.out_h, g.window.out_w * g.out_c);
             }
         }
     } else {
@@ -233,11 +162,10 @@ pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &m
             residual: conv.residual,
             min,
             max,
+            activation,
         };
         conv_group(g, x, 0, filter, &e, out, &mut scratch[..g.gather_len()]);
     }
-    let rows = g.window.batch * g.window.out_h;
-    conv.activation.apply_rows(out, rows, g.window.out_w * g.out_c);
 }
 
 /// Writes the filter and bias of [`conv2d_folded`]: the convolution's
@@ -306,46 +234,6 @@ mod tests {
             }
         }
         out
-    }
-
-    /// The fused activations give the bits of the instructions they
-    /// replace (`scalar::hardswish`; `x · sigmoid(x)`, each step rounded),
-    /// across their pieces, edges, infinities and NaN, in the tails of
-    /// vectors too.
-    #[test]
-    fn activations_give_the_scalar_bits() {
-        let mut xs: Vec<f32> = vec![
-            -3.0,
-            3.0,
-            -0.0,
-            0.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            f32::MAX,
-            f32::MIN,
-        ];
-        xs.extend(rng(3, 1000).iter().map(|v| v * 8.0));
-        xs.extend((0..100).map(|i| -3.0 + i as f32 * 1e-7));
-        for len in [xs.len(), 1, 15, 17, 33] {
-            type Function = fn(f32) -> f32;
-            let silu: Function = |x| x * crate::scalar::sigmoid(x);
-            let hardswish: Function = crate::scalar::hardswish;
-            for (activation, f) in [(Activation::Hardswish, hardswish), (Activation::SigmoidMul, silu)] {
-                let mut got = xs[..len].to_vec();
-                activation.apply(&mut got);
-                for (&x, &y) in xs.iter().zip(&got) {
-                    let want = f(x);
-                    assert!(
-                        y.to_bits() == want.to_bits() || (y.is_nan() && want.is_nan()),
-                        "{activation:?}({x}) = {y}, not {want}"
-                    );
-                }
-            }
-            let mut same = xs[..len].to_vec();
-            Activation::Identity.apply(&mut same);
-            assert!(same.iter().zip(&xs).all(|(a, b)| a.to_bits() == b.to_bits()));
-        }
     }
 
     /// `conv2d_folded` against aten's NCHW convolution then batch norm
@@ -520,5 +408,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A convolution's own activation gives the bits of its result
+    /// activated in a pass after it, on every path and thread count: a
+    /// pointwise product past a band of activated rows, a gathered 3 × 3,
+    /// a stem (the direct kernel), depthwise 3 × 3 (split by channels)
+    /// and 5 × 5 stride 2 (split by rows), and each with a residual.
+    #[test]
+    fn activations_give_the_bits_of_a_pass_after() {
+        // (NHWC input, weight in XNNPACK's layout, stride, padding)
+        let cases: &[(Dims4, Dims4, Pair, usize)] = &[
+            ([1, 20, 20, 24], [72, 1, 1, 24], [1, 1], 0),
+            ([1, 16, 16, 32], [40, 3, 3, 32], [1, 1], 1),
+            ([1, 65, 63, 3], [16, 3, 3, 3], [2, 2], 1),
+            ([1, 20, 20, 48], [1, 3, 3, 48], [1, 1], 1),
+            ([1, 40, 40, 48], [1, 5, 5, 48], [2, 2], 2),
+        ];
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        for threads in [1, 2] {
+            crate::parallel::set_threads(threads);
+            for (ci, &(xs, ws, stride, pad)) in cases.iter().enumerate() {
+                let groups = if ws[0] == 1 { xs[3] } else { 1 };
+                let g = Conv2dNhwc::folded(FilterLayout::Xnnpack, &xs, &ws, stride, [pad; 4], [1, 1], groups).unwrap();
+                if crate::testing::too_large_for_miri(crate::nhwc::tests::work(&g), 1 << 14) {
+                    continue;
+                }
+                let x = rng(ci as u64, xs.iter().product());
+                let w = rng(10 + ci as u64, ws.iter().product());
+                let bias = rng(20 + ci as u64, g.out_c);
+                let residual: Vec<f32> = rng(30 + ci as u64, g.window.out_pixels() * g.out_c)
+                    .iter()
+                    .map(|v| v * 4.0)
+                    .collect();
+                let mut kept = vec![0.0f32; g.folded_len()];
+                let mut scratch = vec![0.0f32; g.scratch_len(true)];
+                for with_residual in [false, true] {
+                    let conv = |activation| FoldedConv {
+                        geometry: g,
+                        layout: FilterLayout::Xnnpack,
+                        w: &w,
+                        bias: Some(&bias),
+                        bn: None,
+                        residual: with_residual.then_some(&residual[..]),
+                        min: -2.5,
+                        max: f32::INFINITY,
+                        activation,
+                    };
+                    conv(Activation::Identity).prepare(&mut kept);
+                    let mut plain = vec![f32::NAN; residual.len()];
+                    conv2d_folded(&conv(Activation::Identity), &x, &kept, &mut plain, &mut scratch);
+                    for activation in [Activation::Hardswish, Activation::SigmoidMul] {
+                        let mut want = plain.clone();
+                        activation.apply(&mut want);
+                        let mut got = vec![f32::NAN; residual.len()];
+                        conv2d_folded(&conv(activation), &x, &kept, &mut got, &mut scratch);
+                        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                a.to_bits() == b.to_bits(),
+                                "{threads} thread(s), case {ci}, residual {with_residual}, {activation:?} [{k}]: {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        crate::parallel::set_threads(1);
     }
 }

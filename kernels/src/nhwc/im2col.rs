@@ -313,6 +313,7 @@ mod tests {
                         residual: Some(&residual),
                         min,
                         max,
+                        activation: crate::activation::Activation::Identity,
                     };
                     let mut cols = vec![f32::NAN; tile * depth];
                     gathered_in_tiles(&g, &x, gi, &packed, &e, 0..pixels, &mut out, &mut cols, tile);
