@@ -15,10 +15,9 @@
 //! L2, and the projection multiplies the band while it is still there.
 //! Expansion rows a band shares with the next (the taps' overlap) move to
 //! the front of the buffer instead of being recomputed.
-use super::depthwise::depthwise_conv2d_nhwc;
+use super::depthwise::depthwise_activated;
 use super::fold::FoldedConv;
 use super::{direct, im2col, Conv2dNhwc, Window2d};
-use crate::activation::Activation;
 use crate::gemm::gemm_packed;
 use crate::gemm::Epilogue;
 use core::ops::Range;
@@ -253,8 +252,7 @@ impl Stage<'_> {
             residual: self.conv.residual.map(|r| &r[residual_at..]),
             min: self.conv.min,
             max: self.conv.max,
-            // Applied by the chain to each band.
-            activation: Activation::Identity,
+            activation: self.conv.activation,
         }
     }
 
@@ -335,7 +333,6 @@ impl Chain<'_> {
                             one.window.batch = 1;
                             e.regular_rows(&one, x, from..hi, dst, gather);
                         }
-                        e.conv.activation.apply(dst);
                     }
                     held = lo..hi;
                     &expanded[..(hi - lo) * row]
@@ -358,19 +355,16 @@ impl Chain<'_> {
             debug_assert_eq!((band.window.out_h, band.window.out_w), (o1 - o0, win.out_w));
             let dst = &mut out[(o0 - rows.start) * out_row..(o1 - rows.start) * out_row];
             let d = &self.depthwise;
-            let (min, max) = (d.conv.min, d.conv.max);
+            let (min, max, activation) = (d.conv.min, d.conv.max, d.conv.activation);
             match &self.projection {
                 Some(p) => {
                     let mid = &mut band_out[..(o1 - o0) * dw_row];
-                    depthwise_conv2d_nhwc(&band, input, d.filter, Some(d.bias), min, max, mid);
-                    d.conv.activation.apply(mid);
+                    depthwise_activated(&band, input, d.filter, Some(d.bias), min, max, activation, mid);
                     let residual_at = image * win.out_h * out_row + o0 * out_row;
                     p.pointwise((o1 - o0) * win.out_w, mid, residual_at, dst);
-                    p.conv.activation.apply(dst);
                 }
                 None => {
-                    depthwise_conv2d_nhwc(&band, input, d.filter, Some(d.bias), min, max, dst);
-                    d.conv.activation.apply(dst);
+                    depthwise_activated(&band, input, d.filter, Some(d.bias), min, max, activation, dst);
                 }
             }
         }
