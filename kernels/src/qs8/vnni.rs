@@ -1,6 +1,7 @@
 //! The packed layers (see [`super::packed`]) on AVX-512 VNNI: each
 //! instruction multiplies a broadcast quad of inputs into the 16 sums of
-//! a block (its weights stored plus 128), for [`ROWS`] rows at once;
+//! a block (its weights stored plus 128), for [`ROWS`] rows at once (7
+//! for a 7 × 7 image's 49);
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
 use super::packed::{bytes, BlockParams, Job, Out, Source, COLS, MAX_TAPS};
@@ -23,25 +24,54 @@ const PASS_BYTES: usize = 256 * 1024;
 /// ([`tiles::fits`](super::tiles::fits), asserted).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
-    let l = &job.layout;
     if let Some(per) = narrow_groups(job) {
         // SAFETY: as vouched for; `narrow_groups` checked the shape.
-        return unsafe { narrow(job, out, per) };
+        return unsafe {
+            match sevens(job.rows - job.first) {
+                true => narrow::<7>(job, out, per),
+                false => narrow::<ROWS>(job, out, per),
+            }
+        };
     }
+    // SAFETY: as vouched for.
+    unsafe {
+        match sevens(job.rows - job.first) {
+            true => tiles::<7>(job, out),
+            false => tiles::<ROWS>(job, out),
+        }
+    }
+}
+
+/// Whether `rows` go in tiles of 7 rather than [`ROWS`]: a multiple of 7
+/// that eights would leave a tenth or more of a tile idle (a 7 × 7
+/// image's 49 rows: seven tiles of 8 sum 56).
+fn sevens(rows: usize) -> bool {
+    let idle = rows.div_ceil(ROWS) * ROWS - rows;
+    rows.is_multiple_of(7) && 10 * idle >= rows
+}
+
+/// [`run`]'s regular path, `R` rows a tile.
+///
+/// # Safety
+/// As for [`run`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
+    let l = &job.layout;
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
-    for_each_tile::<ROWS>(job, PASS_BYTES, &pad, |t| {
+    for_each_tile::<R>(job, PASS_BYTES, &pad, |t| {
         // SAFETY: every pointer of `t.x` has `gin` bytes, `q4` if
         // `t.whole` (`for_each_tile`).
         let sums = unsafe {
             match t.whole {
-                true => row_sums::<true>(t.x, l.gin),
-                false => row_sums::<false>(t.x, l.gin),
+                true => row_sums::<R, true>(t.x, l.gin),
+                false => row_sums::<R, false>(t.x, l.gin),
             }
         };
         // What the weights' +128 added to each row's sums, taken out
         // (with the block's offsets) where the sums start.
-        let mut less = [_mm512_setzero_si512(); ROWS];
+        let mut less = [_mm512_setzero_si512(); R];
         for (l, s) in less.iter_mut().zip(&sums) {
             *l = _mm512_slli_epi32::<7>(*s);
         }
@@ -54,14 +84,26 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
             let pair = i + 1 < t.params.len();
             let b = t.blocks.start + i;
             let quads = |b: usize| &l.block(packed, t.g, b)[4 * COLS..];
+            // The pass's first tile meets each block's weights first (in
+            // memory, a model's being larger than the caches): it asks
+            // for the next pair's as it goes, line for line.
+            let next = |k: usize| match t.r0 == job.first && i + 2 + k < t.params.len() {
+                true => quads(b + 2 + k).as_ptr(),
+                false => core::ptr::null(),
+            };
+            let ahead = [next(0), next(1)];
             // SAFETY: as above; each block holds `taps` times `gin / 4`
             // rounded up quads.
-            let acc: [[__m512i; ROWS]; 2] = unsafe {
+            let acc: [[__m512i; R]; 2] = unsafe {
                 match (t.whole, pair) {
-                    (true, true) => tile::<2, true>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)]),
-                    (false, true) => tile::<2, false>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)]),
-                    (true, false) => [tile::<1, true>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
-                    (false, false) => [tile::<1, false>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
+                    (true, true) => {
+                        tile::<R, 2, true>(t.x, l.gin, [quads(b), quads(b + 1)], ahead, [start(i), start(i + 1)])
+                    }
+                    (false, true) => {
+                        tile::<R, 2, false>(t.x, l.gin, [quads(b), quads(b + 1)], ahead, [start(i), start(i + 1)])
+                    }
+                    (true, false) => [tile::<R, 1, true>(t.x, l.gin, [quads(b)], [ahead[0]], [start(i)])[0]; 2],
+                    (false, false) => [tile::<R, 1, false>(t.x, l.gin, [quads(b)], [ahead[0]], [start(i)])[0]; 2],
                 }
             };
             for (j, acc) in acc.iter().enumerate().take(1 + pair as usize) {
@@ -122,7 +164,7 @@ fn narrow_groups(job: &Job<'_>) -> Option<usize> {
 /// As for [`run`].
 #[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
+unsafe fn narrow<const R: usize>(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
     let l = &job.layout;
     let packed = bytes(job.packed);
     let (qpt, gout, gin) = (l.gin / 4, l.gout, l.gin);
@@ -142,7 +184,7 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
     }
     let vectors = l.groups.div_ceil(per);
     let chunk = (NARROW_WEIGHTS / quads).clamp(1, NARROW_VECTORS);
-    let mut x = [[core::ptr::null::<i8>(); ROWS]; MAX_TAPS];
+    let mut x = [[core::ptr::null::<i8>(); R]; MAX_TAPS];
     let mut w = [[0u8; 64]; NARROW_WEIGHTS];
     let mut offset = [[0i32; COLS]; NARROW_VECTORS];
     let mut scale = [[1.0f32; COLS]; NARROW_VECTORS];
@@ -182,11 +224,11 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
                 }
             }
         }
-        for r0 in (job.first..job.rows).step_by(ROWS) {
-            let rows = ROWS.min(job.rows - r0);
+        for r0 in (job.first..job.rows).step_by(R) {
+            let rows = R.min(job.rows - r0);
             // Each tap's pixel, its first channel (the padding's row of
             // zero points is a pixel long).
-            job.source.visit::<ROWS>(0, l.taps, r0, rows, 0, gin, |t, r, at| {
+            job.source.visit::<R>(0, l.taps, r0, rows, 0, gin, |t, r, at| {
                 x[t][r] = match at {
                     Some(at) => {
                         assert!(at + l.groups * gin <= input.len());
@@ -207,8 +249,8 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
                 // inputs.
                 let acc = unsafe {
                     match qpt {
-                        2 => narrow_sums::<2>(&x[..l.taps], first, in_mask, &idx, w),
-                        _ => narrow_sums::<0>(&x[..l.taps], first, in_mask, &idx[..qpt], w),
+                        2 => narrow_sums::<R, 2>(&x[..l.taps], first, in_mask, &idx, w),
+                        _ => narrow_sums::<R, 0>(&x[..l.taps], first, in_mask, &idx[..qpt], w),
                     }
                 };
                 // SAFETY: 16-lane loads of arrays of 16.
@@ -229,7 +271,7 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
     }
 }
 
-/// The raw sums of [`narrow`]'s [`ROWS`] rows for one vector of groups:
+/// The raw sums of [`narrow`]'s `R` rows for one vector of groups:
 /// for each tap, each row's inputs loaded once, then for each quad its
 /// weights loaded once for all rows, the sums kept in registers. `Q`: the
 /// quads a tap (RegNet's 2, unrolled), or 0 for `idx.len()`.
@@ -239,26 +281,26 @@ unsafe fn narrow(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
 /// selects from `first`; `w` holds `x.len()` taps of quads.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn narrow_sums<const Q: usize>(
-    x: &[[*const i8; ROWS]],
+unsafe fn narrow_sums<const R: usize, const Q: usize>(
+    x: &[[*const i8; R]],
     first: usize,
     in_mask: u64,
     idx: &[__m512i],
     w: &[[u8; 64]],
-) -> [__m512i; ROWS] {
+) -> [__m512i; R] {
     let qpt = if Q > 0 { Q } else { idx.len() };
     assert!(idx.len() >= qpt && w.len() >= x.len() * qpt);
     let flip = _mm512_set1_epi8(-128);
-    let mut acc = [_mm512_setzero_si512(); ROWS];
+    let mut acc = [_mm512_setzero_si512(); R];
     for (t, xt) in x.iter().enumerate() {
         // SAFETY: as vouched for.
-        let xv: [__m512i; ROWS] = core::array::from_fn(|r| unsafe {
+        let xv: [__m512i; R] = core::array::from_fn(|r| unsafe {
             _mm512_xor_si512(_mm512_maskz_loadu_epi8(in_mask, xt[r].add(first)), flip)
         });
         for q in 0..qpt {
             // SAFETY: each of `w` is 64 bytes.
             let wv = unsafe { _mm512_loadu_si512(w[t * qpt + q].as_ptr().cast()) };
-            for r in 0..ROWS {
+            for r in 0..R {
                 acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_permutexvar_epi32(idx[q], xv[r]), wv);
             }
         }
@@ -274,9 +316,9 @@ unsafe fn narrow_sums<const Q: usize>(
 /// As for [`tile`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [__m512i; ROWS] {
+unsafe fn row_sums<const R: usize, const WHOLE: bool>(x: &[[*const u8; R]], gin: usize) -> [__m512i; R] {
     let ones = _mm512_set1_epi8(1);
-    let mut sums = [_mm512_setzero_si512(); ROWS];
+    let mut sums = [_mm512_setzero_si512(); R];
     let len = if WHOLE { 4 * gin.div_ceil(4) } else { gin };
     if len >= 16 {
         // Long segments 64 bytes an instruction (each lane a partial
@@ -284,7 +326,7 @@ unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [_
         for xt in x {
             for at in (0..len).step_by(64) {
                 let mask = u64::MAX >> (64 - (len - at).min(64));
-                for r in 0..ROWS {
+                for r in 0..R {
                     // SAFETY: as vouched for; the masked bytes lie within.
                     let v = unsafe { _mm512_maskz_loadu_epi8(mask, xt[r].add(at).cast()) };
                     sums[r] = _mm512_dpbusd_epi32(sums[r], ones, v);
@@ -295,7 +337,7 @@ unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [_
     }
     for xt in x {
         for q in 0..gin.div_ceil(4) {
-            for r in 0..ROWS {
+            for r in 0..R {
                 // SAFETY: as vouched for.
                 let xq = unsafe {
                     match WHOLE {
@@ -310,10 +352,11 @@ unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [_
     sums
 }
 
-/// `start` plus the sums `Σ x · (w + 128)` of [`ROWS`] rows with `B` blocks'
+/// `start` plus the sums `Σ x · (w + 128)` of `R` rows with `B` blocks'
 /// quads, each quad of inputs broadcast once for all of them. `WHOLE`: the
 /// last quad of each segment is read whole (its bytes past `gin` meet
-/// zero weights), else zero-padded.
+/// zero weights), else zero-padded. Each of `ahead` not null is a block
+/// whose quads are prefetched, one line with each quad summed.
 ///
 /// # Safety
 /// As for [`run`]; each pointer of `x` must be readable for `gin` bytes
@@ -321,12 +364,13 @@ unsafe fn row_sums<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize) -> [_
 /// `x.len()` taps of `gin.div_ceil(4)` quads.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile<const B: usize, const WHOLE: bool>(
-    x: &[[*const u8; ROWS]],
+unsafe fn tile<const R: usize, const B: usize, const WHOLE: bool>(
+    x: &[[*const u8; R]],
     gin: usize,
     quads: [&[u8]; B],
-    start: [[__m512i; ROWS]; B],
-) -> [[__m512i; ROWS]; B] {
+    ahead: [*const u8; B],
+    start: [[__m512i; R]; B],
+) -> [[__m512i; R]; B] {
     let qpt = gin.div_ceil(4);
     assert!(quads.iter().all(|q| q.len() >= x.len() * qpt * 4 * COLS));
     let mut acc = start;
@@ -336,8 +380,13 @@ unsafe fn tile<const B: usize, const WHOLE: bool>(
         for (t, xt) in x.iter().enumerate() {
             let w = quads.map(|q| q.as_ptr().add(t * qpt * 4 * COLS));
             for q in 0..full {
+                for a in ahead.iter().filter(|a| !a.is_null()) {
+                    // A prefetch reads nothing the program sees (and
+                    // stays within the block if it did).
+                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((t * qpt + q) * 4 * COLS).cast());
+                }
                 let wq = w.map(|w| _mm512_loadu_si512(w.add(q * 4 * COLS).cast()));
-                for r in 0..ROWS {
+                for r in 0..R {
                     let xq = _mm512_set1_epi32(xt[r].add(4 * q).cast::<i32>().read_unaligned());
                     for k in 0..B {
                         acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], wq[k], xq);
@@ -346,7 +395,7 @@ unsafe fn tile<const B: usize, const WHOLE: bool>(
             }
             if full < qpt {
                 let wq = w.map(|w| _mm512_loadu_si512(w.add(full * 4 * COLS).cast()));
-                for r in 0..ROWS {
+                for r in 0..R {
                     let xq = _mm512_set1_epi32(quad(xt[r], full, gin));
                     for k in 0..B {
                         acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], wq[k], xq);
@@ -362,10 +411,10 @@ unsafe fn tile<const B: usize, const WHOLE: bool>(
 /// times the row's input sum).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-fn starts(p: &BlockParams, less: &[__m512i; ROWS]) -> [__m512i; ROWS] {
+fn starts<const R: usize>(p: &BlockParams, less: &[__m512i; R]) -> [__m512i; R] {
     // SAFETY: a load of the 16 lanes of an array of 16.
     let offset = unsafe { _mm512_loadu_si512(p.offset.as_ptr().cast()) };
-    let mut st = [offset; ROWS];
+    let mut st = [offset; R];
     for (s, l) in st.iter_mut().zip(less) {
         *s = _mm512_sub_epi32(*s, *l);
     }
