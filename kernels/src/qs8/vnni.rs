@@ -54,7 +54,7 @@ fn sevens(rows: usize) -> bool {
 ///
 /// # Safety
 /// As for [`run`].
-#[inline]
+#[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
     let l = &job.layout;
@@ -86,24 +86,22 @@ unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
             let quads = |b: usize| &l.block(packed, t.g, b)[4 * COLS..];
             // The pass's first tile meets each block's weights first (in
             // memory, a model's being larger than the caches): it asks
-            // for the next pair's as it goes, line for line.
-            let next = |k: usize| match t.r0 == job.first && i + 2 + k < t.params.len() {
-                true => quads(b + 2 + k).as_ptr(),
-                false => core::ptr::null(),
-            };
-            let ahead = [next(0), next(1)];
+            // for the next pair's before it sums this one.
+            if t.r0 == job.first {
+                for next in (b + 2..b + 4).filter(|&n| n < t.blocks.start + t.params.len()) {
+                    prefetch(quads(next));
+                }
+            }
             // SAFETY: as above; each block holds `taps` times `gin / 4`
             // rounded up quads.
             let acc: [[__m512i; R]; 2] = unsafe {
                 match (t.whole, pair) {
-                    (true, true) => {
-                        tile::<R, 2, true>(t.x, l.gin, [quads(b), quads(b + 1)], ahead, [start(i), start(i + 1)])
-                    }
+                    (true, true) => tile::<R, 2, true>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)]),
                     (false, true) => {
-                        tile::<R, 2, false>(t.x, l.gin, [quads(b), quads(b + 1)], ahead, [start(i), start(i + 1)])
+                        tile::<R, 2, false>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)])
                     }
-                    (true, false) => [tile::<R, 1, true>(t.x, l.gin, [quads(b)], [ahead[0]], [start(i)])[0]; 2],
-                    (false, false) => [tile::<R, 1, false>(t.x, l.gin, [quads(b)], [ahead[0]], [start(i)])[0]; 2],
+                    (true, false) => [tile::<R, 1, true>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
+                    (false, false) => [tile::<R, 1, false>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
                 }
             };
             for (j, acc) in acc.iter().enumerate().take(1 + pair as usize) {
@@ -368,7 +366,6 @@ unsafe fn tile<const R: usize, const B: usize, const WHOLE: bool>(
     x: &[[*const u8; R]],
     gin: usize,
     quads: [&[u8]; B],
-    ahead: [*const u8; B],
     start: [[__m512i; R]; B],
 ) -> [[__m512i; R]; B] {
     let qpt = gin.div_ceil(4);
@@ -380,11 +377,6 @@ unsafe fn tile<const R: usize, const B: usize, const WHOLE: bool>(
         for (t, xt) in x.iter().enumerate() {
             let w = quads.map(|q| q.as_ptr().add(t * qpt * 4 * COLS));
             for q in 0..full {
-                for a in ahead.iter().filter(|a| !a.is_null()) {
-                    // A prefetch reads nothing the program sees (and
-                    // stays within the block if it did).
-                    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add((t * qpt + q) * 4 * COLS).cast());
-                }
                 let wq = w.map(|w| _mm512_loadu_si512(w.add(q * 4 * COLS).cast()));
                 for r in 0..R {
                     let xq = _mm512_set1_epi32(xt[r].add(4 * q).cast::<i32>().read_unaligned());
@@ -405,6 +397,17 @@ unsafe fn tile<const R: usize, const B: usize, const WHOLE: bool>(
         }
     }
     acc
+}
+
+/// Asks for `bytes` in L1, a cache line at a time (not inlined: out of the
+/// tiles' loops, which it would crowd).
+#[inline(never)]
+fn prefetch(bytes: &[u8]) {
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch reads nothing the program sees (and the
+        // line is within `bytes`).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
 }
 
 /// Where a block's sums start in each row: its offsets, less `less` (128
