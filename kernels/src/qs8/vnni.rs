@@ -86,8 +86,11 @@ unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
             let quads = |b: usize| &l.block(packed, t.g, b)[4 * COLS..];
             // The pass's first tile meets each block's weights first (in
             // memory, a model's being larger than the caches): it asks
-            // for the next pair's before it sums this one.
-            if t.r0 == job.first {
+            // for the next pair's before it sums this one. Not when that
+            // tile is the only one (a fully connected layer's row): the
+            // weights then stream past once, and a burst of requests
+            // would only queue ahead of the pair's own.
+            if t.r0 == job.first && job.rows - job.first > R {
                 for next in (b + 2..b + 4).filter(|&n| n < t.blocks.start + t.params.len()) {
                     prefetch(quads(next));
                 }
