@@ -43,8 +43,8 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
 }
 
 /// Whether `rows` go in tiles of 7 rather than [`ROWS`]: a multiple of 7
-/// that eights would leave a tenth or more of a tile idle (a 7 × 7
-/// image's 49 rows: seven tiles of 8 sum 56).
+/// for which tiles of 8 would sum idle rows, a tenth as many as the rows
+/// or more (a 7 × 7 image's 49 rows: seven tiles of 8 sum 56).
 fn sevens(rows: usize) -> bool {
     let idle = rows.div_ceil(ROWS) * ROWS - rows;
     rows.is_multiple_of(7) && 10 * idle >= rows
