@@ -534,8 +534,8 @@ impl BlockParams {
     }
 }
 
-/// Taps a tile's table holds; layers with more take the portable path.
-#[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
+/// Taps a tile's table holds, and a [`Source::visit`] takes at most;
+/// layers with more take the portable path.
 pub(crate) const MAX_TAPS: usize = 64;
 
 /// Rows the portable path sums at once.
