@@ -75,7 +75,7 @@ pub(super) fn gathered_in_tiles(
     let o = g.out_c;
     let (cg, og, depth) = (g.in_c / g.groups, o / g.groups, g.depth());
     let taps = g.window.kernel_h * g.window.kernel_w;
-    if cg >= INDIRECT_RUN && taps <= TAPS_TABLE && runs_indirect(og) {
+    if multiplies_in_place(g) {
         // A band the table holds whole is one product, which reads the
         // weight once (ResNet's 256 at 14 × 14, a 2.4 MB weight: 108 ->
         // 112 GFLOP/s against tiles of 72); larger ones keep their tiles,
@@ -116,6 +116,14 @@ pub(super) fn gathered_in_tiles(
     }
 }
 
+/// Whether [`gathered_in_tiles`] multiplies `g`'s windows where they lie
+/// (an indirect product) rather than gathering them: it needs no scratch
+/// but a run of zeros.
+fn multiplies_in_place(g: &Conv2dNhwc) -> bool {
+    let cg = g.in_c / g.groups;
+    cg >= INDIRECT_RUN && g.window.kernel_h * g.window.kernel_w <= TAPS_TABLE && runs_indirect(g.out_c / g.groups)
+}
+
 /// A whole group `gi` of a convolution by [`gathered`], its pixels split
 /// in one band per thread, each gathering into its share of `cols`
 /// ([`Conv2dNhwc::gather_len`] floats): on one thread, the gathering
@@ -137,10 +145,18 @@ pub(super) fn gathered_split(
     if parts == 1 {
         return gathered(g, x, gi, filter, e, 0..pixels, out, cols);
     }
-    let (per, sub) = (pixels.div_ceil(parts), tile / parts);
+    // Windows multiplied in place need only a run of zeros each: their
+    // tiles stay whole (halved, 36 pixels are four tiles of 8 rows and one
+    // of 4).
+    let (sub, share) = if multiplies_in_place(g) {
+        (tile, g.in_c / g.groups)
+    } else {
+        (tile / parts, tile / parts * depth)
+    };
+    let per = pixels.div_ceil(parts);
     let bands = |p: usize| (p * per).min(pixels)..((p + 1) * per).min(pixels);
     let outs = crate::parallel::Pieces::new(out, (0..parts).map(|p| bands(p).start * o));
-    let tiles = crate::parallel::Pieces::new(cols, (0..parts).map(|p| p * sub * depth));
+    let tiles = crate::parallel::Pieces::new(cols, (0..parts).map(|p| p * share));
     crate::parallel::run_parts(parts, &|p| {
         let band = bands(p);
         if let (false, Some(out), Some(cols)) = (band.is_empty(), outs.take(p), tiles.take(p)) {
@@ -148,7 +164,7 @@ pub(super) fn gathered_split(
                 residual: e.residual.map(|r| &r[band.start * o..]),
                 ..*e
             };
-            gathered_in_tiles(g, x, gi, filter, &e, band, out, &mut cols[..sub * depth], sub);
+            gathered_in_tiles(g, x, gi, filter, &e, band, out, &mut cols[..share], sub);
         }
     });
 }
