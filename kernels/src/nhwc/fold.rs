@@ -7,7 +7,7 @@
 //! runs them, depthwise ones as [`super::depthwise`] does.
 use super::conv::{add_residual, conv_group};
 use super::depthwise::{depthwise_activated, depthwise_conv2d_nhwc};
-use super::Conv2dNhwc;
+use super::{winograd, Conv2dNhwc};
 use crate::activation::Activation;
 use crate::gemm::packing::{stamp, stamped};
 use crate::gemm::{pack_with, Epilogue};
@@ -40,6 +40,8 @@ impl BatchNormFold<'_> {
 
 /// First words of a prepared [`conv2d_folded`] filter ("PKF1").
 const FOLDED_MAGIC: u32 = 0x3146_4b50;
+/// First words of one transformed for Winograd's F(2 × 2, 3 × 3) ("PKW1").
+const WINOGRAD_MAGIC: u32 = 0x3157_4b50;
 /// Floats before the folded bias.
 const FOLDED_HEADER: usize = 16;
 
@@ -50,6 +52,8 @@ impl Conv2dNhwc {
     pub fn folded_len(&self) -> usize {
         let filter = if self.is_depthwise() {
             self.window.kernel_h * self.window.kernel_w * self.out_c
+        } else if self.winograd() {
+            self.winograd_filter_len()
         } else {
             self.packed_filter_len()
         };
@@ -58,7 +62,17 @@ impl Conv2dNhwc {
 
     /// The header of a prepared filter for this geometry.
     fn folded_header(&self) -> [u32; 4] {
-        [FOLDED_MAGIC, self.out_c as u32, self.depth() as u32, self.groups as u32]
+        let magic = if self.winograd() { WINOGRAD_MAGIC } else { FOLDED_MAGIC };
+        [magic, self.out_c as u32, self.depth() as u32, self.groups as u32]
+    }
+
+    /// Scratch floats that [`conv2d_folded`] needs.
+    pub fn folded_scratch_len(&self) -> usize {
+        if self.winograd() {
+            self.winograd_scratch_len()
+        } else {
+            self.scratch_len(true)
+        }
     }
 }
 
@@ -134,7 +148,7 @@ impl FoldedConv<'_> {
 
 /// Runs a [`FoldedConv`] of `x` into `out`, its filter and bias taken from
 /// `prepared` (what [`FoldedConv::prepare`] wrote). `scratch`:
-/// [`Conv2dNhwc::scratch_len`]`(true)` floats.
+/// [`Conv2dNhwc::folded_scratch_len`] floats.
 pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &mut [f32], scratch: &mut [f32]) {
     let g = &conv.geometry;
     let out = &mut out[..g.window.out_pixels() * g.out_c];
@@ -164,7 +178,11 @@ pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &m
             max,
             activation,
         };
-        conv_group(g, x, 0, filter, &e, out, &mut scratch[..g.gather_len()]);
+        if g.winograd() {
+            winograd::conv(g, x, filter, &e, out, scratch);
+        } else {
+            conv_group(g, x, 0, filter, &e, out, &mut scratch[..g.gather_len()]);
+        }
     }
 }
 
@@ -198,15 +216,21 @@ fn fold_filter(conv: &FoldedConv<'_>, folded_bias: &mut [f32], filter: &mut [f32
     } else {
         // Depth index q = (ki · kW + kj) · C + c of the NHWC windows, the
         // order of XNNPACK's `[O, kH, kW, C]`.
-        pack_with(g.depth(), o, filter, |q, oc| {
-            let at = if torch {
+        let at = |oc: usize, q: usize| {
+            if torch {
                 let (tap, c) = (q / cg, q % cg);
                 (oc * cg + c) * taps + tap
             } else {
                 oc * g.depth() + q
-            };
-            w[at] * scale[oc]
-        });
+            }
+        };
+        if g.winograd() {
+            winograd::transform_filter(g, filter, |oc, c, ki, kj| {
+                w[at(oc, (ki * kw + kj) * cg + c)] * scale[oc]
+            });
+        } else {
+            pack_with(g.depth(), o, filter, |q, oc| w[at(oc, q)] * scale[oc]);
+        }
     }
     for (oc, b) in folded_bias.iter_mut().enumerate() {
         let (scale, shift) = channel(oc);

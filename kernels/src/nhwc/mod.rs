@@ -32,6 +32,7 @@ mod fold;
 mod grouped;
 mod im2col;
 mod pool;
+mod winograd;
 
 pub use crate::activation::Activation;
 pub(crate) use chain::Plan as ChainPlan;

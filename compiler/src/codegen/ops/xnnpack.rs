@@ -395,7 +395,7 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     require_sizes(&out, &conv.geometry.output_sizes())?;
     let (xi, s1) = ctx.read(&x)?;
     let (oi, s2) = ctx.write(&out)?;
-    let (sc, s3) = scratch(ctx, conv.geometry.scratch_len(true));
+    let (sc, s3) = scratch(ctx, conv.geometry.folded_scratch_len());
     let FoldedTokens { stmts, conv, kept, .. } = conv;
     Ok(quote! {
         #stmts #s1 #s2 #s3
