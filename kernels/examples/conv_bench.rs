@@ -3,13 +3,14 @@
 //! with a residual) and the 3 × 3 stems of MobileNet and EfficientNet, each beside the bare matrix product it amounts to
 //! (`gemm_packed` on windows gathered beforehand), so that what the
 //! convolution spends around its product shows; against the FMA peak.
+//! Layers ptec runs by Winograd's F(2 × 2, 3 × 3) are timed that way too.
 //!
 //!   cargo run --release -p ptec-kernels --example conv_bench [-- THREADS...] [NAME...]
 //!
 //! A NAME times only the layers whose names contain it. Prints the best
 //! and median of 20 runs (after 2 untimed), per thread count (default 1).
 use ptec_kernels::gemm::{gemm_packed, pack, packed_len, Epilogue};
-use ptec_kernels::nhwc::{conv2d_nhwc, Conv2dNhwc};
+use ptec_kernels::nhwc::{conv2d_folded, conv2d_nhwc, Conv2dNhwc, FilterLayout, FoldedConv};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -30,6 +31,12 @@ const LAYERS: [(&str, usize, usize, usize, usize, usize, bool); 13] = [
     ("1x1, 1024 -> 256 at 14", 14, 1024, 256, 1, 1, false),
     ("1x1, 512 -> 2048 at 7 + residual", 7, 512, 2048, 1, 1, true),
 ];
+
+/// A convolution prepared as ptec prepares one at compile time.
+struct Folded<'a> {
+    conv: FoldedConv<'a>,
+    kept: Vec<f32>,
+}
 
 /// Best and median of `f`'s time in microseconds.
 fn time(mut f: impl FnMut()) -> (f64, f64) {
@@ -93,6 +100,25 @@ fn main() {
             max: f32::INFINITY,
             activation: ptec_kernels::activation::Activation::Identity,
         };
+        // Layers ptec runs by Winograd's F(2 × 2, 3 × 3) (`conv2d_folded`,
+        // as the generated code calls it), timed that way too.
+        let folded = g.winograd().then(|| {
+            let conv = FoldedConv {
+                geometry: g,
+                layout: FilterLayout::Xnnpack,
+                w: &w,
+                bias: Some(&bias),
+                bn: None,
+                residual: None,
+                min: 0.0,
+                max: f32::INFINITY,
+                activation: ptec_kernels::activation::Activation::Identity,
+            };
+            let mut kept = vec![0.0f32; g.folded_len()];
+            conv.prepare(&mut kept);
+            Folded { conv, kept }
+        });
+        let mut folded_scratch = vec![0.0f32; g.folded_scratch_len()];
         for &t in &threads {
             ptec_kernels::parallel::set_threads(t);
             let (best, median) = time(|| {
@@ -122,6 +148,17 @@ fn main() {
                 flops / best / 1e3,
                 flops / gemm / 1e3
             );
+            if let Some(folded) = &folded {
+                let (best, median) = time(|| {
+                    conv2d_folded(&folded.conv, &x, &folded.kept, &mut out, &mut folded_scratch);
+                    black_box(&mut out);
+                });
+                println!(
+                    "{:34} {t}T: best {best:8.1} us ({:5.1} GFLOP/s of the direct sum), median {median:8.1} us",
+                    "  by Winograd (as ptec runs it)",
+                    flops / best / 1e3
+                );
+            }
         }
     }
 }
