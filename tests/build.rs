@@ -28,6 +28,10 @@ const FIXTURES: &[(&str, &str, Option<&str>, f64, f64)] = &[
     ("conv", "fixtures/conv.bpte", None, 1e-4, 1e-4),
     ("channels_last", "fixtures/channels_last.bpte", None, 1e-4, 1e-4),
     ("xnnpack_conv", "fixtures/xnnpack_conv.bpte", None, 1e-4, 1e-5),
+    // A 3 × 3 convolution run by Winograd's F(2 × 2, 3 × 3), aten's and
+    // XNNPACK's (and by the direct sum: `DIRECT`).
+    ("winograd", "fixtures/winograd.bpte", None, 1e-4, 1e-4),
+    ("xnnpack_winograd", "fixtures/xnnpack_winograd.bpte", None, 1e-4, 1e-4),
     // Hardswish applied by the convolutions before it, inside a chain
     // (compiler/tests/chains.rs; two threads: tests/threads.rs).
     ("xnnpack_hardswish", "fixtures/xnnpack_hardswish.bpte", None, 1e-4, 1e-4),
@@ -410,7 +414,13 @@ const EXTERNAL: &[&str] = &[
     "xnnpack_qs8_cnn",
     "xnnpack_qs8_cnn_runtime",
     "view_aliases",
+    "winograd",
+    "xnnpack_winograd",
 ];
+
+/// Fixtures compiled again with `winograd = false`: every convolution by
+/// the direct sum.
+const DIRECT: &[&str] = &["winograd", "xnnpack_winograd"];
 
 /// Fixtures compiled again with their convolutions left NCHW (no
 /// channels-last regions), so both ways stay tested.
@@ -451,6 +461,7 @@ enum Mode {
     Nchw,
     Traced,
     TracedExternal,
+    Direct,
 }
 
 fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, mode: Mode, out: &Path) {
@@ -460,6 +471,7 @@ fn generate(name: &str, file: &Path, data: Option<&Path>, rtol: f64, atol: f64, 
         .external_weights(matches!(mode, Mode::ExternalWeights | Mode::TracedExternal))
         .channels_last(mode != Mode::Nchw)
         .trace(matches!(mode, Mode::Traced | Mode::TracedExternal))
+        .winograd(mode != Mode::Direct)
         .out_dir(out);
     if let Some(d) = data {
         b = b.data(d);
@@ -498,6 +510,7 @@ fn main() {
         for (set, mode, prefix) in [
             (EXTERNAL, Mode::ExternalWeights, "external"),
             (NCHW, Mode::Nchw, "nchw"),
+            (DIRECT, Mode::Direct, "direct"),
             (TRACED, Mode::Traced, "traced"),
             (&["xnnpack_conv"], Mode::TracedExternal, "traced_external"),
         ] {

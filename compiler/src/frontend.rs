@@ -198,6 +198,11 @@ impl Builder {
         self.with(|o| o.channels_last(on))
     }
 
+    /// [`Options::winograd`].
+    pub fn winograd(self, on: bool) -> Self {
+        self.with(|o| o.winograd(on))
+    }
+
     /// [`Options::trace`].
     pub fn trace(self, on: bool) -> Self {
         self.with(|o| o.trace(on))

@@ -199,11 +199,14 @@ pub(crate) mod folded {
     pub(crate) const LAYOUT: usize = 16;
     /// What is applied to each result last, an integer ([`activation_code`]).
     pub(crate) const ACTIVATION: usize = 17;
-    pub(crate) const OUT: usize = 18;
+    /// How the products run, an integer ([`algorithm_code`]); the kept
+    /// filter is prepared for it.
+    pub(crate) const ALGORITHM: usize = 18;
+    pub(crate) const OUT: usize = 19;
     /// Arguments in all.
     pub(crate) const COUNT: usize = OUT + 1;
 
-    use ptec_runtime::kernels::nhwc::{Activation, FilterLayout};
+    use ptec_runtime::kernels::nhwc::{Activation, Algorithm, FilterLayout};
 
     /// The integer a call holds for `layout`.
     pub(crate) fn layout_code(layout: FilterLayout) -> i64 {
@@ -236,6 +239,21 @@ pub(crate) mod folded {
             .find(|&a| activation_code(a) == code)
     }
 
+    /// The integer a call holds for `algorithm`.
+    pub(crate) fn algorithm_code(algorithm: Algorithm) -> i64 {
+        match algorithm {
+            Algorithm::Direct => 0,
+            Algorithm::Winograd => 1,
+        }
+    }
+
+    /// The algorithm `code` stands for.
+    pub(crate) fn algorithm(code: i64) -> Option<Algorithm> {
+        [Algorithm::Direct, Algorithm::Winograd]
+            .into_iter()
+            .find(|&a| algorithm_code(a) == code)
+    }
+
     /// The values a call takes, by name (an absent optional is a null
     /// value; `bn` is the batch norm's weight, bias, mean, variance and
     /// eps).
@@ -254,6 +272,7 @@ pub(crate) mod folded {
         pub kept: usize,
         pub layout: usize,
         pub activation: usize,
+        pub algorithm: usize,
         pub out: usize,
     }
 
@@ -281,6 +300,7 @@ pub(crate) mod folded {
                 (KEPT, self.kept),
                 (LAYOUT, self.layout),
                 (ACTIVATION, self.activation),
+                (ALGORITHM, self.algorithm),
                 (OUT, self.out),
             ] {
                 args[at] = v;

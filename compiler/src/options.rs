@@ -56,6 +56,10 @@ pub struct Options {
     /// `ptec_runtime::trace::Tracer` (profiles and debug outputs in
     /// ExecuTorch's ETDump); off, the code has no trace of it.
     pub(crate) trace: bool,
+    /// Run the 3 × 3 convolutions that allow it by Winograd's
+    /// F(2 × 2, 3 × 3) (`Algorithm::Winograd` of the kernels); off, every
+    /// convolution by the direct sum.
+    pub(crate) winograd: bool,
 }
 
 impl Default for Options {
@@ -74,6 +78,7 @@ impl Default for Options {
             lower_xnnpack: true,
             channels_last: true,
             trace: false,
+            winograd: true,
         }
     }
 }
@@ -89,6 +94,7 @@ const NAMES: &[(&str, &str)] = &[
     ("lower_xnnpack", "`true` or `false`"),
     ("channels_last", "`true` or `false`"),
     ("trace", "`true` or `false`"),
+    ("winograd", "`true` or `false`"),
 ];
 
 impl Options {
@@ -165,6 +171,27 @@ impl Options {
         self
     }
 
+    /// Whether fp32 3 × 3 convolutions of stride 1 with at least 64
+    /// channels in and out and 14 × 14 outputs (ResNet's) run by
+    /// Winograd's F(2 × 2, 3 × 3), which does 2.25× fewer multiplications
+    /// (the default), or by the direct sum, which rounds as PyTorch does
+    /// more closely (Winograd's results differ from it by a few units more
+    /// in the last place).
+    pub fn winograd(mut self, on: bool) -> Self {
+        self.winograd = on;
+        self
+    }
+
+    /// How the convolutions the compiler folds run their products.
+    pub(crate) fn algorithm(&self) -> ptec_runtime::kernels::nhwc::Algorithm {
+        use ptec_runtime::kernels::nhwc::Algorithm;
+        if self.winograd {
+            Algorithm::Winograd
+        } else {
+            Algorithm::Direct
+        }
+    }
+
     /// The generated code will be written to `file` (by
     /// [`Output::write`](crate::Output::write)): the constants it reads go
     /// to a file beside it, `model.rs` → `model.prepared`, which it
@@ -207,6 +234,7 @@ impl Options {
     /// | `lower_xnnpack` | `true` or `false` ([`Options::lower_xnnpack`]) |
     /// | `channels_last` | `true` or `false` ([`Options::channels_last`]) |
     /// | `trace` | `true` or `false` ([`Options::trace`]) |
+    /// | `winograd` | `true` or `false` ([`Options::winograd`]) |
     ///
     /// A flag given no value (`tests`, `lower_xnnpack`) is switched on.
     pub fn set(&mut self, key: &str, value: Option<&str>) -> Result<()> {
@@ -239,6 +267,7 @@ impl Options {
             "lower_xnnpack" => self.lower_xnnpack = flag()?,
             "channels_last" => self.channels_last = flag()?,
             "trace" => self.trace = flag()?,
+            "winograd" => self.winograd = flag()?,
             _ => unreachable!("every name in NAMES is handled"),
         }
         // The tolerances apply to tests switched on before them too.
@@ -299,11 +328,12 @@ mod tests {
             ("channels_last", Some("false")),
             ("name", Some("Net")),
             ("trace", None),
+            ("winograd", Some("false")),
         ] {
             o.set(k, v).unwrap();
         }
         assert_eq!(o.tests, Some((0.5, 1e-3)));
-        assert!(o.external_weights && !o.lower_xnnpack && !o.channels_last && o.trace);
+        assert!(o.external_weights && !o.lower_xnnpack && !o.channels_last && o.trace && !o.winograd);
         assert_eq!(o.struct_name.as_deref(), Some("Net"));
         o.set("tests", Some("false")).unwrap();
         assert_eq!(o.tests, None);

@@ -102,3 +102,27 @@ fn planned_bytes_that_only_folded_values_held_leave_the_arena() {
     // field, not the arena: the same arena.
     assert_eq!(arenas(&compile("mlp.bpte", true).code), embedded);
 }
+
+/// The Winograd fixtures' 3 × 3 convolution runs by Winograd's method by
+/// default, its transformed filter prepared at compile time (16 matrices
+/// where the direct filter has 9 taps), and by the direct sum with
+/// `winograd = false`; their 1 × 1 stem by the direct sum either way.
+/// (The `tests` crate runs both ways' bundles.)
+#[test]
+fn winograd_runs_by_default_and_the_option_turns_it_off() {
+    for name in ["winograd.bpte", "xnnpack_winograd.bpte"] {
+        let compile = |on: bool| {
+            let options = ptec::Options::new().winograd(on);
+            ptec::compile(&ptec::Input::new(fixture(name), name), &options).unwrap()
+        };
+        let (on, off) = (compile(true), compile(false));
+        let (code_on, code_off) = (on.to_source().unwrap(), off.to_source().unwrap());
+        assert_eq!(code_on.matches("Algorithm::Winograd").count(), 1, "{name}");
+        assert_eq!(code_on.matches("Algorithm::Direct").count(), 1, "{name}: the stem");
+        assert_eq!(code_off.matches("Algorithm::Winograd").count(), 0, "{name}");
+        assert_eq!(code_off.matches("Algorithm::Direct").count(), 2, "{name}");
+        // The transformed filter: 16 of 64 × 64 against 9 · 64 × 64.
+        let more = on.prepared().len() - off.prepared().len();
+        assert!(more >= 7 * 64 * 64 * 4, "{name}: {more} more bytes prepared");
+    }
+}

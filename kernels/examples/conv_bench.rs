@@ -10,7 +10,7 @@
 //! A NAME times only the layers whose names contain it. Prints the best
 //! and median of 20 runs (after 2 untimed), per thread count (default 1).
 use ptec_kernels::gemm::{gemm_packed, pack, packed_len, Epilogue};
-use ptec_kernels::nhwc::{conv2d_folded, conv2d_nhwc, Conv2dNhwc, FilterLayout, FoldedConv};
+use ptec_kernels::nhwc::{conv2d_folded, conv2d_nhwc, Algorithm, Conv2dNhwc, FilterLayout, FoldedConv};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -105,6 +105,7 @@ fn main() {
         let folded = g.winograd().then(|| {
             let conv = FoldedConv {
                 geometry: g,
+                algorithm: Algorithm::Winograd,
                 layout: FilterLayout::Xnnpack,
                 w: &w,
                 bias: Some(&bias),
@@ -114,11 +115,11 @@ fn main() {
                 max: f32::INFINITY,
                 activation: ptec_kernels::activation::Activation::Identity,
             };
-            let mut kept = vec![0.0f32; g.folded_len()];
+            let mut kept = vec![0.0f32; g.folded_len(Algorithm::Winograd)];
             conv.prepare(&mut kept);
             Folded { conv, kept }
         });
-        let mut folded_scratch = vec![0.0f32; g.folded_scratch_len()];
+        let mut folded_scratch = vec![0.0f32; g.folded_scratch_len(Algorithm::Winograd)];
         for &t in &threads {
             ptec_kernels::parallel::set_threads(t);
             let (best, median) = time(|| {

@@ -1262,6 +1262,7 @@ pub(crate) mod tests {
         let residual = rng(11, g3.window.out_pixels() * 24);
         let conv = |geometry, w, residual| crate::nhwc::FoldedConv {
             geometry,
+            algorithm: crate::nhwc::Algorithm::Direct,
             layout: crate::nhwc::FilterLayout::Torch,
             w,
             bias: None,
@@ -1278,7 +1279,10 @@ pub(crate) mod tests {
         ];
         run_both(&|| {
             let mut out = std::vec![0.0; g3.window.out_pixels() * 24];
-            let mut kept: Vec<Vec<f32>> = [g1, g2, g3].iter().map(|g| std::vec![0.0; g.folded_len()]).collect();
+            let mut kept: Vec<Vec<f32>> = [g1, g2, g3]
+                .iter()
+                .map(|g| std::vec![0.0; g.folded_len(crate::nhwc::Algorithm::Direct)])
+                .collect();
             for (stage, k) in stages.iter().zip(&mut kept) {
                 stage.prepare(k);
             }
@@ -1311,6 +1315,7 @@ pub(crate) mod tests {
         );
         let conv = |geometry, w| FoldedConv {
             geometry,
+            algorithm: crate::nhwc::Algorithm::Direct,
             layout: FilterLayout::Torch,
             w,
             bias: None,
@@ -1321,7 +1326,10 @@ pub(crate) mod tests {
             activation: crate::nhwc::Activation::Identity,
         };
         let stages = [conv(g1, &w1[..]), conv(g2, &w2[..])];
-        let mut kept: Vec<Vec<f32>> = [g1, g2].iter().map(|g| std::vec![0.0; g.folded_len()]).collect();
+        let mut kept: Vec<Vec<f32>> = [g1, g2]
+            .iter()
+            .map(|g| std::vec![0.0; g.folded_len(crate::nhwc::Algorithm::Direct)])
+            .collect();
         for (stage, k) in stages.iter().zip(&mut kept) {
             stage.prepare(k);
         }

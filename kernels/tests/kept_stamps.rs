@@ -3,7 +3,7 @@
 //! `gemm::holds_stamp`: every preparation must leave it true on a zeroed
 //! buffer, and a zeroed buffer must not hold one.
 use ptec_kernels::gemm::holds_stamp;
-use ptec_kernels::nhwc::{Activation, Conv2dNhwc, FilterLayout, FoldedConv};
+use ptec_kernels::nhwc::{Activation, Algorithm, Conv2dNhwc, FilterLayout, FoldedConv};
 use ptec_kernels::{bf16, linear, qd8, qs8};
 
 fn check(name: &str, len: usize, prepare: impl Fn(&mut [f32])) {
@@ -43,6 +43,7 @@ fn every_preparation_stamps_its_buffer() {
     });
     let folded = FoldedConv {
         geometry: g,
+        algorithm: Algorithm::Direct,
         layout: FilterLayout::Xnnpack,
         w: &cw,
         bias: None,
@@ -52,5 +53,7 @@ fn every_preparation_stamps_its_buffer() {
         max: f32::INFINITY,
         activation: Activation::Identity,
     };
-    check("folded conv", g.folded_len(), |kept| folded.prepare(kept));
+    check("folded conv", g.folded_len(Algorithm::Direct), |kept| {
+        folded.prepare(kept)
+    });
 }

@@ -17,7 +17,8 @@
 //! generate its test cases), `weights = embedded|external`,
 //! `lower_xnnpack = false` (leave XNNPACK delegate calls to a user
 //! backend), `channels_last = false` (run convolutions NCHW), `trace =
-//! true` (also generate `execute_traced`, see `ptec_runtime::trace`). Every error
+//! true` (also generate `execute_traced`, see `ptec_runtime::trace`),
+//! `winograd = false` (every convolution by the direct sum). Every error
 //! is a compile error. The constants the code reads are written into the
 //! expansion; the program (and `.ptd` files) are named in unused
 //! `include_bytes!`s, which keep them out of the binary but make Cargo

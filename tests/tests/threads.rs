@@ -8,7 +8,8 @@
 //! in its own share of the thread scratch, as do the xnnpack_hardswish
 //! fixture's, whose stages apply hardswish. The xnnpack_qs8_chains
 //! fixture's two int8 blocks run as int8 chains, and must give ExecuTorch's
-//! runtime's outputs to the bit on two threads as on one.
+//! runtime's outputs to the bit on two threads as on one. The
+//! xnnpack_winograd fixture's convolution splits its Winograd tiles.
 
 mod attention {
     ptec_macros::include_pte!("fixtures/attention.bpte", name = Program, tests);
@@ -24,6 +25,10 @@ mod conv_chains {
 
 mod xnnpack_hardswish {
     ptec_macros::include_pte!("fixtures/xnnpack_hardswish.bpte", name = Program, tests);
+}
+
+mod winograd {
+    ptec_macros::include_pte!("fixtures/xnnpack_winograd.bpte", name = Program, tests);
 }
 
 mod qs8_chains {
@@ -143,6 +148,44 @@ fn hardswish_chains_on_two_threads_match_one_thread_and_pytorch() {
             xnnpack_hardswish::bundled::run_case(&mut *model, 0, tolerance).map_err(|e| e.to_string()),
         )
     });
+}
+
+/// The xnnpack_winograd fixture's 3 × 3 convolution, run by Winograd's
+/// method, splits its tiles between two threads: the cases pass on one
+/// thread and on two, and the outputs are the same bits.
+#[test]
+fn winograd_on_two_threads_matches_one_thread_and_pytorch() {
+    let mut x = [[[[0.0f32; 15]; 15]; 8]; 2];
+    for (i, v) in x.iter_mut().flatten().flatten().flatten().enumerate() {
+        *v = (0.23 * i as f32).sin();
+    }
+    let mut model = winograd::Program::boxed();
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut on = |threads| {
+        ptec_runtime::set_threads(threads);
+        let out: Vec<f32> = model.forward(&x).expect("forward").iter().flatten().copied().collect();
+        let cases: Vec<Result<(), String>> = (0..winograd::bundled::CASES.len())
+            .map(|case| {
+                winograd::bundled::run_case(&mut *model, case, winograd::bundled::TOLERANCE).map_err(|e| e.to_string())
+            })
+            .collect();
+        (out, cases)
+    };
+    let (one, cases_one) = on(1);
+    let (two, cases_two) = on(2);
+    ptec_runtime::set_threads(1);
+    assert_eq!(cases_one.len(), 2);
+    for (threads, cases) in [(1, cases_one), (2, cases_two)] {
+        for (case, r) in cases.into_iter().enumerate() {
+            r.unwrap_or_else(|e| panic!("case {case} on {threads} thread(s): {e}"));
+        }
+    }
+    assert_eq!(one.len(), 20);
+    assert!(one.iter().all(|v| v.is_finite()));
+    assert!(
+        one.iter().zip(&two).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "outputs differ between one and two threads: {one:?} vs {two:?}"
+    );
 }
 
 #[test]

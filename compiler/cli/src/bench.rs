@@ -28,6 +28,8 @@ pub struct BenchRequest {
     pub native: bool,
     /// Show cargo's output.
     pub verbose: bool,
+    /// Compile with [`ptec::Options::winograd`] (the default) or without.
+    pub winograd: bool,
 }
 
 impl BenchRequest {
@@ -40,6 +42,7 @@ impl BenchRequest {
             run: BenchOptions::default(),
             native: true,
             verbose: false,
+            winograd: true,
         }
     }
 }
@@ -158,7 +161,8 @@ pub fn bench(req: &BenchRequest, mut progress: impl FnMut(&str)) -> Result<Bench
     let options = Options::new()
         .name("Program")
         .output_file("program.rs")
-        .trace(req.run.etdump.is_some());
+        .trace(req.run.etdump.is_some())
+        .winograd(req.winograd);
     let t0 = Instant::now();
     let source = compile(&input, &options).map_err(|e| format!("{shown}: {e}"))?;
     let gen_ms = t0.elapsed().as_secs_f64() * 1e3;

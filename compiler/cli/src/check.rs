@@ -55,6 +55,8 @@ pub struct CheckInput {
     /// A bundle whose test cases check `path` instead of its own (`path`
     /// may then be a plain `.pte`): the same model exported another way.
     pub cases: Option<PathBuf>,
+    /// Compile with [`ptec::Options::winograd`] (the default) or without.
+    pub winograd: bool,
 }
 
 /// What happened to one bundle.
@@ -161,7 +163,8 @@ pub fn check_with_debug_outputs(
                 .tests(input.rtol, input.atol)
                 .name("Program")
                 .output_file(format!("m{i}.rs"))
-                .trace(debug_outputs.is_some());
+                .trace(debug_outputs.is_some())
+                .winograd(input.winograd);
             let source = compile(&program, &options)?;
             // Without cases there is nothing to run (a .pte, or a bundle
             // whose suites are empty), and no `bundled` module to run them.

@@ -59,6 +59,11 @@ struct CompileArgs {
     /// debug outputs for ExecuTorch's devtools).
     #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "false")]
     trace: String,
+    /// `false`: run every convolution by the direct sum, which rounds
+    /// closer to PyTorch, instead of ResNet-like 3 × 3 layers by
+    /// Winograd's F(2 × 2, 3 × 3), which does 2.25× fewer multiplications.
+    #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "true")]
+    winograd: String,
 }
 
 impl CompileArgs {
@@ -75,6 +80,7 @@ impl CompileArgs {
             ("lower-xnnpack", self.lower_xnnpack.as_str()),
             ("channels-last", self.channels_last.as_str()),
             ("trace", self.trace.as_str()),
+            ("winograd", self.winograd.as_str()),
         ];
         // Without a name the struct is named after the file.
         flags.extend(self.name.as_deref().map(|n| ("name", n)));
@@ -113,6 +119,11 @@ enum Command {
         /// against the bundle of the same model exported portably.
         #[arg(long)]
         cases: Option<PathBuf>,
+        /// `false`: compile every convolution to run by the direct sum
+        /// rather than ResNet-like 3 × 3 layers by Winograd's method (see
+        /// the `winograd` option).
+        #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "true")]
+        winograd: String,
         /// Run the cases on each of these thread counts (e.g. 1,2): the
         /// kernels split large work across threads, and each split must
         /// reproduce the bundled outputs too.
@@ -227,6 +238,11 @@ struct BenchArgs {
     /// docs/devtools.md).
     #[arg(long, value_name = "FILE")]
     etdump: Option<PathBuf>,
+    /// `false`: compile every convolution to run by the direct sum
+    /// rather than ResNet-like 3 × 3 layers by Winograd's method (see the
+    /// `winograd` option).
+    #[arg(long, value_name = "BOOL", value_parser = ["true", "false"], default_value = "true")]
+    winograd: String,
     /// Show cargo's output while building.
     #[arg(short, long)]
     verbose: bool,
@@ -262,6 +278,7 @@ fn run_bench(a: &BenchArgs) -> Result<(), String> {
     req.run.etdump = a.etdump.as_ref().map(|f| f.display().to_string());
     req.native = !a.portable;
     req.verbose = a.verbose;
+    req.winograd = a.winograd == "true";
     let report = ptec_cli::bench::bench(&req, |msg| eprintln!("ptec bench: {msg}"))?;
     println!("{}", report.to_json());
     Ok(())
@@ -359,7 +376,7 @@ fn run_check(
     files: &[PathBuf],
     data: &[PathBuf],
     (rtol, atol): (f64, f64),
-    cases: Option<&PathBuf>,
+    (cases, winograd): (Option<&PathBuf>, bool),
     threads: &[u32],
     (debug_outputs, reference): (Option<&Path>, Option<&Path>),
     verbose: bool,
@@ -372,6 +389,7 @@ fn run_check(
             rtol,
             atol,
             cases: cases.cloned(),
+            winograd,
         })
         .collect();
     let threads: Vec<usize> = threads.iter().map(|&t| t as usize).collect();
@@ -420,6 +438,7 @@ fn main() -> ExitCode {
             rtol,
             atol,
             cases,
+            winograd,
             threads,
             debug_outputs,
             reference,
@@ -433,7 +452,7 @@ fn main() -> ExitCode {
                 files,
                 data,
                 (*rtol, *atol),
-                cases.as_ref(),
+                (cases.as_ref(), winograd == "true"),
                 threads,
                 (debug_outputs.as_deref(), reference.as_deref()),
                 *verbose,

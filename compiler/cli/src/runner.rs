@@ -153,7 +153,7 @@ pub fn refuse_user_backends(input: &ptec::Input<'_>, tool: &str, instead: &str) 
     let bytes = input.program_bytes();
     let mut loaded = ptec::load(bytes, &input.data_bytes())?;
     // Delegates ptec compiles itself need no user backend.
-    ptec::lower_delegates(&mut loaded, true)?;
+    ptec::lower_delegates(&mut loaded, &ptec::Options::new())?;
     match loaded.program.iter().flat_map(|p| p.backend_ids()).next() {
         Some(id) => Err(Errors::one(
             ErrorKind::Unsupported {

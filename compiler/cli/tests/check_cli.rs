@@ -82,6 +82,26 @@ fn threads_run_every_case_on_each_count() {
     assert!(!zero.status.success());
 }
 
+/// `--winograd false` checks the code that runs every convolution by the
+/// direct sum; a bad value is refused.
+#[test]
+fn winograd_can_be_turned_off() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--winograd", "false"])
+        .arg(fixture("winograd.bpte"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(report.lines().any(|l| l == "2 passed, 0 failed"), "{report}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_ptec"))
+        .args(["check", "--winograd", "no"])
+        .arg(fixture("winograd.bpte"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}
+
 /// Builds every fixture's generated code in release mode (minutes), so it
 /// is left to the full run.
 #[test]

@@ -85,6 +85,7 @@ fn corpus_bundles_reproduce_pytorch() {
                 rtol,
                 atol,
                 cases,
+                winograd: true,
             });
         }
     }
@@ -96,6 +97,7 @@ fn corpus_bundles_reproduce_pytorch() {
             rtol: 1e-4,
             atol: 1e-5,
             cases: None,
+            winograd: true,
         });
     }
     // On one thread and on two: the kernels split large work, and every

@@ -123,6 +123,13 @@ fn cases() -> Vec<Case> {
             builder: |b| b.trace(true),
             options: |o| o.trace(true),
         },
+        Case {
+            fixture: "winograd.pte",
+            cli: &["--winograd", "false"],
+            macro_args: "winograd = false",
+            builder: |b| b.winograd(false),
+            options: |o| o.winograd(false),
+        },
     ]);
     cases
 }

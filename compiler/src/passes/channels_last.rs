@@ -30,7 +30,7 @@ use crate::ir::*;
 use crate::names::aten::{ADD, BATCH_NORM, CLAMP, CONVOLUTION, HARDTANH, MEAN, PERMUTE_COPY, RELU};
 use crate::names::{folded, AVG_POOL2D_NHWC, GLOBAL_AVG_POOL2D_NHWC, MAX_POOL2D_NHWC};
 use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list, push_value};
-use ptec_runtime::kernels::nhwc::{Activation, Conv2dNhwc, FilterLayout, Window2d};
+use ptec_runtime::kernels::nhwc::{Activation, Algorithm, Conv2dNhwc, FilterLayout, Window2d};
 use std::collections::{HashMap, HashSet};
 
 /// NCHW → NHWC and back, as `permute_copy` dims.
@@ -491,11 +491,14 @@ struct Rewrite<'m> {
     code: Vec<Instruction>,
     /// Each convolution's prepared filter, kept from run to run.
     kept: AddedBuffer,
+    /// How the convolutions run their products.
+    algorithm: Algorithm,
     null: Option<usize>,
 }
 
-/// Rewrites one method (see the module docs).
-pub(crate) fn convert_method(m: &mut Method) {
+/// Rewrites one method (see the module docs), its convolutions to run by
+/// `algorithm`.
+pub(crate) fn convert_method(m: &mut Method, algorithm: Algorithm) {
     if m.has_jumps() {
         return;
     }
@@ -514,6 +517,7 @@ pub(crate) fn convert_method(m: &mut Method) {
         nhwc,
         code: Vec::with_capacity(old.len()),
         kept: AddedBuffer::default(),
+        algorithm,
         null: None,
     };
     for (n, (ins, role)) in old.iter().zip(&roles).enumerate() {
@@ -668,12 +672,14 @@ impl Rewrite<'_> {
         let dilation = push_int_list(self.m, &c.dilation);
         let groups = push_value(self.m, Value::Int(c.geometry.groups as i64));
         let (lo, hi) = self.bounds(c.clamp);
-        let len = c.geometry.folded_len();
+        let algorithm = c.geometry.algorithm(self.algorithm);
+        let len = c.geometry.folded_len(algorithm);
         let placement = self.kept.reserve(self.m, len as u64 * 4);
         let kept = push_f32_tensor(self.m, vec![len], placement);
         let residual = self.optional(residual);
         let layout = push_value(self.m, Value::Int(folded::layout_code(FilterLayout::Torch)));
         let activation = push_value(self.m, Value::Int(folded::activation_code(Activation::Identity)));
+        let algorithm = push_value(self.m, Value::Int(folded::algorithm_code(algorithm)));
         let args = folded::Args {
             x,
             weight: c.w,
@@ -689,6 +695,7 @@ impl Rewrite<'_> {
             kept,
             layout,
             activation,
+            algorithm,
             out,
         };
         self.call(folded::NAME, args.to_vec());
@@ -708,7 +715,7 @@ mod tests {
         let mut program = crate::load(&bytes, &[]).unwrap().program.unwrap();
         let before = program.methods[0].clone();
         let m = &mut program.methods[0];
-        convert_method(m);
+        convert_method(m, Algorithm::Winograd);
         crate::passes::conv_chains::fuse_residual_adds(m);
         crate::passes::conv_chains::fuse_chains(m);
         crate::plan::temporaries::plan_temporaries(m);
@@ -829,13 +836,13 @@ mod tests {
         m.instructions
             .retain(|i| kernel_name(&before, i).is_none_or(|(n, _)| n != CONVOLUTION));
         let want = m.clone();
-        convert_method(&mut m);
+        convert_method(&mut m, Algorithm::Winograd);
         assert_eq!(m, want);
         let mut m = before.clone();
         let cond = push_value(&mut m, Value::Bool(true));
         m.instructions.push(Instruction::JumpFalse { cond, destination: 0 });
         let want = m.clone();
-        convert_method(&mut m);
+        convert_method(&mut m, Algorithm::Winograd);
         assert_eq!(m, want);
     }
 }

@@ -348,7 +348,8 @@ mod tests {
         args.push(residual.unwrap_or(null));
         let layout = push_value(m, Value::Int(folded::layout_code(layout)));
         let activation = push_value(m, Value::Int(0));
-        args.extend([kept, layout, activation, out]);
+        let algorithm = push_value(m, Value::Int(0));
+        args.extend([kept, layout, activation, algorithm, out]);
         let call = kernel_call(m, folded::NAME, args);
         m.instructions.push(call);
         kept

@@ -38,14 +38,15 @@ use crate::verify::verify_program;
 /// Runs the passes `options` ask for on a loaded program (see the module
 /// docs); a `.ptd` file, which holds no program, is left as it is.
 pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
-    lower_delegates(loaded, options.lower_xnnpack)?;
+    lower_delegates(loaded, options)?;
+    let algorithm = options.algorithm();
     let Some(program) = loaded.program.as_mut() else {
         return Ok(());
     };
     let suites = &loaded.suites;
     if options.channels_last {
         let before = program.methods.clone();
-        each_method(program, suites, channels_last::convert_method)?;
+        each_method(program, suites, |m| channels_last::convert_method(m, algorithm))?;
         each_method(program, suites, conv_chains::fuse_residual_adds)?;
         each_method(program, suites, conv_chains::fuse_clamps)?;
         each_method(program, suites, conv_chains::fuse_activations)?;
@@ -64,22 +65,24 @@ pub fn transform(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
 }
 
 /// Compiles the delegate calls ptec knows how to compile into kernel
-/// calls: those of the XNNPACK backend when `lower_xnnpack` is set.
-pub fn lower_delegates(loaded: &mut Loaded<'_>, lower_xnnpack: bool) -> Result<()> {
+/// calls: those of the XNNPACK backend when `options` lower them
+/// ([`Options::lower_xnnpack`]).
+pub fn lower_delegates(loaded: &mut Loaded<'_>, options: &Options) -> Result<()> {
     let Some(program) = loaded.program.as_mut() else {
         return Ok(());
     };
-    if lower_xnnpack {
+    if options.lower_xnnpack {
+        let algorithm = options.algorithm();
         // The lowering consumes the subgraphs: the calls it leaves are
         // numbered anew.
-        xnnpack::lower_xnnpack_delegates(program, std::mem::take(&mut loaded.xnnpack))?;
+        xnnpack::lower_xnnpack_delegates(program, std::mem::take(&mut loaded.xnnpack), algorithm)?;
         verify_program(program, &loaded.suites)?;
     }
     Ok(())
 }
 
 /// Runs a method pass over every method, then verifies the program.
-fn each_method(program: &mut Program, suites: &[TestSuite], pass: fn(&mut crate::ir::Method)) -> Result<()> {
+fn each_method(program: &mut Program, suites: &[TestSuite], pass: impl FnMut(&mut crate::ir::Method)) -> Result<()> {
     program.methods.iter_mut().for_each(pass);
     verify_program(program, suites)
 }

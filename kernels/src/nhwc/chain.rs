@@ -484,6 +484,7 @@ mod tests {
             .enumerate()
             .map(|(i, &geometry)| FoldedConv {
                 geometry,
+                algorithm: crate::nhwc::Algorithm::Direct,
                 layout: crate::nhwc::FilterLayout::Torch,
                 w: &weights[i],
                 bias: Some(&biases[i]),
@@ -505,7 +506,7 @@ mod tests {
         let mut want = x.clone();
         for (stage, g) in stages.iter().zip(&geometries) {
             let mut next = vec![0.0; g.output_sizes().iter().product()];
-            let mut kept = vec![0.0; g.folded_len()];
+            let mut kept = vec![0.0; g.folded_len(crate::nhwc::Algorithm::Direct)];
             stage.prepare(&mut kept);
             conv2d_folded(stage, &want, &kept, &mut next, &mut vec![0.0; g.gather_len()]);
             want = next;
@@ -514,7 +515,10 @@ mod tests {
         // as a program's thread scratch does for all but its largest chain.
         let exact = chain_scratch_len(&geometries).unwrap();
         let mut scratches = [vec![f32::NAN; exact], vec![f32::NAN; exact + MAX_CHAIN_PARTS * 37 + 5]];
-        let mut kept: Vec<Vec<f32>> = geometries.iter().map(|g| vec![0.0; g.folded_len()]).collect();
+        let mut kept: Vec<Vec<f32>> = geometries
+            .iter()
+            .map(|g| vec![0.0; g.folded_len(crate::nhwc::Algorithm::Direct)])
+            .collect();
         for (call, scratch) in scratches.iter_mut().enumerate() {
             for (stage, k) in stages.iter().zip(&mut kept) {
                 stage.prepare(k);

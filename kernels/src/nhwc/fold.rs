@@ -45,14 +45,41 @@ const WINOGRAD_MAGIC: u32 = 0x3157_4b50;
 /// Floats before the folded bias.
 const FOLDED_HEADER: usize = 16;
 
+/// How [`conv2d_folded`] multiplies an ungrouped convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// The direct sum over each output's window.
+    Direct,
+    /// Winograd's F(2 × 2, 3 × 3) for the convolutions it takes
+    /// ([`Conv2dNhwc::winograd`]): 2.25× fewer multiplications, at a few
+    /// units more of rounding. The direct sum for the others.
+    Winograd,
+}
+
 impl Conv2dNhwc {
-    /// Floats that [`conv2d_folded`] keeps from call to call: a header,
-    /// the folded bias, then the filter (packed for a regular convolution,
-    /// `[kH, kW, O]` for a depthwise one).
-    pub fn folded_len(&self) -> usize {
+    /// Whether `algorithm` runs this convolution by Winograd's method.
+    fn by_winograd(&self, algorithm: Algorithm) -> bool {
+        algorithm == Algorithm::Winograd && self.winograd()
+    }
+
+    /// The algorithm that runs this convolution when `preferred` is asked
+    /// for: the direct sum where Winograd's method does not apply.
+    pub fn algorithm(&self, preferred: Algorithm) -> Algorithm {
+        if self.by_winograd(preferred) {
+            Algorithm::Winograd
+        } else {
+            Algorithm::Direct
+        }
+    }
+
+    /// Floats that [`conv2d_folded`] keeps from call to call by
+    /// `algorithm`: a header, the folded bias, then the filter (packed for
+    /// a regular convolution, transformed for Winograd's method, `[kH, kW,
+    /// O]` for a depthwise one).
+    pub fn folded_len(&self, algorithm: Algorithm) -> usize {
         let filter = if self.is_depthwise() {
             self.window.kernel_h * self.window.kernel_w * self.out_c
-        } else if self.winograd() {
+        } else if self.by_winograd(algorithm) {
             self.winograd_filter_len()
         } else {
             self.packed_filter_len()
@@ -60,15 +87,19 @@ impl Conv2dNhwc {
         FOLDED_HEADER + self.out_c.div_ceil(16) * 16 + filter
     }
 
-    /// The header of a prepared filter for this geometry.
-    fn folded_header(&self) -> [u32; 4] {
-        let magic = if self.winograd() { WINOGRAD_MAGIC } else { FOLDED_MAGIC };
+    /// The header of a filter prepared for this geometry by `algorithm`.
+    fn folded_header(&self, algorithm: Algorithm) -> [u32; 4] {
+        let magic = if self.by_winograd(algorithm) {
+            WINOGRAD_MAGIC
+        } else {
+            FOLDED_MAGIC
+        };
         [magic, self.out_c as u32, self.depth() as u32, self.groups as u32]
     }
 
-    /// Scratch floats that [`conv2d_folded`] needs.
-    pub fn folded_scratch_len(&self) -> usize {
-        if self.winograd() {
+    /// Scratch floats that [`conv2d_folded`] needs by `algorithm`.
+    pub fn folded_scratch_len(&self, algorithm: Algorithm) -> usize {
+        if self.by_winograd(algorithm) {
             self.winograd_scratch_len()
         } else {
             self.scratch_len(true)
@@ -94,6 +125,7 @@ pub enum FilterLayout {
 #[derive(Clone, Copy, Debug)]
 pub struct FoldedConv<'a> {
     pub geometry: Conv2dNhwc,
+    pub algorithm: Algorithm,
     pub layout: FilterLayout,
     /// The filter, bias and batch norm are read only by [`Self::prepare`]:
     /// a convolution whose filter was prepared elsewhere (by ptec, at
@@ -110,7 +142,7 @@ pub struct FoldedConv<'a> {
 
 impl FoldedConv<'_> {
     /// Prepares this convolution's filter in `kept` ([`Conv2dNhwc::folded_len`]
-    /// floats, serving this convolution alone): rearranged into the layout
+    /// floats by its algorithm, serving this convolution alone): rearranged into the layout
     /// the NHWC kernels read, scaled by the batch norm, with the bias
     /// shifted by it. Does nothing when `kept` already holds it, so it can
     /// run before every call; ptec runs it at compile time when the weights
@@ -123,8 +155,8 @@ impl FoldedConv<'_> {
             g.groups,
             g.in_c
         );
-        let (head, rest) = kept[..g.folded_len()].split_at_mut(FOLDED_HEADER);
-        let header = g.folded_header();
+        let (head, rest) = kept[..g.folded_len(self.algorithm)].split_at_mut(FOLDED_HEADER);
+        let header = g.folded_header(self.algorithm);
         if !stamped(head, &header) {
             let (folded_bias, filter) = rest.split_at_mut(g.out_c.div_ceil(16) * 16);
             fold_filter(self, &mut folded_bias[..g.out_c], filter);
@@ -136,9 +168,9 @@ impl FoldedConv<'_> {
     /// `prepared`.
     pub(super) fn prepared<'k>(&self, prepared: &'k [f32]) -> (&'k [f32], &'k [f32]) {
         let g = &self.geometry;
-        let (head, rest) = prepared[..g.folded_len()].split_at(FOLDED_HEADER);
+        let (head, rest) = prepared[..g.folded_len(self.algorithm)].split_at(FOLDED_HEADER);
         assert!(
-            stamped(head, &g.folded_header()),
+            stamped(head, &g.folded_header(self.algorithm)),
             "the filter was not prepared for this convolution"
         );
         let (folded_bias, filter) = rest.split_at(g.out_c.div_ceil(16) * 16);
@@ -148,7 +180,7 @@ impl FoldedConv<'_> {
 
 /// Runs a [`FoldedConv`] of `x` into `out`, its filter and bias taken from
 /// `prepared` (what [`FoldedConv::prepare`] wrote). `scratch`:
-/// [`Conv2dNhwc::folded_scratch_len`] floats.
+/// [`Conv2dNhwc::folded_scratch_len`] floats by its algorithm.
 pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &mut [f32], scratch: &mut [f32]) {
     let g = &conv.geometry;
     let out = &mut out[..g.window.out_pixels() * g.out_c];
@@ -178,7 +210,7 @@ pub fn conv2d_folded(conv: &FoldedConv<'_>, x: &[f32], prepared: &[f32], out: &m
             max,
             activation,
         };
-        if g.winograd() {
+        if g.by_winograd(conv.algorithm) {
             winograd::conv(g, x, filter, &e, out, scratch);
         } else {
             conv_group(g, x, 0, filter, &e, out, &mut scratch[..g.gather_len()]);
@@ -224,7 +256,7 @@ fn fold_filter(conv: &FoldedConv<'_>, folded_bias: &mut [f32], filter: &mut [f32
                 oc * g.depth() + q
             }
         };
-        if g.winograd() {
+        if g.by_winograd(conv.algorithm) {
             winograd::transform_filter(g, filter, |oc, c, ki, kj| {
                 w[at(oc, (ki * kw + kj) * cg + c)] * scale[oc]
             });
@@ -385,10 +417,11 @@ mod tests {
                         Conv2dNhwc::folded(layout, &nhwc, &w_sizes, stride, pad, [1, 1], groups),
                         Some(g)
                     );
-                    let mut kept = vec![0.0f32; g.folded_len()];
+                    let mut kept = vec![0.0f32; g.folded_len(Algorithm::Direct)];
                     let mut scratch = vec![0.0f32; g.scratch_len(true)];
                     let conv = FoldedConv {
                         geometry: g,
+                        algorithm: Algorithm::Direct,
                         layout,
                         w,
                         bias: bias.as_deref(),
@@ -466,11 +499,12 @@ mod tests {
                     .iter()
                     .map(|v| v * 4.0)
                     .collect();
-                let mut kept = vec![0.0f32; g.folded_len()];
+                let mut kept = vec![0.0f32; g.folded_len(Algorithm::Direct)];
                 let mut scratch = vec![0.0f32; g.scratch_len(true)];
                 for with_residual in [false, true] {
                     let conv = |activation| FoldedConv {
                         geometry: g,
+                        algorithm: Algorithm::Direct,
                         layout: FilterLayout::Xnnpack,
                         w: &w,
                         bias: Some(&bias),

@@ -40,7 +40,7 @@ pub use chain::{chain_scratch_len, chain_takes_residual, conv2d_folded_chain, MA
 pub use conv::conv2d_nhwc;
 pub use deconv::{deconv2d_nhwc, Deconv2dNhwc};
 pub use depthwise::depthwise_conv2d_nhwc;
-pub use fold::{conv2d_folded, BatchNormFold, FilterLayout, FoldedConv};
+pub use fold::{conv2d_folded, Algorithm, BatchNormFold, FilterLayout, FoldedConv};
 pub use pool::{avg_pool2d_nhwc, global_avg_pool_nhwc, max_pool2d_nhwc};
 
 /// The windows of a 2-d convolution or pooling over `[N, H, W, ·]` images.

@@ -33,7 +33,7 @@ const L: usize = 16;
 
 impl Conv2dNhwc {
     /// Whether [`super::conv2d_folded`] runs this convolution by
-    /// Winograd's F(2 × 2, 3 × 3): ungrouped, 3 × 3, stride 1, undilated,
+    /// Winograd's F(2 × 2, 3 × 3) when asked to ([`super::Algorithm`]): ungrouped, 3 × 3, stride 1, undilated,
     /// at least 64 input and output channels (whole vectors of 16), and
     /// at least 14 × 14 outputs. Fewer channels leave the products too
     /// shallow to run at speed; on a 7 × 7 image, the transformed filter
@@ -412,7 +412,7 @@ mod tests {
     extern crate std;
     use super::*;
     use crate::nhwc::tests::{reference, rng, work, Dims4};
-    use crate::nhwc::{conv2d_folded, BatchNormFold, FilterLayout, FoldedConv};
+    use crate::nhwc::{conv2d_folded, Algorithm, BatchNormFold, FilterLayout, FoldedConv};
     use std::vec;
     use std::vec::Vec;
 
@@ -420,8 +420,9 @@ mod tests {
     /// both filter layouts, a batch norm, a residual, a clamp and an
     /// activation; zero padding on every side, none, and lopsided; odd
     /// output sizes (the last tiles hang over), two images, 80 outputs
-    /// (vectors of 16 past the strips of 32); on one thread and two (whole
-    /// blocks a part), which give the same bits.
+    /// (vectors of 16 past the strips of 32); on one thread and two (an
+    /// even share of the tiles each), which give the same bits. The direct
+    /// sum on the same convolutions ([`Algorithm::Direct`]) too.
     #[test]
     fn winograd_convolutions_match_the_direct_sum() {
         // (input, outputs, padding top, bottom, left, right)
@@ -486,42 +487,60 @@ mod tests {
                     v[0]
                 })
                 .collect();
-            let mut outs = vec![];
+            // Each algorithm's results, which must not depend on the
+            // layout or the thread count.
+            let mut outs: [Vec<Vec<f32>>; 2] = [vec![], vec![]];
+            let algorithms = [Algorithm::Winograd, Algorithm::Direct];
+            assert!(g.folded_len(Algorithm::Winograd) > g.folded_len(Algorithm::Direct));
             for (layout, filter) in [(FilterLayout::Xnnpack, &w), (FilterLayout::Torch, &torch)] {
-                let conv = FoldedConv {
-                    geometry: g,
-                    layout,
-                    w: filter,
-                    bias: Some(&bias),
-                    bn: Some(bn),
-                    residual: Some(&residual),
-                    min,
-                    max,
-                    activation,
-                };
-                let mut kept = vec![0.0f32; g.folded_len()];
-                conv.prepare(&mut kept);
-                for threads in [1, 2] {
-                    crate::parallel::set_threads(threads);
-                    let mut out = vec![f32::NAN; want.len()];
-                    let mut scratch = vec![f32::NAN; g.folded_scratch_len()];
-                    conv2d_folded(&conv, &x, &kept, &mut out, &mut scratch);
-                    crate::parallel::set_threads(1);
-                    for (at, (got, want)) in out.iter().zip(&want).enumerate() {
-                        assert!(
-                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                            "case {i}, {layout:?}, {threads} thread(s), at {at}: {got} vs {want}"
-                        );
+                for (a, &algorithm) in algorithms.iter().enumerate() {
+                    let conv = FoldedConv {
+                        geometry: g,
+                        algorithm,
+                        layout,
+                        w: filter,
+                        bias: Some(&bias),
+                        bn: Some(bn),
+                        residual: Some(&residual),
+                        min,
+                        max,
+                        activation,
+                    };
+                    let mut kept = vec![0.0f32; g.folded_len(algorithm)];
+                    conv.prepare(&mut kept);
+                    for threads in [1, 2] {
+                        crate::parallel::set_threads(threads);
+                        let mut out = vec![f32::NAN; want.len()];
+                        let mut scratch = vec![f32::NAN; g.folded_scratch_len(algorithm)];
+                        conv2d_folded(&conv, &x, &kept, &mut out, &mut scratch);
+                        crate::parallel::set_threads(1);
+                        for (at, (got, want)) in out.iter().zip(&want).enumerate() {
+                            assert!(
+                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                "case {i}, {algorithm:?}, {layout:?}, {threads} thread(s), at {at}: {got} vs {want}"
+                            );
+                        }
+                        outs[a].push(out);
                     }
-                    outs.push(out);
                 }
             }
-            for out in &outs[1..] {
-                assert!(
-                    out.iter().zip(&outs[0]).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "case {i}: layouts or thread counts differ"
-                );
+            for (outs, algorithm) in outs.iter().zip(algorithms) {
+                for out in &outs[1..] {
+                    assert!(
+                        out.iter().zip(&outs[0]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i}, {algorithm:?}: layouts or thread counts differ"
+                    );
+                }
             }
+            // The two algorithms round differently: if they agreed to the
+            // bit, the direct one would not have run.
+            assert!(
+                outs[0][0]
+                    .iter()
+                    .zip(&outs[1][0])
+                    .any(|(a, b)| a.to_bits() != b.to_bits()),
+                "case {i}: Winograd's results are the direct sum's, bit for bit"
+            );
         }
     }
 }

@@ -27,6 +27,7 @@ pub fn check_listed(what: &str, listed: &[Listed]) -> (usize, usize) {
             rtol: l.rtol,
             atol: l.atol,
             cases: None,
+            winograd: true,
         })
         .collect();
     let results = check(&inputs, &[1], false, |m| eprintln!("{what}: {m}")).unwrap();

@@ -18,7 +18,7 @@ use crate::names::{
 };
 use ptec_runtime::kernels::gemm::gemm_scratch_len;
 use ptec_runtime::kernels::gemm::packed_len;
-use ptec_runtime::kernels::nhwc::{BatchNormFold, Conv2dNhwc, Deconv2dNhwc, FoldedConv, Window2d};
+use ptec_runtime::kernels::nhwc::{Algorithm, BatchNormFold, Conv2dNhwc, Deconv2dNhwc, FoldedConv, Window2d};
 
 pub const OPS: &[(&str, Emitter)] = &[
     (fully_connected::NAME, fully_connected),
@@ -395,7 +395,7 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     require_sizes(&out, &conv.geometry.output_sizes())?;
     let (xi, s1) = ctx.read(&x)?;
     let (oi, s2) = ctx.write(&out)?;
-    let (sc, s3) = scratch(ctx, conv.geometry.folded_scratch_len());
+    let (sc, s3) = scratch(ctx, conv.geometry.folded_scratch_len(conv.algorithm));
     let FoldedTokens { stmts, conv, kept, .. } = conv;
     Ok(quote! {
         #stmts #s1 #s2 #s3
@@ -456,12 +456,14 @@ fn conv2d_folded_chain(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 /// Arguments of one folded convolution after its input (see
 /// [`folded`]): weight, bias, four batch norm tensors and eps, padding,
 /// stride, dilation, groups, the output range, residual, kept, layout,
-/// activation.
+/// activation, algorithm.
 const FOLDED_ARGS: usize = folded::OUT - folded::WEIGHT;
 
 /// A folded convolution's checked geometry and emitted operands.
 struct FoldedTokens {
     geometry: Conv2dNhwc,
+    /// How it runs its products (its kept filter is prepared for it).
+    algorithm: Algorithm,
     /// Whether it adds a residual.
     residual: bool,
     /// The statements that make its views.
@@ -490,6 +492,8 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     let layout = folded::layout(code).ok_or_else(|| format!("{code} names no filter layout"))?;
     let code = ctx.int(arg(folded::ACTIVATION))?;
     let activation = folded::activation(code).ok_or_else(|| format!("{code} names no activation"))?;
+    let code = ctx.int(arg(folded::ALGORITHM))?;
+    let algorithm = folded::algorithm(code).ok_or_else(|| format!("{code} names no convolution algorithm"))?;
     let (min, max) = bounds(ctx, arg(folded::MIN))?;
     let residual = ctx.opt_tensor(arg(folded::RESIDUAL))?;
     let kept = ctx.tensor(arg(folded::KEPT))?;
@@ -515,7 +519,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
             ));
         }
     }
-    check_packed(&Some(kept.clone()), g.folded_len())?;
+    check_packed(&Some(kept.clone()), g.folded_len(algorithm))?;
     let params = [
         ctx.opt_tensor(arg(folded::BN_WEIGHT))?,
         ctx.opt_tensor(arg(folded::BN_BIAS))?,
@@ -559,6 +563,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
             };
             let conv = FoldedConv {
                 geometry: g,
+                algorithm,
                 layout,
                 w: &w,
                 bias: bias.as_deref(),
@@ -592,6 +597,7 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     let geometry = conv_tokens(&g);
     let layout = format_ident!("{layout:?}");
     let activation = format_ident!("{activation:?}");
+    let algorithm_ident = format_ident!("{algorithm:?}");
     let (wi, s1) = ctx.read_if_needed(&w, !prepared)?;
     let (bi, s2) = if prepared {
         (quote!(None), quote!())
@@ -601,11 +607,13 @@ fn folded_conv(ctx: &mut OpCtx<'_>, input: &[usize], first: usize) -> Result<Fol
     let (ri, s3) = read_opt(ctx, &residual)?;
     Ok(FoldedTokens {
         geometry: g,
+        algorithm,
         residual: residual.is_some(),
         stmts: quote! {
             #s1 #s2 #s_bn #s3
             let #conv = ::ptec_runtime::kernels::nhwc::FoldedConv {
-                geometry: #geometry, layout: ::ptec_runtime::kernels::nhwc::FilterLayout::#layout, w: #wi, bias: #bi, bn: #bn, residual: #ri, min: #min, max: #max,
+                geometry: #geometry, algorithm: ::ptec_runtime::kernels::nhwc::Algorithm::#algorithm_ident,
+                layout: ::ptec_runtime::kernels::nhwc::FilterLayout::#layout, w: #wi, bias: #bi, bn: #bn, residual: #ri, min: #min, max: #max,
                 activation: ::ptec_runtime::kernels::nhwc::Activation::#activation,
             };
             #s_kept

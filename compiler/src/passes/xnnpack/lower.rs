@@ -33,7 +33,7 @@ use crate::read::xnnpack::{
 };
 use crate::shapes::{batch_matmul_sizes, broadcast, contiguous_strides};
 use ptec_runtime::kernels::gemm::packed_len;
-use ptec_runtime::kernels::nhwc::{Activation, Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window2d};
+use ptec_runtime::kernels::nhwc::{Activation, Algorithm, Conv2dNhwc, Deconv2dNhwc, FilterLayout, Window2d};
 
 mod quantized;
 
@@ -41,12 +41,12 @@ mod quantized;
 /// kernel calls over the subgraphs `graphs` read for them (a call's blob
 /// that could not be read is its error). Calls to other backends are left
 /// alone.
-pub fn lower_xnnpack_delegates(program: &mut Program, mut graphs: Graphs) -> Result<()> {
+pub fn lower_xnnpack_delegates(program: &mut Program, mut graphs: Graphs, algorithm: Algorithm) -> Result<()> {
     let mut errors = Vec::new();
     for (k, m) in program.methods.iter_mut().enumerate() {
         let uses_xnnpack = m.instructions.iter().any(|i| is_xnnpack_call(m, i));
         if uses_xnnpack {
-            errors.extend(lower_method(m, |n| graphs.take(k, n)));
+            errors.extend(lower_method(m, |n| graphs.take(k, n), algorithm));
         }
     }
     if errors.is_empty() {
@@ -74,7 +74,13 @@ fn is_xnnpack_call(m: &Method, ins: &Instruction) -> bool {
 
 /// Lowers the XNNPACK calls of one method, the subgraph of the call at
 /// each instruction taken from `graph`; returns the problems found.
-fn lower_method(m: &mut Method, mut graph: impl FnMut(usize) -> Option<Result<Graph>>) -> Vec<Diagnostic> {
+/// Lowers the XNNPACK calls of `m`, the subgraph of instruction `n` read
+/// by `graph(n)`; its convolutions run by `algorithm`.
+fn lower_method(
+    m: &mut Method,
+    mut graph: impl FnMut(usize) -> Option<Result<Graph>>,
+    algorithm: Algorithm,
+) -> Vec<Diagnostic> {
     let old = std::mem::take(&mut m.instructions);
     let old_traces = m.stacktraces.take();
     let mut errors = Vec::new();
@@ -100,7 +106,7 @@ fn lower_method(m: &mut Method, mut graph: impl FnMut(usize) -> Option<Result<Gr
                             _ => None,
                         })
                         .collect();
-                    CallLowering::new(m, &g, args, at, &mut buffers)
+                    CallLowering::new(m, &g, args, at, &mut buffers, algorithm)
                         .run()
                         .map(|list| (list, outputs))
                 }) {
@@ -211,6 +217,8 @@ struct CallLowering<'a> {
     /// The debug handle of the node being lowered.
     node_handle: u32,
     buffers: &'a mut Buffers,
+    /// How the folded convolutions run their products.
+    algorithm: Algorithm,
     /// An argument's shape varies (up to the bound its dims give): the
     /// call's intermediates vary too, and every kernel sets their live
     /// sizes from its inputs', as XNNPACK reshapes the subgraph.
@@ -220,7 +228,14 @@ struct CallLowering<'a> {
 type Step = Result<()>;
 
 impl<'a> CallLowering<'a> {
-    fn new(m: &'a mut Method, g: &'a Graph, args: &'a [usize], at: Location, buffers: &'a mut Buffers) -> Self {
+    fn new(
+        m: &'a mut Method,
+        g: &'a Graph,
+        args: &'a [usize],
+        at: Location,
+        buffers: &'a mut Buffers,
+        algorithm: Algorithm,
+    ) -> Self {
         CallLowering {
             slots: vec![None; g.values.len()],
             m,
@@ -231,6 +246,7 @@ impl<'a> CallLowering<'a> {
             out_nodes: Vec::new(),
             node_handle: 0,
             buffers,
+            algorithm,
             dynamic: false,
         }
     }
@@ -1026,6 +1042,7 @@ impl<'a> CallLowering<'a> {
             // convolution: the passes after this one fuse residual
             // adds and chains of such calls.
             let groups = g.groups;
+            let algorithm = g.algorithm(self.algorithm);
             let [weight, bias] = [self.slot(*filter), self.opt_slot(*bias)];
             let null = self.null();
             let args = folded::Args {
@@ -1040,9 +1057,10 @@ impl<'a> CallLowering<'a> {
                 min: self.double(node.min),
                 max: self.double(node.max),
                 residual: null,
-                kept: self.kept_packing(*filter, g.folded_len()),
+                kept: self.kept_packing(*filter, g.folded_len(algorithm)),
                 layout: self.push(Value::Int(folded::layout_code(FilterLayout::Xnnpack))),
                 activation: self.push(Value::Int(folded::activation_code(Activation::Identity))),
+                algorithm: self.push(Value::Int(folded::algorithm_code(algorithm))),
                 out: self.slot(*out),
             };
             self.kernel(folded::NAME, args.to_vec());

@@ -9,7 +9,7 @@ use ptec_schema::xnnpack as fb;
 /// the read stage reads them.
 fn lower_blobs(p: &mut Program, bytes: &[u8]) -> Result<(), Errors> {
     let graphs = crate::read::xnnpack::Graphs::read(p, bytes);
-    super::lower_xnnpack_delegates(p, graphs)
+    super::lower_xnnpack_delegates(p, graphs, ptec_runtime::kernels::nhwc::Algorithm::Winograd)
 }
 
 const INPUT: u32 = 1;
@@ -551,11 +551,12 @@ fn calls_of_other_backends_stay_and_are_renumbered() {
 fn convolutions_become_folded_calls_that_absorb_the_residual_add() {
     use crate::names::folded;
     use crate::passes::channels_last::int;
+    use ptec_runtime::kernels::nhwc::Algorithm;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/xnnpack_conv.pte");
     let bytes = std::fs::read(path).unwrap();
     // The subgraphs the read stage read with the program.
     let mut loaded = crate::load(&bytes, &[]).unwrap();
-    crate::passes::lower_delegates(&mut loaded, true).unwrap();
+    crate::passes::lower_delegates(&mut loaded, &crate::Options::new()).unwrap();
     let mut program = loaded.program.unwrap();
     let lowered = program.methods[0].clone();
     let folded_calls = |m: &Method| -> Vec<Vec<usize>> {
@@ -574,7 +575,7 @@ fn convolutions_become_folded_calls_that_absorb_the_residual_add() {
     }
     assert_eq!(ops(&lowered).iter().filter(|o| o.starts_with("aten::add")).count(), 1);
     for m in &mut program.methods {
-        crate::passes::channels_last::convert_method(m);
+        crate::passes::channels_last::convert_method(m, Algorithm::Winograd);
         crate::passes::conv_chains::fuse_residual_adds(m);
         crate::passes::conv_chains::fuse_chains(m);
     }
