@@ -73,6 +73,12 @@ impl Conv2dNhwc {
     fn tiles(&self) -> (usize, usize) {
         (self.window.out_h.div_ceil(2), self.window.out_w.div_ceil(2))
     }
+
+    /// The image, tile row and tile column of tile `tile`.
+    fn tile_at(&self, tile: usize) -> (usize, usize, usize) {
+        let (th, tw) = self.tiles();
+        (tile / (th * tw), tile / tw % th, tile % tw)
+    }
 }
 
 /// Writes the transformed filter of `g` (see [`Conv2dNhwc::winograd`])
@@ -150,8 +156,9 @@ fn block(
     let (c, o, n) = (g.in_c, g.out_c, t.len());
     let len = packed_len(c, o);
     let (v, m) = (&mut v[..16 * n * c], &mut m[..16 * n * o]);
+    let avx512 = has_avx512();
     for (i, tile) in t.clone().enumerate() {
-        transform_input(g, x, tile, i, n, v);
+        transform_input(g, x, tile, i, n, v, avx512);
     }
     let plain = Epilogue::new(None, false);
     for k in 0..16 {
@@ -159,17 +166,24 @@ fn block(
         gemm_packed(n, o, c, a, c, b, &plain, &mut m[k * n * o..][..n * o], o);
     }
     for (i, tile) in t.enumerate() {
-        transform_output(g, tile, i, n, m, e, out);
+        transform_output(g, tile, i, n, m, e, out, avx512);
     }
+}
+
+/// Whether the transforms run on AVX-512 (asked once a block).
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// `Bᵀ d B` of tile `tile`'s 4 × 4 input pixels `d` (zeros outside the
 /// image), written as row `i` of each of the 16 matrices of `v` (`n`
-/// rows of `C` each).
-fn transform_input(g: &Conv2dNhwc, x: &[f32], tile: usize, i: usize, n: usize, v: &mut [f32]) {
+/// rows of `C` each); by AVX-512 when `avx512` (the CPU has it).
+fn transform_input(g: &Conv2dNhwc, x: &[f32], tile: usize, i: usize, n: usize, v: &mut [f32], avx512: bool) {
     let (win, c) = (&g.window, g.in_c);
-    let (th, tw) = g.tiles();
-    let (img, ty, tx) = (tile / (th * tw), tile / tw % th, tile % tw);
+    let (img, ty, tx) = g.tile_at(tile);
     // The 16 input pixels' channels, or None outside the image.
     let pixel = |r: usize, s: usize| -> Option<&[f32]> {
         let ih = (2 * ty + r).checked_sub(win.pad_top).filter(|&h| h < win.in_h)?;
@@ -178,10 +192,12 @@ fn transform_input(g: &Conv2dNhwc, x: &[f32], tile: usize, i: usize, n: usize, v
     };
     let d: [Option<&[f32]>; 16] = core::array::from_fn(|k| pixel(k / 4, k % 4));
     #[cfg(target_arch = "x86_64")]
-    if crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
+    if avx512 {
         // SAFETY: the CPU has AVX-512F.
         return unsafe { avx512::input(&d, c, i, n, v) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = avx512;
     let mut rows = [[0.0f32; L]; 16];
     for c0 in (0..c).step_by(L) {
         for (row, p) in rows.iter_mut().zip(&d) {
@@ -230,11 +246,21 @@ fn sub(a: &[f32; L], b: &[f32; L]) -> [f32; L] {
 
 /// Tile `tile`'s 2 × 2 outputs from row `i` of the 16 products in `m`
 /// (`n` rows of `O` each): `Aᵀ m A`, then `e`'s bias, residual, clamp and
-/// activation, stored where they lie inside the image.
-fn transform_output(g: &Conv2dNhwc, tile: usize, i: usize, n: usize, m: &[f32], e: &Epilogue<'_>, out: OutView) {
+/// activation, stored where they lie inside the image; by AVX-512 when
+/// `avx512` (the CPU has it).
+#[allow(clippy::too_many_arguments)]
+fn transform_output(
+    g: &Conv2dNhwc,
+    tile: usize,
+    i: usize,
+    n: usize,
+    m: &[f32],
+    e: &Epilogue<'_>,
+    out: OutView,
+    avx512: bool,
+) {
     let (win, o) = (&g.window, g.out_c);
-    let (th, tw) = g.tiles();
-    let (img, ty, tx) = (tile / (th * tw), tile / tw % th, tile % tw);
+    let (img, ty, tx) = g.tile_at(tile);
     // The tile's pixels inside the image (the last row or column of tiles
     // may hang over an odd size).
     let pixel = |a: usize, b: usize| -> Option<usize> {
@@ -245,11 +271,11 @@ fn transform_output(g: &Conv2dNhwc, tile: usize, i: usize, n: usize, m: &[f32], 
     for &px in pixels.iter().flatten() {
         assert!((px + 1) * o <= out.1, "pixel {px} outside the output");
     }
-    #[cfg(target_arch = "x86_64")]
-    let vector = crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = avx512;
     for o0 in (0..o).step_by(L) {
         #[cfg(target_arch = "x86_64")]
-        if vector {
+        if avx512 {
             // SAFETY: the CPU has AVX-512F; the pixels are inside the
             // output (checked above) and this tile's alone (see `conv`).
             unsafe { avx512::output(m, i, n, o, o0, e, &pixels, out) };
