@@ -377,14 +377,15 @@ fn conv2d_nhwc(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
 
 /// `conv2d_folded.out(input, weight, bias?, bn_weight?, bn_bias?,
 /// bn_mean?, bn_var?, bn_eps?, padding, stride, dilation, groups,
-/// output_min, output_max, residual?, kept, layout, activation, out)`: an aten convolution run
-/// on NHWC images (see [`crate::passes::channels_last`]). Input `[N, H, W, C]`,
+/// output_min, output_max, residual?, kept, layout, activation, algorithm, out)`: an aten
+/// convolution run on NHWC images (see [`crate::passes::channels_last`]). Input `[N, H, W, C]`,
 /// weight in PyTorch's layout `[O, C / groups, kH, kW]`, ungrouped or
 /// depthwise; an inference batch norm is folded in when `bn_mean` and
 /// `bn_var` are given; `residual` (sized as `out`) is added before the
 /// clamp, and `activation` (an integer: `folded::activation`) applied
-/// last. `kept` ([`Conv2dNhwc::folded_len`] floats, this call's alone)
-/// holds the prepared filter from run to run.
+/// last; `algorithm` (an integer: `folded::algorithm`) says how the
+/// products run. `kept` ([`Conv2dNhwc::folded_len`] floats for that
+/// algorithm, this call's alone) holds the prepared filter from run to run.
 fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     ctx.arity(folded::COUNT)?;
     let x = ctx.tensor(folded::X)?;
@@ -403,7 +404,7 @@ fn conv2d_folded(ctx: &mut OpCtx<'_>) -> Result<TokenStream, String> {
     })
 }
 
-/// `conv2d_folded_chain.out(input, <the 17 arguments of a
+/// `conv2d_folded_chain.out(input, <the 18 arguments of a
 /// conv2d_folded after its input> for each of 2 or 3 convolutions, out)`:
 /// a pointwise then a depthwise convolution, a depthwise then a pointwise
 /// one, or all three, each reading the previous one's result, run together
