@@ -5,7 +5,10 @@
 //! release build peaks at 158 MiB, below llama.cpp's 172 on the same model
 //! (docs/chat.md); this test's unoptimized build at about 169, and at
 //! over 330 when the file's pages stay. A test binary of its own: the
-//! figures are the process's.
+//! figures are the process's. On a CPU without a kernel for repacked
+//! 4-bit weights (x86 without AVX-512 VNNI) the layers read the nibbles
+//! from the mapping on every call, so those pages (about 70 MiB) stay:
+//! 75 MiB of the file resident and a 229 MiB peak on an AVX2-only Zen 3.
 #[cfg(all(chat_model, target_os = "linux"))]
 #[test]
 fn the_mapped_program_stays_out_of_memory() {
@@ -52,8 +55,13 @@ fn the_mapped_program_stays_out_of_memory() {
         "resident of the mapped .pte: {} KiB; peak: {} KiB",
         mapped_kib, peak_kib
     );
-    assert!(mapped_kib < 32 << 10, "{mapped_kib} KiB of the .pte resident");
-    assert!(peak_kib < 200 << 10, "peak {peak_kib} KiB");
+    let (mapped_max, peak_max) = if ptec_runtime::kernels::qd8::repacks_weights() {
+        (32 << 10, 200 << 10)
+    } else {
+        (96 << 10, 260 << 10)
+    };
+    assert!(mapped_kib < mapped_max, "{mapped_kib} KiB of the .pte resident");
+    assert!(peak_kib < peak_max, "peak {peak_kib} KiB");
 }
 
 #[cfg(not(all(chat_model, target_os = "linux")))]

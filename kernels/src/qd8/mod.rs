@@ -130,6 +130,18 @@ pub fn blockwise_order() -> BlockwiseOrder {
     BlockwiseOrder::Partials
 }
 
+/// Whether this CPU runs blockwise 4-bit layers over their weights
+/// repacked once into the kept buffer (AVX-512 VNNI on x86-64, SDOT on
+/// aarch64). Elsewhere the kernels read the nibbles where the program
+/// holds them, on every call, so a memory-mapped file's weight pages stay
+/// resident.
+pub fn repacks_weights() -> bool {
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
+    return repacked_kernel::available();
+    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
+    false
+}
+
 /// How a quantized row is laid out for the kernel that will read it.
 #[derive(Clone, Copy, PartialEq)]
 enum RowLayout {
