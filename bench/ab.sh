@@ -3,7 +3,8 @@
 # each other, alternated in rounds, optionally beside ExecuTorch + XNNPACK.
 #
 #   bench/ab.sh [--rounds N] [--iters N] [--threads N] [--xnnpack] [--et-dir DIR]
-#               [--per-instruction] MODEL.bpte A [B]
+#               [--per-instruction] [--a-options ARGS] [--b-options ARGS]
+#               MODEL.bpte A [B]
 #
 # A and B are revisions of this repository (anything `git rev-parse`
 # takes) or `.` for the working tree; B defaults to `.`. Each is built in
@@ -18,6 +19,9 @@
 # produced the same output bytes. With --per-instruction, every run steps
 # through the method with `--profile` instead, and the table lists each
 # instruction's median time under A and B, the largest differences first.
+# --a-options / --b-options pass compiler options to `ptec bench` when it
+# makes A's or B's runner, so one revision can be timed against itself:
+#   bench/ab.sh --a-options "--winograd false" resnet18.bpte . .
 #
 # Nothing runs beside a timed run: each run's output is kept and parsed
 # after all rounds (a parser starting next to a two-thread run takes one
@@ -32,6 +36,8 @@ iters=40
 threads=1
 xnnpack=0
 per_instruction=0
+options_a=""
+options_b=""
 et_dir="$target/et-runner"
 args=()
 while [ $# -gt 0 ]; do
@@ -42,7 +48,9 @@ while [ $# -gt 0 ]; do
     --xnnpack) xnnpack=1; shift ;;
     --et-dir) et_dir="$2"; shift 2 ;;
     --per-instruction) per_instruction=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --a-options) options_a="$2"; shift 2 ;;
+    --b-options) options_b="$2"; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) args+=("$1"); shift ;;
   esac
@@ -65,13 +73,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# runner REV OUT: builds ptec at REV and its runner for MODEL into OUT.
+# runner REV OPTIONS OUT: builds ptec at REV and its runner for MODEL,
+# compiled with OPTIONS (words for `ptec bench`), into OUT.
 runner() {
-  local rev="$1" out="$2" sha tree cache
+  local rev="$1" out="$3" sha tree cache
+  local -a options
+  read -r -a options <<<"$2"
   if [ "$rev" = "." ]; then
-    echo "building the working tree's runner..." >&2
+    echo "building the working tree's runner${2:+ ($2)}..." >&2
     (cd "$root" && cargo build --release --quiet -p ptec-cli)
-    "$target/release/ptec" bench "$model" --iters 1 >/dev/null
+    "$target/release/ptec" bench "$model" --iters 1 "${options[@]}" >/dev/null
     cp "$target/ptec-bench/native/release/ptec-bench-run" "$out"
     return
   fi
@@ -79,11 +90,12 @@ runner() {
     echo "bench/ab.sh: $rev is not a revision of this repository" >&2
     exit 2
   fi
-  cache="$target/ab/runners/$sha-$name-$(cksum <"$model" | cut -d' ' -f1)"
+  cache="$target/ab/runners/$sha-$name-$(cat "$model" <(echo "$2") | cksum | cut -d' ' -f1)"
   if [ ! -x "$cache" ]; then
-    echo "building $rev ($sha)'s runner..." >&2
+    echo "building $rev ($sha)'s runner${2:+ ($2)}..." >&2
     tree="$work/tree-$sha"
-    git -C "$root" worktree add --quiet --detach "$tree" "$sha"
+    # (A and B may be one revision with different options: one tree.)
+    [ -d "$tree" ] || git -C "$root" worktree add --quiet --detach "$tree" "$sha"
     # ptec's dependencies are shared between revisions; each revision's
     # runner crate gets its own directory, since it builds that revision's
     # kernels.
@@ -92,14 +104,14 @@ runner() {
     (cd "$tree" && { [ -d compiler/cli ] && pkg=ptec-cli || pkg=ptec
       CARGO_TARGET_DIR="$target/ab/build" cargo build --release --quiet -p "$pkg"; })
     CARGO_TARGET_DIR="$target/ab/build" PTEC_BENCH_TARGET_DIR="$target/ab/bench-$sha" \
-      "$target/ab/build/release/ptec" bench "$model" --iters 1 >/dev/null
+      "$target/ab/build/release/ptec" bench "$model" --iters 1 "${options[@]}" >/dev/null
     mkdir -p "$(dirname "$cache")"
     cp "$target/ab/bench-$sha/native/release/ptec-bench-run" "$cache"
   fi
   cp "$cache" "$out"
 }
-runner "$rev_a" "$work/A"
-runner "$rev_b" "$work/B"
+runner "$rev_a" "$options_a" "$work/A"
+runner "$rev_b" "$options_b" "$work/B"
 
 et=""
 xnn="$(dirname "$model")/${name}_xnnpack.pte"
@@ -119,7 +131,7 @@ cores() {
   [ "$threads" -gt 1 ] || return 0
   echo "$1 $(cd "$root" && cargo run --release --quiet -p ptec-kernels --example gemm_bench -- --cores "$threads")"
 }
-echo "A = $rev_a, B = $rev_b; $name, $threads thread(s), $rounds rounds of $iters iterations"
+echo "A = $rev_a${options_a:+ ($options_a)}, B = $rev_b${options_b:+ ($options_b)}; $name, $threads thread(s), $rounds rounds of $iters iterations"
 cores before
 profile=()
 [ "$per_instruction" = 1 ] && profile=(--profile --profile-top 1000000)

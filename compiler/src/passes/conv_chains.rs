@@ -308,7 +308,7 @@ fn geometry(m: &Method, args: &[usize], input: [usize; 4]) -> Option<Conv2dNhwc>
 mod tests {
     use super::*;
     use crate::passes::rewrite::{kernel_call, push_f32_tensor, push_int_list};
-    use ptec_runtime::kernels::nhwc::FilterLayout;
+    use ptec_runtime::kernels::nhwc::{Algorithm, FilterLayout};
 
     const TORCH: FilterLayout = FilterLayout::Torch;
 
@@ -347,8 +347,8 @@ mod tests {
         args.push(push_value(m, Value::Double(6.0)));
         args.push(residual.unwrap_or(null));
         let layout = push_value(m, Value::Int(folded::layout_code(layout)));
-        let activation = push_value(m, Value::Int(0));
-        let algorithm = push_value(m, Value::Int(0));
+        let activation = push_value(m, Value::Int(folded::activation_code(Activation::Identity)));
+        let algorithm = push_value(m, Value::Int(folded::algorithm_code(Algorithm::Direct)));
         args.extend([kept, layout, activation, algorithm, out]);
         let call = kernel_call(m, folded::NAME, args);
         m.instructions.push(call);

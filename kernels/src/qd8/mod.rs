@@ -136,10 +136,8 @@ pub fn blockwise_order() -> BlockwiseOrder {
 /// holds them, on every call, so a memory-mapped file's weight pages stay
 /// resident.
 pub fn repacks_weights() -> bool {
-    #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
-    return repacked_kernel::available();
-    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon"))))]
-    false
+    // Every target has a `repacked_kernel`; where there is none it says no.
+    repacked_kernel::available()
 }
 
 /// How a quantized row is laid out for the kernel that will read it.
