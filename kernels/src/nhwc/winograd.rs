@@ -16,6 +16,7 @@
 //! of the tiles.
 use super::Conv2dNhwc;
 use crate::activation::Activation;
+use crate::cpu::Isa;
 use crate::gemm::{gemm_packed, pack_with, packed_len, Epilogue};
 
 /// Tiles per block: 7 row tiles of 8 (or 8 of 7) in each of the 16
@@ -33,12 +34,12 @@ const L: usize = 16;
 
 impl Conv2dNhwc {
     /// Whether [`super::conv2d_folded`] runs this convolution by
-    /// Winograd's F(2 × 2, 3 × 3) when asked to ([`super::Algorithm`]): ungrouped, 3 × 3, stride 1, undilated,
-    /// at least 64 input and output channels (whole vectors of 16), and
-    /// at least 14 × 14 outputs. Fewer channels leave the products too
-    /// shallow to run at speed; on a 7 × 7 image, the transformed filter
-    /// (16 matrices where the direct one has 9) is read from memory for 16
-    /// tiles.
+    /// Winograd's F(2 × 2, 3 × 3) when asked to ([`super::Algorithm`]):
+    /// ungrouped, 3 × 3, stride 1, undilated, at least 64 input and output
+    /// channels (whole vectors of 16), and at least 14 × 14 outputs. Fewer
+    /// channels leave the products too shallow to run at speed; on a 7 × 7
+    /// image, the transformed filter (16 matrices where the direct one has
+    /// 9) is read from memory for 16 tiles.
     pub fn winograd(&self) -> bool {
         let w = &self.window;
         self.groups == 1
@@ -156,9 +157,9 @@ fn block(
     let (c, o, n) = (g.in_c, g.out_c, t.len());
     let len = packed_len(c, o);
     let (v, m) = (&mut v[..16 * n * c], &mut m[..16 * n * o]);
-    let avx512 = has_avx512();
+    let isa = Isa::detect();
     for (i, tile) in t.clone().enumerate() {
-        transform_input(g, x, tile, i, n, v, avx512);
+        transform_input(g, x, tile, i, n, v, isa);
     }
     let plain = Epilogue::new(None, false);
     for k in 0..16 {
@@ -166,22 +167,14 @@ fn block(
         gemm_packed(n, o, c, a, c, b, &plain, &mut m[k * n * o..][..n * o], o);
     }
     for (i, tile) in t.enumerate() {
-        transform_output(g, tile, i, n, m, e, out, avx512);
+        transform_output(g, tile, i, n, m, e, out, isa);
     }
-}
-
-/// Whether the transforms run on AVX-512 (asked once a block).
-fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512;
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
 /// `Bᵀ d B` of tile `tile`'s 4 × 4 input pixels `d` (zeros outside the
 /// image), written as row `i` of each of the 16 matrices of `v` (`n`
-/// rows of `C` each); by AVX-512 when `avx512` (the CPU has it).
-fn transform_input(g: &Conv2dNhwc, x: &[f32], tile: usize, i: usize, n: usize, v: &mut [f32], avx512: bool) {
+/// rows of `C` each), in the vectors of `isa` (the CPU has it).
+fn transform_input(g: &Conv2dNhwc, x: &[f32], tile: usize, i: usize, n: usize, v: &mut [f32], isa: Isa) {
     let (win, c) = (&g.window, g.in_c);
     let (img, ty, tx) = g.tile_at(tile);
     // The 16 input pixels' channels, or None outside the image.
@@ -191,63 +184,24 @@ fn transform_input(g: &Conv2dNhwc, x: &[f32], tile: usize, i: usize, n: usize, v
         Some(&x[((img * win.in_h + ih) * win.in_w + iw) * c..][..c])
     };
     let d: [Option<&[f32]>; 16] = core::array::from_fn(|k| pixel(k / 4, k % 4));
-    #[cfg(target_arch = "x86_64")]
-    if avx512 {
-        // SAFETY: the CPU has AVX-512F.
-        return unsafe { avx512::input(&d, c, i, n, v) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = avx512;
-    let mut rows = [[0.0f32; L]; 16];
-    for c0 in (0..c).step_by(L) {
-        for (row, p) in rows.iter_mut().zip(&d) {
-            match p {
-                Some(p) => row.copy_from_slice(&p[c0..c0 + L]),
-                None => *row = [0.0; L],
-            }
-        }
-        // Bᵀ down the columns, then B along the rows, a vector of lanes
-        // at a time.
-        let mut t = [[0.0f32; L]; 16];
-        for s in 0..4 {
-            let [d0, d1, d2, d3] = [&rows[s], &rows[4 + s], &rows[8 + s], &rows[12 + s]];
-            [t[s], t[4 + s], t[8 + s], t[12 + s]] = [sub(d0, d2), add(d1, d2), sub(d2, d1), sub(d1, d3)];
-        }
-        for r in 0..4 {
-            let [t0, t1, t2, t3] = [&t[4 * r], &t[4 * r + 1], &t[4 * r + 2], &t[4 * r + 3]];
-            let y = [sub(t0, t2), add(t1, t2), sub(t2, t1), sub(t1, t3)];
-            for (s, lanes) in y.iter().enumerate() {
-                let k = r * 4 + s;
-                v[(k * n + i) * c + c0..][..L].copy_from_slice(lanes);
-            }
+    assert!(c % L == 0 && v.len() >= 16 * n * c && i < n);
+    // SAFETY: `isa` is the CPU's; each pixel holds `c` floats, a whole
+    // number of vectors, and `v` 16 matrices of `n` rows of `c`.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => lanes::input_avx512(&d, c, i, n, v),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => lanes::input_avx2(&d, c, i, n, v),
+            _ => lanes::input::<[f32; L]>(&d, c, i, n, v),
         }
     }
-}
-
-/// `a + b`, lane by lane.
-#[inline(always)]
-fn add(a: &[f32; L], b: &[f32; L]) -> [f32; L] {
-    let mut r = [0.0; L];
-    for l in 0..L {
-        r[l] = a[l] + b[l];
-    }
-    r
-}
-
-/// `a − b`, lane by lane.
-#[inline(always)]
-fn sub(a: &[f32; L], b: &[f32; L]) -> [f32; L] {
-    let mut r = [0.0; L];
-    for l in 0..L {
-        r[l] = a[l] - b[l];
-    }
-    r
 }
 
 /// Tile `tile`'s 2 × 2 outputs from row `i` of the 16 products in `m`
 /// (`n` rows of `O` each): `Aᵀ m A`, then `e`'s bias, residual, clamp and
-/// activation, stored where they lie inside the image; by AVX-512 when
-/// `avx512` (the CPU has it).
+/// activation, stored where they lie inside the image; in the vectors of
+/// `isa` (the CPU has it).
 #[allow(clippy::too_many_arguments)]
 fn transform_output(
     g: &Conv2dNhwc,
@@ -257,7 +211,7 @@ fn transform_output(
     m: &[f32],
     e: &Epilogue<'_>,
     out: OutView,
-    avx512: bool,
+    isa: Isa,
 ) {
     let (win, o) = (&g.window, g.out_c);
     let (img, ty, tx) = g.tile_at(tile);
@@ -271,49 +225,18 @@ fn transform_output(
     for &px in pixels.iter().flatten() {
         assert!((px + 1) * o <= out.1, "pixel {px} outside the output");
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = avx512;
-    for o0 in (0..o).step_by(L) {
-        #[cfg(target_arch = "x86_64")]
-        if avx512 {
-            // SAFETY: the CPU has AVX-512F; the pixels are inside the
-            // output (checked above) and this tile's alone (see `conv`).
-            unsafe { avx512::output(m, i, n, o, o0, e, &pixels, out) };
-            continue;
-        }
-        let mut rows = [[0.0f32; L]; 16];
-        for (k, row) in rows.iter_mut().enumerate() {
-            row.copy_from_slice(&m[(k * n + i) * o + o0..][..L]);
-        }
-        // Aᵀ down the columns, then A along the rows: m0 + m1 + m2 and
-        // m1 − m2 − m3.
-        let mut t = [[0.0f32; L]; 8];
-        for s in 0..4 {
-            let [m0, m1, m2, m3] = [&rows[s], &rows[4 + s], &rows[8 + s], &rows[12 + s]];
-            [t[s], t[4 + s]] = [add(&add(m0, m1), m2), sub(&sub(m1, m2), m3)];
-        }
-        let mut bias = [0.0f32; L];
-        if let Some(b) = e.bias {
-            bias.copy_from_slice(&b[o0..o0 + L]);
-        }
-        for a in 0..2 {
-            let [m0, m1, m2, m3] = [&t[4 * a], &t[4 * a + 1], &t[4 * a + 2], &t[4 * a + 3]];
-            let mut y = [add(&add(&add(m0, m1), m2), &bias), add(&sub(&sub(m1, m2), m3), &bias)];
-            for (b, r) in y.iter_mut().enumerate() {
-                let Some(px) = pixels[a * 2 + b] else { continue };
-                let at = px * o + o0;
-                if let Some(res) = e.residual {
-                    for (v, &x) in r.iter_mut().zip(&res[at..at + L]) {
-                        *v += x;
-                    }
-                }
-                for v in r.iter_mut() {
-                    *v = v.max(e.min).min(e.max);
-                }
-                // SAFETY: the pixel is inside the output (checked above)
-                // and this tile's alone (see `conv`).
-                unsafe { core::ptr::copy_nonoverlapping(r.as_ptr(), out.0.add(at), L) };
-            }
+    assert!(o % L == 0 && m.len() >= 16 * n * o && i < n);
+    assert!(e.bias.is_none_or(|b| b.len() >= o) && e.residual.is_none_or(|r| r.len() >= out.1));
+    // SAFETY: `isa` is the CPU's; the pixels are inside the output
+    // (checked above) and this tile's alone (see `conv`); `m`, the bias
+    // and the residual hold what the transform reads (checked above).
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => lanes::output_avx512(m, i, n, o, e, &pixels, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => lanes::output_avx2(m, i, n, o, e, &pixels, out),
+            _ => lanes::output::<[f32; L]>(m, i, n, o, e, &pixels, out),
         }
     }
     if e.activation != Activation::Identity {
@@ -326,110 +249,292 @@ fn transform_output(
     }
 }
 
-/// The transforms on AVX-512, a vector of 16 channels at a time: written
-/// over arrays of lanes, the portable ones were vectorized across the
-/// four rows with gathers and scatters (a third of the convolution's
-/// time).
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
+/// The transforms, written once over a vector of 16 channels (`Lanes`):
+/// one AVX-512 register, two AVX2 ones, or an array the compiler
+/// vectorizes as it can (other CPUs; on x86, left to it, the compiler
+/// vectorized the arrays across the four rows with gathers and scatters,
+/// a third of the convolution's time on AVX-512). Every one adds in the
+/// same order: the same bits on every CPU.
+mod lanes {
     use super::{Epilogue, OutView, L};
-    use core::arch::x86_64::*;
+
+    /// 16 channels as a transform holds them.
+    pub(super) trait Lanes: Copy {
+        /// # Safety
+        /// 16 floats at `p` readable; the CPU runs the implementation's
+        /// instructions (as for every method).
+        unsafe fn load(p: *const f32) -> Self;
+        /// # Safety
+        /// 16 floats at `p` writable.
+        unsafe fn store(self, p: *mut f32);
+        fn zero() -> Self;
+        fn splat(v: f32) -> Self;
+        fn add(self, b: Self) -> Self;
+        fn sub(self, b: Self) -> Self;
+        /// `min(max(self, lo), hi)`, lane by lane.
+        fn clamp(self, lo: Self, hi: Self) -> Self;
+    }
+
+    impl Lanes for [f32; L] {
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: by the caller.
+            unsafe { p.cast::<[f32; L]>().read_unaligned() }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: by the caller.
+            unsafe { p.cast::<[f32; L]>().write_unaligned(self) }
+        }
+        #[inline(always)]
+        fn zero() -> Self {
+            [0.0; L]
+        }
+        #[inline(always)]
+        fn splat(v: f32) -> Self {
+            [v; L]
+        }
+        #[inline(always)]
+        fn add(self, b: Self) -> Self {
+            core::array::from_fn(|l| self[l] + b[l])
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            core::array::from_fn(|l| self[l] - b[l])
+        }
+        #[inline(always)]
+        fn clamp(self, lo: Self, hi: Self) -> Self {
+            core::array::from_fn(|l| self[l].max(lo[l]).min(hi[l]))
+        }
+    }
 
     /// [`super::transform_input`]'s transform of the pixels `d` (`c`
     /// channels each, or zeros) into row `i` of the 16 matrices of `v`
     /// (`n` rows of `c`).
     ///
     /// # Safety
-    /// The CPU must support AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn input(d: &[Option<&[f32]>; 16], c: usize, i: usize, n: usize, v: &mut [f32]) {
+    /// The CPU runs `V`; `c` is a multiple of 16, every pixel of `d` holds
+    /// `c` floats, `i < n` and `v` holds `16 · n · c`.
+    #[inline(always)]
+    pub(super) unsafe fn input<V: Lanes>(d: &[Option<&[f32]>; 16], c: usize, i: usize, n: usize, v: &mut [f32]) {
         for c0 in (0..c).step_by(L) {
-            let x: [__m512; 16] = core::array::from_fn(|k| match d[k] {
-                // SAFETY: 16 floats of the pixel's `c` (`c0 + 16 <= c`).
-                Some(p) => unsafe { _mm512_loadu_ps(p[c0..c0 + L].as_ptr()) },
-                None => _mm512_setzero_ps(),
+            let x: [V; 16] = core::array::from_fn(|k| match d[k] {
+                // SAFETY: 16 floats of the pixel's `c`.
+                Some(p) => unsafe { V::load(p.as_ptr().add(c0)) },
+                None => V::zero(),
             });
-            let mut t = [_mm512_setzero_ps(); 16];
+            // Bᵀ down the columns, then B along the rows.
+            let mut t = [V::zero(); 16];
             for s in 0..4 {
                 let [d0, d1, d2, d3] = [x[s], x[4 + s], x[8 + s], x[12 + s]];
-                t[s] = _mm512_sub_ps(d0, d2);
-                t[4 + s] = _mm512_add_ps(d1, d2);
-                t[8 + s] = _mm512_sub_ps(d2, d1);
-                t[12 + s] = _mm512_sub_ps(d1, d3);
+                [t[s], t[4 + s], t[8 + s], t[12 + s]] = [d0.sub(d2), d1.add(d2), d2.sub(d1), d1.sub(d3)];
             }
             for r in 0..4 {
                 let [t0, t1, t2, t3] = [t[4 * r], t[4 * r + 1], t[4 * r + 2], t[4 * r + 3]];
-                let y = [
-                    _mm512_sub_ps(t0, t2),
-                    _mm512_add_ps(t1, t2),
-                    _mm512_sub_ps(t2, t1),
-                    _mm512_sub_ps(t1, t3),
-                ];
-                for (s, &lanes) in y.iter().enumerate() {
-                    let dst = &mut v[((r * 4 + s) * n + i) * c + c0..][..L];
-                    // SAFETY: `dst` holds 16 floats.
-                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), lanes) };
+                let y = [t0.sub(t2), t1.add(t2), t2.sub(t1), t1.sub(t3)];
+                for (s, lanes) in y.into_iter().enumerate() {
+                    // SAFETY: row `i` of matrix `4r + s`, 16 of its `c`.
+                    unsafe { lanes.store(v.as_mut_ptr().add(((r * 4 + s) * n + i) * c + c0)) };
                 }
             }
         }
     }
 
-    /// [`super::transform_output`]'s channels `o0 .. o0 + 16`: row `i` of
-    /// the 16 products in `m` (`n` rows of `o`) transformed back, finished
-    /// by `e`'s bias, residual and clamp, and stored at `pixels`.
+    /// [`super::transform_output`]'s transform: row `i` of the 16
+    /// products in `m` (`n` rows of `o`) transformed back, finished by
+    /// `e`'s bias, residual and clamp, and stored at `pixels`.
     ///
     /// # Safety
-    /// The CPU must support AVX-512F; each of `pixels` must be inside
-    /// `out` (`o` floats each) and written by this call alone.
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn output(
+    /// The CPU runs `V`; `o` is a multiple of 16, `i < n`, `m` holds
+    /// `16 · n · o`, the bias `o` floats and the residual the output's;
+    /// each of `pixels` is inside `out` (`o` floats each) and written by
+    /// this call alone.
+    #[inline(always)]
+    pub(super) unsafe fn output<V: Lanes>(
         m: &[f32],
         i: usize,
         n: usize,
         o: usize,
-        o0: usize,
         e: &Epilogue<'_>,
         pixels: &[Option<usize>; 4],
         out: OutView,
     ) {
-        let x: [__m512; 16] = core::array::from_fn(|k| {
-            let row = &m[(k * n + i) * o + o0..][..L];
-            // SAFETY: `row` holds 16 floats.
-            unsafe { _mm512_loadu_ps(row.as_ptr()) }
-        });
-        let mut t = [_mm512_setzero_ps(); 8];
-        for s in 0..4 {
-            let [m0, m1, m2, m3] = [x[s], x[4 + s], x[8 + s], x[12 + s]];
-            t[s] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-            t[4 + s] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-        }
-        let bias = match e.bias {
-            // SAFETY: 16 floats of the bias.
-            Some(b) => unsafe { _mm512_loadu_ps(b[o0..o0 + L].as_ptr()) },
-            None => _mm512_setzero_ps(),
-        };
-        let (lo, hi) = (_mm512_set1_ps(e.min), _mm512_set1_ps(e.max));
-        for a in 0..2 {
-            let [m0, m1, m2, m3] = [t[4 * a], t[4 * a + 1], t[4 * a + 2], t[4 * a + 3]];
-            let y = [
-                _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(m0, m1), m2), bias),
-                _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(m1, m2), m3), bias),
-            ];
-            for (b, &r) in y.iter().enumerate() {
-                let Some(px) = pixels[a * 2 + b] else { continue };
-                let at = px * o + o0;
-                let mut r = r;
-                if let Some(res) = e.residual {
-                    // SAFETY: 16 floats of the residual.
-                    r = _mm512_add_ps(r, unsafe { _mm512_loadu_ps(res[at..at + L].as_ptr()) });
+        let (lo, hi) = (V::splat(e.min), V::splat(e.max));
+        for o0 in (0..o).step_by(L) {
+            // SAFETY: row `i` of each product, 16 of its `o`.
+            let x: [V; 16] = core::array::from_fn(|k| unsafe { V::load(m.as_ptr().add((k * n + i) * o + o0)) });
+            // Aᵀ down the columns, then A along the rows: m0 + m1 + m2 and
+            // m1 − m2 − m3.
+            let mut t = [V::zero(); 8];
+            for s in 0..4 {
+                let [m0, m1, m2, m3] = [x[s], x[4 + s], x[8 + s], x[12 + s]];
+                [t[s], t[4 + s]] = [m0.add(m1).add(m2), m1.sub(m2).sub(m3)];
+            }
+            let bias = match e.bias {
+                // SAFETY: 16 of the bias's `o` floats.
+                Some(b) => unsafe { V::load(b.as_ptr().add(o0)) },
+                None => V::zero(),
+            };
+            for a in 0..2 {
+                let [m0, m1, m2, m3] = [t[4 * a], t[4 * a + 1], t[4 * a + 2], t[4 * a + 3]];
+                let y = [m0.add(m1).add(m2).add(bias), m1.sub(m2).sub(m3).add(bias)];
+                for (b, mut r) in y.into_iter().enumerate() {
+                    let Some(px) = pixels[a * 2 + b] else { continue };
+                    let at = px * o + o0;
+                    if let Some(res) = e.residual {
+                        // SAFETY: 16 floats of the residual, at the pixel.
+                        r = r.add(unsafe { V::load(res.as_ptr().add(at)) });
+                    }
+                    // SAFETY: by the caller, this pixel's floats are
+                    // inside the output and this call's alone.
+                    unsafe { r.clamp(lo, hi).store(out.0.add(at)) };
                 }
-                r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
-                // SAFETY: by the caller, this pixel's floats are inside the
-                // output and this call's alone.
-                unsafe { _mm512_storeu_ps(out.0.add(at), r) };
             }
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    pub(super) use x86::*;
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use super::{input, output, Epilogue, Lanes, OutView};
+        use core::arch::x86_64::*;
+
+        /// AVX-512: one register.
+        #[derive(Clone, Copy)]
+        struct Zmm(__m512);
+
+        // SAFETY (each method): used only within the wrappers below, which
+        // run on a CPU with AVX-512F.
+        impl Lanes for Zmm {
+            #[inline(always)]
+            unsafe fn load(p: *const f32) -> Self {
+                // SAFETY: by the caller.
+                Zmm(unsafe { _mm512_loadu_ps(p) })
+            }
+            #[inline(always)]
+            unsafe fn store(self, p: *mut f32) {
+                // SAFETY: by the caller.
+                unsafe { _mm512_storeu_ps(p, self.0) }
+            }
+            #[inline(always)]
+            fn zero() -> Self {
+                // SAFETY: as above.
+                Zmm(unsafe { _mm512_setzero_ps() })
+            }
+            #[inline(always)]
+            fn splat(v: f32) -> Self {
+                // SAFETY: as above.
+                Zmm(unsafe { _mm512_set1_ps(v) })
+            }
+            #[inline(always)]
+            fn add(self, b: Self) -> Self {
+                // SAFETY: as above.
+                Zmm(unsafe { _mm512_add_ps(self.0, b.0) })
+            }
+            #[inline(always)]
+            fn sub(self, b: Self) -> Self {
+                // SAFETY: as above.
+                Zmm(unsafe { _mm512_sub_ps(self.0, b.0) })
+            }
+            #[inline(always)]
+            fn clamp(self, lo: Self, hi: Self) -> Self {
+                // SAFETY: as above.
+                Zmm(unsafe { _mm512_min_ps(_mm512_max_ps(self.0, lo.0), hi.0) })
+            }
+        }
+
+        /// AVX2: two registers of 8 channels.
+        #[derive(Clone, Copy)]
+        struct Ymm2([__m256; 2]);
+
+        // SAFETY (each method): used only within the wrappers below, which
+        // run on a CPU with AVX2.
+        impl Lanes for Ymm2 {
+            #[inline(always)]
+            unsafe fn load(p: *const f32) -> Self {
+                // SAFETY: by the caller, 16 floats.
+                Ymm2(unsafe { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] })
+            }
+            #[inline(always)]
+            unsafe fn store(self, p: *mut f32) {
+                // SAFETY: by the caller, 16 floats.
+                unsafe {
+                    _mm256_storeu_ps(p, self.0[0]);
+                    _mm256_storeu_ps(p.add(8), self.0[1]);
+                }
+            }
+            #[inline(always)]
+            fn zero() -> Self {
+                // SAFETY: as above.
+                Ymm2([unsafe { _mm256_setzero_ps() }; 2])
+            }
+            #[inline(always)]
+            fn splat(v: f32) -> Self {
+                // SAFETY: as above.
+                Ymm2([unsafe { _mm256_set1_ps(v) }; 2])
+            }
+            #[inline(always)]
+            fn add(self, b: Self) -> Self {
+                // SAFETY: as above.
+                Ymm2(core::array::from_fn(|h| unsafe { _mm256_add_ps(self.0[h], b.0[h]) }))
+            }
+            #[inline(always)]
+            fn sub(self, b: Self) -> Self {
+                // SAFETY: as above.
+                Ymm2(core::array::from_fn(|h| unsafe { _mm256_sub_ps(self.0[h], b.0[h]) }))
+            }
+            #[inline(always)]
+            fn clamp(self, lo: Self, hi: Self) -> Self {
+                // SAFETY: as above.
+                Ymm2(core::array::from_fn(|h| unsafe {
+                    _mm256_min_ps(_mm256_max_ps(self.0[h], lo.0[h]), hi.0[h])
+                }))
+            }
+        }
+
+        /// [`input`] and [`output`] compiled for one instruction set, on
+        /// its lanes.
+        macro_rules! on {
+            ($feature:literal, $lanes:ty, $input:ident, $output:ident) => {
+                /// [`input`] on `$lanes`.
+                ///
+                /// # Safety
+                /// The CPU supports the instruction set; as for [`input`].
+                #[target_feature(enable = $feature)]
+                pub(in super::super) unsafe fn $input(
+                    d: &[Option<&[f32]>; 16],
+                    c: usize,
+                    i: usize,
+                    n: usize,
+                    v: &mut [f32],
+                ) {
+                    // SAFETY: by the caller.
+                    unsafe { input::<$lanes>(d, c, i, n, v) }
+                }
+
+                /// [`output`] on `$lanes`.
+                ///
+                /// # Safety
+                /// The CPU supports the instruction set; as for [`output`].
+                #[target_feature(enable = $feature)]
+                pub(in super::super) unsafe fn $output(
+                    m: &[f32],
+                    i: usize,
+                    n: usize,
+                    o: usize,
+                    e: &Epilogue<'_>,
+                    pixels: &[Option<usize>; 4],
+                    out: OutView,
+                ) {
+                    // SAFETY: by the caller.
+                    unsafe { output::<$lanes>(m, i, n, o, e, pixels, out) }
+                }
+            };
+        }
+        on!("avx512f", Zmm, input_avx512, output_avx512);
+        on!("avx2", Ymm2, input_avx2, output_avx2);
     }
 }
 
