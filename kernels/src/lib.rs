@@ -71,6 +71,7 @@ pub mod conv;
 pub mod cortex_m;
 mod cpu;
 pub mod elementwise;
+mod f32x16;
 pub mod gemm;
 pub mod grid_sample;
 pub mod index;

@@ -21,6 +21,7 @@
 //! span fits in a register, per block 16 lanes' offsets into the span and
 //! `[kH · kW, C / groups, 16]` for the permutes.
 use super::{for_each_tap, Conv2dNhwc};
+use crate::f32x16::F32x16;
 use crate::gemm::packing::{stamp, stamped};
 
 /// Output channels a block computes: one AVX-512 register of `f32`.
@@ -280,24 +281,9 @@ struct Job<'a> {
     max: f32,
 }
 
-/// The 16 lanes of a block as a kernel holds them: a register, or an
-/// array the compiler vectorizes as it can.
-trait Lanes: Copy {
-    /// # Safety
-    /// The 16 floats at `p` must be readable (and the CPU have the
-    /// instructions of the implementation).
-    unsafe fn load(p: *const f32) -> Self;
-    /// `*p` in every lane. # Safety: `p` readable.
-    unsafe fn splat(p: *const f32) -> Self;
-    /// The first `n` floats at `p`, zeros after. # Safety: they are readable.
-    unsafe fn load_first(p: *const f32, n: usize) -> Self;
-    fn zero() -> Self;
-    /// `self + x · w`.
-    fn fma(self, x: Self, w: Self) -> Self;
-    /// Clamps to `[lo, hi]` and stores the first `n` lanes at `p`.
-    /// # Safety: they are writable.
-    unsafe fn store_first(self, p: *mut f32, n: usize, lo: f32, hi: f32);
-
+/// The 16 lanes of a block as a kernel holds them ([`F32x16`]), with
+/// how it runs the pixels whose windows lie inside the image across.
+trait Lanes: F32x16 {
     /// The output pixels `ow .. end` of `row`, whose windows lie inside
     /// the image across: broadcasts of each input channel of the span,
     /// 16, 8, 4 then 1 pixels at a time.
@@ -328,46 +314,7 @@ trait Lanes: Copy {
 
 /// The lanes as a plain array: the portable kernel (and the one Miri
 /// checks).
-#[derive(Clone, Copy)]
-struct Array([f32; LANES]);
-
-impl Lanes for Array {
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        // SAFETY: by the caller.
-        Array(unsafe { p.cast::<[f32; LANES]>().read_unaligned() })
-    }
-    #[inline(always)]
-    unsafe fn splat(p: *const f32) -> Self {
-        // SAFETY: by the caller.
-        Array([unsafe { *p }; LANES])
-    }
-    #[inline(always)]
-    unsafe fn load_first(p: *const f32, n: usize) -> Self {
-        let mut a = [0.0; LANES];
-        for (l, v) in a.iter_mut().enumerate().take(n) {
-            // SAFETY: by the caller, lane `l < n` is readable.
-            *v = unsafe { *p.add(l) };
-        }
-        Array(a)
-    }
-    #[inline(always)]
-    fn zero() -> Self {
-        Array([0.0; LANES])
-    }
-    #[inline(always)]
-    fn fma(self, x: Self, w: Self) -> Self {
-        Array(core::array::from_fn(|l| self.0[l] + x.0[l] * w.0[l]))
-    }
-    #[inline(always)]
-    unsafe fn store_first(self, p: *mut f32, n: usize, lo: f32, hi: f32) {
-        for (l, &v) in self.0.iter().enumerate().take(n) {
-            // SAFETY: by the caller, lane `l < n` is writable. (The
-            // order of the other kernels' clamps.)
-            unsafe { *p.add(l) = v.max(lo).min(hi) };
-        }
-    }
-}
+impl Lanes for [f32; LANES] {}
 
 /// [`rows`] of the portable kernel, compiled for the best instruction set.
 struct Portable<'a, 'o> {
@@ -382,7 +329,7 @@ impl crate::cpu::Vectorized for Portable<'_, '_> {
     fn run(self) {
         // SAFETY: the portable lanes need no instructions of their own;
         // `job` holds the lengths its geometry implies and `out` the rows.
-        unsafe { rows::<Array>(self.job, self.out, self.rows) }
+        unsafe { rows::<[f32; LANES]>(self.job, self.out, self.rows) }
     }
 }
 
@@ -455,7 +402,7 @@ impl Row<'_> {
                         unsafe {
                             let wv = V::load(ws.add(s * LANES));
                             for (a, xp) in acc.iter_mut().zip(&xs) {
-                                *a = a.fma(V::splat(xp.add(s)), wv);
+                                *a = a.fma(V::splat(*xp.add(s)), wv);
                             }
                         }
                     }
@@ -505,7 +452,7 @@ impl Row<'_> {
                 let ws = self.weights(b, tap);
                 for s in 0..n.span {
                     // SAFETY: as in `pixels`.
-                    unsafe { acc = acc.fma(V::splat(xp.add(s)), V::load(ws.add(s * LANES))) };
+                    unsafe { acc = acc.fma(V::splat(*xp.add(s)), V::load(ws.add(s * LANES))) };
                 }
             });
             // SAFETY: by the caller.
@@ -540,47 +487,21 @@ impl Row<'_> {
     #[inline(always)]
     unsafe fn store<V: Lanes>(&self, a: V, ow: usize, b: usize, o: usize) {
         let o0 = b * LANES;
+        let a = a.clamp(V::splat(self.job.min), V::splat(self.job.max));
         // SAFETY: by the caller, pixel `ow` of the row holds O outputs.
-        unsafe { a.store_first(self.out.add(ow * o + o0), LANES.min(o - o0), self.job.min, self.job.max) }
+        unsafe { a.store_first(self.out.add(ow * o + o0), o - o0) }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{Job, Lanes, Row, LANES};
+    use crate::f32x16::Zmm;
     use core::arch::x86_64::*;
 
-    /// The lanes as an AVX-512 register.
-    #[derive(Clone, Copy)]
-    pub(super) struct Zmm(__m512);
-
+    // The lanes as an AVX-512 register, which runs the interior by
+    // permutes where the job has them.
     impl Lanes for Zmm {
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: by the caller.
-            Zmm(unsafe { _mm512_loadu_ps(p) })
-        }
-        #[inline(always)]
-        unsafe fn splat(p: *const f32) -> Self {
-            // SAFETY: by the caller.
-            Zmm(unsafe { _mm512_set1_ps(*p) })
-        }
-        #[inline(always)]
-        unsafe fn load_first(p: *const f32, n: usize) -> Self {
-            // SAFETY: by the caller.
-            Zmm(unsafe { crate::x86::load16(crate::x86::lanes(n), p) })
-        }
-        #[inline(always)]
-        fn zero() -> Self {
-            // SAFETY: used only within `rows`, which the caller runs on a
-            // CPU with AVX-512F.
-            Zmm(unsafe { _mm512_setzero_ps() })
-        }
-        #[inline(always)]
-        fn fma(self, x: Self, w: Self) -> Self {
-            // SAFETY: as `zero`.
-            Zmm(unsafe { _mm512_fmadd_ps(x.0, w.0, self.0) })
-        }
         #[inline(always)]
         unsafe fn interior(row: &Row<'_>, ow: usize, end: usize) {
             if row.job.permuted.is_empty() {
@@ -592,14 +513,6 @@ mod avx512 {
                 let ow = Zmm::permuted::<8>(row, ow, end);
                 let ow = Zmm::permuted::<4>(row, ow, end);
                 Zmm::permuted::<1>(row, ow, end);
-            }
-        }
-        #[inline(always)]
-        unsafe fn store_first(self, p: *mut f32, n: usize, lo: f32, hi: f32) {
-            // SAFETY: by the caller. (`max` then `min`: XNNPACK's order.)
-            unsafe {
-                let v = _mm512_min_ps(_mm512_max_ps(self.0, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
-                crate::x86::store16(crate::x86::lanes(n.min(LANES)), p, v)
             }
         }
     }

@@ -249,7 +249,8 @@ fn transform_output(
     }
 }
 
-/// The transforms, written once over a vector of 16 channels (`Lanes`):
+/// The transforms, written once over a vector of 16 channels
+/// ([`F32x16`](crate::f32x16::F32x16)):
 /// one AVX-512 register, two AVX2 ones, or an array the compiler
 /// vectorizes as it can (other CPUs; on x86, left to it, the compiler
 /// vectorized the arrays across the four rows with gathers and scatters,
@@ -257,56 +258,7 @@ fn transform_output(
 /// same order: the same bits on every CPU.
 mod lanes {
     use super::{Epilogue, OutView, L};
-
-    /// 16 channels as a transform holds them.
-    pub(super) trait Lanes: Copy {
-        /// # Safety
-        /// 16 floats at `p` readable; the CPU runs the implementation's
-        /// instructions (as for every method).
-        unsafe fn load(p: *const f32) -> Self;
-        /// # Safety
-        /// 16 floats at `p` writable.
-        unsafe fn store(self, p: *mut f32);
-        fn zero() -> Self;
-        fn splat(v: f32) -> Self;
-        fn add(self, b: Self) -> Self;
-        fn sub(self, b: Self) -> Self;
-        /// `min(max(self, lo), hi)`, lane by lane.
-        fn clamp(self, lo: Self, hi: Self) -> Self;
-    }
-
-    impl Lanes for [f32; L] {
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: by the caller.
-            unsafe { p.cast::<[f32; L]>().read_unaligned() }
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            // SAFETY: by the caller.
-            unsafe { p.cast::<[f32; L]>().write_unaligned(self) }
-        }
-        #[inline(always)]
-        fn zero() -> Self {
-            [0.0; L]
-        }
-        #[inline(always)]
-        fn splat(v: f32) -> Self {
-            [v; L]
-        }
-        #[inline(always)]
-        fn add(self, b: Self) -> Self {
-            core::array::from_fn(|l| self[l] + b[l])
-        }
-        #[inline(always)]
-        fn sub(self, b: Self) -> Self {
-            core::array::from_fn(|l| self[l] - b[l])
-        }
-        #[inline(always)]
-        fn clamp(self, lo: Self, hi: Self) -> Self {
-            core::array::from_fn(|l| self[l].max(lo[l]).min(hi[l]))
-        }
-    }
+    use crate::f32x16::F32x16;
 
     /// [`super::transform_input`]'s transform of the pixels `d` (`c`
     /// channels each, or zeros) into row `i` of the 16 matrices of `v`
@@ -316,7 +268,7 @@ mod lanes {
     /// The CPU runs `V`; `c` is a multiple of 16, every pixel of `d` holds
     /// `c` floats, `i < n` and `v` holds `16 · n · c`.
     #[inline(always)]
-    pub(super) unsafe fn input<V: Lanes>(d: &[Option<&[f32]>; 16], c: usize, i: usize, n: usize, v: &mut [f32]) {
+    pub(super) unsafe fn input<V: F32x16>(d: &[Option<&[f32]>; 16], c: usize, i: usize, n: usize, v: &mut [f32]) {
         for c0 in (0..c).step_by(L) {
             let x: [V; 16] = core::array::from_fn(|k| match d[k] {
                 // SAFETY: 16 floats of the pixel's `c`.
@@ -350,7 +302,7 @@ mod lanes {
     /// each of `pixels` is inside `out` (`o` floats each) and written by
     /// this call alone.
     #[inline(always)]
-    pub(super) unsafe fn output<V: Lanes>(
+    pub(super) unsafe fn output<V: F32x16>(
         m: &[f32],
         i: usize,
         n: usize,
@@ -398,101 +350,8 @@ mod lanes {
 
     #[cfg(target_arch = "x86_64")]
     mod x86 {
-        use super::{input, output, Epilogue, Lanes, OutView};
-        use core::arch::x86_64::*;
-
-        /// AVX-512: one register.
-        #[derive(Clone, Copy)]
-        struct Zmm(__m512);
-
-        // SAFETY (each method): used only within the wrappers below, which
-        // run on a CPU with AVX-512F.
-        impl Lanes for Zmm {
-            #[inline(always)]
-            unsafe fn load(p: *const f32) -> Self {
-                // SAFETY: by the caller.
-                Zmm(unsafe { _mm512_loadu_ps(p) })
-            }
-            #[inline(always)]
-            unsafe fn store(self, p: *mut f32) {
-                // SAFETY: by the caller.
-                unsafe { _mm512_storeu_ps(p, self.0) }
-            }
-            #[inline(always)]
-            fn zero() -> Self {
-                // SAFETY: as above.
-                Zmm(unsafe { _mm512_setzero_ps() })
-            }
-            #[inline(always)]
-            fn splat(v: f32) -> Self {
-                // SAFETY: as above.
-                Zmm(unsafe { _mm512_set1_ps(v) })
-            }
-            #[inline(always)]
-            fn add(self, b: Self) -> Self {
-                // SAFETY: as above.
-                Zmm(unsafe { _mm512_add_ps(self.0, b.0) })
-            }
-            #[inline(always)]
-            fn sub(self, b: Self) -> Self {
-                // SAFETY: as above.
-                Zmm(unsafe { _mm512_sub_ps(self.0, b.0) })
-            }
-            #[inline(always)]
-            fn clamp(self, lo: Self, hi: Self) -> Self {
-                // SAFETY: as above.
-                Zmm(unsafe { _mm512_min_ps(_mm512_max_ps(self.0, lo.0), hi.0) })
-            }
-        }
-
-        /// AVX2: two registers of 8 channels.
-        #[derive(Clone, Copy)]
-        struct Ymm2([__m256; 2]);
-
-        // SAFETY (each method): used only within the wrappers below, which
-        // run on a CPU with AVX2.
-        impl Lanes for Ymm2 {
-            #[inline(always)]
-            unsafe fn load(p: *const f32) -> Self {
-                // SAFETY: by the caller, 16 floats.
-                Ymm2(unsafe { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] })
-            }
-            #[inline(always)]
-            unsafe fn store(self, p: *mut f32) {
-                // SAFETY: by the caller, 16 floats.
-                unsafe {
-                    _mm256_storeu_ps(p, self.0[0]);
-                    _mm256_storeu_ps(p.add(8), self.0[1]);
-                }
-            }
-            #[inline(always)]
-            fn zero() -> Self {
-                // SAFETY: as above.
-                Ymm2([unsafe { _mm256_setzero_ps() }; 2])
-            }
-            #[inline(always)]
-            fn splat(v: f32) -> Self {
-                // SAFETY: as above.
-                Ymm2([unsafe { _mm256_set1_ps(v) }; 2])
-            }
-            #[inline(always)]
-            fn add(self, b: Self) -> Self {
-                // SAFETY: as above.
-                Ymm2(core::array::from_fn(|h| unsafe { _mm256_add_ps(self.0[h], b.0[h]) }))
-            }
-            #[inline(always)]
-            fn sub(self, b: Self) -> Self {
-                // SAFETY: as above.
-                Ymm2(core::array::from_fn(|h| unsafe { _mm256_sub_ps(self.0[h], b.0[h]) }))
-            }
-            #[inline(always)]
-            fn clamp(self, lo: Self, hi: Self) -> Self {
-                // SAFETY: as above.
-                Ymm2(core::array::from_fn(|h| unsafe {
-                    _mm256_min_ps(_mm256_max_ps(self.0[h], lo.0[h]), hi.0[h])
-                }))
-            }
-        }
+        use super::{input, output, Epilogue, OutView};
+        use crate::f32x16::{Ymm2, Zmm};
 
         /// [`input`] and [`output`] compiled for one instruction set, on
         /// its lanes.
