@@ -1,8 +1,9 @@
 //! Small x86-64 helpers that more than one kernel family or instruction
 //! set uses: masked AVX-512 loads and stores (the GEMM tiles, the NHWC
-//! convolutions) and a prefetch of a tile of `C` (the AVX2 and AVX-512
-//! GEMM tiles). Here so that none of those files imports another for them.
-//! Compiled for x86-64 only.
+//! convolutions), a prefetch of a tile of `C` (the AVX2 and AVX-512
+//! GEMM tiles) and one of a run of bytes (the int8 VNNI tiles). Here so
+//! that none of those files imports another for them, and the prefetches
+//! sit together. Compiled for x86-64 only.
 
 /// Loads the 16 floats at `p`, or only the lanes of `m` (zero in the
 /// others). A full mask takes a plain load: masked memory operations are
@@ -69,5 +70,18 @@ pub(crate) fn prefetch_tile(c: *const f32, ldc: usize, rows: usize, cols: usize)
             _mm_prefetch::<_MM_HINT_T0>(row as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1) as *const i8);
         }
+    }
+}
+
+/// Asks for `bytes` in L1, a cache line at a time (the int8 VNNI tiles,
+/// for the next pair's weights). Not inlined: out of the tiles' loops,
+/// which it would crowd.
+#[inline(never)]
+pub(crate) fn prefetch_bytes(bytes: &[u8]) {
+    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch reads nothing the program sees (and the
+        // line is within `bytes`).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
     }
 }

@@ -50,7 +50,9 @@ fn sevens(rows: usize) -> bool {
     rows.is_multiple_of(7) && 10 * idle >= rows
 }
 
-/// [`run`]'s regular path, `R` rows a tile.
+/// [`run`]'s regular path, `R` rows a tile. Not inlined: each height a
+/// function of its own, where inlined into `run` the small-K layers ran
+/// 2–3 % slower (docs/performance-log.md).
 ///
 /// # Safety
 /// As for [`run`].
@@ -92,7 +94,7 @@ unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
             // would only queue ahead of the pair's own.
             if t.r0 == job.first && job.rows - job.first > R {
                 for next in (b + 2..b + 4).filter(|&n| n < t.blocks.start + t.params.len()) {
-                    prefetch(quads(next));
+                    crate::x86::prefetch_bytes(quads(next));
                 }
             }
             // SAFETY: as above; each block holds `taps` times `gin / 4`
@@ -400,17 +402,6 @@ unsafe fn tile<const R: usize, const B: usize, const WHOLE: bool>(
         }
     }
     acc
-}
-
-/// Asks for `bytes` in L1, a cache line at a time (not inlined: out of the
-/// tiles' loops, which it would crowd).
-#[inline(never)]
-fn prefetch(bytes: &[u8]) {
-    for line in bytes.chunks(64) {
-        // SAFETY: a prefetch reads nothing the program sees (and the
-        // line is within `bytes`).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
-    }
 }
 
 /// Where a block's sums start in each row: its offsets, less `less` (128
