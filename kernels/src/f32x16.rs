@@ -170,6 +170,23 @@ mod x86 {
 
     // SAFETY (each safe method): run only where the CPU has AVX2 (and FMA
     // for `fma`), as the trait asks.
+    impl Ymm2 {
+        /// The masks of the first `n` lanes (`n` ≤ 16) of each half: a
+        /// lane is selected when its index is below `n`.
+        #[inline(always)]
+        fn first(n: usize) -> [__m256i; 2] {
+            // SAFETY: AVX2, as above.
+            unsafe {
+                let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                let n = n.min(16) as i32;
+                [
+                    _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes),
+                    _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lanes),
+                ]
+            }
+        }
+    }
+
     impl F32x16 for Ymm2 {
         #[inline(always)]
         unsafe fn load(p: *const f32) -> Self {
@@ -178,8 +195,12 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn load_first(p: *const f32, n: usize) -> Self {
-            // SAFETY: by the caller; the array is 16 floats.
-            unsafe { Self::load(<[f32; 16]>::load_first(p, n).as_ptr()) }
+            // SAFETY: by the caller, `n` floats; a masked load reads only
+            // the lanes its mask selects and zeroes the others.
+            unsafe {
+                let m = Self::first(n);
+                Ymm2([_mm256_maskload_ps(p, m[0]), _mm256_maskload_ps(p.add(8), m[1])])
+            }
         }
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
@@ -191,12 +212,12 @@ mod x86 {
         }
         #[inline(always)]
         unsafe fn store_first(self, p: *mut f32, n: usize) {
-            let mut a = [0.0f32; 16];
-            // SAFETY: the array is 16 floats; the first `n` at `p` by the
-            // caller.
+            // SAFETY: by the caller, `n` floats; a masked store writes only
+            // the lanes its mask selects.
             unsafe {
-                self.store(a.as_mut_ptr());
-                a.store_first(p, n);
+                let m = Self::first(n);
+                _mm256_maskstore_ps(p, m[0], self.0[0]);
+                _mm256_maskstore_ps(p.add(8), m[1], self.0[1]);
             }
         }
         #[inline(always)]
@@ -240,6 +261,44 @@ mod x86 {
 mod tests {
     use super::F32x16;
 
+    /// `reference`'s computation, and a partial load and store, on `V`.
+    ///
+    /// # Safety
+    /// The CPU runs `V`.
+    #[inline(always)]
+    unsafe fn check<V: F32x16>(a: &[f32; 16], b: &[f32; 16], w: &[f32; 16], reference: &[f32; 16]) {
+        // SAFETY: 16 floats each; the CPU by the caller.
+        unsafe {
+            let [a, b, w] = [a, b, w].map(|v| V::load(v.as_ptr()));
+            let mut out = [9.0f32; 16];
+            a.fma(b, w)
+                .sub(a)
+                .add(b)
+                .clamp(V::splat(-1.0), V::splat(1.5))
+                .store(out.as_mut_ptr());
+            // `fma` rounds once on the registers, twice on the array:
+            // within an ulp of the sum's size.
+            for (x, y) in out.iter().zip(reference) {
+                assert!((x - y).abs() <= 1e-5, "{x} against {y}");
+            }
+            // In one half, across the halves, none, all.
+            for (loaded, stored) in [(5, 7), (11, 13), (0, 3), (9, 8), (16, 16)] {
+                let mut part = [9.0f32; 16];
+                V::load_first(reference.as_ptr(), loaded).store_first(part.as_mut_ptr(), stored);
+                for (l, &x) in part.iter().enumerate() {
+                    let want = if l >= stored {
+                        9.0
+                    } else if l >= loaded {
+                        0.0
+                    } else {
+                        reference[l]
+                    };
+                    assert_eq!(x, want, "lane {l} of {loaded} loaded, {stored} stored");
+                }
+            }
+        }
+    }
+
     /// Every implementation this CPU runs gives the array's bits, the
     /// partial loads and stores touching only their lanes.
     #[test]
@@ -252,37 +311,11 @@ mod tests {
             .sub(a)
             .add(b)
             .clamp(<[f32; 16]>::splat(-1.0), <[f32; 16]>::splat(1.5));
+        // SAFETY: the array runs on every CPU.
+        unsafe { check::<[f32; 16]>(&a, &b, &w, &reference) };
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         {
             use crate::cpu::Isa;
-            /// `reference`'s computation, and a partial load and store,
-            /// on `V`.
-            ///
-            /// # Safety
-            /// The CPU runs `V`.
-            #[inline(always)]
-            unsafe fn check<V: F32x16>(a: &[f32; 16], b: &[f32; 16], w: &[f32; 16], reference: &[f32; 16]) {
-                // SAFETY: 16 floats each; the CPU by the caller.
-                unsafe {
-                    let [a, b, w] = [a, b, w].map(|v| V::load(v.as_ptr()));
-                    let mut out = [9.0f32; 16];
-                    a.fma(b, w)
-                        .sub(a)
-                        .add(b)
-                        .clamp(V::splat(-1.0), V::splat(1.5))
-                        .store(out.as_mut_ptr());
-                    // `fma` rounds once on the registers, twice on the
-                    // array: within an ulp of the sum's size.
-                    for (x, y) in out.iter().zip(reference) {
-                        assert!((x - y).abs() <= 1e-5, "{x} against {y}");
-                    }
-                    let mut part = [9.0f32; 16];
-                    V::load_first(reference.as_ptr(), 5).store_first(part.as_mut_ptr(), 7);
-                    assert_eq!(part[..5], reference[..5]);
-                    assert_eq!(part[5..7], [0.0, 0.0]);
-                    assert_eq!(part[7..], [9.0; 9]);
-                }
-            }
             #[target_feature(enable = "avx512f")]
             unsafe fn on_avx512(a: &[f32; 16], b: &[f32; 16], w: &[f32; 16], r: &[f32; 16]) {
                 // SAFETY: by the caller.
@@ -303,10 +336,5 @@ mod tests {
                 unsafe { on_avx2(&a, &b, &w, &reference) };
             }
         }
-        let mut part = [9.0f32; 16];
-        // SAFETY: 16 floats each.
-        unsafe { <[f32; 16]>::load_first(reference.as_ptr(), 5).store_first(part.as_mut_ptr(), 7) };
-        assert_eq!(part[..5], reference[..5]);
-        assert_eq!(part[5..], [0.0, 0.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0]);
     }
 }
