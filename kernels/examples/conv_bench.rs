@@ -1,7 +1,9 @@
 //! fp32 NHWC convolution micro-benchmark: ResNet's layers (the 7 × 7
 //! stem, 3 × 3 convolutions at each stage, stride 2 too, and 1 × 1 ones
-//! with a residual) and the 3 × 3 stems of MobileNet and EfficientNet, each beside the bare matrix product it amounts to
-//! (`gemm_packed` on windows gathered beforehand), so that what the
+//! with a residual), the 3 × 3 stems of MobileNet and EfficientNet and
+//! RegNetY-400MF's grouped layers (8 channels a group), each beside the
+//! bare matrix product it amounts to (`gemm_packed` on windows gathered
+//! beforehand, all groups' outputs in one product), so that what the
 //! convolution spends around its product shows; against the FMA peak.
 //! Layers ptec runs by Winograd's F(2 × 2, 3 × 3) are timed that way too.
 //!
@@ -14,22 +16,31 @@ use ptec_kernels::nhwc::{conv2d_folded, conv2d_nhwc, Algorithm, Conv2dNhwc, Filt
 use std::hint::black_box;
 use std::time::Instant;
 
-/// (name, input size, input channels, output channels, kernel, stride, residual)
-const LAYERS: [(&str, usize, usize, usize, usize, usize, bool); 13] = [
-    ("stem 7x7/2, 3 -> 64", 224, 3, 64, 7, 2, false),
+/// (name, input size, input channels, output channels, kernel, stride,
+/// groups, residual)
+type Layer = (&'static str, usize, usize, usize, usize, usize, usize, bool);
+const LAYERS: [Layer; 18] = [
+    ("stem 7x7/2, 3 -> 64", 224, 3, 64, 7, 2, 1, false),
     // MobileNets' and EfficientNet's stems.
-    ("stem 3x3/2, 3 -> 16", 224, 3, 16, 3, 2, false),
-    ("stem 3x3/2, 3 -> 32", 224, 3, 32, 3, 2, false),
-    ("3x3, 64 at 56", 56, 64, 64, 3, 1, false),
-    ("3x3/2, 64 -> 128 at 56", 56, 64, 128, 3, 2, false),
-    ("3x3, 128 at 28", 28, 128, 128, 3, 1, false),
-    ("3x3, 256 at 14", 14, 256, 256, 3, 1, false),
-    ("3x3, 512 at 7", 7, 512, 512, 3, 1, false),
-    ("1x1, 64 -> 256 at 56", 56, 64, 256, 1, 1, false),
-    ("1x1, 64 -> 256 at 56 + residual", 56, 64, 256, 1, 1, true),
-    ("1x1, 256 -> 64 at 56", 56, 256, 64, 1, 1, false),
-    ("1x1, 1024 -> 256 at 14", 14, 1024, 256, 1, 1, false),
-    ("1x1, 512 -> 2048 at 7 + residual", 7, 512, 2048, 1, 1, true),
+    ("stem 3x3/2, 3 -> 16", 224, 3, 16, 3, 2, 1, false),
+    ("stem 3x3/2, 3 -> 32", 224, 3, 32, 3, 2, 1, false),
+    ("3x3, 64 at 56", 56, 64, 64, 3, 1, 1, false),
+    ("3x3/2, 64 -> 128 at 56", 56, 64, 128, 3, 2, 1, false),
+    ("3x3, 128 at 28", 28, 128, 128, 3, 1, 1, false),
+    ("3x3, 256 at 14", 14, 256, 256, 3, 1, 1, false),
+    ("3x3, 512 at 7", 7, 512, 512, 3, 1, 1, false),
+    ("1x1, 64 -> 256 at 56", 56, 64, 256, 1, 1, 1, false),
+    ("1x1, 64 -> 256 at 56 + residual", 56, 64, 256, 1, 1, 1, true),
+    ("1x1, 256 -> 64 at 56", 56, 256, 64, 1, 1, 1, false),
+    ("1x1, 1024 -> 256 at 14", 14, 1024, 256, 1, 1, 1, false),
+    ("1x1, 512 -> 2048 at 7 + residual", 7, 512, 2048, 1, 1, 1, true),
+    // RegNetY-400MF's grouped layers: the first of each stage (stride 2),
+    // then its others.
+    ("grouped 3x3/2, 104 in 13 at 56", 56, 104, 104, 3, 2, 13, false),
+    ("grouped 3x3, 104 in 13 at 28", 28, 104, 104, 3, 1, 13, false),
+    ("grouped 3x3/2, 208 in 26 at 28", 28, 208, 208, 3, 2, 26, false),
+    ("grouped 3x3, 208 in 26 at 14", 14, 208, 208, 3, 1, 26, false),
+    ("grouped 3x3, 440 in 55 at 7", 7, 440, 440, 3, 1, 55, false),
 ];
 
 /// A convolution prepared as ptec prepares one at compile time.
@@ -63,22 +74,22 @@ fn main() {
         (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
     };
     println!("GFLOP/s of the best run; gemm: the bare product of the same shape on gathered windows");
-    for &(name, size, in_c, out_c, k, stride, residual) in &LAYERS {
+    for &(name, size, in_c, out_c, k, stride, groups, residual) in &LAYERS {
         if !names.is_empty() && !names.iter().any(|n| name.contains(n.as_str())) {
             continue;
         }
         let pad = k / 2;
         let g = Conv2dNhwc::regular(
             &[1, size, size, in_c],
-            &[out_c, k, k, in_c],
+            &[out_c, k, k, in_c / groups],
             [stride; 2],
             [pad; 4],
             [1, 1],
-            1,
+            groups,
         )
         .expect("a convolution");
         let x: Vec<f32> = (0..size * size * in_c).map(|_| rand()).collect();
-        let w: Vec<f32> = (0..out_c * k * k * in_c).map(|_| rand()).collect();
+        let w: Vec<f32> = (0..out_c * k * k * in_c / groups).map(|_| rand()).collect();
         let bias: Vec<f32> = (0..out_c).map(|_| rand()).collect();
         let mut kept = vec![0.0f32; g.packed_filter_len()];
         g.pack_filter(&w, &mut kept);
@@ -86,9 +97,11 @@ fn main() {
         let pixels = g.window.out_pixels();
         let mut out = vec![0.0f32; pixels * out_c];
         let res: Vec<f32> = (0..out.len()).map(|_| rand()).collect();
-        let depth = k * k * in_c;
+        let depth = k * k * in_c / groups;
         // The product's operands: every window gathered (a 1 × 1
-        // convolution's are the image itself), and the filter packed.
+        // convolution's are the image itself), and the filter packed (a
+        // grouped one's groups side by side: the bare product of the
+        // groups' columns, over one group's depth).
         let a: Vec<f32> = (0..pixels * depth).map(|_| rand()).collect();
         let mut packed = vec![0.0f32; packed_len(depth, out_c)];
         pack(&w, depth, out_c, true, &mut packed);

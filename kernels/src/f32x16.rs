@@ -174,7 +174,7 @@ mod x86 {
         /// The masks of the first `n` lanes (`n` ≤ 16) of each half: a
         /// lane is selected when its index is below `n`.
         #[inline(always)]
-        fn first(n: usize) -> [__m256i; 2] {
+        pub(crate) fn first(n: usize) -> [__m256i; 2] {
             // SAFETY: AVX2, as above.
             unsafe {
                 let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -105,6 +105,17 @@ pub fn conv2d_nhwc(
         return grouped::conv(g, &n, x, filter, bias, min, max, out);
     }
     let (groups, og, depth) = (g.groups, g.out_c / g.groups, g.depth());
+    if let Some(n) = &narrow {
+        let parts = group_parts(g);
+        if parts > 1 {
+            let e = Epilogue {
+                min,
+                max,
+                ..Epilogue::new(bias, false)
+            };
+            return split_groups(g, n, x, w, &e, packed, out, scratch, parts);
+        }
+    }
     let (cols, spare) = scratch.split_at_mut(g.gather_len());
     for gi in 0..groups {
         // A packed filter is all the call reads (`w` may then be empty).
@@ -134,6 +145,104 @@ pub fn conv2d_nhwc(
         };
         conv_group(g, x, gi, filter, &e, out, cols);
     }
+}
+
+/// Parts into which a narrow-group convolution's groups split, on a CPU
+/// where the narrow kernel does not run: one a thread, at most one a
+/// group, when the whole is worth a hand-off and each part's share of the
+/// scratch ([`split_groups`]) holds a tile of 8 windows or more. A group's
+/// own product (a few hundred pixels by 8 columns: RegNetY's) is below
+/// the GEMM's minimum to split, so on one group at a time the other
+/// threads only waited (RegNetY's grouped layers, Zen 3, 2 threads: 661 ->
+/// 1343 us). Threads beyond the groups would stay idle.
+fn group_parts(g: &Conv2dNhwc) -> usize {
+    let work = g.window.out_pixels() * g.out_c * g.depth();
+    if work < 1 << 18 {
+        return 1;
+    }
+    let mut parts = crate::parallel::threads().min(g.groups);
+    while parts > 1 && group_tile(g, g.scratch_len(true), parts) < 8 {
+        parts -= 1;
+    }
+    parts
+}
+
+/// Windows a tile of [`split_groups`] gathers when `scratch` floats are
+/// shared among `parts`: each part's share holds a group's packed filter,
+/// the tile's windows and its outputs.
+fn group_tile(g: &Conv2dNhwc, scratch: usize, parts: usize) -> usize {
+    let (og, depth) = (g.out_c / g.groups, g.depth());
+    (scratch / parts).saturating_sub(packed_len(depth, og)) / (depth + og)
+}
+
+/// A narrow-group convolution whose groups are shared among `parts`
+/// threads ([`group_parts`]), each group whole on one of them, in tiles of
+/// windows gathered into that part's share of `scratch`. A tile's product
+/// goes into the share, then into the group's columns of `out`, which
+/// interleave with the other parts'. Every group sums as on one thread.
+#[allow(clippy::too_many_arguments)]
+fn split_groups(
+    g: &Conv2dNhwc,
+    n: &grouped::Narrow,
+    x: &[f32],
+    w: &[f32],
+    e: &Epilogue<'_>,
+    packed: Option<&[f32]>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+    parts: usize,
+) {
+    let (pixels, o, og, cg, depth) = (
+        g.window.out_pixels(),
+        g.out_c,
+        g.out_c / g.groups,
+        g.in_c / g.groups,
+        g.depth(),
+    );
+    let share = scratch.len() / parts;
+    let tile = group_tile(g, scratch.len(), parts).min(pixels);
+    assert!(tile >= 1, "scratch of {} floats for {parts} parts", scratch.len());
+    // Even tiles: a last tile of one row would take the GEMM's one-row
+    // kernel, which sums in another order.
+    let tiles = pixels.div_ceil(tile);
+    let tile = pixels.div_ceil(tiles);
+    let x = &x[..g.window.batch * g.window.in_h * g.window.in_w * g.in_c];
+    let out = &mut out[..pixels * o];
+    let shares = crate::parallel::Pieces::new(scratch, (0..parts).map(|p| p * share));
+    let per = g.groups.div_ceil(parts);
+    // SAFETY: part `p` writes only the columns of its groups, which no
+    // other part writes, and reads no output; `out` outlives `run_parts`.
+    let view = unsafe { crate::parallel::Shared::new((out.as_mut_ptr(), out.len())) };
+    crate::parallel::run_parts(parts, &|p| {
+        let (g0, g1) = ((p * per).min(g.groups), ((p + 1) * per).min(g.groups));
+        let Some(mine) = shares.take(p) else { return };
+        let (filter, rest) = mine[..share].split_at_mut(packed_len(depth, og));
+        let (cols, prod) = rest.split_at_mut(tile * depth);
+        let prod = &mut prod[..tile * og];
+        for gi in g0..g1 {
+            match packed {
+                Some(p) => grouped::pack_group(g, n, p, gi, filter),
+                None => pack(&w[gi * og * depth..][..og * depth], depth, og, true, filter),
+            }
+            let e = Epilogue {
+                bias: e.bias.map(|b| &b[gi * og..][..og]),
+                ..*e
+            };
+            for p0 in (0..pixels).step_by(tile) {
+                let t = tile.min(pixels - p0);
+                im2col::im2col(g, x, p0, t, gi * cg, cg, &mut cols[..t * depth]);
+                gemm_packed(t, og, depth, cols, depth, filter, &e, prod, og);
+                let (ptr, len) = view.get();
+                for (i, row) in prod.chunks_exact(og).take(t).enumerate() {
+                    let at = (p0 + i) * o + gi * og;
+                    assert!(at + og <= len);
+                    // SAFETY: in bounds (above); group `gi`'s columns of
+                    // this pixel are this part's alone.
+                    unsafe { core::ptr::copy_nonoverlapping(row.as_ptr(), ptr.add(at), og) };
+                }
+            }
+        }
+    });
 }
 
 /// Group `gi` of a regular convolution, its filter packed: one matrix
@@ -344,6 +453,73 @@ mod tests {
                 let mut cols = vec![f32::NAN; g.gather_len()];
                 im2col::gathered_split(&g, &x, 0, &kept, &e, &mut out, &mut cols);
                 close(&out, &want);
+            }
+        }
+        crate::parallel::set_threads(1);
+    }
+
+    #[test]
+    fn narrow_groups_split_among_threads_give_one_threads_bits() {
+        // RegNetY's 8 channels a group, and groups of 4 over two images
+        // with uneven padding and stride, more threads than some parts.
+        let cases: &[(Dims4, Dims4, Pair, Dims4, usize)] = if cfg!(miri) {
+            &[([1, 4, 5, 8], [8, 3, 3, 2], [1, 1], [1, 1, 1, 1], 4)]
+        } else {
+            &[
+                ([1, 14, 14, 48], [48, 3, 3, 8], [1, 1], [1, 1, 1, 1], 6),
+                ([2, 9, 11, 20], [20, 3, 3, 4], [2, 1], [0, 1, 2, 1], 5),
+            ]
+        };
+        #[cfg(not(target_os = "wasi"))]
+        let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, &(input, filter, stride, padding, groups)) in cases.iter().enumerate() {
+            let g = Conv2dNhwc::regular(&input, &filter, stride, padding, [1, 1], groups).unwrap();
+            let n = g.narrow().expect("narrow groups");
+            let x = rng(i as u64, input.iter().product());
+            let w = rng(100 + i as u64, filter.iter().product());
+            let b = rng(200 + i as u64, filter[0]);
+            let want = reference(&g, &x, &w, false, Some(&b), -0.5, 0.75);
+            let e = Epilogue {
+                bias: Some(&b),
+                residual: None,
+                min: -0.5,
+                max: 0.75,
+                activation: crate::activation::Activation::Identity,
+            };
+            let mut kept = vec![0.0f32; g.packed_filter_len()];
+            g.pack_filter(&w, &mut kept);
+            // One part on one thread: the groups one after another.
+            crate::parallel::set_threads(1);
+            let mut one = vec![f32::NAN; want.len()];
+            let mut scratch = vec![f32::NAN; g.scratch_len(true)];
+            split_groups(&g, &n, &x, &[], &e, Some(&kept), &mut one, &mut scratch, 1);
+            close(&one, &want);
+            for threads in [2, 3] {
+                crate::parallel::set_threads(threads);
+                for parts in 2..=threads {
+                    // The filter kept packed, and packed from `w` a group
+                    // at a time.
+                    for (filter, scratch_len) in [(Some(&kept[..]), g.scratch_len(true)), (None, g.scratch_len(false))]
+                    {
+                        // Enough for tiles of 8 in each part, where a
+                        // call's own would not split so far.
+                        let (og, depth) = (g.out_c / g.groups, g.depth());
+                        let least = parts * (packed_len(depth, og) + 8 * (depth + og));
+                        let mut out = vec![f32::NAN; want.len()];
+                        let mut scratch = vec![f32::NAN; scratch_len.max(least)];
+                        split_groups(&g, &n, &x, &w, &e, filter, &mut out, &mut scratch, parts);
+                        let same = out.iter().zip(&one).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "case {i}, {parts} parts on {threads} threads");
+                    }
+                }
+                // The whole call, whichever path this CPU takes.
+                let mut out = vec![f32::NAN; want.len()];
+                let mut scratch = vec![f32::NAN; g.scratch_len(true)];
+                conv2d_nhwc(&g, &x, &[], Some(&b), -0.5, 0.75, Some(&kept), &mut out, &mut scratch);
+                close(&out, &want);
+            }
+            if i == 0 && !cfg!(miri) {
+                assert_eq!(group_parts(&g), 3, "RegNet's layer splits one part a thread");
             }
         }
         crate::parallel::set_threads(1);

@@ -9,9 +9,10 @@
 //! much), but every one is a full-width FMA from a register tile of
 //! pixels, reading the image where it lies (no gathering). When the span
 //! fits in a register, a permute hands each lane its own group's channel
-//! instead, and the FMAs are those of the groups alone. Only CPUs with
-//! AVX-512 run these kernels ([`runs_here`]); the others keep a product
-//! per group, each group's filter taken from the packing ([`pack_group`]).
+//! instead, and the FMAs are those of the groups alone. With AVX2, each
+//! half of a block (one register) multiplies only the run of the span its
+//! groups read. CPUs with neither ([`runs_here`]) keep a product per
+//! group, each group's filter taken from the packing ([`pack_group`]).
 //! The portable kernel here is what the tests and Miri check the shared
 //! loops with.
 //!
@@ -176,15 +177,17 @@ pub(super) fn repack(g: &Conv2dNhwc, n: &Narrow, w: &[f32], packed: &mut [f32]) 
     stamp(head, &g.narrow_header());
 }
 
-/// Whether this CPU runs the narrow-group kernel: with AVX-512. Elsewhere
-/// the block-diagonal broadcasts (twice the products, in 16-float arrays
-/// that AVX2's 16 registers cannot hold) ran 2.5× slower than one
-/// product per group (RegNetY's grouped layers with AVX2 alone, Zen 5),
-/// so those CPUs keep that path, their filters taken from the packing
-/// ([`pack_group`]).
+/// Whether this CPU runs the narrow-group kernel: with AVX-512, or AVX2
+/// and FMA (half a block at a time, `avx2`). Elsewhere the block-diagonal
+/// broadcasts in 16-float arrays ran 2.5× slower than one product per
+/// group (RegNetY's grouped layers, AVX2 code, Zen 5), so those CPUs keep
+/// that path, their filters taken from the packing ([`pack_group`]).
 pub(super) fn runs_here() -> bool {
     #[cfg(target_arch = "x86_64")]
-    if crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
+    if matches!(
+        crate::cpu::Isa::detect(),
+        crate::cpu::Isa::Avx512 | crate::cpu::Isa::Avx2Fma
+    ) {
         return true;
     }
     false
@@ -251,11 +254,13 @@ pub(super) fn conv(
     let work = win.out_pixels() * n.blocks * n.taps * n.span;
     crate::parallel::for_each_band(out, rows, row_len, 1, work >= 1 << 16, &|rows, band| {
         #[cfg(target_arch = "x86_64")]
-        if crate::cpu::Isa::detect() == crate::cpu::Isa::Avx512 {
+        match crate::cpu::Isa::detect() {
             // SAFETY: AVX-512F was detected on this CPU; `job` holds the
             // lengths its geometry implies and `band` the rows `rows`.
-            unsafe { avx512::rows(&job, band, rows) };
-            return;
+            crate::cpu::Isa::Avx512 => return unsafe { avx512::rows(&job, band, rows) },
+            // SAFETY: as above, with AVX2 and FMA.
+            crate::cpu::Isa::Avx2Fma => return unsafe { avx2::rows(&job, band, rows) },
+            _ => {}
         }
         crate::cpu::with_best_isa(Portable {
             job: &job,
@@ -579,6 +584,105 @@ mod avx512 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Job, Lanes, Row, LANES};
+    use crate::f32x16::Ymm2;
+    use core::arch::x86_64::*;
+
+    /// Lanes in one AVX2 register: half a block.
+    const HALF: usize = LANES / 2;
+
+    // The lanes as two AVX2 registers, whose interior runs half a block at
+    // a time over the channels that half's groups read.
+    impl Lanes for Ymm2 {
+        #[inline(always)]
+        unsafe fn interior(row: &Row<'_>, ow: usize, end: usize) {
+            // SAFETY: by the caller.
+            unsafe {
+                let ow = Ymm2::halves::<8>(row, ow, end);
+                let ow = Ymm2::halves::<4>(row, ow, end);
+                Ymm2::halves::<1>(row, ow, end);
+            }
+        }
+    }
+
+    impl Ymm2 {
+        /// [`Lanes::interior`] half a block at a time: the outputs of a
+        /// half read a run of the span (one group's channels for groups
+        /// of 8, RegNet's), outside which its weights are zero, so each
+        /// half multiplies only its run, by broadcasts into `P` registers
+        /// of 8 sums: for groups of 8, the FMAs of the groups alone, where
+        /// the whole block's broadcasts spend twice as many (and 8 pixels
+        /// of 16 sums would not fit in AVX2's 16 registers). `P` pixels at
+        /// a time while they fit before `end`; returns where it stopped.
+        ///
+        /// # Safety
+        /// As [`Row::pixels`], and the CPU supports AVX2 and FMA.
+        #[inline(always)]
+        unsafe fn halves<const P: usize>(row: &Row<'_>, mut ow: usize, end: usize) -> usize {
+            let job = row.job;
+            let (o, n) = (job.g.out_c, job.n);
+            let (og, cg) = (o / job.g.groups, job.g.in_c / job.g.groups);
+            // SAFETY: AVX2, by the caller.
+            let (lo, hi) = unsafe { (_mm256_set1_ps(job.min), _mm256_set1_ps(job.max)) };
+            while ow + P <= end {
+                for b in 0..n.blocks {
+                    let c0 = job.g.block_input(n, b);
+                    for h in 0..2 {
+                        let o0 = b * LANES + h * HALF;
+                        if o0 >= o {
+                            break;
+                        }
+                        let o1 = (o0 + HALF).min(o);
+                        // The run of the span this half's groups read.
+                        let (s0, s1) = ((o0 / og) * cg - c0, ((o1 - 1) / og + 1) * cg - c0);
+                        debug_assert!(s1 <= n.span);
+                        // SAFETY: the bias holds O floats and `o0 < O`;
+                        // the run's channels `c0 + s` are below C, the
+                        // tap's pixels in the image, the weights within
+                        // the block's tap (`s < span`); the output pixels
+                        // inside the row, by the caller.
+                        unsafe {
+                            let bias = match job.bias {
+                                Some(b) => _mm256_maskload_ps(b[o0..].as_ptr(), Ymm2::first(o1 - o0)[0]),
+                                None => _mm256_setzero_ps(),
+                            };
+                            let mut acc = [bias; P];
+                            row.interior_taps(ow, c0, |tap, xs: [*const f32; P]| {
+                                let ws = row.weights(b, tap).add(h * HALF);
+                                for s in s0..s1 {
+                                    let wv = _mm256_loadu_ps(ws.add(s * LANES));
+                                    for (a, xp) in acc.iter_mut().zip(&xs) {
+                                        *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&*xp.add(s)), wv, *a);
+                                    }
+                                }
+                            });
+                            let mask = Ymm2::first(o1 - o0)[0];
+                            for (p, a) in acc.iter().enumerate() {
+                                let v = _mm256_min_ps(_mm256_max_ps(*a, lo), hi);
+                                _mm256_maskstore_ps(row.out.add((ow + p) * o + o0), mask, v);
+                            }
+                        }
+                    }
+                }
+                ow += P;
+            }
+            ow
+        }
+    }
+
+    /// [`super::rows`] on AVX2.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; as [`super::rows`] otherwise.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows(job: &Job<'_>, out: &mut [f32], rows: core::ops::Range<usize>) {
+        // SAFETY: by the caller.
+        unsafe { super::rows::<Ymm2>(job, out, rows) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -658,6 +762,16 @@ mod tests {
                         rows,
                     });
                     close(&out, &want);
+                    // The AVX2 kernel, on a CPU that would take AVX-512's.
+                    #[cfg(target_arch = "x86_64")]
+                    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                        let mut out = vec![f32::NAN; want.len()];
+                        let rows = 0..g.window.batch * g.window.out_h;
+                        // SAFETY: AVX2 and FMA detected; `job` as `conv`
+                        // makes it, `out` all the rows.
+                        unsafe { avx2::rows(&job, &mut out, rows) };
+                        close(&out, &want);
+                    }
                     // Each group's filter as the GEMM packs it, recovered
                     // from the packing (CPUs without AVX-512).
                     let (og, depth) = (g.out_c / g.groups, g.depth());
