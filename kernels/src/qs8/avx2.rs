@@ -14,6 +14,9 @@ use core::arch::x86_64::*;
 /// Rows summed at once: each takes 4 accumulators and a broadcast input,
 /// beside one widened weight vector (15 of the 16 registers).
 const ROWS: usize = 3;
+/// Rows summed at once where blocks have 8 columns or fewer (narrow
+/// groups): 2 accumulators and a broadcast input each.
+const NARROW_ROWS: usize = 5;
 
 /// Weight bytes a pass over the rows reads (their blocks stay in L2).
 const PASS_BYTES: usize = 128 * 1024;
@@ -27,43 +30,70 @@ pub(crate) fn available() -> bool {
 /// ([`tiles::fits`](super::tiles::fits), asserted).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
+    // SAFETY: as vouched for.
+    unsafe {
+        match job.layout.gout <= COLS / 2 {
+            true => rows::<NARROW_ROWS, 2>(job, out),
+            false => rows::<ROWS, 4>(job, out),
+        }
+    }
+}
+
+/// [`run`] in tiles of `R` rows, each block's first `J` weight vectors
+/// summed (all 4, or 2 where a block has 8 columns or fewer).
+///
+/// # Safety
+/// As for [`run`].
+#[inline(always)]
+unsafe fn rows<const R: usize, const J: usize>(job: &Job<'_>, out: &mut Out<'_>) {
     let l = &job.layout;
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
-    let y = Requant::new(job.y);
-    for_each_tile::<ROWS>(job, PASS_BYTES, &pad, |t| {
+    // SAFETY: AVX2, as vouched for.
+    let y = unsafe { Requant::new(job.y) };
+    for_each_tile::<R>(job, PASS_BYTES, &pad, |t| {
         for (b, p) in t.blocks.clone().zip(t.params) {
-            let block = l.block(packed, t.g, b);
+            let quads = &l.block(packed, t.g, b)[4 * COLS..];
             // SAFETY: every pointer of `t.x` has `gin` bytes, whole quads
             // if `t.whole` (`for_each_tile`); the block holds `taps` times
-            // `gin / 4` rounded up quads.
+            // `gin / 4` rounded up quads. A last block of 8 columns or
+            // fewer multiplies only its first two weight vectors, the
+            // others' weights being zeros.
             let acc = unsafe {
-                match t.whole {
-                    true => tile::<true>(t.x, l.gin, &block[4 * COLS..]),
-                    false => tile::<false>(t.x, l.gin, &block[4 * COLS..]),
+                match (t.whole, J == 2 || p.cols <= COLS / 2) {
+                    (true, false) => tile::<true, 4, R>(t.x, l.gin, quads),
+                    (false, false) => tile::<false, 4, R>(t.x, l.gin, quads),
+                    (true, true) => tile::<true, 2, R>(t.x, l.gin, quads),
+                    (false, true) => tile::<false, 2, R>(t.x, l.gin, quads),
                 }
             };
             for (r, acc) in acc.iter().enumerate().take(t.rows) {
-                y.store(acc, p, out.at(t.r0 + r, t.g * l.gout + b * COLS, p.cols));
+                // SAFETY: AVX2, as vouched for.
+                unsafe { y.store(acc, p, out.at(t.r0 + r, t.g * l.gout + b * COLS, p.cols)) };
             }
         }
     });
 }
 
-/// The sums `Σ x · w` of [`ROWS`] rows with one block's quads, each row's
-/// 16 outputs in 4 vectors of 4 outputs × 2 halves. `WHOLE`: the last
-/// quad of each segment is read whole (its bytes past `gin` meet zero
-/// weights), else zero-padded.
+/// The sums `Σ x · w` of `R` rows with one block's quads, each row's
+/// 16 outputs in 4 vectors of 4 outputs × 2 halves, of which the first
+/// `J` are summed (the others stay zero). `WHOLE`: the last quad of each
+/// segment is read whole (its bytes past `gin` meet zero weights), else
+/// zero-padded.
 ///
 /// # Safety
 /// AVX2; each pointer of `x` must be readable for `gin` bytes (`gin`
 /// rounded up to a quad if `WHOLE`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize, quads: &[u8]) -> [[__m256i; 4]; ROWS] {
+unsafe fn tile<const WHOLE: bool, const J: usize, const R: usize>(
+    x: &[[*const u8; R]],
+    gin: usize,
+    quads: &[u8],
+) -> [[__m256i; 4]; R] {
     let qpt = gin.div_ceil(4);
     assert!(quads.len() >= x.len() * qpt * 4 * COLS);
-    let mut acc = [[_mm256_setzero_si256(); 4]; ROWS];
+    let mut acc = [[_mm256_setzero_si256(); 4]; R];
     let full = if WHOLE { qpt } else { gin / 4 };
     let plus = _mm256_set1_epi16(128);
     // SAFETY: reads within the bounds asserted and vouched for.
@@ -72,14 +102,14 @@ unsafe fn tile<const WHOLE: bool>(x: &[[*const u8; ROWS]], gin: usize, quads: &[
             let w = quads.as_ptr().add(t * qpt * 4 * COLS);
             for q in 0..qpt {
                 // Each row's quad, as four 16-bit values in every 64 bits.
-                let xs: [__m256i; ROWS] = core::array::from_fn(|r| {
+                let xs: [__m256i; R] = core::array::from_fn(|r| {
                     let v = match q < full {
                         true => xt[r].add(4 * q).cast::<i32>().read_unaligned(),
                         false => quad(xt[r], q, gin),
                     };
                     _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(v)))
                 });
-                for j in 0..4 {
+                for j in 0..J {
                     let stored = _mm_loadu_si128(w.add(q * 4 * COLS + 16 * j).cast());
                     let wj = _mm256_sub_epi16(_mm256_cvtepu8_epi16(stored), plus);
                     for (acc, &x) in acc.iter_mut().zip(&xs) {
