@@ -120,10 +120,6 @@ pub fn conv2d_nhwc(
     for gi in 0..groups {
         // A packed filter is all the call reads (`w` may then be empty).
         let filter: &[f32] = match (packed, &narrow) {
-            (Some(p), Some(n)) => {
-                grouped::pack_group(g, n, p, gi, spare);
-                spare
-            }
             (Some(p), None) if groups == 1 => {
                 assert!(
                     is_packed(p, depth, og),
@@ -131,8 +127,8 @@ pub fn conv2d_nhwc(
                 );
                 p
             }
-            _ => {
-                pack(&w[gi * og * depth..][..og * depth], depth, og, true, spare);
+            (_, n) => {
+                group_filter(g, n.as_ref(), packed, w, gi, spare);
                 spare
             }
         };
@@ -152,9 +148,9 @@ pub fn conv2d_nhwc(
 /// group, when the whole is worth a hand-off and each part's share of the
 /// scratch ([`split_groups`]) holds a tile of 8 windows or more. A group's
 /// own product (a few hundred pixels by 8 columns: RegNetY's) is below
-/// the GEMM's minimum to split, so on one group at a time the other
-/// threads only waited (RegNetY's grouped layers, Zen 3, 2 threads: 661 ->
-/// 1343 us). Threads beyond the groups would stay idle.
+/// the GEMM's minimum to split, so group by group such layers ran on one
+/// thread whatever the thread count. Threads beyond the groups would stay
+/// idle.
 fn group_parts(g: &Conv2dNhwc) -> usize {
     let work = g.window.out_pixels() * g.out_c * g.depth();
     if work < 1 << 18 {
@@ -165,6 +161,23 @@ fn group_parts(g: &Conv2dNhwc) -> usize {
         parts -= 1;
     }
     parts
+}
+
+/// Group `gi`'s filter packed into `into`: taken from the kept packing of
+/// a narrow-group convolution (`n`), else packed from `w`.
+fn group_filter(
+    g: &Conv2dNhwc,
+    n: Option<&grouped::Narrow>,
+    packed: Option<&[f32]>,
+    w: &[f32],
+    gi: usize,
+    into: &mut [f32],
+) {
+    let (og, depth) = (g.out_c / g.groups, g.depth());
+    match (packed, n) {
+        (Some(p), Some(n)) => grouped::pack_group(g, n, p, gi, into),
+        _ => pack(&w[gi * og * depth..][..og * depth], depth, og, true, into),
+    }
 }
 
 /// Windows a tile of [`split_groups`] gathers when `scratch` floats are
@@ -220,10 +233,7 @@ fn split_groups(
         let (cols, prod) = rest.split_at_mut(tile * depth);
         let prod = &mut prod[..tile * og];
         for gi in g0..g1 {
-            match packed {
-                Some(p) => grouped::pack_group(g, n, p, gi, filter),
-                None => pack(&w[gi * og * depth..][..og * depth], depth, og, true, filter),
-            }
+            group_filter(g, Some(n), packed, w, gi, filter);
             let e = Epilogue {
                 bias: e.bias.map(|b| &b[gi * og..][..og]),
                 ..*e
@@ -233,9 +243,10 @@ fn split_groups(
                 im2col::im2col(g, x, p0, t, gi * cg, cg, &mut cols[..t * depth]);
                 gemm_packed(t, og, depth, cols, depth, filter, &e, prod, og);
                 let (ptr, len) = view.get();
+                // The tile's last row ends furthest into `out`.
+                assert!((p0 + t - 1) * o + (gi + 1) * og <= len);
                 for (i, row) in prod.chunks_exact(og).take(t).enumerate() {
                     let at = (p0 + i) * o + gi * og;
-                    assert!(at + og <= len);
                     // SAFETY: in bounds (above); group `gi`'s columns of
                     // this pixel are this part's alone.
                     unsafe { core::ptr::copy_nonoverlapping(row.as_ptr(), ptr.add(at), og) };

@@ -644,8 +644,9 @@ mod avx2 {
                         // the block's tap (`s < span`); the output pixels
                         // inside the row, by the caller.
                         unsafe {
+                            let mask = Ymm2::first(o1 - o0)[0];
                             let bias = match job.bias {
-                                Some(b) => _mm256_maskload_ps(b[o0..].as_ptr(), Ymm2::first(o1 - o0)[0]),
+                                Some(b) => _mm256_maskload_ps(b[o0..].as_ptr(), mask),
                                 None => _mm256_setzero_ps(),
                             };
                             let mut acc = [bias; P];
@@ -658,7 +659,6 @@ mod avx2 {
                                     }
                                 }
                             });
-                            let mask = Ymm2::first(o1 - o0)[0];
                             for (p, a) in acc.iter().enumerate() {
                                 let v = _mm256_min_ps(_mm256_max_ps(*a, lo), hi);
                                 _mm256_maskstore_ps(row.out.add((ow + p) * o + o0), mask, v);
