@@ -1017,6 +1017,23 @@ pub(crate) mod tests {
             gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
             c
         });
+        // One row against a weight larger than the cache (MobileNetV3's
+        // squeeze-excitation): split strip by strip, each part applying
+        // the activation to its columns.
+        let (m, n, k) = (1, 240, 960);
+        let (a, b, bias) = (rng(14, m * k), rng(15, k * n), rng(16, n));
+        let mut packed = std::vec![0.0; packed_len(k, n)];
+        pack(&b, k, n, false, &mut packed);
+        run_both(&|| {
+            let mut c = std::vec![0.0; m * n];
+            let e = crate::gemm::Epilogue {
+                bias: Some(&bias),
+                activation: crate::activation::Activation::Hardswish,
+                ..crate::gemm::Epilogue::NONE
+            };
+            gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
+            c
+        });
         // Bands of rows, each with its rows of the residual.
         let (m, n, k) = (100, 70, 300);
         let (a, b, residual) = (rng(1, m * k), rng(2, k * n), rng(3, m * n));
