@@ -989,104 +989,51 @@ pub(crate) mod tests {
                 two.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
             );
         };
+        use crate::activation::Activation::{Hardswish, Identity};
+        // One packed product on one thread and on two: `[m, n, k, lda,
+        // ldc]`, B transposed or not, A, B, the bias and the residual drawn
+        // from `seed`, the epilogue adding the bias and the residual when
+        // asked; C starts at 7 (the gaps of a strided C must stay).
+        let product =
+            |[m, n, k, lda, ldc]: [usize; 5], trans: bool, seed: u64, adds: (bool, bool), clamp: f32, activation| {
+                let (a, b) = (rng(seed, m * lda), rng(seed + 1, k * n));
+                let (bias, residual) = (rng(seed + 2, n), rng(seed + 3, m * ldc));
+                let mut packed = std::vec![0.0; packed_len(k, n)];
+                pack(&b, k, n, trans, &mut packed);
+                run_both(&|| {
+                    let mut c = std::vec![7.0; m * ldc];
+                    let e = crate::gemm::Epilogue {
+                        bias: adds.0.then_some(&bias[..]),
+                        residual: adds.1.then_some(&residual[..]),
+                        min: -clamp,
+                        max: clamp,
+                        activation,
+                    };
+                    gemm_packed(m, n, k, &a, lda, &packed, &e, &mut c, ldc);
+                    c
+                });
+            };
+        let inf = f32::INFINITY;
         for (m, n, k) in [(100, 70, 300), (49, 300, 100), (1000, 33, 16)] {
-            let (a, b) = (rng(1, m * k), rng(2, k * n));
-            let mut packed = std::vec![0.0; packed_len(k, n)];
-            pack(&b, k, n, false, &mut packed);
-            run_both(&|| {
-                let mut c = std::vec![0.0; m * n];
-                gemm_packed(m, n, k, &a, k, &packed, &crate::gemm::Epilogue::NONE, &mut c, n);
-                c
-            });
+            product([m, n, k, k, n], false, 1, (false, false), inf, Identity);
         }
         // 49 rows against a wider B: split by tiles, strip by strip (some
         // strips shared by two parts), with bias and residual.
-        let (m, n, k) = (49, 160, 960);
-        let (a, b, bias, residual) = (rng(4, m * k), rng(5, k * n), rng(6, n), rng(7, m * n));
-        let mut packed = std::vec![0.0; packed_len(k, n)];
-        pack(&b, k, n, false, &mut packed);
-        run_both(&|| {
-            let mut c = std::vec![0.0; m * n];
-            let e = crate::gemm::Epilogue {
-                bias: Some(&bias),
-                residual: Some(&residual),
-                min: -3.0,
-                max: 3.0,
-                activation: crate::activation::Activation::Identity,
-            };
-            gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
-            c
-        });
+        product([49, 160, 960, 960, 160], false, 4, (true, true), 3.0, Identity);
         // One row against a weight larger than the cache (MobileNetV3's
         // squeeze-excitation): split strip by strip, each part applying
         // the activation to its columns.
-        let (m, n, k) = (1, 240, 960);
-        let (a, b, bias) = (rng(14, m * k), rng(15, k * n), rng(16, n));
-        let mut packed = std::vec![0.0; packed_len(k, n)];
-        pack(&b, k, n, false, &mut packed);
-        run_both(&|| {
-            let mut c = std::vec![0.0; m * n];
-            let e = crate::gemm::Epilogue {
-                bias: Some(&bias),
-                activation: crate::activation::Activation::Hardswish,
-                ..crate::gemm::Epilogue::NONE
-            };
-            gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
-            c
-        });
+        product([1, 240, 960, 960, 240], false, 14, (true, false), inf, Hardswish);
         // Bands of rows, each with its rows of the residual.
-        let (m, n, k) = (100, 70, 300);
-        let (a, b, residual) = (rng(1, m * k), rng(2, k * n), rng(3, m * n));
-        let mut packed = std::vec![0.0; packed_len(k, n)];
-        pack(&b, k, n, false, &mut packed);
-        run_both(&|| {
-            let mut c = std::vec![0.0; m * n];
-            let e = crate::gemm::Epilogue {
-                residual: Some(&residual),
-                ..crate::gemm::Epilogue::NONE
-            };
-            gemm_packed(m, n, k, &a, k, &packed, &e, &mut c, n);
-            c
-        });
+        product([100, 70, 300, 300, 70], false, 1, (false, true), inf, Identity);
         // A batch of 5 rows: split by columns, each part its strips, its
         // bias, its columns of the residual and of a strided C (the gaps
         // left as they were).
-        let (m, n, k, lda, ldc) = (5, 700, 300, 301, 703);
-        let (a, b, bias) = (rng(10, m * lda), rng(11, n * k), rng(12, n));
-        let residual = rng(13, m * ldc);
-        let mut packed = std::vec![0.0; packed_len(k, n)];
-        pack(&b, k, n, true, &mut packed);
-        run_both(&|| {
-            let mut c = std::vec![7.0; m * ldc];
-            let e = crate::gemm::Epilogue {
-                bias: Some(&bias),
-                residual: Some(&residual),
-                min: -0.5,
-                max: 0.5,
-                activation: crate::activation::Activation::Identity,
-            };
-            gemm_packed(m, n, k, &a, lda, &packed, &e, &mut c, ldc);
-            c
-        });
+        product([5, 700, 300, 301, 703], true, 10, (true, true), 0.5, Identity);
         // One row against a large packed weight (a batch of one through
         // a fully-connected layer): split by strips, with bias, residual
         // and clamp.
-        let (n, k) = (700, 400);
-        let (a, b, bias, residual) = (rng(18, k), rng(19, n * k), rng(20, n), rng(21, n));
-        let mut packed = std::vec![0.0; packed_len(k, n)];
-        pack(&b, k, n, true, &mut packed);
-        run_both(&|| {
-            let mut c = std::vec![0.0; n];
-            let e = crate::gemm::Epilogue {
-                bias: Some(&bias),
-                residual: Some(&residual),
-                min: -2.0,
-                max: 2.0,
-                activation: crate::activation::Activation::Identity,
-            };
-            gemm_packed(1, n, k, &a, k, &packed, &e, &mut c, n);
-            c
-        });
+        product([1, 700, 400, 400, 700], true, 18, (true, true), 2.0, Identity);
         // Depthwise: on AVX2, output rows when each thread gets at least
         // 7 (the first five), else channel blocks of 32, the last one
         // partial (the next two); stride 2 too. On AVX-512, stride 1 splits
