@@ -90,8 +90,28 @@ pub fn requant_scale(input_scale: f32, weight_scale: f32, output_scale: f32) -> 
 
 /// `out[i] = clamp(round_even(x[i] · (1 / scale)) + zero_point)` to `i8`
 /// (XNNPACK's `f32 → qs8` convert multiplies by the reciprocal; NaN
-/// becomes 127, as on x86).
+/// becomes 127, as on x86). Large inputs (a 224 x 224 image) are split
+/// in bands across threads.
 pub fn quantize(x: &[f32], q: &Quant, out: &mut [i8]) {
+    in_bands(x, out, &|x, piece| quantize_run(x, q, piece));
+}
+
+/// `run(x, out)` over the common length of `x` and `out`: in bands split
+/// across threads when it is long enough (an element-wise map to `i8`).
+fn in_bands<X: Sync>(x: &[X], out: &mut [i8], run: &(dyn Fn(&[X], &mut [i8]) + Sync)) {
+    let n = out.len().min(x.len());
+    let out = &mut out[..n];
+    crate::parallel::for_each_band(
+        out,
+        n,
+        1,
+        crate::parallel::band_grain(1, 1),
+        crate::parallel::local_bands_for(n),
+        &|rows, piece| run(&x[rows], piece),
+    );
+}
+
+fn quantize_run(x: &[f32], q: &Quant, out: &mut [i8]) {
     struct Work<'a>(&'a [f32], &'a Quant, &'a mut [i8]);
     impl crate::cpu::Vectorized for Work<'_> {
         type Output = ();
@@ -115,16 +135,7 @@ pub fn quantize(x: &[f32], q: &Quant, out: &mut [i8]) {
 /// function between a dequantize and a quantize, tabulated by the
 /// compiler). Large inputs are split in bands across threads.
 pub fn lut(x: &[i8], table: &[i8; 256], out: &mut [i8]) {
-    let n = out.len().min(x.len());
-    let out = &mut out[..n];
-    crate::parallel::for_each_band(
-        out,
-        n,
-        1,
-        crate::parallel::band_grain(1, 1),
-        crate::parallel::local_bands_for(n),
-        &|rows, piece| lut_run(&x[rows], table, piece),
-    );
+    in_bands(x, out, &|x, piece| lut_run(x, table, piece));
 }
 
 fn lut_run(x: &[i8], table: &[i8; 256], out: &mut [i8]) {
@@ -1389,6 +1400,22 @@ mod tests {
         let mut long = [0i8; 6 * 13];
         quantize(&x, &q, &mut long);
         assert!(long.chunks(6).all(|c| c == [12, 12, 127, -128, 127, 10]), "{long:?}");
+        // An image's worth on two threads, split in bands (an odd length:
+        // the last band partial).
+        {
+            extern crate std;
+            #[cfg(not(target_os = "wasi"))]
+            let _turn = crate::parallel::tests::TURN.lock().unwrap_or_else(|e| e.into_inner());
+            let n = 6 * 12_545;
+            let x: std::vec::Vec<f32> = (0..n).map(|i| x[i % 6]).collect();
+            let mut image = std::vec![0i8; n - 1];
+            crate::parallel::set_threads(2);
+            quantize(&x, &q, &mut image);
+            crate::parallel::set_threads(1);
+            assert!(image
+                .chunks(6)
+                .all(|c| c[..] == [12, 12, 127, -128, 127, 10][..c.len()]));
+        }
         let mut back = [0f32; 2];
         dequantize(&[12, -128], &q, &mut back);
         assert_eq!(back, [0.5, -34.5]);
