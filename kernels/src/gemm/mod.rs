@@ -541,8 +541,9 @@ fn multiply(
     // hand-off stay whole; a weight too large for the cache is worth it
     // whatever the rows (squeeze-excitation's 960 x 240 on one row: 0.9
     // MB to read, 25 us on one thread).
-    let worth_splitting = m * n * k >= 1 << 18 || splits_by_strips(m, n, k);
-    if worth_splitting && splits_by_strips(m, n, k) && crate::parallel::threads() > 1 {
+    let by_strips = splits_by_strips(m, n, k);
+    let worth_splitting = m * n * k >= 1 << 18 || by_strips;
+    if by_strips && crate::parallel::threads() > 1 {
         let tiles = m.div_ceil(grain);
         let grid = crate::parallel::split(n.div_ceil(NR) * tiles, 1);
         // SAFETY: each part below writes only its tiles of C (and reads

@@ -129,18 +129,9 @@ fn average_pixels(
     while done < o.len() {
         let c0 = channels.start + done;
         let w = match o.len() - done {
-            64.. => sum_pixels::<64>(x, c, c0, &mut o[done..]),
-            16.. => sum_pixels::<16>(x, c, c0, &mut o[done..]),
-            rest => {
-                let o = &mut o[done..];
-                o.fill(0.0);
-                for px in x.chunks_exact(c) {
-                    for (acc, &v) in o.iter_mut().zip(&px[c0..c0 + rest]) {
-                        *acc += v;
-                    }
-                }
-                rest
-            }
+            64.. => sum_pixels::<64>(x, c, c0, 64, &mut o[done..]),
+            16.. => sum_pixels::<16>(x, c, c0, 16, &mut o[done..]),
+            rest => sum_pixels::<16>(x, c, c0, rest, &mut o[done..]),
         };
         done += w;
     }
@@ -152,18 +143,19 @@ fn average_pixels(
 }
 
 /// The sums over the pixels of `x` (each `c` channels) of channels `c0 ..
-/// c0 + W`, into `o[..W]`; returns `W`.
+/// c0 + w`, into `o[..w]`, for `w <= W`; returns `w`. Inlined, a constant
+/// `w` keeps the sums in registers.
 #[inline(always)]
-fn sum_pixels<const W: usize>(x: &[f32], c: usize, c0: usize, o: &mut [f32]) -> usize {
+fn sum_pixels<const W: usize>(x: &[f32], c: usize, c0: usize, w: usize, o: &mut [f32]) -> usize {
     let mut acc = [0.0f32; W];
+    let acc = &mut acc[..w];
     for px in x.chunks_exact(c) {
-        let v: &[f32; W] = px[c0..c0 + W].try_into().expect("W channels");
-        for (a, &v) in acc.iter_mut().zip(v) {
+        for (a, &v) in acc.iter_mut().zip(&px[c0..c0 + w]) {
             *a += v;
         }
     }
-    o[..W].copy_from_slice(&acc);
-    W
+    o[..w].copy_from_slice(acc);
+    w
 }
 
 #[cfg(test)]
