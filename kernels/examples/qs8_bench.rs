@@ -22,13 +22,14 @@ use ptec_kernels::qs8::{chain_scratch_len, conv2d_chain, conv2d_nhwc, pack_conv,
 use std::time::Instant;
 
 /// (name, input size, input channels, output channels, kernel, stride, groups)
-const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 25] = [
+const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 26] = [
     ("stem 3x3/2, 3 -> 32", 224, 3, 32, 3, 2, 1),
     // ResNet's stem.
     ("stem 7x7/2, 3 -> 64", 224, 3, 64, 7, 2, 1),
-    // ResNet's 3 × 3 layers at 56 and 14.
+    // ResNet's 3 × 3 layers at 56, 14 and 7.
     ("3x3, 64 at 56", 56, 64, 64, 3, 1, 1),
     ("3x3, 256 at 14", 14, 256, 256, 3, 1, 1),
+    ("3x3, 512 at 7", 7, 512, 512, 3, 1, 1),
     ("grouped 3x3/2, 48 in 6 groups", 112, 48, 48, 3, 2, 6),
     ("grouped 3x3/2, 104 in 13 groups", 56, 104, 104, 3, 2, 13),
     ("grouped 3x3, 104 in 13 groups", 28, 104, 104, 3, 1, 13),

@@ -13,7 +13,9 @@
 //!
 //! The weight sums turn the raw products into centred ones:
 //! `Σ (x - zp) · w = Σ x · w - zp · Σ w`, so the inputs need no centring;
-//! the VNNI path takes `Σ x · (w + 128)` less `128 · Σ x`, its rows' sums.
+//! the VNNI path flips both as it loads them (`^ 0x80`: the inputs
+//! unsigned, the weights signed again) and takes `Σ (x + 128) · w` less
+//! `128 · Σ w`.
 //! Every sum is exact `i32` arithmetic, wrapping as the scalar kernels
 //! do, so each path gives the scalar kernels' outputs to the bit.
 use super::{requant_scale, weight_scale, Output, Quant};
@@ -272,9 +274,13 @@ impl<'a> Source<'a> {
                 // third of a grouped layer's time).
                 assert!(taps <= MAX_TAPS, "{taps} taps a visit");
                 let mut steps = [0usize; MAX_TAPS];
-                for (t, step) in steps[..taps].iter_mut().enumerate() {
-                    let tap = first + t;
-                    *step = w.tap_offset(tap / w.kernel_w, tap % w.kernel_w, g.in_c);
+                let (mut ky, mut kx) = (first / w.kernel_w, first % w.kernel_w);
+                for step in &mut steps[..taps] {
+                    *step = w.tap_offset(ky, kx, g.in_c);
+                    kx += 1;
+                    if kx == w.kernel_w {
+                        (ky, kx) = (ky + 1, 0);
+                    }
                 }
                 for r in 0..R {
                     if inside(oy, inner[0]) && inside(ox, inner[1]) {

@@ -1,6 +1,6 @@
 //! The packed layers (see [`super::packed`]) on AVX-512 VNNI: each
-//! instruction multiplies a broadcast quad of inputs into the 16 sums of
-//! a block (its weights stored plus 128), for [`ROWS`] rows at once (7
+//! instruction multiplies a broadcast quad of inputs (flipped to
+//! unsigned) into the 16 sums of a block, for [`ROWS`] rows at once (7
 //! for a 7 × 7 image's 49);
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
@@ -63,21 +63,7 @@ unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
     for_each_tile::<R>(job, PASS_BYTES, &pad, |t| {
-        // SAFETY: every pointer of `t.x` has `gin` bytes, `q4` if
-        // `t.whole` (`for_each_tile`).
-        let sums = unsafe {
-            match t.whole {
-                true => row_sums::<R, true>(t.x, l.gin),
-                false => row_sums::<R, false>(t.x, l.gin),
-            }
-        };
-        // What the weights' +128 added to each row's sums, taken out
-        // (with the block's offsets) where the sums start.
-        let mut less = [_mm512_setzero_si512(); R];
-        for (l, s) in less.iter_mut().zip(&sums) {
-            *l = _mm512_slli_epi32::<7>(*s);
-        }
-        let start = |i: usize| starts(&t.params[i], &less);
+        let start = |i: usize| starts::<R>(&t.params[i], l.block(packed, t.g, t.blocks.start + i));
         // Blocks two at a time: 16 sums in flight, enough to hide
         // `VPDPBUSD`'s latency (8, one block's, are not); an odd last
         // block alone.
@@ -311,52 +297,13 @@ unsafe fn narrow_sums<const R: usize, const Q: usize>(
     acc
 }
 
-/// Each row's input sum (over all taps), in every lane: what the weights'
-/// +128 adds to the sums, divided by 128. `WHOLE`: every segment's last
-/// quad is read whole (see [`tile`]).
-///
-/// # Safety
-/// As for [`tile`].
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn row_sums<const R: usize, const WHOLE: bool>(x: &[[*const u8; R]], gin: usize) -> [__m512i; R] {
-    let ones = _mm512_set1_epi8(1);
-    let mut sums = [_mm512_setzero_si512(); R];
-    let len = if WHOLE { 4 * gin.div_ceil(4) } else { gin };
-    if len >= 16 {
-        // Long segments 64 bytes an instruction (each lane a partial
-        // sum), added across at the end.
-        for xt in x {
-            for at in (0..len).step_by(64) {
-                let mask = u64::MAX >> (64 - (len - at).min(64));
-                for r in 0..R {
-                    // SAFETY: as vouched for; the masked bytes lie within.
-                    let v = unsafe { _mm512_maskz_loadu_epi8(mask, xt[r].add(at).cast()) };
-                    sums[r] = _mm512_dpbusd_epi32(sums[r], ones, v);
-                }
-            }
-        }
-        return sums.map(|s| _mm512_set1_epi32(_mm512_reduce_add_epi32(s)));
-    }
-    for xt in x {
-        for q in 0..gin.div_ceil(4) {
-            for r in 0..R {
-                // SAFETY: as vouched for.
-                let xq = unsafe {
-                    match WHOLE {
-                        true => xt[r].add(4 * q).cast::<i32>().read_unaligned(),
-                        false => quad(xt[r], q, gin),
-                    }
-                };
-                sums[r] = _mm512_dpbusd_epi32(sums[r], ones, _mm512_set1_epi32(xq));
-            }
-        }
-    }
-    sums
-}
-
-/// `start` plus the sums `Σ x · (w + 128)` of `R` rows with `B` blocks'
-/// quads, each quad of inputs broadcast once for all of them. `WHOLE`: the
+/// `start` plus the sums `Σ (x + 128) · w` of `R` rows with `B` blocks'
+/// quads, each quad of inputs broadcast once for all of them. Both are
+/// flipped as they are loaded (`^ 0x80`): the weights, stored plus 128,
+/// back to signed, and the inputs to unsigned, as the instruction takes
+/// them. The flips cost nothing beside the multiplications (Zen 5), where
+/// summing each row's inputs, to take out what `+ 128` on the weights
+/// added, cost a tenth of a 3 × 3 layer's time. `WHOLE`: the
 /// last quad of each segment is read whole (its bytes past `gin` meet
 /// zero weights), else zero-padded. Each of `ahead` not null is a block
 /// whose quads are prefetched, one line with each quad summed.
@@ -376,26 +323,30 @@ unsafe fn tile<const R: usize, const B: usize, const WHOLE: bool>(
     let qpt = gin.div_ceil(4);
     assert!(quads.iter().all(|q| q.len() >= x.len() * qpt * 4 * COLS));
     let mut acc = start;
+    let flip = _mm512_set1_epi8(-128);
     let full = if WHOLE { qpt } else { gin / 4 };
     // SAFETY: reads within the bounds asserted and vouched for.
     unsafe {
         for (t, xt) in x.iter().enumerate() {
             let w = quads.map(|q| q.as_ptr().add(t * qpt * 4 * COLS));
             for q in 0..full {
-                let wq = w.map(|w| _mm512_loadu_si512(w.add(q * 4 * COLS).cast()));
+                let wq = w.map(|w| _mm512_xor_si512(_mm512_loadu_si512(w.add(q * 4 * COLS).cast()), flip));
                 for r in 0..R {
-                    let xq = _mm512_set1_epi32(xt[r].add(4 * q).cast::<i32>().read_unaligned());
+                    let xq = flipped_quad(xt[r].add(4 * q), flip);
                     for k in 0..B {
-                        acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], wq[k], xq);
+                        acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], xq, wq[k]);
                     }
                 }
             }
             if full < qpt {
-                let wq = w.map(|w| _mm512_loadu_si512(w.add(full * 4 * COLS).cast()));
+                let wq = w.map(|w| _mm512_xor_si512(_mm512_loadu_si512(w.add(full * 4 * COLS).cast()), flip));
                 for r in 0..R {
-                    let xq = _mm512_set1_epi32(quad(xt[r], full, gin));
+                    // Flipped before the broadcast: flipping the broadcast
+                    // of these bytes sent LLVM 22's legalizer into an
+                    // endless loop under `-C target-cpu=native`.
+                    let xq = _mm512_set1_epi32(quad(xt[r], full, gin) ^ 0x8080_8080u32 as i32);
                     for k in 0..B {
-                        acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], wq[k], xq);
+                        acc[k][r] = _mm512_dpbusd_epi32(acc[k][r], xq, wq[k]);
                     }
                 }
             }
@@ -404,18 +355,46 @@ unsafe fn tile<const R: usize, const B: usize, const WHOLE: bool>(
     acc
 }
 
-/// Where a block's sums start in each row: its offsets, less `less` (128
-/// times the row's input sum).
+/// The quad of inputs at `p` broadcast to every lane, flipped (`^ 0x80`):
+/// one instruction, `VPXORD` with a broadcast operand. Written out,
+/// because the compiler moves the flip before the broadcast, which then
+/// takes a shuffle from a register (3 instructions, the 3 × 3 layers 3 %
+/// slower than without flipping).
+///
+/// # Safety
+/// `p` must be readable for 4 bytes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-fn starts<const R: usize>(p: &BlockParams, less: &[__m512i; R]) -> [__m512i; R] {
-    // SAFETY: a load of the 16 lanes of an array of 16.
-    let offset = unsafe { _mm512_loadu_si512(p.offset.as_ptr().cast()) };
-    let mut st = [offset; R];
-    for (s, l) in st.iter_mut().zip(less) {
-        *s = _mm512_sub_epi32(*s, *l);
-    }
-    st
+unsafe fn flipped_quad(p: *const u8, flip: __m512i) -> __m512i {
+    let v: __m512i;
+    // SAFETY: reads the 4 bytes at `p`, as vouched for; writes only `v`.
+    unsafe {
+        core::arch::asm!(
+            "vpxord {v}, {flip}, dword ptr [{p}]{{1to16}}",
+            v = lateout(zmm_reg) v,
+            flip = in(zmm_reg) flip,
+            p = in(reg) p,
+            options(pure, readonly, nostack, preserves_flags),
+        )
+    };
+    v
+}
+
+/// Where a block's sums start in each row: its offsets, less what the
+/// inputs' `+ 128` adds (`128 · Σ w`, the weight sums heading `block`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+fn starts<const R: usize>(p: &BlockParams, block: &[u8]) -> [__m512i; R] {
+    assert!(block.len() >= 4 * COLS);
+    // SAFETY: loads of the 16 lanes of an array of 16, and of the 16
+    // sums heading the block (asserted).
+    let (offset, sums) = unsafe {
+        (
+            _mm512_loadu_si512(p.offset.as_ptr().cast()),
+            _mm512_loadu_si512(block.as_ptr().cast()),
+        )
+    };
+    [_mm512_sub_epi32(offset, _mm512_slli_epi32::<7>(sums)); R]
 }
 
 /// Requantizes each row's sums (started at [`starts`]) into its `p.cols`
