@@ -305,8 +305,7 @@ unsafe fn narrow_sums<const R: usize, const Q: usize>(
 /// summing each row's inputs, to take out what `+ 128` on the weights
 /// added, cost a tenth of a 3 × 3 layer's time. `WHOLE`: the
 /// last quad of each segment is read whole (its bytes past `gin` meet
-/// zero weights), else zero-padded. Each of `ahead` not null is a block
-/// whose quads are prefetched, one line with each quad summed.
+/// zero weights), else zero-padded.
 ///
 /// # Safety
 /// As for [`run`]; each pointer of `x` must be readable for `gin` bytes
