@@ -616,6 +616,7 @@ mod tests {
         check::<scalar::Sigmoid>(&x, scalar::sigmoid);
         check::<scalar::Silu>(&x, scalar::silu);
         check::<scalar::SigmoidMul>(&x, |a| a * scalar::sigmoid(a));
+        check::<scalar::Gelu>(&x, scalar::gelu);
     }
 
     /// The vector-ISA copies of a map give the baseline's bits, for

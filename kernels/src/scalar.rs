@@ -411,6 +411,19 @@ pub struct Sigmoid;
 pub struct Silu;
 /// `x · sigmoid(x)`, each step rounded ([`sigmoid_mul_lanes`]), as [`Lanes`].
 pub struct SigmoidMul;
+/// `aten::gelu(approximate="none")` for `f32` ([`gelu`]) as [`Lanes`].
+pub struct Gelu;
+
+impl Lanes for Gelu {
+    #[inline(always)]
+    fn one(x: f32) -> f32 {
+        gelu(x)
+    }
+    #[inline(always)]
+    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
+        gelu_lanes(x)
+    }
+}
 
 impl Lanes for Sigmoid {
     #[inline(always)]
@@ -1279,6 +1292,14 @@ pub fn exp_nonpositive_lanes<const L: usize>(x: &[f32; L]) -> [f32; L] {
 /// negative tail's relative precision. NaN stays NaN; `±inf` give 2 and 0.
 #[inline(always)]
 pub fn one_plus_erf_f32(z: f32) -> f32 {
+    one_plus_erf_lanes(&[z])[0]
+}
+
+/// [`one_plus_erf_f32`] of `L` elements, step by step over all of them
+/// (see [`lanes`]): the Chebyshev sum is a chain of nine dependent steps,
+/// then `exp`'s, which one vector at a time leaves the core waiting.
+#[inline(always)]
+pub fn one_plus_erf_lanes<const L: usize>(z: &[f32; L]) -> [f32; L] {
     const C: [f32; 10] = [
         -1.265_512_2,
         1.000_023_7,
@@ -1291,20 +1312,30 @@ pub fn one_plus_erf_f32(z: f32) -> f32 {
         -0.822_152_23,
         0.170_872_77,
     ];
-    let a = if z < 0.0 { -z } else { z };
-    let t = 1.0 / (1.0 + 0.5 * a);
-    let mut c = C[9];
+    let a: [f32; L] = lanes(|i| if z[i] < 0.0 { -z[i] } else { z[i] });
+    let t: [f32; L] = lanes(|i| 1.0 / (1.0 + 0.5 * a[i]));
+    let mut c = [C[9]; L];
     for &k in C[..9].iter().rev() {
-        c = c * t + k;
+        c = lanes(|i| c[i] * t[i] + k);
     }
     // The exponent is -z² + log(erfc(z) / t) <= 0, but for rounding.
-    let e = c - a * a;
-    let erfc = t * exp_nonpositive(if e > 0.0 { 0.0 } else { e });
-    if z >= 0.0 {
-        2.0 - erfc
-    } else {
-        erfc
-    }
+    let e: [f32; L] = lanes(|i| {
+        let e = c[i] - a[i] * a[i];
+        if e > 0.0 {
+            0.0
+        } else {
+            e
+        }
+    });
+    let exp = exp_nonpositive_lanes(&e);
+    lanes(|i| {
+        let erfc = t[i] * exp[i];
+        if z[i] >= 0.0 {
+            2.0 - erfc
+        } else {
+            erfc
+        }
+    })
 }
 
 /// `aten::gelu(approximate="none")`: `0.5 x (1 + erf(x / sqrt 2))`.
@@ -1312,6 +1343,15 @@ pub fn one_plus_erf_f32(z: f32) -> f32 {
 pub fn gelu<F: FloatMath>(x: F) -> F {
     let r = F::from_f64_(core::f64::consts::FRAC_1_SQRT_2);
     x * F::from_f32(0.5) * (x * r).one_plus_erf_()
+}
+
+/// [`gelu`] for `f32` of `L` elements, step by step over all of them (see
+/// [`lanes`]): the same operations, so the same bits.
+#[inline(always)]
+pub fn gelu_lanes<const L: usize>(x: &[f32; L]) -> [f32; L] {
+    let r = core::f64::consts::FRAC_1_SQRT_2 as f32;
+    let e = one_plus_erf_lanes(&lanes::<L>(|i| x[i] * r));
+    lanes(|i| x[i] * 0.5 * e[i])
 }
 
 /// `aten::gelu(approximate="tanh")`:

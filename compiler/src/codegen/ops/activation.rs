@@ -99,6 +99,7 @@ fn lanes_form(f: &str) -> Option<TokenStream> {
     match f {
         "sigmoid" => Some(quote!(#s::Sigmoid)),
         "silu" => Some(quote!(#s::Silu)),
+        "gelu" => Some(quote!(#s::Gelu)),
         _ => None,
     }
 }
@@ -259,6 +260,9 @@ fn float_params(ctx: &mut OpCtx<'_>, x: &TArg, out: &TArg, f: &str, params: &[f6
     let fi = format_ident!("{}", f);
     let ps = params.iter().map(|&p| scalar_in(Scalar::Double(p), c));
     let body = quote!(::ptec_runtime::kernels::scalar::#fi(a, #(#ps),*));
+    if let Some(lanes) = lanes_form(f).filter(|_| c == Float && params.is_empty()) {
+        return emit_map_lanes(ctx, x, out, body, lanes);
+    }
     if WIDE.contains(&f) {
         return emit_map_wide(ctx, x, out, c, body);
     }
