@@ -128,17 +128,25 @@ def export(name, out):
         print(f"{name}: int8", flush=True)
 
 
-def main():
+def run(table, export, usage):
+    """The command line `OUT_DIR [NAME...]` of this script and of
+    bench/layers.py: `export(name, OUT_DIR)` for each NAME of `table`
+    (all of them without names)."""
     if len(sys.argv) < 2:
-        sys.exit(__doc__)
+        sys.exit(usage)
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    names = sys.argv[2:] or list(MODELS)
-    unknown = set(names) - set(MODELS)
+    names = sys.argv[2:] or list(table)
+    unknown = set(names) - set(table)
     if unknown:
-        sys.exit(f"broad.py: no model {sorted(unknown)}; they are {list(MODELS)}")
+        script = Path(sys.argv[0]).name
+        sys.exit(f"{script}: no {sorted(unknown)}; there are {list(table)}")
     for name in names:
         export(name, out)
+
+
+def main():
+    run(MODELS, export, __doc__)
 
 
 if __name__ == "__main__":

@@ -64,16 +64,7 @@ def export(name, out):
 
 
 def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    names = sys.argv[2:] or list(LAYERS)
-    unknown = set(names) - set(LAYERS)
-    if unknown:
-        sys.exit(f"layers.py: no layer {sorted(unknown)}; they are {list(LAYERS)}")
-    for name in names:
-        export(name, out)
+    broad.run(LAYERS, export, __doc__)
 
 
 if __name__ == "__main__":

@@ -508,6 +508,9 @@ impl<'a> Out<'a> {
 /// input zero point (`zp` times the weight sum) and scale.
 pub(super) struct BlockParams {
     pub offset: [i32; COLS],
+    /// The offsets for sums of inputs flipped to unsigned (`x + 128`, as
+    /// the VNNI paths load them): each less the `128 · Σ w` that adds.
+    pub flipped: [i32; COLS],
     pub scale: [f32; COLS],
     pub cols: usize,
 }
@@ -516,6 +519,7 @@ impl BlockParams {
     #[cfg(any(target_arch = "x86_64", all(target_arch = "aarch64", target_feature = "neon")))]
     pub(super) const EMPTY: BlockParams = BlockParams {
         offset: [0; COLS],
+        flipped: [0; COLS],
         scale: [1.0; COLS],
         cols: COLS,
     };
@@ -526,6 +530,7 @@ impl BlockParams {
         let zp = job.xq.zero_point;
         let mut p = BlockParams {
             offset: [0; COLS],
+            flipped: [0; COLS],
             scale: [1.0; COLS],
             cols,
         };
@@ -534,6 +539,7 @@ impl BlockParams {
             let sum = i32::from_le_bytes([block[4 * c], block[4 * c + 1], block[4 * c + 2], block[4 * c + 3]]);
             let bias = job.bias.map_or(0, |v| v[oc]);
             p.offset[c] = bias.wrapping_sub(zp.wrapping_mul(sum));
+            p.flipped[c] = p.offset[c].wrapping_sub(sum.wrapping_mul(128));
             p.scale[c] = requant_scale(job.xq.scale, weight_scale(job.w_scales, oc), job.y.scale);
         }
         p

@@ -63,7 +63,7 @@ unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
     for_each_tile::<R>(job, PASS_BYTES, &pad, |t| {
-        let start = |i: usize| starts::<R>(&t.params[i], l.block(packed, t.g, t.blocks.start + i));
+        let start = |i: usize| starts::<R>(&t.params[i]);
         // Blocks two at a time: 16 sums in flight, enough to hide
         // `VPDPBUSD`'s latency (8, one block's, are not); an odd last
         // block alone.
@@ -195,8 +195,7 @@ unsafe fn narrow<const R: usize>(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
                 let p = BlockParams::new(job, block, g, 0);
                 for c in 0..gout {
                     let j = gi * gout + c;
-                    let sum = i32::from_le_bytes([block[4 * c], block[4 * c + 1], block[4 * c + 2], block[4 * c + 3]]);
-                    offset[j] = p.offset[c].wrapping_sub(sum.wrapping_mul(128));
+                    offset[j] = p.flipped[c];
                     scale[j] = p.scale[c];
                 }
                 // A quad's weights of the group's outputs lie side by
@@ -217,15 +216,21 @@ unsafe fn narrow<const R: usize>(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
             let rows = R.min(job.rows - r0);
             // Each tap's pixel, its first channel (the padding's row of
             // zero points is a pixel long).
+            let mut furthest = None;
             job.source.visit::<R>(0, l.taps, r0, rows, 0, gin, |t, r, at| {
                 x[t][r] = match at {
                     Some(at) => {
-                        assert!(at + l.groups * gin <= input.len());
+                        furthest = furthest.max(Some(at));
                         input.as_ptr().wrapping_add(at)
                     }
                     None => pad.as_ptr(),
                 }
             });
+            // No pixel starts past the furthest: one check covers all
+            // (none is read before it).
+            if let Some(at) = furthest {
+                assert!(at + l.groups * gin <= input.len());
+            }
             for v in v0..v1 {
                 let n = per.min(l.groups - v * per);
                 let in_mask = u64::MAX >> (64 - n * gin);
@@ -379,21 +384,13 @@ unsafe fn flipped_quad(p: *const u8, flip: __m512i) -> __m512i {
     v
 }
 
-/// Where a block's sums start in each row: its offsets, less what the
-/// inputs' `+ 128` adds (`128 · Σ w`, the weight sums heading `block`).
+/// Where a block's sums start in each row: its offsets for flipped
+/// inputs ([`BlockParams::flipped`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-fn starts<const R: usize>(p: &BlockParams, block: &[u8]) -> [__m512i; R] {
-    assert!(block.len() >= 4 * COLS);
-    // SAFETY: loads of the 16 lanes of an array of 16, and of the 16
-    // sums heading the block (asserted).
-    let (offset, sums) = unsafe {
-        (
-            _mm512_loadu_si512(p.offset.as_ptr().cast()),
-            _mm512_loadu_si512(block.as_ptr().cast()),
-        )
-    };
-    [_mm512_sub_epi32(offset, _mm512_slli_epi32::<7>(sums)); R]
+fn starts<const R: usize>(p: &BlockParams) -> [__m512i; R] {
+    // SAFETY: a load of the 16 lanes of an array of 16.
+    [unsafe { _mm512_loadu_si512(p.flipped.as_ptr().cast()) }; R]
 }
 
 /// Requantizes each row's sums (started at [`starts`]) into its `p.cols`
