@@ -22,7 +22,7 @@ use ptec_kernels::qs8::{chain_scratch_len, conv2d_chain, conv2d_nhwc, pack_conv,
 use std::time::Instant;
 
 /// (name, input size, input channels, output channels, kernel, stride, groups)
-const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 26] = [
+const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 27] = [
     ("stem 3x3/2, 3 -> 32", 224, 3, 32, 3, 2, 1),
     // ResNet's stem.
     ("stem 7x7/2, 3 -> 64", 224, 3, 64, 7, 2, 1),
@@ -43,6 +43,8 @@ const LAYERS: [(&str, usize, usize, usize, usize, usize, usize); 26] = [
     ("pointwise, 2048 -> 512 at 7", 7, 2048, 512, 1, 1, 1),
     // MobileNetV3-Large's classifier (one row, as a fully connected layer).
     ("pointwise, 960 -> 1280 at 1", 1, 960, 1280, 1, 1, 1),
+    // And one of its squeeze-excitations' (weights that stay in cache).
+    ("pointwise, 240 -> 960 at 1", 1, 240, 960, 1, 1, 1),
     // MobileNetV2's pointwise layers at 112 and 56 (few input channels).
     ("pointwise, 16 -> 96 at 112", 112, 16, 96, 1, 1, 1),
     ("pointwise, 96 -> 24 at 56", 56, 96, 24, 1, 1, 1),

@@ -5,7 +5,7 @@
 //! the sums are requantized 16 at a time in the scalar kernels' `f32`
 //! steps.
 use super::packed::{bytes, BlockParams, Job, Out, Source, COLS, MAX_TAPS};
-use super::tiles::{for_each_tile, quad, PAD_ROW};
+use super::tiles::{for_each_tile, quad, Tile, PAD_ROW};
 use super::{Depthwise, DwTaps, Inside, Listed, Output, TapPointers};
 use core::arch::x86_64::*;
 
@@ -35,9 +35,10 @@ pub(crate) unsafe fn run(job: &Job<'_>, out: &mut Out<'_>) {
     }
     // SAFETY: as vouched for.
     unsafe {
-        match sevens(job.rows - job.first) {
-            true => tiles::<7>(job, out),
-            false => tiles::<ROWS>(job, out),
+        match job.rows - job.first {
+            1 => tiles::<1>(job, out),
+            rows if sevens(rows) => tiles::<7>(job, out),
+            _ => tiles::<ROWS>(job, out),
         }
     }
 }
@@ -63,15 +64,22 @@ unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
     let packed = bytes(job.packed);
     let pad = [job.xq.zero_point as i8; PAD_ROW];
     for_each_tile::<R>(job, PASS_BYTES, &pad, |t| {
-        let start = |i: usize| starts::<R>(&t.params[i]);
+        let mut i = 0;
+        // One row (a fully connected layer's, a squeeze-excitation's):
+        // eight blocks at a time, eight sums in flight where a pair keeps
+        // two waiting on `VPDPBUSD`'s latency.
+        if R == 1 {
+            while i + 8 <= t.params.len() {
+                // SAFETY: as for `run`.
+                unsafe { blocks::<R, 8>(job, out, t, i) };
+                i += 8;
+            }
+        }
         // Blocks two at a time: 16 sums in flight, enough to hide
         // `VPDPBUSD`'s latency (8, one block's, are not); an odd last
         // block alone.
-        let mut i = 0;
         while i < t.params.len() {
-            let pair = i + 1 < t.params.len();
             let b = t.blocks.start + i;
-            let quads = |b: usize| &l.block(packed, t.g, b)[4 * COLS..];
             // The pass's first tile meets each block's weights first (in
             // memory, a model's being larger than the caches): it asks
             // for the next pair's before it sums this one. Not when that
@@ -80,37 +88,55 @@ unsafe fn tiles<const R: usize>(job: &Job<'_>, out: &mut Out<'_>) {
             // would only queue ahead of the pair's own.
             if t.r0 == job.first && job.rows - job.first > R {
                 for next in (b + 2..b + 4).filter(|&n| n < t.blocks.start + t.params.len()) {
-                    crate::x86::prefetch_bytes(quads(next));
+                    crate::x86::prefetch_bytes(&l.block(packed, t.g, next)[4 * COLS..]);
                 }
             }
-            // SAFETY: as above; each block holds `taps` times `gin / 4`
-            // rounded up quads.
-            let acc: [[__m512i; R]; 2] = unsafe {
-                match (t.whole, pair) {
-                    (true, true) => tile::<R, 2, true>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)]),
-                    (false, true) => {
-                        tile::<R, 2, false>(t.x, l.gin, [quads(b), quads(b + 1)], [start(i), start(i + 1)])
-                    }
-                    (true, false) => [tile::<R, 1, true>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
-                    (false, false) => [tile::<R, 1, false>(t.x, l.gin, [quads(b)], [start(i)])[0]; 2],
+            // SAFETY: as for `run`.
+            unsafe {
+                match i + 1 < t.params.len() {
+                    true => blocks::<R, 2>(job, out, t, i),
+                    false => blocks::<R, 1>(job, out, t, i),
                 }
-            };
-            for (j, acc) in acc.iter().enumerate().take(1 + pair as usize) {
-                // SAFETY: as for `run`.
-                unsafe {
-                    store(
-                        &acc[..t.rows],
-                        &t.params[i + j],
-                        job.y,
-                        out,
-                        t.r0,
-                        t.g * l.gout + (b + j) * COLS,
-                    )
-                };
             }
             i += 2;
         }
     });
+}
+
+/// Sums and stores tile `t`'s `B` blocks from its `i`-th.
+///
+/// # Safety
+/// As for [`run`]; `t` comes from [`for_each_tile`] on `job`, and holds
+/// `B` blocks from `i`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn blocks<const R: usize, const B: usize>(job: &Job<'_>, out: &mut Out<'_>, t: &Tile<'_, R>, i: usize) {
+    let l = &job.layout;
+    let packed = bytes(job.packed);
+    let b = t.blocks.start + i;
+    let quads: [&[u8]; B] = core::array::from_fn(|k| &l.block(packed, t.g, b + k)[4 * COLS..]);
+    let start: [[__m512i; R]; B] = core::array::from_fn(|k| starts::<R>(&t.params[i + k]));
+    // SAFETY: as vouched for; each block holds `taps` times `gin / 4`
+    // rounded up quads.
+    let acc = unsafe {
+        match t.whole {
+            true => tile::<R, B, true>(t.x, l.gin, quads, start),
+            false => tile::<R, B, false>(t.x, l.gin, quads, start),
+        }
+    };
+    for (k, acc) in acc.iter().enumerate() {
+        // SAFETY: as for `run`.
+        unsafe {
+            store(
+                &acc[..t.rows],
+                &t.params[i + k],
+                job.y,
+                out,
+                t.r0,
+                t.g * l.gout + (b + k) * COLS,
+            )
+        };
+    }
 }
 
 /// Weight vectors of a narrow-group layer ([`narrow`]) kept at once (on
