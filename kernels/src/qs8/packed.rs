@@ -18,7 +18,7 @@
 //! `128 · Σ w`.
 //! Every sum is exact `i32` arithmetic, wrapping as the scalar kernels
 //! do, so each path gives the scalar kernels' outputs to the bit.
-use super::{requant_scale, weight_scale, Output, Quant};
+use super::{requant_scale, Output, Quant};
 use crate::nhwc::Conv2dNhwc;
 
 /// Outputs per packed block.
@@ -524,9 +524,14 @@ impl BlockParams {
         cols: COLS,
     };
 
+    /// Block `b` of group `g`'s parameters. Each a loop of its own over
+    /// the columns, which the compiler vectorizes: a layer of one row (a
+    /// squeeze-excitation's 240 -> 960) spent as long making them, a
+    /// column at a time, as summing.
     pub(super) fn new(job: &Job<'_>, block: &[u8], g: usize, b: usize) -> Self {
         let l = &job.layout;
         let cols = COLS.min(l.gout - b * COLS);
+        let oc = g * l.gout + b * COLS;
         let zp = job.xq.zero_point;
         let mut p = BlockParams {
             offset: [0; COLS],
@@ -534,13 +539,24 @@ impl BlockParams {
             scale: [1.0; COLS],
             cols,
         };
-        for c in 0..cols {
-            let oc = g * l.gout + b * COLS + c;
-            let sum = i32::from_le_bytes([block[4 * c], block[4 * c + 1], block[4 * c + 2], block[4 * c + 3]]);
-            let bias = job.bias.map_or(0, |v| v[oc]);
-            p.offset[c] = bias.wrapping_sub(zp.wrapping_mul(sum));
-            p.flipped[c] = p.offset[c].wrapping_sub(sum.wrapping_mul(128));
-            p.scale[c] = requant_scale(job.xq.scale, weight_scale(job.w_scales, oc), job.y.scale);
+        let sums: [i32; COLS] = core::array::from_fn(|c| {
+            i32::from_le_bytes([block[4 * c], block[4 * c + 1], block[4 * c + 2], block[4 * c + 3]])
+        });
+        if let Some(bias) = job.bias {
+            p.offset[..cols].copy_from_slice(&bias[oc..oc + cols]);
+        }
+        for c in 0..COLS {
+            p.offset[c] = p.offset[c].wrapping_sub(zp.wrapping_mul(sums[c]));
+            p.flipped[c] = p.offset[c].wrapping_sub(sums[c].wrapping_mul(128));
+        }
+        let (xs, ys) = (job.xq.scale, job.y.scale);
+        match job.w_scales {
+            [w] => p.scale[..cols].fill(requant_scale(xs, *w, ys)),
+            ws => {
+                for (s, &w) in p.scale[..cols].iter_mut().zip(&ws[oc..oc + cols]) {
+                    *s = requant_scale(xs, w, ys);
+                }
+            }
         }
         p
     }
