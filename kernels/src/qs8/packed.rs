@@ -545,9 +545,9 @@ impl BlockParams {
         if let Some(bias) = job.bias {
             p.offset[..cols].copy_from_slice(&bias[oc..oc + cols]);
         }
-        for c in 0..COLS {
-            p.offset[c] = p.offset[c].wrapping_sub(zp.wrapping_mul(sums[c]));
-            p.flipped[c] = p.offset[c].wrapping_sub(sums[c].wrapping_mul(128));
+        for ((offset, flipped), &sum) in p.offset.iter_mut().zip(&mut p.flipped).zip(&sums) {
+            *offset = offset.wrapping_sub(zp.wrapping_mul(sum));
+            *flipped = offset.wrapping_sub(sum.wrapping_mul(128));
         }
         let (xs, ys) = (job.xq.scale, job.y.scale);
         match job.w_scales {
