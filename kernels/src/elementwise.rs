@@ -617,6 +617,12 @@ mod tests {
         check::<scalar::Silu>(&x, scalar::silu);
         check::<scalar::SigmoidMul>(&x, |a| a * scalar::sigmoid(a));
         check::<scalar::Gelu>(&x, scalar::gelu);
+        // Where the logistic and GELU bend (|x| below 8), densely: 291
+        // values 1/18 apart, whose `erf` argument crosses every branch.
+        let near: Vec<f32> = (0..3 * 97).map(|i| (i as f32 - 145.0) / 18.0).collect();
+        check::<scalar::Sigmoid>(&near, scalar::sigmoid);
+        check::<scalar::Silu>(&near, scalar::silu);
+        check::<scalar::Gelu>(&near, scalar::gelu);
     }
 
     /// The vector-ISA copies of a map give the baseline's bits, for
