@@ -712,6 +712,11 @@ mod tests {
             ([1, 5, 7, 64], [16, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1], 16),
             // A 5 × 5 window, rows narrower than it.
             ([1, 9, 4, 16], [16, 5, 5, 8], [1, 1], [2, 2, 2, 2], [1, 1], 2),
+            // Rows of many interior pixels with RegNet's 13 groups of 8,
+            // the last block one group whose span moved back, two images;
+            // and stride 2.
+            ([2, 5, 37, 104], [104, 3, 3, 8], [1, 1], [1, 1, 1, 1], [1, 1], 13),
+            ([1, 7, 45, 48], [48, 3, 3, 8], [2, 2], [1, 1, 1, 1], [1, 1], 6),
         ];
         // Under Miri (the portable kernel), the same kinds on tiny images:
         // groups of 8, uneven groups with dilation, blocks straddling
