@@ -414,48 +414,27 @@ pub struct SigmoidMul;
 /// `aten::gelu(approximate="none")` for `f32` ([`gelu`]) as [`Lanes`].
 pub struct Gelu;
 
-impl Lanes for Gelu {
-    #[inline(always)]
-    fn one(x: f32) -> f32 {
-        gelu(x)
-    }
-    #[inline(always)]
-    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
-        gelu_lanes(x)
-    }
+/// Each `Type: one, lanes;` as [`Lanes`]: `one` of one element, `lanes`
+/// of [`LANES`].
+macro_rules! lanes_forms {
+    ($($name:ident: $one:expr, $lanes:path;)*) => {$(
+        impl Lanes for $name {
+            #[inline(always)]
+            fn one(x: f32) -> f32 {
+                ($one)(x)
+            }
+            #[inline(always)]
+            fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
+                $lanes(x)
+            }
+        }
+    )*};
 }
-
-impl Lanes for Sigmoid {
-    #[inline(always)]
-    fn one(x: f32) -> f32 {
-        sigmoid_f32(x)
-    }
-    #[inline(always)]
-    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
-        sigmoid_lanes(x)
-    }
-}
-
-impl Lanes for Silu {
-    #[inline(always)]
-    fn one(x: f32) -> f32 {
-        silu_f32(x)
-    }
-    #[inline(always)]
-    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
-        silu_lanes(x)
-    }
-}
-
-impl Lanes for SigmoidMul {
-    #[inline(always)]
-    fn one(x: f32) -> f32 {
-        x * sigmoid_f32(x)
-    }
-    #[inline(always)]
-    fn lanes(x: &[f32; LANES]) -> [f32; LANES] {
-        sigmoid_mul_lanes(x)
-    }
+lanes_forms! {
+    Sigmoid: sigmoid_f32, sigmoid_lanes;
+    Silu: silu_f32, silu_lanes;
+    SigmoidMul: |x: f32| x * sigmoid_f32(x), sigmoid_mul_lanes;
+    Gelu: gelu::<f32>, gelu_lanes;
 }
 
 /// Elements the `_lanes` forms take at once where a map has enough: four

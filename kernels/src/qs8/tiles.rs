@@ -93,20 +93,7 @@ pub(crate) fn for_each_tile<const R: usize>(
                         *p = patch.as_ptr().cast::<u8>();
                     }
                 } else {
-                    // The furthest segment bounds them all: checked once
-                    // a tile, not once a segment (a tenth of a 3 x 3
-                    // layer's time went to finding its segments).
-                    let mut last = None;
-                    job.source.visit::<R>(0, l.taps, r0, rows, g, l.gin, |t, r, at| {
-                        x[t][r] = match at {
-                            Some(at) => {
-                                last = last.max(Some(at));
-                                input.as_ptr().wrapping_add(at).cast::<u8>()
-                            }
-                            None => pad[..l.gin].as_ptr().cast::<u8>(),
-                        }
-                    });
-                    if let Some(last) = last {
+                    if let Some(last) = job.source.point::<R, u8>(l.taps, r0, rows, g, l.gin, pad, &mut x) {
                         assert!(last + l.gin <= input.len());
                         whole = last + q4 <= input.len();
                     }

@@ -242,19 +242,9 @@ unsafe fn narrow<const R: usize>(job: &Job<'_>, out: &mut Out<'_>, per: usize) {
             let rows = R.min(job.rows - r0);
             // Each tap's pixel, its first channel (the padding's row of
             // zero points is a pixel long).
-            let mut furthest = None;
-            job.source.visit::<R>(0, l.taps, r0, rows, 0, gin, |t, r, at| {
-                x[t][r] = match at {
-                    Some(at) => {
-                        furthest = furthest.max(Some(at));
-                        input.as_ptr().wrapping_add(at)
-                    }
-                    None => pad.as_ptr(),
-                }
-            });
             // No pixel starts past the furthest: one check covers all
             // (none is read before it).
-            if let Some(at) = furthest {
+            if let Some(at) = job.source.point::<R, i8>(l.taps, r0, rows, 0, gin, &pad, &mut x) {
                 assert!(at + l.groups * gin <= input.len());
             }
             for v in v0..v1 {
